@@ -1,0 +1,21 @@
+//! recall's GPU kernels, in Rust, for `nvptx64-nvidia-cuda`.
+//!
+//! Architecture invariant: kernels trust their parameters. Every launch goes through a typed launcher in
+//! `recall-gpu-kernels` that has checked shapes, sizes and pointers; nothing here validates.
+//!
+//! Architecture invariant: every floating-point reduction follows the order written in `docs/numerics.md`
+//! and implemented identically in `recall-cpu-simd`: FMA only where the order says FMA (`fma`), IEEE `sqrt`
+//! and division, and no contraction of a separate multiply and add (the link step checks the PTX for it).
+#![no_std]
+#![feature(abi_ptx, stdarch_nvptx, core_intrinsics, gpu_intrinsics, gpu_launch_sized_workgroup_mem)]
+#![allow(internal_features)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod dense;
+mod util;
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: `trap` aborts the kernel; kernels are written so that no panic path is reachable.
+    unsafe { core::arch::nvptx::trap() }
+}
