@@ -9,6 +9,7 @@
 //! chain over `k` ascending, as `docs/numerics.md` requires.
 
 use crate::util::{block_x, block_y, dynamic_shared_f32, fma, sqrt, sync_threads, thread_x};
+use recall_kernel_shared::math::cosine_from_parts;
 use recall_kernel_shared::{
     CosineParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams,
 };
@@ -151,10 +152,4 @@ pub unsafe extern "ptx-kernel" fn cosine_f32_rows(p: CosineParams) {
             j += 1;
         }
     }
-}
-
-/// `dot / (nq * nc)`, or 0 when either norm is 0: the contract's last step, identical on the CPU.
-#[inline(always)]
-fn cosine_from_parts(dot: f32, nq: f32, nc: f32) -> f32 {
-    if nq == 0.0 || nc == 0.0 { 0.0 } else { dot / (nq * nc) }
 }

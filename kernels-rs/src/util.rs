@@ -33,14 +33,4 @@ pub fn dynamic_shared_f32() -> *mut f32 {
     core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<f32>()
 }
 
-/// Fused multiply-add with one rounding (`fma.rn.f32`), the numerics contract's FMA.
-#[inline(always)]
-pub fn fma(a: f32, b: f32, c: f32) -> f32 {
-    core::intrinsics::fmaf32(a, b, c)
-}
-
-/// IEEE square root, correctly rounded (`sqrt.rn.f32`).
-#[inline(always)]
-pub fn sqrt(x: f32) -> f32 {
-    core::intrinsics::sqrtf32(x)
-}
+pub use recall_kernel_shared::math::{fma, sqrt};

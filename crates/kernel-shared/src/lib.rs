@@ -8,6 +8,11 @@
 //! Architecture invariant: the kernels trust these values. The host launchers validate every field (sizes,
 //! bounds, alignment) before a launch; see `recall-gpu-kernels`.
 #![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+
+#[cfg(not(target_arch = "nvptx64"))]
+extern crate std;
 
 /// Threads per block of the row-scan kernels (one thread per corpus row).
 pub const ROW_BLOCK: u32 = 256;
@@ -47,4 +52,40 @@ pub struct CosineParams {
     pub n_rows: u32,
     pub dim: u32,
     pub _pad: u32,
+}
+
+/// Scalar math that the device and the host must evaluate identically: written once, compiled into the
+/// kernels and into `recall-cpu-simd`. See `docs/numerics.md`.
+pub mod math {
+    /// Fused multiply-add with one rounding: `fma.rn.f32` on the device, `f32::mul_add` on the host.
+    #[inline(always)]
+    pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            core::intrinsics::fmaf32(a, b, c)
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            a.mul_add(b, c)
+        }
+    }
+
+    /// Correctly rounded IEEE square root: `sqrt.rn.f32` on the device, `f32::sqrt` on the host.
+    #[inline(always)]
+    pub fn sqrt(x: f32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            core::intrinsics::sqrtf32(x)
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            x.sqrt()
+        }
+    }
+
+    /// The last step of cosine similarity: `dot / (nq * nc)`, or `0.0` when either norm is zero.
+    #[inline(always)]
+    pub fn cosine_from_parts(dot: f32, nq: f32, nc: f32) -> f32 {
+        if nq == 0.0 || nc == 0.0 { 0.0 } else { dot / (nq * nc) }
+    }
 }
