@@ -1,0 +1,160 @@
+//! The owning handle of one device: its primary context and a stream.
+
+use crate::discovery::{DeviceInfo, device_info};
+use crate::error::{DriverResultExt, GpuError};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+/// A kernel image to load: a cubin for exactly this device's SM, or PTX that the driver JIT-compiles.
+#[derive(Debug, Clone, Copy)]
+pub enum ModuleImage<'a> {
+    Cubin(&'a [u8]),
+    Ptx(&'a str),
+}
+
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+struct ParamBlock<T>(T);
+// SAFETY: `launch`'s contract makes `T` the `#[repr(C)]` plain-data struct the kernel reads by value.
+unsafe impl<T: Copy> DeviceRepr for ParamBlock<T> {}
+
+/// One CUDA device opened for work: its primary context and a stream on which recall orders its work.
+///
+/// cudarc's per-buffer event tracking is switched off: recall orders all work on a context through its
+/// streams explicitly (one stream per handle; cross-stream use goes through events), so the implicit
+/// events would be pure overhead on every launch.
+#[derive(Debug)]
+pub struct Gpu {
+    info: DeviceInfo,
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+}
+
+fn guard<T>(call: &'static str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(Err(GpuError::BindingPanicked { call }))
+}
+
+impl Gpu {
+    /// Open device `ordinal`. Call [`crate::probe`] first: this assumes the driver is present.
+    pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        guard("open device", || {
+            let info = device_info(ordinal)?;
+            let ctx = CudaContext::new(ordinal).gpu("cuDevicePrimaryCtxRetain")?;
+            // SAFETY: see the type's doc: every use of this context's buffers is ordered by the
+            // handle's stream or by explicit events.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().gpu("cuStreamCreate")?;
+            Ok(Gpu { info, ctx, stream })
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The stream this handle orders its work on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// A further stream on the same context (for tenants, copies overlapping kernels).
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
+        guard("cuStreamCreate", || self.ctx.new_stream().gpu("cuStreamCreate"))
+    }
+
+    /// Free and total device memory now.
+    pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
+        guard("cuMemGetInfo", || self.ctx.mem_get_info().gpu("cuMemGetInfo"))
+    }
+
+    /// Load a module image into this context.
+    pub fn load_module(&self, image: ModuleImage<'_>) -> Result<Arc<CudaModule>, GpuError> {
+        guard("cuModuleLoadData", || {
+            let ptx = match image {
+                ModuleImage::Cubin(bytes) => Ptx::from_binary(bytes.to_vec()),
+                ModuleImage::Ptx(src) => {
+                    if src.contains('\0') {
+                        return Err(GpuError::NoImage {
+                            major: self.info.compute_capability.0,
+                            minor: self.info.compute_capability.1,
+                            reason: "PTX text contains a NUL byte".into(),
+                        });
+                    }
+                    Ptx::from_src(src)
+                }
+            };
+            self.ctx.load_module(ptx).gpu("cuModuleLoadData")
+        })
+    }
+
+    /// Look up a kernel in a loaded module.
+    pub fn function(&self, module: &Arc<CudaModule>, name: &str) -> Result<CudaFunction, GpuError> {
+        guard("cuModuleGetFunction", || {
+            if name.contains('\0') {
+                return Err(GpuError::Driver {
+                    call: "cuModuleGetFunction",
+                    code: 0,
+                    name: "kernel name contains a NUL byte".into(),
+                });
+            }
+            module.load_function(name).gpu("cuModuleGetFunction")
+        })
+    }
+
+    /// Copy `data` to a new device buffer (ordered on the handle's stream).
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        guard("cuMemcpyHtoDAsync", || self.stream.clone_htod(data).gpu("cuMemcpyHtoDAsync"))
+    }
+
+    /// A new zeroed device buffer of `len` elements.
+    pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>, GpuError> {
+        guard("cuMemAlloc", || self.stream.alloc_zeros(len).gpu("cuMemAlloc"))
+    }
+
+    /// Copy a device buffer back into a new `Vec` (waits for the stream).
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
+        guard("cuMemcpyDtoH", || self.stream.clone_dtoh(src).gpu("cuMemcpyDtoH"))
+    }
+
+    /// Copy a device buffer into `dst` (waits for the stream). `dst.len()` must equal the buffer's.
+    pub fn download_into<T: DeviceRepr>(&self, src: &CudaSlice<T>, dst: &mut [T]) -> Result<(), GpuError> {
+        guard("cuMemcpyDtoH", || self.stream.memcpy_dtoh(src, dst).gpu("cuMemcpyDtoH"))
+    }
+
+    /// Wait for all work queued on the handle's stream.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        guard("cuStreamSynchronize", || self.stream.synchronize().gpu("cuStreamSynchronize"))
+    }
+
+    /// The device address of a buffer, for a parameter struct.
+    pub fn device_ptr<T>(&self, buf: &CudaSlice<T>) -> u64 {
+        let (ptr, _sync) = buf.device_ptr(&self.stream);
+        ptr
+    }
+
+    /// Launch `func` with `params` as its single by-value parameter, on the handle's stream.
+    ///
+    /// # Safety
+    /// `params` must be a `#[repr(C)]` struct of `recall-kernel-shared`: the parameter struct `func` was compiled with, every pointer in it must refer to a
+    /// live device buffer of the size the kernel reads or writes under `cfg`, and `cfg` must be the
+    /// launch shape the kernel documents. The typed launchers in `recall-gpu-kernels` check all of it.
+    pub unsafe fn launch<P: Copy + 'static>(
+        &self,
+        func: &CudaFunction,
+        cfg: LaunchConfig,
+        params: P,
+    ) -> Result<(), GpuError> {
+        guard("cuLaunchKernel", || {
+            let block = ParamBlock(params);
+            let mut builder = self.stream.launch_builder(func);
+            builder.arg(&block);
+            // SAFETY: forwarded to the caller (see `# Safety`).
+            unsafe { builder.launch(cfg) }.map(|_| ()).gpu("cuLaunchKernel")
+        })
+    }
+}

@@ -1,0 +1,387 @@
+//! `cargo xtask build-kernels`: Rust kernels to a bundle of cubins and PTX, with no CUDA toolkit installed.
+//!
+//! The path (see `docs/adr/0002-upstream-nvptx-target.md` and `../shared/TOOLCHAIN.md`):
+//! 1. rustc (pinned nightly, `-Zbuild-std=core`) compiles `kernels-rs` for `nvptx64-nvidia-cuda` and calls
+//!    its linker with LLVM bitcode. That linker is this program ([`link_main`]): it extracts the rlibs,
+//!    links all bitcode with `llvm-link`, then internalizes everything but the kernels and optimises with
+//!    `opt`. The result is one optimised bitcode module.
+//! 2. For each arch, the `target-cpu`/`target-features` attributes are stripped and `llc` lowers the
+//!    module to PTX for that SM (this also reaches sm_50..sm_61, which rustc itself refuses as targets).
+//! 3. Each PTX passes the numerics guard (no unrounded float add/sub/mul that `ptxas` could fuse, no
+//!    `.ftz`, no `.approx`), then CUDA 12.9's `ptxas` assembles a cubin for that SM.
+//! 4. The bundle holds every cubin, the PTX of the oldest and newest arch (for driver JIT on other
+//!    devices) and `MANIFEST.txt` (arches, tool versions, per-kernel registers and shared memory).
+//!
+//! Everything it needs is installed on first use into project-local places: the nightly and its
+//! components through rustup, `ptxas` from PyPI (`nvidia-cuda-nvcc-cu12`) into `target/tools`.
+
+use crate::project_root;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// Set (to any value) when rustc runs this program as the nvptx linker.
+pub const LINKER_ROLE_ENV: &str = "RECALL_XTASK_NVPTX_LINKER";
+const LLVM_BIN_ENV: &str = "RECALL_XTASK_LLVM_BIN";
+
+/// (SM, PTX ISA version) for every arch in the bundle. The ISA is the oldest that supports the SM, so the
+/// oldest drivers that know the SM can JIT or load it.
+pub const ARCHES: [(u32, u32); 10] = [
+    (50, 60),
+    (52, 60),
+    (60, 60),
+    (61, 60),
+    (70, 60),
+    (75, 63),
+    (80, 70),
+    (86, 71),
+    (89, 78),
+    (90, 78),
+];
+/// Archs whose PTX ships in the bundle, for JIT on devices without an exact cubin.
+pub const PTX_ARCHES: [u32; 2] = [50, 90];
+
+const NVCC_WHEEL: &str = "nvidia-cuda-nvcc-cu12==12.9.86";
+const NVCC_DIR: &str = "cuda-nvcc-12.9.86";
+const NVPTX_TARGET: &str = "nvptx64-nvidia-cuda";
+
+fn bundle_dir() -> PathBuf {
+    project_root().join("crates/gpu-kernels/bundle")
+}
+
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().map_err(|e| format!("could not start {shown}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{shown} failed ({})\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Ok(text)
+}
+
+/// The pinned nightly, read from `kernels-rs/rust-toolchain.toml` (the one place it is written).
+fn nightly() -> Result<String, String> {
+    let path = project_root().join("kernels-rs/rust-toolchain.toml");
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .find_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("channel").map(|rest| rest.trim_start_matches([' ', '=']).trim_matches('"').to_string())
+        })
+        .ok_or_else(|| format!("{}: no `channel`", path.display()))
+}
+
+fn ensure_nightly(nightly: &str) -> Result<PathBuf, String> {
+    let sysroot = Command::new("rustup").args(["run", nightly, "rustc", "--print", "sysroot"]).output();
+    let have = matches!(&sysroot, Ok(o) if o.status.success());
+    if !have {
+        eprintln!("xtask: installing {nightly} (rust-src, llvm-tools) with rustup");
+    }
+    // Idempotent: also adds the components to a nightly installed without them.
+    run(Command::new("rustup").args([
+        "toolchain", "install", nightly, "--profile", "minimal", "--component", "rust-src,llvm-tools",
+    ]))?;
+    let out = run(Command::new("rustup").args(["run", nightly, "rustc", "--print", "sysroot"]))?;
+    let host = run(Command::new("rustup").args(["run", nightly, "rustc", "-vV"]))?
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .ok_or("rustc -vV printed no host")?;
+    let bin = PathBuf::from(out.trim()).join("lib/rustlib").join(host).join("bin");
+    for tool in ["llvm-link", "llvm-ar", "llvm-dis", "opt", "llc"] {
+        if !bin.join(tool).exists() {
+            return Err(format!("{} missing after installing llvm-tools", bin.join(tool).display()));
+        }
+    }
+    Ok(bin)
+}
+
+fn ensure_ptxas() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("RECALL_PTXAS") {
+        return Ok(PathBuf::from(p));
+    }
+    let dir = project_root().join("target/tools").join(NVCC_DIR);
+    let ptxas = dir.join("nvidia/cuda_nvcc/bin/ptxas");
+    if !ptxas.exists() {
+        eprintln!("xtask: installing ptxas ({NVCC_WHEEL}) into {}", dir.display());
+        let python = if Command::new("python3").arg("--version").output().is_ok() { "python3" } else { "python" };
+        run(Command::new(python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+            .arg(&dir)
+            .arg(NVCC_WHEEL))?;
+    }
+    if !ptxas.exists() {
+        return Err(format!("{} missing after pip install", ptxas.display()));
+    }
+    Ok(ptxas)
+}
+
+/// `build-kernels [--check]`.
+pub fn build(args: &[String]) -> Result<(), String> {
+    let check = args.iter().any(|a| a == "--check");
+    if let Some(bad) = args.iter().find(|a| *a != "--check") {
+        return Err(format!("build-kernels: unknown argument {bad}"));
+    }
+    let root = project_root();
+    let nightly = nightly()?;
+    let llvm_bin = ensure_nightly(&nightly)?;
+    let ptxas = ensure_ptxas()?;
+    let work = root.join("target/kernels");
+    fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+
+    // 1. Compile and link to optimised bitcode (this program is the linker).
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let remap = format!("--remap-path-prefix={}=/recall", root.display());
+    let mut cargo = Command::new("rustup");
+    cargo
+        .args(["run", &nightly, "cargo", "build", "--release", "--locked", "-Zbuild-std=core"])
+        .args(["--target", NVPTX_TARGET, "--manifest-path"])
+        .arg(root.join("kernels-rs/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", work.join("cargo"))
+        .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_LINKER", &exe)
+        .env("CARGO_ENCODED_RUSTFLAGS", remap)
+        .env(LINKER_ROLE_ENV, "1")
+        .env(LLVM_BIN_ENV, &llvm_bin)
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("CARGO");
+    eprintln!("xtask: compiling kernels-rs with {nightly}");
+    run(&mut cargo)?;
+    let bitcode = work.join("cargo").join(NVPTX_TARGET).join("release/recall_kernels.ptx");
+
+    // 2. Strip the arch attributes so one module lowers to every SM.
+    let ll = run(Command::new(llvm_bin.join("llvm-dis")).arg(&bitcode).arg("-o").arg("-"))?;
+    let stripped = work.join("recall_kernels.stripped.ll");
+    fs::write(&stripped, strip_arch_attributes(&ll)).map_err(|e| e.to_string())?;
+    let kernels = exported_kernels(&ll);
+    if kernels.is_empty() {
+        return Err("the linked module exports no kernels".into());
+    }
+
+    // 3. Lower, guard and assemble per arch.
+    let out_dir = if check { work.join("bundle-check") } else { bundle_dir() };
+    if out_dir.exists() {
+        fs::remove_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    }
+    fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    let ptxas_version = run(Command::new(&ptxas).arg("--version"))?
+        .lines()
+        .filter(|l| l.contains("release"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut manifest = String::new();
+    manifest.push_str("# recall kernel bundle (generated by `cargo xtask build-kernels`; do not edit)\n");
+    manifest.push_str(&format!("rust-toolchain: {nightly}\nptxas: {}\n", ptxas_version.trim()));
+    manifest.push_str(&format!("kernels: {}\n", kernels.join(" ")));
+    for (sm, isa) in ARCHES {
+        let ptx_path = work.join(format!("sm_{sm}.ptx"));
+        run(Command::new(llvm_bin.join("llc"))
+            .args(["-O3", &format!("-mcpu=sm_{sm}"), &format!("-mattr=+ptx{isa}")])
+            .arg(&stripped)
+            .arg("-o")
+            .arg(&ptx_path))?;
+        let ptx = fs::read_to_string(&ptx_path).map_err(|e| e.to_string())?;
+        numerics_guard(&ptx).map_err(|e| format!("sm_{sm}: {e}"))?;
+        let cubin = out_dir.join(format!("sm_{sm}.cubin"));
+        let log = run(Command::new(&ptxas)
+            .args(["-O3", "-v", &format!("-arch=sm_{sm}")])
+            .arg(&ptx_path)
+            .arg("-o")
+            .arg(&cubin))?;
+        manifest.push_str(&format!("\n[sm_{sm}] ptx-isa {}.{}\n", isa / 10, isa % 10));
+        for (kernel, usage) in parse_ptxas_usage(&log) {
+            manifest.push_str(&format!("  {kernel}: {usage}\n"));
+        }
+        if PTX_ARCHES.contains(&sm) {
+            fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
+        }
+    }
+    fs::write(out_dir.join("MANIFEST.txt"), manifest).map_err(|e| e.to_string())?;
+
+    if check {
+        compare_bundles(&bundle_dir(), &out_dir)
+    } else {
+        eprintln!("xtask: wrote {}", out_dir.display());
+        Ok(())
+    }
+}
+
+fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
+    let list = |d: &Path| -> BTreeMap<String, Vec<u8>> {
+        fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, fs::read(e.path()).ok()?)))
+            .collect()
+    };
+    let (a, b) = (list(committed), list(fresh));
+    let mut problems = Vec::new();
+    for (name, bytes) in &b {
+        match a.get(name) {
+            None => problems.push(format!("missing from the committed bundle: {name}")),
+            Some(old) if old != bytes => problems.push(format!("differs from the sources: {name}")),
+            Some(_) => {}
+        }
+    }
+    for name in a.keys().filter(|n| !b.contains_key(*n)) {
+        problems.push(format!("stale file in the committed bundle: {name}"));
+    }
+    if problems.is_empty() {
+        eprintln!("xtask: the committed kernel bundle matches the sources ({} files)", b.len());
+        Ok(())
+    } else {
+        Err(format!(
+            "the committed kernel bundle is out of date:\n  {}\nrun `cargo xtask build-kernels` and commit crates/gpu-kernels/bundle",
+            problems.join("\n  ")
+        ))
+    }
+}
+
+/// Remove `"target-cpu"="…"` and `"target-features"="…"` from the textual IR.
+fn strip_arch_attributes(ll: &str) -> String {
+    let mut out = ll.to_string();
+    for key in ["\"target-cpu\"=\"", "\"target-features\"=\""] {
+        while let Some(start) = out.find(key) {
+            let value_start = start + key.len();
+            let Some(len) = out[value_start..].find('"') else { break };
+            let mut end = value_start + len + 1;
+            // Drop one separating space as well.
+            if out[end..].starts_with(' ') {
+                end += 1;
+            }
+            out.replace_range(start..end, "");
+        }
+    }
+    out
+}
+
+/// Names of the kernels (`ptx_kernel` functions) defined in the module, sorted.
+fn exported_kernels(ll: &str) -> Vec<String> {
+    let mut names: Vec<String> = ll
+        .lines()
+        .filter(|l| l.starts_with("define") && l.contains("ptx_kernel"))
+        .filter_map(|l| {
+            let at = l.find('@')?;
+            let rest = &l[at + 1..];
+            let end = rest.find('(')?;
+            Some(rest[..end].trim_matches('"').to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The numerics contract at the instruction level (`docs/numerics.md`, ground rules).
+fn numerics_guard(ptx: &str) -> Result<(), String> {
+    for (n, line) in ptx.lines().enumerate() {
+        let op = line.trim_start().split_whitespace().next().unwrap_or("");
+        let float_op = op.ends_with(".f32") || op.ends_with(".f64");
+        if !float_op {
+            continue;
+        }
+        let unrounded_arith = ["add.f32", "sub.f32", "mul.f32", "add.f64", "sub.f64", "mul.f64"].contains(&op);
+        if unrounded_arith || op.contains(".ftz") || op.contains(".approx") {
+            return Err(format!(
+                "PTX line {}: `{}` breaks the numerics contract (unrounded, flush-to-zero or approximate float op)",
+                n + 1,
+                line.trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Per-kernel resource lines from `ptxas -v`.
+fn parse_ptxas_usage(log: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        if let Some(i) = line.find("Compiling entry function '") {
+            let rest = &line[i + "Compiling entry function '".len()..];
+            current = rest.find('\'').map(|e| rest[..e].to_string());
+        } else if line.contains("Used ") {
+            if let (Some(k), Some(i)) = (current.take(), line.find("Used ")) {
+                out.push((k, line[i..].trim().to_string()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// rustc runs this as the nvptx "linker": bitcode objects and rlibs in, one optimised bitcode module out.
+pub fn link_main() -> ExitCode {
+    match link(std::env::args().skip(1).collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("recall nvptx link: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn link(args: Vec<String>) -> Result<(), String> {
+    let llvm_bin = PathBuf::from(std::env::var_os(LLVM_BIN_ENV).ok_or("RECALL_XTASK_LLVM_BIN is not set")?);
+    let mut exports = Vec::new();
+    let mut inputs = Vec::new();
+    let mut output = None;
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--export-symbol" => exports.push(it.next().ok_or("--export-symbol needs a value")?),
+            "-o" => output = Some(PathBuf::from(it.next().ok_or("-o needs a value")?)),
+            "-L" | "--target" | "--target-cpu" => {
+                it.next();
+            }
+            _ if a.ends_with(".o") || a.ends_with(".rlib") => inputs.push(PathBuf::from(a)),
+            _ => {} // -O3, --debug, --target-feature=…: the lowering step sets these per arch.
+        }
+    }
+    let output = output.ok_or("no -o given")?;
+    if exports.is_empty() {
+        return Err("no --export-symbol given: the crate defines no kernels".into());
+    }
+    let scratch = output.with_extension("link");
+    if scratch.exists() {
+        fs::remove_dir_all(&scratch).map_err(|e| e.to_string())?;
+    }
+    fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let mut objects = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        if input.extension().is_some_and(|e| e == "rlib") {
+            let dir = scratch.join(format!("rlib{i}"));
+            fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            run(Command::new(llvm_bin.join("llvm-ar")).arg("x").arg(input).current_dir(&dir))?;
+            let mut members: Vec<PathBuf> = fs::read_dir(&dir)
+                .map_err(|e| e.to_string())?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| is_bitcode(p))
+                .collect();
+            members.sort();
+            objects.extend(members);
+        } else if is_bitcode(input) {
+            objects.push(input.clone());
+        }
+    }
+    let linked = scratch.join("linked.bc");
+    run(Command::new(llvm_bin.join("llvm-link")).args(&objects).arg("-o").arg(&linked))?;
+    run(Command::new(llvm_bin.join("opt"))
+        .arg("-passes=internalize,default<O3>,globaldce")
+        .arg(format!("--internalize-public-api-list={}", exports.join(",")))
+        .arg(&linked)
+        .arg("-o")
+        .arg(&output))?;
+    Ok(())
+}
+
+fn is_bitcode(path: &Path) -> bool {
+    fs::read(path).map(|b| b.starts_with(b"BC\xC0\xDE")).unwrap_or(false)
+}
