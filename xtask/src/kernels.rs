@@ -9,8 +9,9 @@
 //!    module to PTX for that SM (this also reaches sm_50..sm_61, which rustc itself refuses as targets).
 //! 3. Each PTX passes the numerics guard (no unrounded float add/sub/mul that `ptxas` could fuse, no
 //!    `.ftz`, no `.approx`), then CUDA 12.9's `ptxas` assembles a cubin for that SM.
-//! 4. The bundle holds every cubin, the PTX of the oldest and newest arch (for driver JIT on other
-//!    devices) and `MANIFEST.txt` (arches, tool versions, per-kernel registers and shared memory).
+//! 4. The bundle holds every cubin and every arch's PTX (for driver JIT on devices without an exact cubin,
+//!    and so that `diff-test --arch` can run any arch's code on the GPU at hand), plus `MANIFEST.txt`
+//!    (arches, tool versions, per-kernel registers and shared memory).
 //!
 //! Everything it needs is installed on first use into project-local places: the nightly and its
 //! components through rustup, `ptxas` from PyPI (`nvidia-cuda-nvcc-cu12`) into `target/tools`.
@@ -39,8 +40,6 @@ pub const ARCHES: [(u32, u32); 10] = [
     (89, 78),
     (90, 78),
 ];
-/// Archs whose PTX ships in the bundle, for JIT on devices without an exact cubin.
-pub const PTX_ARCHES: [u32; 2] = [50, 90];
 
 const NVCC_WHEEL: &str = "nvidia-cuda-nvcc-cu12==12.9.86";
 const NVCC_DIR: &str = "cuda-nvcc-12.9.86";
@@ -198,9 +197,7 @@ pub fn build(args: &[String]) -> Result<(), String> {
         for (kernel, usage) in parse_ptxas_usage(&log) {
             manifest.push_str(&format!("  {kernel}: {usage}\n"));
         }
-        if PTX_ARCHES.contains(&sm) {
-            fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
-        }
+        fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
     }
     fs::write(out_dir.join("MANIFEST.txt"), manifest).map_err(|e| e.to_string())?;
 

@@ -1,1 +1,17 @@
-//! TODO
+//! recall's compiled GPU kernels: the embedded bundle, the loader that picks the image for the device in
+//! hand, and one typed, shape-checked launcher per kernel.
+//!
+//! The bundle (`bundle/`, written by `cargo xtask build-kernels` and committed) holds a cubin and the PTX
+//! of every supported arch, sm_50 to sm_90. The loader uses the cubin that matches the device's SM exactly,
+//! otherwise the newest PTX not newer than the device, which the driver JIT-compiles. It can be forced to
+//! one arch's code (`diff-test --arch`), and it reports which image it loaded.
+//!
+//! Architecture invariant: every launch goes through a launcher here that checks shapes, lengths and
+//! limits and returns [`KernelError`]; kernels trust their parameters. Nothing here decides *where* an op
+//! runs: that is `recall-hybrid-executor`.
+
+mod bundle;
+mod launch;
+
+pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
+pub use launch::{KernelError, Kernels, LoadedImage};

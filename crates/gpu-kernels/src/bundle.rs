@@ -1,0 +1,136 @@
+//! The embedded kernel bundle and the choice of image for a device.
+
+use std::fmt;
+
+/// SMs with a cubin (and PTX) in the bundle, ascending.
+pub const ARCHES: [u32; 10] = [50, 52, 60, 61, 70, 75, 80, 86, 89, 90];
+
+/// The bundle's manifest: tool versions and per-kernel resource usage per arch.
+pub const MANIFEST: &str = include_str!("../bundle/MANIFEST.txt");
+
+/// Machine code for one SM, or PTX for the driver to JIT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImageKind {
+    Cubin,
+    Ptx,
+}
+
+impl fmt::Display for ImageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ImageKind::Cubin => "cubin",
+            ImageKind::Ptx => "ptx",
+        })
+    }
+}
+
+/// One image of the bundle.
+#[derive(Debug, Clone, Copy)]
+pub struct BundleImage {
+    pub sm: u32,
+    pub kind: ImageKind,
+    pub bytes: &'static [u8],
+}
+
+macro_rules! bundle {
+    ($($sm:literal),*) => {
+        [$(
+            BundleImage { sm: $sm, kind: ImageKind::Cubin, bytes: include_bytes!(concat!("../bundle/sm_", $sm, ".cubin")) },
+            BundleImage { sm: $sm, kind: ImageKind::Ptx, bytes: include_bytes!(concat!("../bundle/compute_", $sm, ".ptx")) },
+        )*]
+    };
+}
+
+static IMAGES: [BundleImage; 20] = bundle!(50, 52, 60, 61, 70, 75, 80, 86, 89, 90);
+
+/// The bundle image of `kind` for `sm`, if there is one.
+pub fn image(sm: u32, kind: ImageKind) -> Option<BundleImage> {
+    IMAGES.iter().copied().find(|i| i.sm == sm && i.kind == kind)
+}
+
+/// The images to try for a device, in order, and why none fits when that is so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// Images to try in order (the first that loads wins).
+    pub candidates: Vec<(u32, ImageKind)>,
+}
+
+/// Choose the images for a device of compute capability `(major, minor)`.
+///
+/// Without `force`: the exact cubin if the bundle has the device's SM, then the newest PTX whose SM is not
+/// newer than the device. With `force = Some(sm)`: that arch's code only: its cubin when `sm` is the
+/// device's own SM, its PTX (JIT-compiled for the device) otherwise; an `sm` newer than the device, or not
+/// in the bundle, is an error.
+pub fn select_image(major: u32, minor: u32, force: Option<u32>) -> Result<Selection, String> {
+    let device_sm = major * 10 + minor;
+    if let Some(sm) = force {
+        if !ARCHES.contains(&sm) {
+            return Err(format!("sm_{sm} is not in the bundle (it has {})", arch_list()));
+        }
+        if sm > device_sm {
+            return Err(format!("sm_{sm} code cannot run on this sm_{device_sm} device"));
+        }
+        let kind = if sm == device_sm { ImageKind::Cubin } else { ImageKind::Ptx };
+        return Ok(Selection { candidates: vec![(sm, kind)] });
+    }
+    let mut candidates = Vec::new();
+    if ARCHES.contains(&device_sm) {
+        candidates.push((device_sm, ImageKind::Cubin));
+    }
+    if let Some(&sm) = ARCHES.iter().rev().find(|&&sm| sm <= device_sm) {
+        candidates.push((sm, ImageKind::Ptx));
+    }
+    if candidates.is_empty() {
+        return Err(format!("sm_{device_sm} is older than every arch in the bundle ({})", arch_list()));
+    }
+    Ok(Selection { candidates })
+}
+
+fn arch_list() -> String {
+    ARCHES.iter().map(|s| format!("sm_{s}")).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_arch_has_a_cubin_and_ptx() {
+        for sm in ARCHES {
+            let cubin = image(sm, ImageKind::Cubin).expect("cubin");
+            assert!(cubin.bytes.starts_with(b"\x7fELF"), "sm_{sm} cubin is not ELF");
+            let ptx = std::str::from_utf8(image(sm, ImageKind::Ptx).expect("ptx").bytes).expect("utf8");
+            assert!(ptx.contains(&format!(".target sm_{sm}")), "sm_{sm} PTX targets another arch");
+            assert!(!ptx.contains('\0'));
+        }
+    }
+
+    #[test]
+    fn exact_cubin_first_then_newest_older_ptx() {
+        assert_eq!(
+            select_image(9, 0, None).unwrap().candidates,
+            vec![(90, ImageKind::Cubin), (90, ImageKind::Ptx)]
+        );
+        // sm_87 (Orin): no cubin; newest PTX not newer is sm_86.
+        assert_eq!(select_image(8, 7, None).unwrap().candidates, vec![(86, ImageKind::Ptx)]);
+        // A future arch JITs the newest PTX.
+        assert_eq!(select_image(12, 0, None).unwrap().candidates, vec![(90, ImageKind::Ptx)]);
+        assert!(select_image(3, 5, None).is_err());
+    }
+
+    #[test]
+    fn forcing_an_arch() {
+        assert_eq!(select_image(9, 0, Some(86)).unwrap().candidates, vec![(86, ImageKind::Ptx)]);
+        assert_eq!(select_image(9, 0, Some(90)).unwrap().candidates, vec![(90, ImageKind::Cubin)]);
+        assert!(select_image(8, 6, Some(90)).unwrap_err().contains("cannot run"));
+        assert!(select_image(9, 0, Some(87)).unwrap_err().contains("not in the bundle"));
+    }
+
+    #[test]
+    fn manifest_lists_every_arch_and_kernel() {
+        for sm in ARCHES {
+            assert!(MANIFEST.contains(&format!("[sm_{sm}]")));
+        }
+        assert!(MANIFEST.contains("cosine_f32_rows"));
+    }
+}

@@ -1,0 +1,28 @@
+use recall_hybrid_executor::ExecError;
+use thiserror::Error;
+
+/// Everything a recall call can return instead of an answer. GPU failures are not among them: they are
+/// answered on the CPU.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The input is malformed (shape, NaN or infinity, empty, out of range); nothing was run.
+    #[error("invalid input: {0}")]
+    InvalidInput(#[from] recall_cpu_simd::CpuError),
+    /// A GPU was required (`RECALL_DEVICE=gpu` or `DevicePolicy::Gpu`) and none is usable.
+    #[error("a GPU was required but none is usable: {0}")]
+    GpuRequired(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl From<ExecError> for Error {
+    fn from(e: ExecError) -> Self {
+        match e {
+            ExecError::InvalidInput(e) => Error::InvalidInput(e),
+            ExecError::GpuRequired(why) => Error::GpuRequired(why),
+            ExecError::Config(why) => Error::Config(why),
+            other => Error::Config(other.to_string()),
+        }
+    }
+}
