@@ -2,8 +2,9 @@
 //!
 //! Thread mapping of the row-scan kernels (`row_norms_f32`, `cosine_f32_rows`): a block of `ROW_BLOCK`
 //! (256) threads owns 256 consecutive corpus rows, one row per thread. The rows are staged through shared
-//! memory `ROW_TILE_K` (32) columns at a time: warp `w` loads rows `8*i + w` (i = 0..8 per warp, each a
-//! coalesced 128-byte read of one row), thread `t` then walks its own row's 32 staged values in order. The
+//! memory `ROW_TILE_K` (32) columns at a time: warp `w` loads rows `8*i + w` (i = 0..32, each a coalesced
+//! 128-byte read of one row) into registers, stores them to shared memory, and prefetches the next tile
+//! while thread `t` walks its own row's 32 staged values in order. The
 //! shared tile has a row stride of 33 floats, so both the loads (one row per warp) and the per-thread walk
 //! (one row per thread) are free of bank conflicts. Each thread keeps one accumulator per query: one FMA
 //! chain over `k` ascending, as `docs/numerics.md` requires.
@@ -17,29 +18,53 @@ use recall_kernel_shared::{
 const STRIDE: usize = ROW_TILE_K as usize + 1;
 const QB: usize = ROW_QUERIES_PER_BLOCK as usize;
 
-/// Stage columns `k0 .. k0 + 32` of the block's 256 rows into `tile` (row stride 33). Values past the end of
-/// the matrix are stored as 0 and never used.
+/// Rows each thread loads per tile: 256 rows / 8 warps.
+const LOADS: usize = (ROW_BLOCK / 8) as usize;
+
+/// Load columns `k0 .. k0 + 32` of the block's 256 rows into registers: thread (warp `w`, lane `l`) takes
+/// column `k0 + l` of rows `8 * i + w`, so each warp instruction reads 128 contiguous bytes of one row.
+/// All 32 loads are issued before any is used. Values past the end of the matrix are 0 and never used.
 ///
 /// # Safety
-/// `x` points to `n_rows * dim` f32; `tile` to `256 * 33` f32 of shared memory. Called by all threads.
+/// `x` points to `n_rows * dim` f32.
 #[inline(always)]
-unsafe fn stage_rows(x: *const f32, n_rows: u32, dim: u32, row0: u32, k0: u32, tile: *mut f32) {
+unsafe fn load_tile(x: *const f32, n_rows: u32, dim: u32, row0: u32, k0: u32) -> [f32; LOADS] {
     let t = thread_x();
-    let lane = t % 32;
-    let warp = t / 32;
+    let (lane, warp) = (t % 32, t / 32);
     let col = k0 + lane;
+    let mut v = [0.0f32; LOADS];
+    // Rows this thread loads are row0 + warp + 8 * i for i < valid.
+    let first = row0 + warp;
+    let valid = if col < dim && first < n_rows { (n_rows - first).div_ceil(8).min(LOADS as u32) } else { 0 };
+    let stride = 8 * dim as usize;
+    // One running address instead of 32 live ones; `wrapping_add` because it may step past the end
+    // after the last valid row (it is never dereferenced there).
+    let mut ptr = x.wrapping_add(first as usize * dim as usize + col as usize);
     let mut i = 0;
-    while i < ROW_BLOCK / 8 {
-        let r = i * 8 + warp;
-        let row = row0 + r;
-        let v = if row < n_rows && col < dim {
-            // SAFETY: row < n_rows and col < dim, so the offset is inside the `n_rows * dim` matrix.
-            unsafe { *x.add(row as usize * dim as usize + col as usize) }
-        } else {
-            0.0
-        };
-        // SAFETY: r < 256 and lane < 32, inside the 256 x 33 tile.
-        unsafe { *tile.add(r as usize * STRIDE + lane as usize) = v };
+    while i < LOADS {
+        if (i as u32) < valid {
+            // SAFETY: row first + 8 * i < n_rows and col < dim: inside the `n_rows * dim` matrix.
+            v[i] = unsafe { *ptr };
+        }
+        ptr = ptr.wrapping_add(stride);
+        i += 1;
+    }
+    v
+}
+
+/// Store a tile loaded by [`load_tile`] into shared memory (row stride 33: no bank conflicts either way).
+///
+/// # Safety
+/// `tile` points to `256 * 33` f32 of shared memory.
+#[inline(always)]
+unsafe fn store_tile(v: &[f32; LOADS], tile: *mut f32) {
+    let t = thread_x();
+    let (lane, warp) = (t % 32, t / 32);
+    let mut i = 0;
+    while i < LOADS {
+        let r = i * 8 + warp as usize;
+        // SAFETY: r < 256 and lane < 32: inside the 256 x 33 tile.
+        unsafe { *tile.add(r * STRIDE + lane as usize) = v[i] };
         i += 1;
     }
 }
@@ -57,11 +82,18 @@ pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
     let x = p.x as *const f32;
     let mut acc = 0.0f32;
     let mut k0 = 0;
+    // SAFETY: `x` holds n_rows * dim f32 (launcher contract).
+    let mut next = unsafe { load_tile(x, p.n_rows, p.dim, row0, 0) };
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
-        // SAFETY: see `stage_rows`; the launcher sized the shared memory.
-        unsafe { stage_rows(x, p.n_rows, p.dim, row0, k0, tile) };
+        // SAFETY: the launcher sized the shared memory for the tile.
+        unsafe { store_tile(&next, tile) };
         sync_threads();
+        if k0 + ROW_TILE_K < p.dim {
+            // Prefetch the next tile while this one is consumed.
+            // SAFETY: as above.
+            next = unsafe { load_tile(x, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
+        }
         let kn = if p.dim - k0 < ROW_TILE_K { p.dim - k0 } else { ROW_TILE_K };
         let mut k = 0;
         while k < kn {
@@ -99,10 +131,12 @@ pub unsafe extern "ptx-kernel" fn cosine_f32_rows(p: CosineParams) {
     let queries = p.queries as *const f32;
     let mut acc = [0.0f32; QB];
     let mut k0 = 0;
+    // SAFETY: `corpus` holds n_rows * dim f32 (launcher contract).
+    let mut next = unsafe { load_tile(corpus, p.n_rows, p.dim, row0, 0) };
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
-        // SAFETY: see `stage_rows`; the launcher sized the shared memory.
-        unsafe { stage_rows(corpus, p.n_rows, p.dim, row0, k0, tile) };
+        // SAFETY: the launcher sized the shared memory for both tiles.
+        unsafe { store_tile(&next, tile) };
         if t < ROW_QUERIES_PER_BLOCK * ROW_TILE_K {
             let qj = t / ROW_TILE_K;
             let kk = t % ROW_TILE_K;
@@ -118,6 +152,11 @@ pub unsafe extern "ptx-kernel" fn cosine_f32_rows(p: CosineParams) {
             unsafe { *qtile.add(t as usize) = v };
         }
         sync_threads();
+        if k0 + ROW_TILE_K < p.dim {
+            // Prefetch the next tile while this one is consumed.
+            // SAFETY: as above.
+            next = unsafe { load_tile(corpus, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
+        }
         let kn = if p.dim - k0 < ROW_TILE_K { p.dim - k0 } else { ROW_TILE_K };
         let mut k = 0;
         while k < kn {

@@ -51,7 +51,9 @@ fn bundle_dir() -> PathBuf {
 
 fn run(cmd: &mut Command) -> Result<String, String> {
     let shown = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| format!("could not start {shown}: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("could not start {shown}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "{shown} failed ({})\n{}{}",
@@ -72,30 +74,48 @@ fn nightly() -> Result<String, String> {
     text.lines()
         .find_map(|l| {
             let l = l.trim();
-            l.strip_prefix("channel").map(|rest| rest.trim_start_matches([' ', '=']).trim_matches('"').to_string())
+            l.strip_prefix("channel").map(|rest| {
+                rest.trim_start_matches([' ', '='])
+                    .trim_matches('"')
+                    .to_string()
+            })
         })
         .ok_or_else(|| format!("{}: no `channel`", path.display()))
 }
 
 fn ensure_nightly(nightly: &str) -> Result<PathBuf, String> {
-    let sysroot = Command::new("rustup").args(["run", nightly, "rustc", "--print", "sysroot"]).output();
+    let sysroot = Command::new("rustup")
+        .args(["run", nightly, "rustc", "--print", "sysroot"])
+        .output();
     let have = matches!(&sysroot, Ok(o) if o.status.success());
     if !have {
         eprintln!("xtask: installing {nightly} (rust-src, llvm-tools) with rustup");
     }
     // Idempotent: also adds the components to a nightly installed without them.
     run(Command::new("rustup").args([
-        "toolchain", "install", nightly, "--profile", "minimal", "--component", "rust-src,llvm-tools",
+        "toolchain",
+        "install",
+        nightly,
+        "--profile",
+        "minimal",
+        "--component",
+        "rust-src,llvm-tools",
     ]))?;
     let out = run(Command::new("rustup").args(["run", nightly, "rustc", "--print", "sysroot"]))?;
     let host = run(Command::new("rustup").args(["run", nightly, "rustc", "-vV"]))?
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
         .ok_or("rustc -vV printed no host")?;
-    let bin = PathBuf::from(out.trim()).join("lib/rustlib").join(host).join("bin");
+    let bin = PathBuf::from(out.trim())
+        .join("lib/rustlib")
+        .join(host)
+        .join("bin");
     for tool in ["llvm-link", "llvm-ar", "llvm-dis", "opt", "llc"] {
         if !bin.join(tool).exists() {
-            return Err(format!("{} missing after installing llvm-tools", bin.join(tool).display()));
+            return Err(format!(
+                "{} missing after installing llvm-tools",
+                bin.join(tool).display()
+            ));
         }
     }
     Ok(bin)
@@ -108,9 +128,25 @@ fn ensure_ptxas() -> Result<PathBuf, String> {
     let dir = project_root().join("target/tools").join(NVCC_DIR);
     let ptxas = dir.join("nvidia/cuda_nvcc/bin/ptxas");
     if !ptxas.exists() {
-        eprintln!("xtask: installing ptxas ({NVCC_WHEEL}) into {}", dir.display());
-        let python = if Command::new("python3").arg("--version").output().is_ok() { "python3" } else { "python" };
-        run(Command::new(python).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        eprintln!(
+            "xtask: installing ptxas ({NVCC_WHEEL}) into {}",
+            dir.display()
+        );
+        let python = if Command::new("python3").arg("--version").output().is_ok() {
+            "python3"
+        } else {
+            "python"
+        };
+        run(Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+            ])
             .arg(&dir)
             .arg(NVCC_WHEEL))?;
     }
@@ -138,7 +174,15 @@ pub fn build(args: &[String]) -> Result<(), String> {
     let remap = format!("--remap-path-prefix={}=/recall", root.display());
     let mut cargo = Command::new("rustup");
     cargo
-        .args(["run", &nightly, "cargo", "build", "--release", "--locked", "-Zbuild-std=core"])
+        .args([
+            "run",
+            &nightly,
+            "cargo",
+            "build",
+            "--release",
+            "--locked",
+            "-Zbuild-std=core",
+        ])
         .args(["--target", NVPTX_TARGET, "--manifest-path"])
         .arg(root.join("kernels-rs/Cargo.toml"))
         .env("CARGO_TARGET_DIR", work.join("cargo"))
@@ -152,10 +196,16 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .env_remove("CARGO");
     eprintln!("xtask: compiling kernels-rs with {nightly}");
     run(&mut cargo)?;
-    let bitcode = work.join("cargo").join(NVPTX_TARGET).join("release/recall_kernels.ptx");
+    let bitcode = work
+        .join("cargo")
+        .join(NVPTX_TARGET)
+        .join("release/recall_kernels.ptx");
 
     // 2. Strip the arch attributes so one module lowers to every SM.
-    let ll = run(Command::new(llvm_bin.join("llvm-dis")).arg(&bitcode).arg("-o").arg("-"))?;
+    let ll = run(Command::new(llvm_bin.join("llvm-dis"))
+        .arg(&bitcode)
+        .arg("-o")
+        .arg("-"))?;
     let stripped = work.join("recall_kernels.stripped.ll");
     fs::write(&stripped, strip_arch_attributes(&ll)).map_err(|e| e.to_string())?;
     let kernels = exported_kernels(&ll);
@@ -164,7 +214,11 @@ pub fn build(args: &[String]) -> Result<(), String> {
     }
 
     // 3. Lower, guard and assemble per arch.
-    let out_dir = if check { work.join("bundle-check") } else { bundle_dir() };
+    let out_dir = if check {
+        work.join("bundle-check")
+    } else {
+        bundle_dir()
+    };
     if out_dir.exists() {
         fs::remove_dir_all(&out_dir).map_err(|e| e.to_string())?;
     }
@@ -175,13 +229,22 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .collect::<Vec<_>>()
         .join(" ");
     let mut manifest = String::new();
-    manifest.push_str("# recall kernel bundle (generated by `cargo xtask build-kernels`; do not edit)\n");
-    manifest.push_str(&format!("rust-toolchain: {nightly}\nptxas: {}\n", ptxas_version.trim()));
+    manifest.push_str(
+        "# recall kernel bundle (generated by `cargo xtask build-kernels`; do not edit)\n",
+    );
+    manifest.push_str(&format!(
+        "rust-toolchain: {nightly}\nptxas: {}\n",
+        ptxas_version.trim()
+    ));
     manifest.push_str(&format!("kernels: {}\n", kernels.join(" ")));
     for (sm, isa) in ARCHES {
         let ptx_path = work.join(format!("sm_{sm}.ptx"));
         run(Command::new(llvm_bin.join("llc"))
-            .args(["-O3", &format!("-mcpu=sm_{sm}"), &format!("-mattr=+ptx{isa}")])
+            .args([
+                "-O3",
+                &format!("-mcpu=sm_{sm}"),
+                &format!("-mattr=+ptx{isa}"),
+            ])
             .arg(&stripped)
             .arg("-o")
             .arg(&ptx_path))?;
@@ -231,7 +294,10 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
         problems.push(format!("stale file in the committed bundle: {name}"));
     }
     if problems.is_empty() {
-        eprintln!("xtask: the committed kernel bundle matches the sources ({} files)", b.len());
+        eprintln!(
+            "xtask: the committed kernel bundle matches the sources ({} files)",
+            b.len()
+        );
         Ok(())
     } else {
         Err(format!(
@@ -247,7 +313,9 @@ fn strip_arch_attributes(ll: &str) -> String {
     for key in ["\"target-cpu\"=\"", "\"target-features\"=\""] {
         while let Some(start) = out.find(key) {
             let value_start = start + key.len();
-            let Some(len) = out[value_start..].find('"') else { break };
+            let Some(len) = out[value_start..].find('"') else {
+                break;
+            };
             let mut end = value_start + len + 1;
             // Drop one separating space as well.
             if out[end..].starts_with(' ') {
@@ -278,12 +346,15 @@ fn exported_kernels(ll: &str) -> Vec<String> {
 /// The numerics contract at the instruction level (`docs/numerics.md`, ground rules).
 fn numerics_guard(ptx: &str) -> Result<(), String> {
     for (n, line) in ptx.lines().enumerate() {
-        let op = line.trim_start().split_whitespace().next().unwrap_or("");
+        let op = line.split_whitespace().next().unwrap_or("");
         let float_op = op.ends_with(".f32") || op.ends_with(".f64");
         if !float_op {
             continue;
         }
-        let unrounded_arith = ["add.f32", "sub.f32", "mul.f32", "add.f64", "sub.f64", "mul.f64"].contains(&op);
+        let unrounded_arith = [
+            "add.f32", "sub.f32", "mul.f32", "add.f64", "sub.f64", "mul.f64",
+        ]
+        .contains(&op);
         if unrounded_arith || op.contains(".ftz") || op.contains(".approx") {
             return Err(format!(
                 "PTX line {}: `{}` breaks the numerics contract (unrounded, flush-to-zero or approximate float op)",
@@ -303,10 +374,9 @@ fn parse_ptxas_usage(log: &str) -> Vec<(String, String)> {
         if let Some(i) = line.find("Compiling entry function '") {
             let rest = &line[i + "Compiling entry function '".len()..];
             current = rest.find('\'').map(|e| rest[..e].to_string());
-        } else if line.contains("Used ") {
-            if let (Some(k), Some(i)) = (current.take(), line.find("Used ")) {
-                out.push((k, line[i..].trim().to_string()));
-            }
+        } else if let (Some(i), Some(k)) = (line.find("Used "), current.as_ref()) {
+            out.push((k.clone(), line[i..].trim().to_string()));
+            current = None;
         }
     }
     out.sort();
@@ -325,7 +395,8 @@ pub fn link_main() -> ExitCode {
 }
 
 fn link(args: Vec<String>) -> Result<(), String> {
-    let llvm_bin = PathBuf::from(std::env::var_os(LLVM_BIN_ENV).ok_or("RECALL_XTASK_LLVM_BIN is not set")?);
+    let llvm_bin =
+        PathBuf::from(std::env::var_os(LLVM_BIN_ENV).ok_or("RECALL_XTASK_LLVM_BIN is not set")?);
     let mut exports = Vec::new();
     let mut inputs = Vec::new();
     let mut output = None;
@@ -355,7 +426,10 @@ fn link(args: Vec<String>) -> Result<(), String> {
         if input.extension().is_some_and(|e| e == "rlib") {
             let dir = scratch.join(format!("rlib{i}"));
             fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            run(Command::new(llvm_bin.join("llvm-ar")).arg("x").arg(input).current_dir(&dir))?;
+            run(Command::new(llvm_bin.join("llvm-ar"))
+                .arg("x")
+                .arg(input)
+                .current_dir(&dir))?;
             let mut members: Vec<PathBuf> = fs::read_dir(&dir)
                 .map_err(|e| e.to_string())?
                 .flatten()
@@ -369,10 +443,16 @@ fn link(args: Vec<String>) -> Result<(), String> {
         }
     }
     let linked = scratch.join("linked.bc");
-    run(Command::new(llvm_bin.join("llvm-link")).args(&objects).arg("-o").arg(&linked))?;
+    run(Command::new(llvm_bin.join("llvm-link"))
+        .args(&objects)
+        .arg("-o")
+        .arg(&linked))?;
     run(Command::new(llvm_bin.join("opt"))
         .arg("-passes=internalize,default<O3>,globaldce")
-        .arg(format!("--internalize-public-api-list={}", exports.join(",")))
+        .arg(format!(
+            "--internalize-public-api-list={}",
+            exports.join(",")
+        ))
         .arg(&linked)
         .arg("-o")
         .arg(&output))?;
@@ -380,5 +460,7 @@ fn link(args: Vec<String>) -> Result<(), String> {
 }
 
 fn is_bitcode(path: &Path) -> bool {
-    fs::read(path).map(|b| b.starts_with(b"BC\xC0\xDE")).unwrap_or(false)
+    fs::read(path)
+        .map(|b| b.starts_with(b"BC\xC0\xDE"))
+        .unwrap_or(false)
 }

@@ -58,9 +58,23 @@ pub fn project_root() -> PathBuf {
 fn run_recall_cli(task: &str, args: &[String]) -> Result<(), String> {
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(project_root())
-        .args(["run", "--quiet", "--release", "--package", "recall-cli", "--bin", "recall", "--", task])
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "--package",
+            "recall-cli",
+            "--bin",
+            "recall",
+            "--",
+            task,
+        ])
         .args(args)
         .status()
         .map_err(|e| format!("could not run cargo: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("`recall {task}` failed ({status})")) }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`recall {task}` failed ({status})"))
+    }
 }

@@ -14,7 +14,11 @@ fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuE
         return Err(CpuError::Empty { what });
     }
     if x.len() % dim != 0 {
-        return Err(CpuError::RaggedMatrix { what, len: x.len(), dim });
+        return Err(CpuError::RaggedMatrix {
+            what,
+            len: x.len(),
+            dim,
+        });
     }
     check_finite(what, x)?;
     Ok(x.len() / dim)
@@ -24,13 +28,15 @@ fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuE
 pub fn row_norms(x: &[f32], dim: usize) -> Result<Vec<f32>, CpuError> {
     let n_rows = check_matrix("rows", x, dim)?;
     let mut out = vec![0.0f32; n_rows];
-    out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk_idx, out)| {
-        let base = chunk_idx * ROWS_PER_TASK;
-        for (i, o) in out.iter_mut().enumerate() {
-            let row = &x[(base + i) * dim..(base + i + 1) * dim];
-            *o = reference::norm(row);
-        }
-    });
+    out.par_chunks_mut(ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(chunk_idx, out)| {
+            let base = chunk_idx * ROWS_PER_TASK;
+            for (i, o) in out.iter_mut().enumerate() {
+                let row = &x[(base + i) * dim..(base + i + 1) * dim];
+                *o = reference::norm(row);
+            }
+        });
     Ok(out)
 }
 
@@ -52,20 +58,33 @@ pub fn cosine_scores(
         ("output", out.len(), n_queries * n_rows),
     ] {
         if got != expected {
-            return Err(CpuError::LengthMismatch { what, expected, got });
+            return Err(CpuError::LengthMismatch {
+                what,
+                expected,
+                got,
+            });
         }
     }
-    out.par_chunks_mut(n_rows).enumerate().for_each(|(q_idx, out_row)| {
-        let q = &queries[q_idx * dim..(q_idx + 1) * dim];
-        let nq = query_norms[q_idx];
-        out_row.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(chunk_idx, out)| {
-            let base = chunk_idx * ROWS_PER_TASK;
-            for (i, o) in out.iter_mut().enumerate() {
-                let row_idx = base + i;
-                let c = &corpus[row_idx * dim..(row_idx + 1) * dim];
-                *o = reference::cosine_from_parts(reference::dot(q, c), nq, corpus_norms[row_idx]);
-            }
+    out.par_chunks_mut(n_rows)
+        .enumerate()
+        .for_each(|(q_idx, out_row)| {
+            let q = &queries[q_idx * dim..(q_idx + 1) * dim];
+            let nq = query_norms[q_idx];
+            out_row
+                .par_chunks_mut(ROWS_PER_TASK)
+                .enumerate()
+                .for_each(|(chunk_idx, out)| {
+                    let base = chunk_idx * ROWS_PER_TASK;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let row_idx = base + i;
+                        let c = &corpus[row_idx * dim..(row_idx + 1) * dim];
+                        *o = reference::cosine_from_parts(
+                            reference::dot(q, c),
+                            nq,
+                            corpus_norms[row_idx],
+                        );
+                    }
+                });
         });
-    });
     Ok(())
 }

@@ -7,11 +7,19 @@ pub enum CpuError {
     #[error("dimension must be at least 1")]
     ZeroDim,
     #[error("{what} has {len} values, which is not a multiple of the dimension {dim}")]
-    RaggedMatrix { what: &'static str, len: usize, dim: usize },
+    RaggedMatrix {
+        what: &'static str,
+        len: usize,
+        dim: usize,
+    },
     #[error("{what} is empty")]
     Empty { what: &'static str },
     #[error("{what} has length {got}, expected {expected}")]
-    LengthMismatch { what: &'static str, expected: usize, got: usize },
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
     #[error("{what} holds a NaN or infinite value at index {index}")]
     NonFinite { what: &'static str, index: usize },
 }

@@ -45,7 +45,10 @@ static IMAGES: [BundleImage; 20] = bundle!(50, 52, 60, 61, 70, 75, 80, 86, 89, 9
 
 /// The bundle image of `kind` for `sm`, if there is one.
 pub fn image(sm: u32, kind: ImageKind) -> Option<BundleImage> {
-    IMAGES.iter().copied().find(|i| i.sm == sm && i.kind == kind)
+    IMAGES
+        .iter()
+        .copied()
+        .find(|i| i.sm == sm && i.kind == kind)
 }
 
 /// The images to try for a device, in order, and why none fits when that is so.
@@ -65,13 +68,24 @@ pub fn select_image(major: u32, minor: u32, force: Option<u32>) -> Result<Select
     let device_sm = major * 10 + minor;
     if let Some(sm) = force {
         if !ARCHES.contains(&sm) {
-            return Err(format!("sm_{sm} is not in the bundle (it has {})", arch_list()));
+            return Err(format!(
+                "sm_{sm} is not in the bundle (it has {})",
+                arch_list()
+            ));
         }
         if sm > device_sm {
-            return Err(format!("sm_{sm} code cannot run on this sm_{device_sm} device"));
+            return Err(format!(
+                "sm_{sm} code cannot run on this sm_{device_sm} device"
+            ));
         }
-        let kind = if sm == device_sm { ImageKind::Cubin } else { ImageKind::Ptx };
-        return Ok(Selection { candidates: vec![(sm, kind)] });
+        let kind = if sm == device_sm {
+            ImageKind::Cubin
+        } else {
+            ImageKind::Ptx
+        };
+        return Ok(Selection {
+            candidates: vec![(sm, kind)],
+        });
     }
     let mut candidates = Vec::new();
     if ARCHES.contains(&device_sm) {
@@ -81,13 +95,20 @@ pub fn select_image(major: u32, minor: u32, force: Option<u32>) -> Result<Select
         candidates.push((sm, ImageKind::Ptx));
     }
     if candidates.is_empty() {
-        return Err(format!("sm_{device_sm} is older than every arch in the bundle ({})", arch_list()));
+        return Err(format!(
+            "sm_{device_sm} is older than every arch in the bundle ({})",
+            arch_list()
+        ));
     }
     Ok(Selection { candidates })
 }
 
 fn arch_list() -> String {
-    ARCHES.iter().map(|s| format!("sm_{s}")).collect::<Vec<_>>().join(", ")
+    ARCHES
+        .iter()
+        .map(|s| format!("sm_{s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -98,9 +119,16 @@ mod tests {
     fn every_arch_has_a_cubin_and_ptx() {
         for sm in ARCHES {
             let cubin = image(sm, ImageKind::Cubin).expect("cubin");
-            assert!(cubin.bytes.starts_with(b"\x7fELF"), "sm_{sm} cubin is not ELF");
-            let ptx = std::str::from_utf8(image(sm, ImageKind::Ptx).expect("ptx").bytes).expect("utf8");
-            assert!(ptx.contains(&format!(".target sm_{sm}")), "sm_{sm} PTX targets another arch");
+            assert!(
+                cubin.bytes.starts_with(b"\x7fELF"),
+                "sm_{sm} cubin is not ELF"
+            );
+            let ptx =
+                std::str::from_utf8(image(sm, ImageKind::Ptx).expect("ptx").bytes).expect("utf8");
+            assert!(
+                ptx.contains(&format!(".target sm_{sm}")),
+                "sm_{sm} PTX targets another arch"
+            );
             assert!(!ptx.contains('\0'));
         }
     }
@@ -112,18 +140,38 @@ mod tests {
             vec![(90, ImageKind::Cubin), (90, ImageKind::Ptx)]
         );
         // sm_87 (Orin): no cubin; newest PTX not newer is sm_86.
-        assert_eq!(select_image(8, 7, None).unwrap().candidates, vec![(86, ImageKind::Ptx)]);
+        assert_eq!(
+            select_image(8, 7, None).unwrap().candidates,
+            vec![(86, ImageKind::Ptx)]
+        );
         // A future arch JITs the newest PTX.
-        assert_eq!(select_image(12, 0, None).unwrap().candidates, vec![(90, ImageKind::Ptx)]);
+        assert_eq!(
+            select_image(12, 0, None).unwrap().candidates,
+            vec![(90, ImageKind::Ptx)]
+        );
         assert!(select_image(3, 5, None).is_err());
     }
 
     #[test]
     fn forcing_an_arch() {
-        assert_eq!(select_image(9, 0, Some(86)).unwrap().candidates, vec![(86, ImageKind::Ptx)]);
-        assert_eq!(select_image(9, 0, Some(90)).unwrap().candidates, vec![(90, ImageKind::Cubin)]);
-        assert!(select_image(8, 6, Some(90)).unwrap_err().contains("cannot run"));
-        assert!(select_image(9, 0, Some(87)).unwrap_err().contains("not in the bundle"));
+        assert_eq!(
+            select_image(9, 0, Some(86)).unwrap().candidates,
+            vec![(86, ImageKind::Ptx)]
+        );
+        assert_eq!(
+            select_image(9, 0, Some(90)).unwrap().candidates,
+            vec![(90, ImageKind::Cubin)]
+        );
+        assert!(
+            select_image(8, 6, Some(90))
+                .unwrap_err()
+                .contains("cannot run")
+        );
+        assert!(
+            select_image(9, 0, Some(87))
+                .unwrap_err()
+                .contains("not in the bundle")
+        );
     }
 
     #[test]

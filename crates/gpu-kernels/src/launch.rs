@@ -16,7 +16,10 @@ use thiserror::Error;
 pub enum KernelError {
     /// The arguments do not describe a launch the kernel supports. Raised before anything is queued.
     #[error("invalid launch of {kernel}: {reason}")]
-    Shape { kernel: &'static str, reason: String },
+    Shape {
+        kernel: &'static str,
+        reason: String,
+    },
     /// No image of the bundle loads on this device (or the forced arch cannot run here).
     #[error("no kernel image for this device: {0}")]
     NoImage(String),
@@ -60,22 +63,34 @@ pub struct Kernels {
 }
 
 fn shape(kernel: &'static str, reason: impl Into<String>) -> KernelError {
-    KernelError::Shape { kernel, reason: reason.into() }
+    KernelError::Shape {
+        kernel,
+        reason: reason.into(),
+    }
 }
 
 fn to_u32(kernel: &'static str, what: &str, v: usize) -> Result<u32, KernelError> {
     u32::try_from(v).map_err(|_| shape(kernel, format!("{what} = {v} exceeds u32")))
 }
 
-fn need_len<T>(kernel: &'static str, what: &str, buf: &CudaSlice<T>, needed: usize) -> Result<(), KernelError> {
+fn need_len<T>(
+    kernel: &'static str,
+    what: &str,
+    buf: &CudaSlice<T>,
+    needed: usize,
+) -> Result<(), KernelError> {
     if buf.len() < needed {
-        return Err(shape(kernel, format!("{what} holds {} elements, needs {needed}", buf.len())));
+        return Err(shape(
+            kernel,
+            format!("{what} holds {} elements, needs {needed}", buf.len()),
+        ));
     }
     Ok(())
 }
 
 fn elems(kernel: &'static str, a: usize, b: usize) -> Result<usize, KernelError> {
-    a.checked_mul(b).ok_or_else(|| shape(kernel, format!("{a} x {b} elements overflow")))
+    a.checked_mul(b)
+        .ok_or_else(|| shape(kernel, format!("{a} x {b} elements overflow")))
 }
 
 /// Shared memory of the row-scan kernels: the 256 x 33 row tile plus the 4 x 32 query tile.
@@ -186,7 +201,11 @@ impl Kernels {
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
         let dim32 = to_u32(K, "dim", dim)?;
         let (q_base, qn_base) = (gpu.device_ptr(queries), gpu.device_ptr(query_norms));
-        let (c_base, cn_base, out_base) = (gpu.device_ptr(corpus), gpu.device_ptr(corpus_norms), gpu.device_ptr(out));
+        let (c_base, cn_base, out_base) = (
+            gpu.device_ptr(corpus),
+            gpu.device_ptr(corpus_norms),
+            gpu.device_ptr(out),
+        );
         // gridDim.y is limited to 65,535 blocks of 4 queries: launch in chunks of queries.
         let chunk = MAX_GRID_Y * ROW_QUERIES_PER_BLOCK as usize;
         let mut q0 = 0;
@@ -204,7 +223,11 @@ impl Kernels {
                 _pad: 0,
             };
             let cfg = LaunchConfig {
-                grid_dim: (n_rows32.div_ceil(ROW_BLOCK), (nq as u32).div_ceil(ROW_QUERIES_PER_BLOCK), 1),
+                grid_dim: (
+                    n_rows32.div_ceil(ROW_BLOCK),
+                    (nq as u32).div_ceil(ROW_QUERIES_PER_BLOCK),
+                    1,
+                ),
                 block_dim: (ROW_BLOCK, 1, 1),
                 shared_mem_bytes: ROW_TILE_BYTES + QUERY_TILE_BYTES,
             };

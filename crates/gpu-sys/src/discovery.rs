@@ -67,7 +67,10 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// `"sm_90"` style name of the device's architecture.
     pub fn sm(&self) -> String {
-        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
     }
 }
 
@@ -82,39 +85,64 @@ pub struct Probe {
 pub fn probe() -> Probe {
     // SAFETY: `is_culib_present` only tries to open the library by name and drops it.
     if !unsafe { sys::is_culib_present() } {
-        return Probe { driver_version: None, result: Err(NoGpu::NoDriver) };
+        return Probe {
+            driver_version: None,
+            result: Err(NoGpu::NoDriver),
+        };
     }
     // cudarc panics when a symbol is missing from an old libcuda; keep that from reaching the caller.
     match catch_unwind(AssertUnwindSafe(probe_loaded)) {
         Ok(p) => p,
         Err(_) => Probe {
             driver_version: None,
-            result: Err(NoGpu::InitFailed(GpuError::BindingPanicked { call: "device discovery" })),
+            result: Err(NoGpu::InitFailed(GpuError::BindingPanicked {
+                call: "device discovery",
+            })),
         },
     }
 }
 
 fn probe_loaded() -> Probe {
     if let Err(e) = result::init().gpu("cuInit") {
-        return Probe { driver_version: None, result: Err(NoGpu::InitFailed(e)) };
+        return Probe {
+            driver_version: None,
+            result: Err(NoGpu::InitFailed(e)),
+        };
     }
     let mut version = 0i32;
     // SAFETY: the library is loaded (checked above) and `version` is a valid out pointer.
-    if let Err(e) = unsafe { sys::cuDriverGetVersion(&mut version) }.result().gpu("cuDriverGetVersion") {
-        return Probe { driver_version: None, result: Err(NoGpu::InitFailed(e)) };
+    if let Err(e) = unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .gpu("cuDriverGetVersion")
+    {
+        return Probe {
+            driver_version: None,
+            result: Err(NoGpu::InitFailed(e)),
+        };
     }
     if version < MIN_DRIVER_VERSION {
         return Probe {
             driver_version: Some(version),
-            result: Err(NoGpu::DriverTooOld { found: version, required: MIN_DRIVER_VERSION }),
+            result: Err(NoGpu::DriverTooOld {
+                found: version,
+                required: MIN_DRIVER_VERSION,
+            }),
         };
     }
     let count = match result::device::get_count().gpu("cuDeviceGetCount") {
         Ok(n) => n,
-        Err(e) => return Probe { driver_version: Some(version), result: Err(NoGpu::InitFailed(e)) },
+        Err(e) => {
+            return Probe {
+                driver_version: Some(version),
+                result: Err(NoGpu::InitFailed(e)),
+            };
+        }
     };
     if count <= 0 {
-        return Probe { driver_version: Some(version), result: Err(NoGpu::NoDevice) };
+        return Probe {
+            driver_version: Some(version),
+            result: Err(NoGpu::NoDevice),
+        };
     }
     let mut devices = Vec::new();
     for ordinal in 0..count as usize {
@@ -126,9 +154,15 @@ fn probe_loaded() -> Probe {
         }
     }
     if devices.is_empty() {
-        return Probe { driver_version: Some(version), result: Err(NoGpu::NoDevice) };
+        return Probe {
+            driver_version: Some(version),
+            result: Err(NoGpu::NoDevice),
+        };
     }
-    Probe { driver_version: Some(version), result: Ok(devices) }
+    Probe {
+        driver_version: Some(version),
+        result: Ok(devices),
+    }
 }
 
 fn attr(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, GpuError> {
@@ -148,7 +182,10 @@ pub(crate) fn device_info(ordinal: usize) -> Result<DeviceInfo, GpuError> {
     let l2 = attr(dev, A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?;
     let managed = attr(dev, A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)?;
     let concurrent = attr(dev, A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)?;
-    let smem_optin = attr(dev, A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    let smem_optin = attr(
+        dev,
+        A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+    )?;
     let mem_clock_khz = attr(dev, A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0);
     let bus_bits = attr(dev, A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0);
     // SAFETY: `dev` is a valid device handle.
@@ -166,6 +203,7 @@ pub(crate) fn device_info(ordinal: usize) -> Result<DeviceInfo, GpuError> {
         managed_memory_usable: managed > 0 && concurrent > 0,
         max_shared_memory_per_block_optin: smem_optin.max(0) as usize,
         // DDR: two transfers per clock.
-        theoretical_bandwidth: 2 * (mem_clock_khz.max(0) as u64) * 1000 * (bus_bits.max(0) as u64) / 8,
+        theoretical_bandwidth: 2 * (mem_clock_khz.max(0) as u64) * 1000 * (bus_bits.max(0) as u64)
+            / 8,
     })
 }

@@ -11,13 +11,25 @@ pub enum GpuError {
     /// The context is unusable: a sticky error (illegal address, launch failure, ECC error, device
     /// removed). Every later call on this context fails too; fall back and stop using this device.
     #[error("gpu device lost during {call}: {name} ({code})")]
-    DeviceLost { call: &'static str, code: u32, name: String },
+    DeviceLost {
+        call: &'static str,
+        code: u32,
+        name: String,
+    },
     /// Any other driver error; the context remains usable.
     #[error("cuda driver call {call} failed: {name} ({code})")]
-    Driver { call: &'static str, code: u32, name: String },
+    Driver {
+        call: &'static str,
+        code: u32,
+        name: String,
+    },
     /// A kernel image in the bundle could not be loaded for this device.
     #[error("no loadable kernel image for sm_{major}{minor}: {reason}")]
-    NoImage { major: u32, minor: u32, reason: String },
+    NoImage {
+        major: u32,
+        minor: u32,
+        reason: String,
+    },
     /// The driver library panicked inside cudarc (a missing symbol on an old driver); caught here.
     #[error("cuda driver binding panicked during {call}")]
     BindingPanicked { call: &'static str },
@@ -27,7 +39,10 @@ impl GpuError {
     /// Classify a driver status code from the call named `call`.
     pub fn from_driver(call: &'static str, err: DriverError) -> Self {
         let code = err.0 as u32;
-        let name = err.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", err.0));
+        let name = err
+            .error_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| format!("{:?}", err.0));
         match err.0 {
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => GpuError::OutOfMemory { call },
             CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
@@ -48,7 +63,10 @@ impl GpuError {
 
     /// True for errors after which the device must not be used again in this process.
     pub fn is_device_lost(&self) -> bool {
-        matches!(self, GpuError::DeviceLost { .. } | GpuError::BindingPanicked { .. })
+        matches!(
+            self,
+            GpuError::DeviceLost { .. } | GpuError::BindingPanicked { .. }
+        )
     }
 
     /// True for out-of-memory.

@@ -64,12 +64,16 @@ impl Gpu {
 
     /// A further stream on the same context (for tenants, copies overlapping kernels).
     pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
-        guard("cuStreamCreate", || self.ctx.new_stream().gpu("cuStreamCreate"))
+        guard("cuStreamCreate", || {
+            self.ctx.new_stream().gpu("cuStreamCreate")
+        })
     }
 
     /// Free and total device memory now.
     pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
-        guard("cuMemGetInfo", || self.ctx.mem_get_info().gpu("cuMemGetInfo"))
+        guard("cuMemGetInfo", || {
+            self.ctx.mem_get_info().gpu("cuMemGetInfo")
+        })
     }
 
     /// Load a module image into this context.
@@ -108,27 +112,65 @@ impl Gpu {
 
     /// Copy `data` to a new device buffer (ordered on the handle's stream).
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>, GpuError> {
-        guard("cuMemcpyHtoDAsync", || self.stream.clone_htod(data).gpu("cuMemcpyHtoDAsync"))
+        guard("cuMemcpyHtoDAsync", || {
+            self.stream.clone_htod(data).gpu("cuMemcpyHtoDAsync")
+        })
     }
 
     /// A new zeroed device buffer of `len` elements.
-    pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>, GpuError> {
-        guard("cuMemAlloc", || self.stream.alloc_zeros(len).gpu("cuMemAlloc"))
+    pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, GpuError> {
+        guard("cuMemAlloc", || {
+            self.stream.alloc_zeros(len).gpu("cuMemAlloc")
+        })
     }
 
     /// Copy a device buffer back into a new `Vec` (waits for the stream).
-    pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
-        guard("cuMemcpyDtoH", || self.stream.clone_dtoh(src).gpu("cuMemcpyDtoH"))
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        src: &CudaSlice<T>,
+    ) -> Result<Vec<T>, GpuError> {
+        guard("cuMemcpyDtoH", || {
+            self.stream.clone_dtoh(src).gpu("cuMemcpyDtoH")
+        })
     }
 
     /// Copy a device buffer into `dst` (waits for the stream). `dst.len()` must equal the buffer's.
-    pub fn download_into<T: DeviceRepr>(&self, src: &CudaSlice<T>, dst: &mut [T]) -> Result<(), GpuError> {
-        guard("cuMemcpyDtoH", || self.stream.memcpy_dtoh(src, dst).gpu("cuMemcpyDtoH"))
+    pub fn download_into<T: DeviceRepr>(
+        &self,
+        src: &CudaSlice<T>,
+        dst: &mut [T],
+    ) -> Result<(), GpuError> {
+        guard("cuMemcpyDtoH", || {
+            self.stream.memcpy_dtoh(src, dst).gpu("cuMemcpyDtoH")
+        })
+    }
+
+    /// Copy `src` into the front of `dst` on the device (queued on the handle's stream).
+    pub fn copy_dtod<T>(&self, src: &CudaSlice<T>, dst: &mut CudaSlice<T>) -> Result<(), GpuError> {
+        if dst.len() < src.len() {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyDtoDAsync",
+                code: 0,
+                name: format!(
+                    "destination holds {} elements, source {}",
+                    dst.len(),
+                    src.len()
+                ),
+            });
+        }
+        guard("cuMemcpyDtoDAsync", || {
+            self.stream.memcpy_dtod(src, dst).gpu("cuMemcpyDtoDAsync")
+        })
     }
 
     /// Wait for all work queued on the handle's stream.
     pub fn synchronize(&self) -> Result<(), GpuError> {
-        guard("cuStreamSynchronize", || self.stream.synchronize().gpu("cuStreamSynchronize"))
+        guard("cuStreamSynchronize", || {
+            self.stream.synchronize().gpu("cuStreamSynchronize")
+        })
     }
 
     /// The device address of a buffer, for a parameter struct.
@@ -154,7 +196,9 @@ impl Gpu {
             let mut builder = self.stream.launch_builder(func);
             builder.arg(&block);
             // SAFETY: forwarded to the caller (see `# Safety`).
-            unsafe { builder.launch(cfg) }.map(|_| ()).gpu("cuLaunchKernel")
+            unsafe { builder.launch(cfg) }
+                .map(|_| ())
+                .gpu("cuLaunchKernel")
         })
     }
 }

@@ -24,7 +24,12 @@ pub trait Backend: Send + Sync {
     fn device(&self) -> Device;
 
     /// Cosine similarity of `queries` (`n_queries x dim`) against `corpus` (`n_rows x dim`), query-major.
-    fn cosine_scores(&self, queries: &[f32], corpus: &[f32], dim: usize) -> Result<Vec<f32>, BackendError>;
+    fn cosine_scores(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+    ) -> Result<Vec<f32>, BackendError>;
 }
 
 /// Every op on the CPU (`recall-cpu-simd`).
@@ -36,7 +41,12 @@ impl Backend for CpuBackend {
         Device::Cpu
     }
 
-    fn cosine_scores(&self, queries: &[f32], corpus: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
+    fn cosine_scores(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+    ) -> Result<Vec<f32>, BackendError> {
         let qn = recall_cpu_simd::row_norms(queries, dim)?;
         let cn = recall_cpu_simd::row_norms(corpus, dim)?;
         let mut out = vec![0.0f32; qn.len() * cn.len()];

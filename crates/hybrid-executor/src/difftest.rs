@@ -37,13 +37,20 @@ impl DiffReport {
     /// True when every arch ran and every value matched bit for bit.
     pub fn passed(&self) -> bool {
         !self.archs.is_empty()
-            && self.archs.iter().all(|a| a.error.is_none() && a.kernels.iter().all(|k| k.mismatches == 0))
+            && self
+                .archs
+                .iter()
+                .all(|a| a.error.is_none() && a.kernels.iter().all(|k| k.mismatches == 0))
     }
 
     /// A plain-text table, one line per arch and kernel.
     pub fn render(&self) -> String {
         let mut s = format!("differential test on {}\n", self.device);
-        let _ = writeln!(s, "{:<7} {:<30} {:<16} {:>6} {:>12} {:>10} {:>13} {:>8}", "arch", "image", "kernel", "cases", "values", "mismatch", "max |diff|", "max ulp");
+        let _ = writeln!(
+            s,
+            "{:<7} {:<30} {:<16} {:>6} {:>12} {:>10} {:>13} {:>8}",
+            "arch", "image", "kernel", "cases", "values", "mismatch", "max |diff|", "max ulp"
+        );
         for a in &self.archs {
             if let Some(e) = &a.error {
                 let _ = writeln!(s, "sm_{:<4} {:<30} ERROR: {e}", a.sm, a.image);
@@ -53,20 +60,40 @@ impl DiffReport {
                 let _ = writeln!(
                     s,
                     "sm_{:<4} {:<30} {:<16} {:>6} {:>12} {:>10} {:>13.3e} {:>8}",
-                    a.sm, a.image, k.kernel, k.cases, k.values, k.mismatches, k.max_abs_diff, k.max_ulp_diff
+                    a.sm,
+                    a.image,
+                    k.kernel,
+                    k.cases,
+                    k.values,
+                    k.mismatches,
+                    k.max_abs_diff,
+                    k.max_ulp_diff
                 );
             }
         }
-        let _ = writeln!(s, "{}", if self.passed() { "PASS: bit-identical to the CPU" } else { "FAIL" });
+        let _ = writeln!(
+            s,
+            "{}",
+            if self.passed() {
+                "PASS: bit-identical to the CPU"
+            } else {
+                "FAIL"
+            }
+        );
         s
     }
 }
 
 /// Distance in units in the last place between two finite f32 (0 when the bits are equal).
 pub fn ulp_diff(a: f32, b: f32) -> u64 {
+    // Monotonic integer key: ..., -tiny -> -2, -0.0 -> -1, +0.0 -> 0, +tiny -> 1, ...
     fn key(x: f32) -> i64 {
-        let bits = x.to_bits() as i32 as i64;
-        if bits < 0 { i64::from(i32::MIN) - bits } else { bits }
+        let bits = x.to_bits();
+        if bits >> 31 == 1 {
+            -1 - i64::from(bits & 0x7fff_ffff)
+        } else {
+            i64::from(bits)
+        }
     }
     (key(a) - key(b)).unsigned_abs()
 }
@@ -143,7 +170,11 @@ pub fn dense_shapes(rng: &mut SplitMix, quick: bool) -> Vec<(usize, usize, usize
         (1, 70_000, 96),
     ];
     for _ in 0..if quick { 4 } else { 16 } {
-        shapes.push((1 + rng.below(9) as usize, 1 + rng.below(20_000) as usize, 1 + rng.below(1100) as usize));
+        shapes.push((
+            1 + rng.below(9) as usize,
+            1 + rng.below(20_000) as usize,
+            1 + rng.below(1100) as usize,
+        ));
     }
     if !quick {
         shapes.push((1, 1_000_000, 768));
@@ -160,7 +191,14 @@ mod run_gpu {
     use recall_gpu_sys::Gpu;
 
     fn new_diff(kernel: &'static str) -> KernelDiff {
-        KernelDiff { kernel, cases: 0, values: 0, mismatches: 0, max_abs_diff: 0.0, max_ulp_diff: 0 }
+        KernelDiff {
+            kernel,
+            cases: 0,
+            values: 0,
+            mismatches: 0,
+            max_abs_diff: 0.0,
+            max_ulp_diff: 0,
+        }
     }
 
     /// Run the suite on `backend`'s device for each arch in `arches` (all arches the device can run when
@@ -173,7 +211,10 @@ mod run_gpu {
             Some(a) => a.to_vec(),
             None => ARCHES.iter().copied().filter(|&s| s <= device_sm).collect(),
         };
-        let mut report = DiffReport { device: format!("{} ({}, driver CUDA {})", d.name, d.sm, d.driver), archs: Vec::new() };
+        let mut report = DiffReport {
+            device: format!("{} ({}, driver CUDA {})", d.name, d.sm, d.driver),
+            archs: Vec::new(),
+        };
         for sm in list {
             report.archs.push(run_arch(gpu, sm, quick));
         }
@@ -183,12 +224,29 @@ mod run_gpu {
     fn run_arch(gpu: &Gpu, sm: u32, quick: bool) -> ArchReport {
         let kernels = match Kernels::load(gpu, Some(sm)) {
             Ok(k) => k,
-            Err(e) => return ArchReport { sm, image: "-".into(), kernels: vec![], error: Some(e.to_string()) },
+            Err(e) => {
+                return ArchReport {
+                    sm,
+                    image: "-".into(),
+                    kernels: vec![],
+                    error: Some(e.to_string()),
+                };
+            }
         };
         let image = kernels.image().to_string();
         match dense_cases(gpu, &kernels, quick) {
-            Ok(k) => ArchReport { sm, image, kernels: k, error: None },
-            Err(e) => ArchReport { sm, image, kernels: vec![], error: Some(e) },
+            Ok(k) => ArchReport {
+                sm,
+                image,
+                kernels: k,
+                error: None,
+            },
+            Err(e) => ArchReport {
+                sm,
+                image,
+                kernels: vec![],
+                error: Some(e),
+            },
         }
     }
 
@@ -203,22 +261,37 @@ mod run_gpu {
             let cpu_qn = recall_cpu_simd::row_norms(&queries, dim).map_err(|x| e(&x))?;
             let cpu_cn = recall_cpu_simd::row_norms(&corpus, dim).map_err(|x| e(&x))?;
             let mut cpu_scores = vec![0.0f32; nq * n];
-            recall_cpu_simd::cosine_scores(&queries, &cpu_qn, &corpus, &cpu_cn, dim, &mut cpu_scores).map_err(|x| e(&x))?;
+            recall_cpu_simd::cosine_scores(
+                &queries,
+                &cpu_qn,
+                &corpus,
+                &cpu_cn,
+                dim,
+                &mut cpu_scores,
+            )
+            .map_err(|x| e(&x))?;
 
             let q = gpu.upload(&queries).map_err(|x| e(&x))?;
             let c = gpu.upload(&corpus).map_err(|x| e(&x))?;
             let mut qn = gpu.alloc_zeros::<f32>(nq).map_err(|x| e(&x))?;
             let mut cn = gpu.alloc_zeros::<f32>(n).map_err(|x| e(&x))?;
             let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(|x| e(&x))?;
-            k.row_norms_f32(gpu, &q, nq, dim, &mut qn).map_err(|x| e(&x))?;
-            k.row_norms_f32(gpu, &c, n, dim, &mut cn).map_err(|x| e(&x))?;
+            k.row_norms_f32(gpu, &q, nq, dim, &mut qn)
+                .map_err(|x| e(&x))?;
+            k.row_norms_f32(gpu, &c, n, dim, &mut cn)
+                .map_err(|x| e(&x))?;
             // The cosine kernel is fed the CPU's norms too, so a norm mismatch cannot hide a dot mismatch.
             let cn_cpu_dev = gpu.upload(&cpu_cn).map_err(|x| e(&x))?;
             let qn_cpu_dev = gpu.upload(&cpu_qn).map_err(|x| e(&x))?;
-            k.cosine_f32_rows(gpu, &q, &qn_cpu_dev, &c, &cn_cpu_dev, nq, n, dim, &mut out).map_err(|x| e(&x))?;
+            k.cosine_f32_rows(gpu, &q, &qn_cpu_dev, &c, &cn_cpu_dev, nq, n, dim, &mut out)
+                .map_err(|x| e(&x))?;
             compare(&mut norms, &cpu_qn, &gpu.download(&qn).map_err(|x| e(&x))?);
             compare(&mut norms, &cpu_cn, &gpu.download(&cn).map_err(|x| e(&x))?);
-            compare(&mut cosine, &cpu_scores, &gpu.download(&out).map_err(|x| e(&x))?);
+            compare(
+                &mut cosine,
+                &cpu_scores,
+                &gpu.download(&out).map_err(|x| e(&x))?,
+            );
         }
         Ok(vec![norms, cosine])
     }
@@ -241,15 +314,31 @@ mod tests {
 
     #[test]
     fn compare_counts_bit_differences_only() {
-        let mut d = KernelDiff { kernel: "k", cases: 0, values: 0, mismatches: 0, max_abs_diff: 0.0, max_ulp_diff: 0 };
+        let mut d = KernelDiff {
+            kernel: "k",
+            cases: 0,
+            values: 0,
+            mismatches: 0,
+            max_abs_diff: 0.0,
+            max_ulp_diff: 0,
+        };
         compare(&mut d, &[1.0, 2.0, 0.0], &[1.0, 2.0, -0.0]);
-        assert_eq!((d.cases, d.values, d.mismatches, d.max_ulp_diff), (1, 3, 1, 1));
+        assert_eq!(
+            (d.cases, d.values, d.mismatches, d.max_ulp_diff),
+            (1, 3, 1, 1)
+        );
         compare(&mut d, &[1.0], &[1.0, 2.0]);
         assert_eq!(d.mismatches, 3);
     }
 
     #[test]
     fn a_report_without_archs_does_not_pass() {
-        assert!(!DiffReport { device: "x".into(), archs: vec![] }.passed());
+        assert!(
+            !DiffReport {
+                device: "x".into(),
+                archs: vec![]
+            }
+            .passed()
+        );
     }
 }

@@ -40,7 +40,11 @@ pub struct ExecutorConfig {
 
 impl Default for ExecutorConfig {
     fn default() -> Self {
-        ExecutorConfig { policy: DevicePolicy::Auto, force_sm: None, gpu_min_work: 1 << 24 }
+        ExecutorConfig {
+            policy: DevicePolicy::Auto,
+            force_sm: None,
+            gpu_min_work: 1 << 24,
+        }
     }
 }
 
@@ -62,7 +66,10 @@ impl Executor {
     /// `Gpu` and there is none.
     pub fn new(config: ExecutorConfig) -> Result<Executor, ExecError> {
         let (gpu, gpu_status) = match config.policy {
-            DevicePolicy::Cpu => (None, GpuStatus::Unavailable("the CPU was chosen (device policy cpu)".into())),
+            DevicePolicy::Cpu => (
+                None,
+                GpuStatus::Unavailable("the CPU was chosen (device policy cpu)".into()),
+            ),
             DevicePolicy::Auto | DevicePolicy::Gpu => match GpuBackend::discover(config.force_sm) {
                 Ok(b) => {
                     let d = b.description().clone();
@@ -75,10 +82,8 @@ impl Executor {
                 }
             },
         };
-        if config.policy == DevicePolicy::Gpu {
-            if let GpuStatus::Unavailable(why) = &gpu_status {
-                return Err(ExecError::GpuRequired(why.clone()));
-            }
+        if let (DevicePolicy::Gpu, GpuStatus::Unavailable(why)) = (config.policy, &gpu_status) {
+            return Err(ExecError::GpuRequired(why.clone()));
         }
         Ok(Executor {
             config,
@@ -102,7 +107,9 @@ impl Executor {
 
     /// The GPU backend, when there is a usable one.
     pub fn gpu_backend(&self) -> Option<&GpuBackend> {
-        self.gpu.as_ref().filter(|_| self.gpu_healthy.load(Ordering::Relaxed))
+        self.gpu
+            .as_ref()
+            .filter(|_| self.gpu_healthy.load(Ordering::Relaxed))
     }
 
     /// (calls run on the CPU, calls run on the GPU, GPU calls that fell back to the CPU)
@@ -118,15 +125,24 @@ impl Executor {
     pub fn explain(&self, work: u64) -> (Device, String) {
         match (self.config.policy, self.gpu_backend()) {
             (DevicePolicy::Cpu, _) => (Device::Cpu, "device policy is cpu".into()),
-            (_, None) => (Device::Cpu, format!("no usable GPU ({})", self.unavailable_reason())),
+            (_, None) => (
+                Device::Cpu,
+                format!("no usable GPU ({})", self.unavailable_reason()),
+            ),
             (DevicePolicy::Gpu, Some(g)) => (g.device(), "device policy is gpu".into()),
             (DevicePolicy::Auto, Some(g)) if work >= self.config.gpu_min_work => (
                 g.device(),
-                format!("{work} multiply-adds >= break-even {}", self.config.gpu_min_work),
+                format!(
+                    "{work} multiply-adds >= break-even {}",
+                    self.config.gpu_min_work
+                ),
             ),
             (DevicePolicy::Auto, Some(_)) => (
                 Device::Cpu,
-                format!("{work} multiply-adds < break-even {}", self.config.gpu_min_work),
+                format!(
+                    "{work} multiply-adds < break-even {}",
+                    self.config.gpu_min_work
+                ),
             ),
         }
     }
@@ -150,7 +166,11 @@ impl Executor {
             match run(gpu) {
                 Ok(value) => {
                     self.calls_gpu.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Outcome { value, device, fallback: None });
+                    return Ok(Outcome {
+                        value,
+                        device,
+                        fallback: None,
+                    });
                 }
                 Err(BackendError::Input(e)) => return Err(e.into()),
                 Err(e) => {
@@ -161,21 +181,38 @@ impl Executor {
                     tracing::warn!(op, error = %e, "recall: GPU call failed, answering on the CPU");
                     let value = run(&self.cpu).map_err(cpu_error)?;
                     self.calls_cpu.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Outcome { value, device: Device::Cpu, fallback: Some(e.to_string()) });
+                    return Ok(Outcome {
+                        value,
+                        device: Device::Cpu,
+                        fallback: Some(e.to_string()),
+                    });
                 }
             }
         }
         let value = run(&self.cpu).map_err(cpu_error)?;
         self.calls_cpu.fetch_add(1, Ordering::Relaxed);
-        Ok(Outcome { value, device: Device::Cpu, fallback: None })
+        Ok(Outcome {
+            value,
+            device: Device::Cpu,
+            fallback: None,
+        })
     }
 
     /// Cosine similarity of every query against every corpus row (query-major `n_queries x n_rows`).
-    pub fn cosine_scores(&self, queries: &[f32], corpus: &[f32], dim: usize) -> Result<Outcome<Vec<f32>>, ExecError> {
+    pub fn cosine_scores(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+    ) -> Result<Outcome<Vec<f32>>, ExecError> {
         let n_queries = check_matrix("queries", queries, dim)?;
         let n_rows = check_matrix("corpus", corpus, dim)?;
-        let work = (n_queries as u64).saturating_mul(n_rows as u64).saturating_mul(dim as u64);
-        self.dispatch("cosine_scores", work, |b| b.cosine_scores(queries, corpus, dim))
+        let work = (n_queries as u64)
+            .saturating_mul(n_rows as u64)
+            .saturating_mul(dim as u64);
+        self.dispatch("cosine_scores", work, |b| {
+            b.cosine_scores(queries, corpus, dim)
+        })
     }
 }
 
@@ -194,8 +231,12 @@ pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<
     if x.is_empty() {
         return Err(CpuError::Empty { what });
     }
-    if x.len() % dim != 0 {
-        return Err(CpuError::RaggedMatrix { what, len: x.len(), dim });
+    if !x.len().is_multiple_of(dim) {
+        return Err(CpuError::RaggedMatrix {
+            what,
+            len: x.len(),
+            dim,
+        });
     }
     check_finite(what, x)?;
     Ok(x.len() / dim)

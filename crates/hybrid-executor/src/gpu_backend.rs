@@ -39,12 +39,24 @@ mod imp {
         }
     }
 
+    /// The arches the compiled-in kernel bundle covers, e.g. "sm_50, sm_52, …, sm_90".
+    pub fn bundle_arches() -> String {
+        recall_gpu_kernels::ARCHES
+            .iter()
+            .map(|s| format!("sm_{s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     impl GpuBackend {
         /// Find a usable GPU (the first device that opens and loads the bundle), or say why there is none.
         /// `force_sm` makes it load that arch's code only (see `recall_gpu_kernels::select_image`).
         pub fn discover(force_sm: Option<u32>) -> Result<GpuBackend, String> {
             let found = probe();
-            let driver = found.driver_version.map(driver_version_string).unwrap_or_default();
+            let driver = found
+                .driver_version
+                .map(driver_version_string)
+                .unwrap_or_default();
             let devices = found.result.map_err(|why| why.to_string())?;
             let mut reasons = Vec::new();
             for info in devices {
@@ -72,7 +84,12 @@ mod imp {
                 driver: driver.to_string(),
                 image: kernels.image().to_string(),
             };
-            Ok(GpuBackend { gpu, kernels, description, lock: Mutex::new(()) })
+            Ok(GpuBackend {
+                gpu,
+                kernels,
+                description,
+                lock: Mutex::new(()),
+            })
         }
 
         pub fn description(&self) -> &GpuDescription {
@@ -84,28 +101,45 @@ mod imp {
             (&self.gpu, &self.kernels)
         }
 
-        fn cosine_inner(&self, queries: &[f32], corpus: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
+        fn cosine_inner(
+            &self,
+            queries: &[f32],
+            corpus: &[f32],
+            dim: usize,
+        ) -> Result<Vec<f32>, BackendError> {
             let (n_queries, n_rows) = (queries.len() / dim, corpus.len() / dim);
             let g = &self.gpu;
             let q = g.upload(queries).map_err(map_gpu_error)?;
             let c = g.upload(corpus).map_err(map_gpu_error)?;
             let mut qn = g.alloc_zeros::<f32>(n_queries).map_err(map_gpu_error)?;
             let mut cn = g.alloc_zeros::<f32>(n_rows).map_err(map_gpu_error)?;
-            let mut out = g.alloc_zeros::<f32>(n_queries * n_rows).map_err(map_gpu_error)?;
+            let mut out = g
+                .alloc_zeros::<f32>(n_queries * n_rows)
+                .map_err(map_gpu_error)?;
             let k = &self.kernels;
-            k.row_norms_f32(g, &q, n_queries, dim, &mut qn).map_err(map_kernel_error)?;
-            k.row_norms_f32(g, &c, n_rows, dim, &mut cn).map_err(map_kernel_error)?;
-            k.cosine_f32_rows(g, &q, &qn, &c, &cn, n_queries, n_rows, dim, &mut out).map_err(map_kernel_error)?;
+            k.row_norms_f32(g, &q, n_queries, dim, &mut qn)
+                .map_err(map_kernel_error)?;
+            k.row_norms_f32(g, &c, n_rows, dim, &mut cn)
+                .map_err(map_kernel_error)?;
+            k.cosine_f32_rows(g, &q, &qn, &c, &cn, n_queries, n_rows, dim, &mut out)
+                .map_err(map_kernel_error)?;
             g.download(&out).map_err(map_gpu_error)
         }
     }
 
     impl Backend for GpuBackend {
         fn device(&self) -> Device {
-            Device::Gpu { ordinal: self.description.ordinal }
+            Device::Gpu {
+                ordinal: self.description.ordinal,
+            }
         }
 
-        fn cosine_scores(&self, queries: &[f32], corpus: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
+        fn cosine_scores(
+            &self,
+            queries: &[f32],
+            corpus: &[f32],
+            dim: usize,
+        ) -> Result<Vec<f32>, BackendError> {
             let _serial = self.lock.lock();
             self.cosine_inner(queries, corpus, dim)
         }
@@ -116,6 +150,11 @@ mod imp {
 mod imp {
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
+
+    /// No bundle in a CPU-only build.
+    pub fn bundle_arches() -> String {
+        "none".into()
+    }
 
     /// Stand-in for builds without the `gpu` feature: it never opens.
     #[derive(Debug)]
@@ -135,7 +174,9 @@ mod imp {
 
     impl Backend for GpuBackend {
         fn device(&self) -> Device {
-            Device::Gpu { ordinal: self.description.ordinal }
+            Device::Gpu {
+                ordinal: self.description.ordinal,
+            }
         }
 
         fn cosine_scores(&self, _: &[f32], _: &[f32], _: usize) -> Result<Vec<f32>, BackendError> {
@@ -144,4 +185,4 @@ mod imp {
     }
 }
 
-pub use imp::GpuBackend;
+pub use imp::{GpuBackend, bundle_arches};

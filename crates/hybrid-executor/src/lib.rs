@@ -11,6 +11,7 @@
 //! Architecture invariant: input is validated here, before any backend runs; backends may assume it valid.
 
 mod backend;
+pub mod bench;
 mod device;
 pub mod difftest;
 mod executor;
@@ -19,7 +20,7 @@ mod gpu_backend;
 pub use backend::{Backend, BackendError, CpuBackend};
 pub use device::{Device, DevicePolicy, GpuDescription, GpuStatus};
 pub use executor::{ExecError, Executor, ExecutorConfig, Outcome};
-pub use gpu_backend::GpuBackend;
+pub use gpu_backend::{GpuBackend, bundle_arches};
 
 /// True when this build contains the GPU backend (cargo feature `gpu`).
 pub const GPU_COMPILED_IN: bool = cfg!(feature = "gpu");

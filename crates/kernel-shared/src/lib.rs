@@ -86,6 +86,10 @@ pub mod math {
     /// The last step of cosine similarity: `dot / (nq * nc)`, or `0.0` when either norm is zero.
     #[inline(always)]
     pub fn cosine_from_parts(dot: f32, nq: f32, nc: f32) -> f32 {
-        if nq == 0.0 || nc == 0.0 { 0.0 } else { dot / (nq * nc) }
+        if nq == 0.0 || nc == 0.0 {
+            0.0
+        } else {
+            dot / (nq * nc)
+        }
     }
 }

@@ -1,1 +1,125 @@
-fn main() {}
+//! `recall`: the command-line tool. `recall info`, `recall demo`, `recall diff-test`, `recall bench`.
+
+mod bench;
+mod demo;
+mod info;
+mod util;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "recall",
+    version,
+    about = "GPU acceleration for AI memory and retrieval engines, with identical answers on CPU and GPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// GPUs found (or why none), the kernel image that loads, the CPU SIMD level, and where each op runs.
+    Info,
+    /// The main job on built-in data: generate a memory store and run the ops on it, timed, per device.
+    Demo(demo::DemoArgs),
+    /// Compare every GPU kernel with the CPU engine, bit for bit, on this machine's GPU.
+    DiffTest(DiffTestArgs),
+    /// Measure the ops on the GPU and the CPU, next to PyTorch when it is installed.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct DiffTestArgs {
+    /// Arch whose code to run: `sm_86`, `86`, or `all` (every arch the GPU can run). Default: the image
+    /// the loader picks for this GPU.
+    #[arg(long)]
+    arch: Option<String>,
+    /// Fewer and smaller cases (seconds instead of a minute).
+    #[arg(long)]
+    quick: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // clap prints help and version on stdout and exits 0; errors are one clear message.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let result = match cli.command {
+        Command::Info => info::run(),
+        Command::Demo(a) => demo::run(a),
+        Command::DiffTest(a) => diff_test(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("recall: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_arch(s: &str) -> Result<u32, String> {
+    let digits = s
+        .trim()
+        .trim_start_matches("sm_")
+        .trim_start_matches("compute_");
+    digits
+        .parse::<u32>()
+        .map_err(|_| format!("--arch {s:?}: expected sm_XX (for example sm_86) or all"))
+}
+
+fn diff_test(a: DiffTestArgs) -> Result<ExitCode, String> {
+    let engine = match recall::Engine::builder()
+        .device(recall::DevicePolicy::Gpu)
+        .build()
+    {
+        Ok(e) => e,
+        Err(recall::Error::GpuRequired(why)) => {
+            eprintln!("recall diff-test: no GPU to test on: {why}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let arches: Option<Vec<u32>> = match a.arch.as_deref() {
+        None => None,
+        Some("all") => Some(Vec::new()),
+        Some(s) => Some(vec![parse_arch(s)?]),
+    };
+    let report = match &arches {
+        None => {
+            // The image the loader picked by itself.
+            let sm = match engine.gpu_status() {
+                recall::GpuStatus::Ready(d) => d
+                    .image
+                    .split_whitespace()
+                    .next()
+                    .map(parse_arch)
+                    .transpose()?,
+                recall::GpuStatus::Unavailable(_) => None,
+            };
+            let list: Vec<u32> = sm.into_iter().collect();
+            recall::diagnostics::diff_test(&engine, Some(&list), a.quick)
+        }
+        Some(list) if list.is_empty() => recall::diagnostics::diff_test(&engine, None, a.quick),
+        Some(list) => recall::diagnostics::diff_test(&engine, Some(list), a.quick),
+    }
+    .map_err(|e| e.to_string())?;
+    print!("{}", report.render());
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

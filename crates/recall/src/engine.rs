@@ -42,11 +42,17 @@ impl EngineBuilder {
             Some(p) => p,
             None => DevicePolicy::from_env().map_err(Error::Config)?,
         };
-        let mut config = ExecutorConfig { policy, force_sm: self.force_sm, ..ExecutorConfig::default() };
+        let mut config = ExecutorConfig {
+            policy,
+            force_sm: self.force_sm,
+            ..ExecutorConfig::default()
+        };
         if let Some(w) = self.gpu_min_work {
             config.gpu_min_work = w;
         }
-        Ok(Engine { exec: Executor::new(config)? })
+        Ok(Engine {
+            exec: Executor::new(config)?,
+        })
     }
 }
 
@@ -93,7 +99,12 @@ impl Engine {
 
     /// Cosine similarity of each query (`n_queries x dim`, row-major) against each corpus row
     /// (`n_rows x dim`). Exact mode: the same bits on every device (`docs/numerics.md`).
-    pub fn cosine_similarity(&self, queries: &[f32], corpus: &[f32], dim: usize) -> Result<Scores, Error> {
+    pub fn cosine_similarity(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+    ) -> Result<Scores, Error> {
         let out = self.exec.cosine_scores(queries, corpus, dim)?;
         Ok(Scores {
             n_queries: queries.len() / dim,
@@ -104,7 +115,17 @@ impl Engine {
         })
     }
 
-    pub(crate) fn diff_test(&self, arches: Option<&[u32]>, quick: bool) -> Result<crate::diagnostics::DiffReport, Error> {
+    /// The GPU backend in use, for the benchmark harness and self-tests.
+    #[doc(hidden)]
+    pub fn gpu_backend(&self) -> Option<&recall_hybrid_executor::GpuBackend> {
+        self.exec.gpu_backend()
+    }
+
+    pub(crate) fn diff_test(
+        &self,
+        arches: Option<&[u32]>,
+        quick: bool,
+    ) -> Result<crate::diagnostics::DiffReport, Error> {
         #[cfg(feature = "gpu")]
         {
             match self.exec.gpu_backend() {
@@ -118,7 +139,9 @@ impl Engine {
         #[cfg(not(feature = "gpu"))]
         {
             let _ = (arches, quick);
-            Err(Error::GpuRequired("this build has no GPU support (cargo feature `gpu` is off)".into()))
+            Err(Error::GpuRequired(
+                "this build has no GPU support (cargo feature `gpu` is off)".into(),
+            ))
         }
     }
 }

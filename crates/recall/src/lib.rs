@@ -26,15 +26,32 @@ mod error;
 
 pub use engine::{Engine, EngineBuilder, Scores};
 pub use error::Error;
-pub use recall_hybrid_executor::{Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus};
+pub use recall_hybrid_executor::{
+    Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus,
+};
+
+/// The CPU SIMD path in use (for example `avx512`, `avx2+fma`, `neon`, `scalar`).
+pub fn cpu_simd_level() -> String {
+    // The CPU engine is scalar + rayon until its run-time SIMD selection lands (issue 3).
+    "portable (scalar, rayon)".to_string()
+}
 
 /// Self-tests a user can run on their own machine.
 pub mod diagnostics {
-    pub use recall_hybrid_executor::difftest::{ArchReport, DiffReport, KernelDiff, SplitMix, awkward_matrix};
+    pub use recall_hybrid_executor::GpuBackend;
+    pub use recall_hybrid_executor::bench;
+    pub use recall_hybrid_executor::bundle_arches;
+    pub use recall_hybrid_executor::difftest::{
+        ArchReport, DiffReport, KernelDiff, SplitMix, awkward_matrix,
+    };
 
     /// Compare every GPU kernel with the CPU, bit for bit, for the given arches' code (all the device can
     /// run when `None`). `Err` when there is no usable GPU.
-    pub fn diff_test(engine: &crate::Engine, arches: Option<&[u32]>, quick: bool) -> Result<DiffReport, crate::Error> {
+    pub fn diff_test(
+        engine: &crate::Engine,
+        arches: Option<&[u32]>,
+        quick: bool,
+    ) -> Result<DiffReport, crate::Error> {
         engine.diff_test(arches, quick)
     }
 }

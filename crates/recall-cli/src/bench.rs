@@ -1,0 +1,269 @@
+//! `recall bench`: GPU and CPU figures for an op, next to PyTorch measured in the same run, written as a
+//! markdown report with full provenance.
+
+use crate::util::{COMMIT, cpu_model, grouped, threads, utc_date};
+use recall::diagnostics::bench::{CosineFigures, cpu_cosine_ms, random_matrix};
+use recall::{Engine, GpuStatus};
+use std::fmt::Write as _;
+use std::process::{Command, ExitCode};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The op to measure (cosine for now).
+    #[arg(default_value = "cosine")]
+    op: String,
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: usize,
+    #[arg(long, default_value_t = 768)]
+    dim: usize,
+    #[arg(long, default_value_t = 1)]
+    queries: usize,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// The peer script (PyTorch); skipped when Python or torch is missing.
+    #[arg(long, default_value = "benches/peers/peers.py")]
+    peer_script: String,
+    /// Skip the CPU measurement.
+    #[arg(long)]
+    no_cpu: bool,
+    /// Also write the report to this file.
+    #[arg(long)]
+    out: Option<String>,
+}
+
+fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
+    if !std::path::Path::new(&a.peer_script).exists() {
+        return Err(format!("{} not found", a.peer_script));
+    }
+    let out = Command::new("python3")
+        .arg(&a.peer_script)
+        .arg(&a.op)
+        .args(["--rows", &a.rows.to_string(), "--dim", &a.dim.to_string()])
+        .args([
+            "--queries",
+            &a.queries.to_string(),
+            "--iters",
+            &a.iters.to_string(),
+        ])
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or("").to_string();
+    if !out.status.success() || line.is_empty() {
+        return Err(format!(
+            "peer script failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(serde_free::Json(line))
+}
+
+/// Just enough JSON reading for the peer's flat object of numbers and strings (no serde dependency).
+mod serde_free {
+    pub struct Json(pub String);
+    impl Json {
+        fn raw(&self, key: &str) -> Option<&str> {
+            let pat = format!("\"{key}\": ");
+            let start = self.0.find(&pat)? + pat.len();
+            let rest = &self.0[start..];
+            if let Some(r) = rest.strip_prefix('"') {
+                return r.find('"').map(|e| &r[..e]);
+            }
+            let end = rest.find([',', '}']).unwrap_or(rest.len());
+            Some(rest[..end].trim())
+        }
+        pub fn num(&self, key: &str) -> Option<f64> {
+            self.raw(key)?.parse().ok()
+        }
+        pub fn str(&self, key: &str) -> Option<String> {
+            self.raw(key).map(str::to_string)
+        }
+    }
+}
+
+pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.op != "cosine" {
+        return Err(format!("unknown op {:?} (available: cosine)", a.op));
+    }
+    if a.rows == 0 || a.dim == 0 || a.queries == 0 {
+        return Err("--rows, --dim and --queries must be at least 1".into());
+    }
+    let engine = Engine::new().map_err(|e| e.to_string())?;
+    eprintln!(
+        "generating {} x {} corpus and {} queries",
+        grouped(a.rows as u64),
+        a.dim,
+        a.queries
+    );
+    let corpus = random_matrix(1, a.rows, a.dim);
+    let queries = random_matrix(2, a.queries, a.dim);
+    let mut f = CosineFigures {
+        n_queries: a.queries,
+        n_rows: a.rows,
+        dim: a.dim,
+        gpu_kernel_ms: None,
+        gpu_resident_call_ms: None,
+        gpu_copy_gbps: None,
+        cpu_ms: None,
+        bit_identical: None,
+    };
+    let mut gpu_scores = None;
+    let mut device_line = String::from("no GPU");
+    if let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) {
+        device_line = format!(
+            "{} ({}, {} SMs), driver CUDA {}, kernels {}",
+            d.name, d.sm, d.sm_count, d.driver, d.image
+        );
+        f.gpu_copy_gbps = Some(recall::diagnostics::bench::copy_gbps(
+            gpu,
+            1 << 30,
+            a.iters,
+        )?);
+        let (k, c, s) =
+            recall::diagnostics::bench::cosine_ms(gpu, &queries, &corpus, a.dim, a.iters)?;
+        f.gpu_kernel_ms = Some(k);
+        f.gpu_resident_call_ms = Some(c);
+        gpu_scores = Some(s);
+    }
+    if !a.no_cpu {
+        let (ms, cpu_scores) = cpu_cosine_ms(&queries, &corpus, a.dim, a.iters.min(5))?;
+        f.cpu_ms = Some(ms);
+        if let Some(g) = &gpu_scores {
+            f.bit_identical = Some(
+                g.iter()
+                    .zip(&cpu_scores)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+            );
+        }
+    }
+    let peer = if gpu_scores.is_some() {
+        Some(peer(&a))
+    } else {
+        None
+    };
+
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "## cosine similarity, {} queries x {} rows x {} dims (f32, exact mode)\n",
+        a.queries,
+        grouped(a.rows as u64),
+        a.dim
+    );
+    let _ = writeln!(r, "- date: {} (UTC)", utc_date());
+    let _ = writeln!(r, "- device: {device_line}");
+    let _ = writeln!(
+        r,
+        "- host CPU: {} ({} threads), SIMD path {}",
+        cpu_model(),
+        threads(),
+        recall::cpu_simd_level()
+    );
+    let _ = writeln!(r, "- recall commit: {COMMIT}");
+    let _ = writeln!(
+        r,
+        "- command: `recall bench cosine --rows {} --dim {} --queries {} --iters {}`",
+        a.rows, a.dim, a.queries, a.iters
+    );
+    let _ = writeln!(
+        r,
+        "- timing: median of {} runs after warm-up; GPU work synchronised before the clock stops\n",
+        a.iters
+    );
+    let _ = writeln!(r, "| what | time | achieved | note |");
+    let _ = writeln!(r, "|---|---|---|---|");
+    if let Some(c) = f.gpu_copy_gbps {
+        let _ = writeln!(
+            r,
+            "| recall: device copy, 1 GiB (cuMemcpyDtoD) | | {c:.0} GB/s | the memory ceiling |"
+        );
+    }
+    if let (Some(ms), Some(gbps)) = (f.gpu_kernel_ms, f.kernel_gbps()) {
+        let pct = f
+            .gpu_copy_gbps
+            .map(|c| format!("{:.0} % of copy", 100.0 * gbps / c))
+            .unwrap_or_default();
+        let _ = writeln!(
+            r,
+            "| recall GPU: cosine kernel, corpus resident | {:.1} us | {gbps:.0} GB/s | {pct} |",
+            ms * 1e3
+        );
+    }
+    if let Some(ms) = f.gpu_resident_call_ms {
+        let _ = writeln!(
+            r,
+            "| recall GPU: call with corpus resident (query up, kernel, {} scores down) | {:.1} us | | |",
+            grouped((a.queries * a.rows) as u64),
+            ms * 1e3
+        );
+    }
+    match &peer {
+        Some(Ok(p)) if p.str("available").as_deref() != Some("false") => {
+            let name = p.str("peer").unwrap_or_default();
+            if let Some(ms) = p.num("copy_gbps") {
+                let _ = writeln!(
+                    r,
+                    "| {name}: `dst.copy_(src)`, 1 GiB | | {ms:.0} GB/s | peer's view of the ceiling |"
+                );
+            }
+            if let Some(ms) = p.num("similarity_ms") {
+                let ratio = f
+                    .gpu_kernel_ms
+                    .map(|k| format!("recall kernel = {:.2}x peer time", k / ms))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    r,
+                    "| {name}: `{}` | {:.1} us | {:.0} GB/s | {ratio} |",
+                    p.str("similarity_expr").unwrap_or_default(),
+                    ms * 1e3,
+                    f.min_bytes() / (ms * 1e-3) / 1e9
+                );
+            }
+            if let Some(ms) = p.num("topk_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {name}: `{}` | {:.1} us | | for reference (top-k comes with issue 4) |",
+                    p.str("topk_expr").unwrap_or_default(),
+                    ms * 1e3
+                );
+            }
+        }
+        Some(Ok(p)) => {
+            let _ = writeln!(
+                r,
+                "| peer | unavailable | | {} |",
+                p.str("reason").unwrap_or_default()
+            );
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(r, "| peer | unavailable | | {e} |");
+        }
+        None => {}
+    }
+    if let Some(ms) = f.cpu_ms {
+        let gbps = f.min_bytes() / (ms * 1e-3) / 1e9;
+        let _ = writeln!(
+            r,
+            "| recall CPU ({} threads) | {:.2} ms | {gbps:.1} GB/s | |",
+            threads(),
+            ms
+        );
+    }
+    if let Some(same) = f.bit_identical {
+        let _ = writeln!(
+            r,
+            "\nGPU and CPU scores bit-identical: **{}**",
+            if same { "yes" } else { "NO" }
+        );
+    }
+    print!("{r}");
+    if let Some(path) = &a.out {
+        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(if f.bit_identical == Some(false) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
