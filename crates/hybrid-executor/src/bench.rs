@@ -144,3 +144,21 @@ mod gpu {
 
 #[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
+
+#[cfg(not(feature = "gpu"))]
+mod no_gpu {
+    use crate::gpu_backend::GpuBackend;
+
+    /// Without GPU support there is nothing to measure.
+    pub fn copy_gbps(_: &GpuBackend, _: usize, _: usize) -> Result<f64, String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
+    pub fn cosine_ms(_: &GpuBackend, _: &[f32], _: &[f32], _: usize, _: usize) -> Result<(f64, f64, Vec<f32>), String> {
+        Err("this build has no GPU support".into())
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+pub use no_gpu::{copy_gbps, cosine_ms};

@@ -33,11 +33,11 @@ pub fn run() -> Result<ExitCode, String> {
         }
         GpuStatus::Unavailable(why) => println!("GPU: none usable: {why}"),
     }
-    println!(
-        "kernel bundle: cubin and PTX for {} ({}GPU support compiled in)",
-        recall::diagnostics::bundle_arches(),
-        if recall::GPU_COMPILED_IN { "" } else { "no " }
-    );
+    if recall::GPU_COMPILED_IN {
+        println!("kernel bundle: cubin and PTX for {}", recall::diagnostics::bundle_arches());
+    } else {
+        println!("kernel bundle: none (this build has no GPU support)");
+    }
     println!(
         "CPU: {} ({} threads), SIMD path: {}",
         cpu_model(),
