@@ -155,7 +155,13 @@ mod no_gpu {
     }
 
     /// Without GPU support there is nothing to measure.
-    pub fn cosine_ms(_: &GpuBackend, _: &[f32], _: &[f32], _: usize, _: usize) -> Result<(f64, f64, Vec<f32>), String> {
+    pub fn cosine_ms(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: usize,
+    ) -> Result<(f64, f64, Vec<f32>), String> {
         Err("this build has no GPU support".into())
     }
 }

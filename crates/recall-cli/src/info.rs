@@ -34,7 +34,10 @@ pub fn run() -> Result<ExitCode, String> {
         GpuStatus::Unavailable(why) => println!("GPU: none usable: {why}"),
     }
     if recall::GPU_COMPILED_IN {
-        println!("kernel bundle: cubin and PTX for {}", recall::diagnostics::bundle_arches());
+        println!(
+            "kernel bundle: cubin and PTX for {}",
+            recall::diagnostics::bundle_arches()
+        );
     } else {
         println!("kernel bundle: none (this build has no GPU support)");
     }

@@ -1,0 +1,95 @@
+//! The facade on the CPU: answers, typed errors, device policy. Runs everywhere.
+
+use recall::{Device, DevicePolicy, Engine, Error};
+
+fn cpu_engine() -> Engine {
+    Engine::builder()
+        .device(DevicePolicy::Cpu)
+        .build()
+        .expect("a CPU engine always builds")
+}
+
+#[test]
+fn cosine_matches_the_contract_expression() {
+    let e = cpu_engine();
+    let dim = 3;
+    let corpus = [
+        1.0, 2.0, 2.0, /* */ 0.0, 0.0, 0.0, /* */ -3.0, 0.5, 4.0,
+    ];
+    let query = [2.0, -1.0, 0.25];
+    let s = e.cosine_similarity(&query, &corpus, dim).unwrap();
+    assert_eq!((s.n_queries, s.n_rows, s.device), (1, 3, Device::Cpu));
+    for (r, row) in corpus.chunks(dim).enumerate() {
+        let dot = query
+            .iter()
+            .zip(row)
+            .fold(0.0f32, |acc, (a, b)| a.mul_add(*b, acc));
+        let nq = query
+            .iter()
+            .fold(0.0f32, |acc, a| a.mul_add(*a, acc))
+            .sqrt();
+        let nc = row.iter().fold(0.0f32, |acc, a| a.mul_add(*a, acc)).sqrt();
+        let expected = if nq == 0.0 || nc == 0.0 {
+            0.0
+        } else {
+            dot / (nq * nc)
+        };
+        assert_eq!(s.values[r].to_bits(), expected.to_bits(), "row {r}");
+    }
+    assert_eq!(s.values[1], 0.0, "a zero row scores 0");
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let e = cpu_engine();
+    let ok = [1.0f32; 8];
+    assert!(matches!(
+        e.cosine_similarity(&ok, &ok, 0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.cosine_similarity(&ok, &ok[..7], 4),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.cosine_similarity(&[], &ok, 4),
+        Err(Error::InvalidInput(_))
+    ));
+    let mut nan = ok;
+    nan[5] = f32::NAN;
+    let err = e.cosine_similarity(&ok, &nan, 4).unwrap_err();
+    assert!(err.to_string().contains("NaN or infinite"), "{err}");
+    let mut inf = ok;
+    inf[0] = f32::INFINITY;
+    assert!(matches!(
+        e.cosine_similarity(&inf, &ok, 4),
+        Err(Error::InvalidInput(_))
+    ));
+}
+
+#[test]
+fn the_cpu_policy_never_uses_a_gpu_and_says_why() {
+    let e = cpu_engine();
+    assert_eq!(e.device_policy(), DevicePolicy::Cpu);
+    let (device, why) = e.explain(u64::MAX);
+    assert_eq!(device, Device::Cpu);
+    assert!(why.contains("policy is cpu"), "{why}");
+    assert!(matches!(e.gpu_status(), recall::GpuStatus::Unavailable(_)));
+}
+
+#[test]
+fn policies_parse() {
+    assert_eq!(DevicePolicy::parse("GPU"), Some(DevicePolicy::Gpu));
+    assert_eq!(DevicePolicy::parse(" cpu "), Some(DevicePolicy::Cpu));
+    assert_eq!(DevicePolicy::parse("auto"), Some(DevicePolicy::Auto));
+    assert_eq!(DevicePolicy::parse("tpu"), None);
+}
+
+#[test]
+fn counters_count_calls() {
+    let e = cpu_engine();
+    let x = [1.0f32, 2.0];
+    e.cosine_similarity(&x, &x, 2).unwrap();
+    e.cosine_similarity(&x, &x, 1).unwrap();
+    assert_eq!(e.counters(), (2, 0, 0));
+}
