@@ -1,19 +1,29 @@
-//! Dense similarity on f32 rows (`docs/numerics.md`, "Dot product, norms and the dense metrics").
+//! Dense similarity, fused top-k and candidate scoring (`docs/numerics.md`, "Dot product, norms and the
+//! dense metrics" and "Top-k").
 
-use crate::{CpuError, check_finite, reference};
+use crate::kernels::{self, DOT, L2};
+use crate::simd::Cpu;
+use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
+use crate::{CpuError, PAR_MIN_WORK, check_finite, reference};
+use half::{bf16, f16};
 use rayon::prelude::*;
 
-/// Rows per rayon task: large enough that the split costs nothing next to the work.
-const ROWS_PER_TASK: usize = 2048;
+/// Bytes of corpus rows processed per block (one block's rows stay in L2 while every query visits them).
+const BLOCK_BYTES: usize = 256 * 1024;
 
-fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
+/// Corpus rows per block for dimension `dim`: a multiple of 16, at least 16.
+pub(crate) fn rows_per_block(dim: usize) -> usize {
+    (BLOCK_BYTES / (4 * dim)).clamp(16, 4096) / 16 * 16
+}
+
+pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
     if dim == 0 {
         return Err(CpuError::ZeroDim);
     }
     if x.is_empty() {
         return Err(CpuError::Empty { what });
     }
-    if x.len() % dim != 0 {
+    if !x.len().is_multiple_of(dim) {
         return Err(CpuError::RaggedMatrix {
             what,
             len: x.len(),
@@ -24,20 +34,206 @@ fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuE
     Ok(x.len() / dim)
 }
 
+/// A similarity metric (`docs/numerics.md`, "Scores by metric").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// `dot / (norm(q) * norm(c))`, or `0.0` when a norm is zero; higher first.
+    Cosine,
+    /// `dot(q, c)`; higher first.
+    Dot,
+    /// `l2sq(q, c)`, the squared Euclidean distance; lower first.
+    L2,
+}
+
+impl Metric {
+    /// The ranking order of the metric's scores.
+    pub fn order(self) -> Order {
+        match self {
+            Metric::L2 => Order::LowerFirst,
+            Metric::Cosine | Metric::Dot => Order::HigherFirst,
+        }
+    }
+
+    fn mode(self) -> u8 {
+        if self == Metric::L2 { L2 } else { DOT }
+    }
+}
+
+/// Row-major corpus values in one of the supported element types. f16 and bf16 are widened to f32
+/// exactly before any arithmetic.
+#[derive(Clone, Copy, Debug)]
+pub enum Vectors<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    Bf16(&'a [bf16]),
+}
+
+impl<'a> Vectors<'a> {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Vectors::F32(v) => v.len(),
+            Vectors::F16(v) => v.len(),
+            Vectors::Bf16(v) => v.len(),
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn check_finite(&self, what: &'static str) -> Result<(), CpuError> {
+        let index = match self {
+            Vectors::F32(v) => return check_finite(what, v),
+            Vectors::F16(v) => v.iter().position(|x| x.to_bits() & 0x7c00 == 0x7c00),
+            Vectors::Bf16(v) => v.iter().position(|x| x.to_bits() & 0x7f80 == 0x7f80),
+        };
+        match index {
+            None => Ok(()),
+            Some(index) => Err(CpuError::NonFinite { what, index }),
+        }
+    }
+
+    /// Rows `r0 .. r1` as f32: borrowed for f32, widened into `buf` otherwise.
+    pub(crate) fn rows<'b>(
+        &self,
+        r0: usize,
+        r1: usize,
+        dim: usize,
+        buf: &'b mut Vec<f32>,
+    ) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        let (a, b) = (r0 * dim, r1 * dim);
+        match self {
+            Vectors::F32(v) => &v[a..b],
+            _ => {
+                buf.clear();
+                buf.resize(b - a, 0.0);
+                self.widen_into(a, buf);
+                buf
+            }
+        }
+    }
+
+    /// Rows `ids` (in that order) as f32, copied into `buf`.
+    pub(crate) fn gather<'b>(&self, ids: &[u32], dim: usize, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        buf.clear();
+        buf.resize(ids.len() * dim, 0.0);
+        for (i, id) in ids.iter().enumerate() {
+            self.widen_into(*id as usize * dim, &mut buf[i * dim..(i + 1) * dim]);
+        }
+        buf
+    }
+
+    fn widen_into(&self, start: usize, dst: &mut [f32]) {
+        let n = dst.len();
+        match self {
+            Vectors::F32(v) => dst.copy_from_slice(&v[start..start + n]),
+            Vectors::F16(v) => {
+                use half::slice::HalfFloatSliceExt;
+                v[start..start + n].convert_to_f32_slice(dst);
+            }
+            Vectors::Bf16(v) => {
+                for (d, s) in dst.iter_mut().zip(&v[start..start + n]) {
+                    *d = f32::from_bits((s.to_bits() as u32) << 16);
+                }
+            }
+        }
+    }
+}
+
+/// A corpus: row-major vectors of dimension `dim`, optionally with their norms (the values
+/// [`row_norms`] returns, `+inf` included; used as given, for cosine only).
+#[derive(Clone, Copy, Debug)]
+pub struct Corpus<'a> {
+    pub vectors: Vectors<'a>,
+    pub dim: usize,
+    pub norms: Option<&'a [f32]>,
+}
+
+impl<'a> Corpus<'a> {
+    /// A corpus without precomputed norms.
+    pub fn new(vectors: Vectors<'a>, dim: usize) -> Corpus<'a> {
+        Corpus {
+            vectors,
+            dim,
+            norms: None,
+        }
+    }
+
+    /// An f32 corpus without precomputed norms.
+    pub fn f32(values: &'a [f32], dim: usize) -> Corpus<'a> {
+        Corpus::new(Vectors::F32(values), dim)
+    }
+
+    /// The same corpus with its norms attached.
+    pub fn with_norms(self, norms: &'a [f32]) -> Corpus<'a> {
+        Corpus {
+            norms: Some(norms),
+            ..self
+        }
+    }
+
+    /// Check the corpus (dimension, shape, finite values, norms) and return its number of rows.
+    pub fn validate(&self) -> Result<usize, CpuError> {
+        if self.dim == 0 {
+            return Err(CpuError::ZeroDim);
+        }
+        let len = self.vectors.len();
+        if len == 0 {
+            return Err(CpuError::Empty { what: "corpus" });
+        }
+        if !len.is_multiple_of(self.dim) {
+            return Err(CpuError::RaggedMatrix {
+                what: "corpus",
+                len,
+                dim: self.dim,
+            });
+        }
+        let n = len / self.dim;
+        if n > u32::MAX as usize {
+            return Err(CpuError::TooLarge {
+                what: "corpus rows",
+                len: n,
+                max: u32::MAX as usize,
+            });
+        }
+        self.vectors.check_finite("corpus")?;
+        if let Some(norms) = self.norms {
+            if norms.len() != n {
+                return Err(CpuError::LengthMismatch {
+                    what: "corpus norms",
+                    expected: n,
+                    got: norms.len(),
+                });
+            }
+            // +inf is a valid norm (the norm of finite values can overflow); NaN and negatives are not.
+            if let Some(index) = norms
+                .iter()
+                .position(|x| x.is_nan() || *x == f32::NEG_INFINITY)
+            {
+                return Err(CpuError::NonFinite {
+                    what: "corpus norms",
+                    index,
+                });
+            }
+            if let Some(index) = norms.iter().position(|x| *x < 0.0) {
+                return Err(CpuError::Negative {
+                    what: "corpus norms",
+                    index,
+                });
+            }
+        }
+        Ok(n)
+    }
+}
+
 /// The L2 norm of every row of the row-major matrix `x` (`n_rows * dim` values).
 pub fn row_norms(x: &[f32], dim: usize) -> Result<Vec<f32>, CpuError> {
-    let n_rows = check_matrix("rows", x, dim)?;
-    let mut out = vec![0.0f32; n_rows];
-    out.par_chunks_mut(ROWS_PER_TASK)
-        .enumerate()
-        .for_each(|(chunk_idx, out)| {
-            let base = chunk_idx * ROWS_PER_TASK;
-            for (i, o) in out.iter_mut().enumerate() {
-                let row = &x[(base + i) * dim..(base + i + 1) * dim];
-                *o = reference::norm(row);
-            }
-        });
-    Ok(out)
+    Cpu::new().row_norms(x, dim)
 }
 
 /// Cosine similarity of every query against every corpus row, written query-major into `out`
@@ -50,41 +246,434 @@ pub fn cosine_scores(
     dim: usize,
     out: &mut [f32],
 ) -> Result<(), CpuError> {
-    let n_queries = check_matrix("queries", queries, dim)?;
-    let n_rows = check_matrix("corpus", corpus, dim)?;
-    for (what, got, expected) in [
-        ("query norms", query_norms.len(), n_queries),
-        ("corpus norms", corpus_norms.len(), n_rows),
-        ("output", out.len(), n_queries * n_rows),
-    ] {
-        if got != expected {
-            return Err(CpuError::LengthMismatch {
-                what,
-                expected,
-                got,
-            });
+    Cpu::new().cosine_scores(queries, query_norms, corpus, corpus_norms, dim, out)
+}
+
+/// All `n_queries * n_rows` scores, query-major. See [`Cpu::similarity`].
+pub fn similarity(
+    queries: &[f32],
+    corpus: &Corpus<'_>,
+    metric: Metric,
+) -> Result<Vec<f32>, CpuError> {
+    Cpu::new().similarity(queries, corpus, metric)
+}
+
+/// Fused similarity + top-k. See [`Cpu::knn`].
+pub fn knn(
+    queries: &[f32],
+    corpus: &Corpus<'_>,
+    metric: Metric,
+    k: usize,
+) -> Result<TopK, CpuError> {
+    Cpu::new().knn(queries, corpus, metric, k)
+}
+
+/// Top-k over per-query candidate lists. See [`Cpu::score_candidates`].
+pub fn score_candidates(
+    queries: &[f32],
+    corpus: &Corpus<'_>,
+    metric: Metric,
+    offsets: &[usize],
+    ids: &[u32],
+    k: usize,
+) -> Result<TopK, CpuError> {
+    Cpu::new().score_candidates(queries, corpus, metric, offsets, ids, k)
+}
+
+/// Per-block scratch of the streaming ops.
+#[derive(Default)]
+struct Scratch {
+    rows: Vec<f32>,
+    chains: Vec<f32>,
+    norms: Vec<f32>,
+}
+
+impl Cpu {
+    /// The L2 norm of every row of the row-major matrix `x` (`n_rows * dim` values).
+    pub fn row_norms(&self, x: &[f32], dim: usize) -> Result<Vec<f32>, CpuError> {
+        let n_rows = check_matrix("rows", x, dim)?;
+        Ok(self.norms_unchecked(x, dim, n_rows))
+    }
+
+    fn norms_unchecked(&self, x: &[f32], dim: usize, n_rows: usize) -> Vec<f32> {
+        let mut out = vec![0.0f32; n_rows];
+        let block = rows_per_block(dim);
+        let level = self.level();
+        let work = |(i, o): (usize, &mut [f32])| {
+            let rows = &x[i * block * dim..(i * block + o.len()) * dim];
+            kernels::sqnorms(level, rows, dim, o);
+            for v in o.iter_mut() {
+                *v = v.sqrt();
+            }
+        };
+        if x.len() >= PAR_MIN_WORK {
+            out.par_chunks_mut(block).enumerate().for_each(work);
+        } else {
+            out.chunks_mut(block).enumerate().for_each(work);
+        }
+        out
+    }
+
+    /// Cosine similarity of every query against every corpus row, written query-major into `out`
+    /// (`n_queries * n_rows`). Norms are the values [`Cpu::row_norms`] returns for the same matrices.
+    pub fn cosine_scores(
+        &self,
+        queries: &[f32],
+        query_norms: &[f32],
+        corpus: &[f32],
+        corpus_norms: &[f32],
+        dim: usize,
+        out: &mut [f32],
+    ) -> Result<(), CpuError> {
+        let n_queries = check_matrix("queries", queries, dim)?;
+        let n_rows = check_matrix("corpus", corpus, dim)?;
+        for (what, got, expected) in [
+            ("query norms", query_norms.len(), n_queries),
+            ("corpus norms", corpus_norms.len(), n_rows),
+            ("output", out.len(), n_queries * n_rows),
+        ] {
+            if got != expected {
+                return Err(CpuError::LengthMismatch {
+                    what,
+                    expected,
+                    got,
+                });
+            }
+        }
+        self.scores_into(
+            queries,
+            query_norms,
+            Vectors::F32(corpus),
+            Some(corpus_norms),
+            dim,
+            Metric::Cosine,
+            out,
+        );
+        Ok(())
+    }
+
+    /// All `n_queries * n_rows` scores of `metric`, query-major. Meant for small corpora: large ones go
+    /// through [`Cpu::knn`], which never materialises the matrix.
+    pub fn similarity(
+        &self,
+        queries: &[f32],
+        corpus: &Corpus<'_>,
+        metric: Metric,
+    ) -> Result<Vec<f32>, CpuError> {
+        let n = corpus.validate()?;
+        let dim = corpus.dim;
+        let nq = check_matrix("queries", queries, dim)?;
+        let qn = self.query_norms(queries, dim, nq, metric);
+        let mut out = vec![0.0f32; nq * n];
+        self.scores_into(
+            queries,
+            &qn,
+            corpus.vectors,
+            corpus.norms,
+            dim,
+            metric,
+            &mut out,
+        );
+        Ok(out)
+    }
+
+    fn query_norms(&self, queries: &[f32], dim: usize, nq: usize, metric: Metric) -> Vec<f32> {
+        if metric == Metric::Cosine {
+            self.norms_unchecked(queries, dim, nq)
+        } else {
+            Vec::new()
         }
     }
-    out.par_chunks_mut(n_rows)
-        .enumerate()
-        .for_each(|(q_idx, out_row)| {
-            let q = &queries[q_idx * dim..(q_idx + 1) * dim];
-            let nq = query_norms[q_idx];
-            out_row
-                .par_chunks_mut(ROWS_PER_TASK)
-                .enumerate()
-                .for_each(|(chunk_idx, out)| {
-                    let base = chunk_idx * ROWS_PER_TASK;
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let row_idx = base + i;
-                        let c = &corpus[row_idx * dim..(row_idx + 1) * dim];
-                        *o = reference::cosine_from_parts(
-                            reference::dot(q, c),
-                            nq,
-                            corpus_norms[row_idx],
-                        );
+
+    /// Scores of one block of rows (`r0 ..`, `rows` already f32) for every query, into `scratch.chains`
+    /// (`nq * n_block`, query-major).
+    #[allow(clippy::too_many_arguments)]
+    fn block_scores(
+        &self,
+        queries: &[f32],
+        query_norms: &[f32],
+        rows: &[f32],
+        norms: Option<&[f32]>,
+        dim: usize,
+        metric: Metric,
+        chains: &mut Vec<f32>,
+        norm_buf: &mut Vec<f32>,
+    ) {
+        let nb = rows.len() / dim;
+        let nq = queries.len() / dim;
+        chains.clear();
+        chains.resize(nq * nb, 0.0);
+        kernels::chains(self.level(), metric.mode(), queries, rows, dim, chains, nb);
+        if metric == Metric::Cosine {
+            let cn: &[f32] = match norms {
+                Some(n) => n,
+                None => {
+                    norm_buf.clear();
+                    norm_buf.resize(nb, 0.0);
+                    kernels::sqnorms(self.level(), rows, dim, norm_buf);
+                    for v in norm_buf.iter_mut() {
+                        *v = v.sqrt();
                     }
+                    norm_buf
+                }
+            };
+            for (q, row) in chains.chunks_exact_mut(nb).enumerate() {
+                let nq = query_norms[q];
+                for (s, nc) in row.iter_mut().zip(cn) {
+                    *s = reference::cosine_from_parts(*s, nq, *nc);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scores_into(
+        &self,
+        queries: &[f32],
+        query_norms: &[f32],
+        vectors: Vectors<'_>,
+        norms: Option<&[f32]>,
+        dim: usize,
+        metric: Metric,
+        out: &mut [f32],
+    ) {
+        let n = vectors.len() / dim;
+        let nq = queries.len() / dim;
+        let block = rows_per_block(dim);
+        let n_blocks = n.div_ceil(block);
+        let run = |b: usize, scratch: &mut Scratch| {
+            let (r0, r1) = (b * block, ((b + 1) * block).min(n));
+            let rows = vectors.rows(r0, r1, dim, &mut scratch.rows);
+            let nrm = norms.map(|x| &x[r0..r1]);
+            let mut chains = std::mem::take(&mut scratch.chains);
+            self.block_scores(
+                queries,
+                query_norms,
+                rows,
+                nrm,
+                dim,
+                metric,
+                &mut chains,
+                &mut scratch.norms,
+            );
+            chains
+        };
+        let results: Vec<(usize, Vec<f32>)> = if nq * n * dim >= PAR_MIN_WORK {
+            (0..n_blocks)
+                .into_par_iter()
+                .map_init(Scratch::default, |s, b| (b, run(b, s)))
+                .collect()
+        } else {
+            let mut s = Scratch::default();
+            (0..n_blocks).map(|b| (b, run(b, &mut s))).collect()
+        };
+        for (b, chains) in results {
+            let r0 = b * block;
+            let nb = chains.len() / nq;
+            for q in 0..nq {
+                out[q * n + r0..q * n + r0 + nb].copy_from_slice(&chains[q * nb..(q + 1) * nb]);
+            }
+        }
+    }
+
+    /// Fused similarity + top-k: per query the best `k` (score, id) pairs of the whole corpus, best first,
+    /// in the total order of `docs/numerics.md`. The corpus is streamed in blocks that stay in cache;
+    /// the `n_queries * n_rows` score matrix is never built. `1 <= k <= n_rows`.
+    pub fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &Corpus<'_>,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, CpuError> {
+        let n = corpus.validate()?;
+        let dim = corpus.dim;
+        let nq = check_matrix("queries", queries, dim)?;
+        if k == 0 || k > n {
+            return Err(CpuError::KOutOfRange { k, n });
+        }
+        let qn = self.query_norms(queries, dim, nq, metric);
+        let block = rows_per_block(dim);
+        let n_blocks = n.div_ceil(block);
+        let order = metric.order();
+        let threads = rayon::current_num_threads().max(1);
+
+        // Stream blocks `b0 .. b1` of the corpus for the queries `q0 .. q1`.
+        let stream = |q0: usize, q1: usize, b0: usize, b1: usize| -> Vec<Selector> {
+            let qs = &queries[q0 * dim..q1 * dim];
+            let qns = if qn.is_empty() { &qn[..] } else { &qn[q0..q1] };
+            let mut sel: Vec<Selector> = (q0..q1).map(|_| Selector::new(k)).collect();
+            let mut s = Scratch::default();
+            for b in b0..b1 {
+                let (r0, r1) = (b * block, ((b + 1) * block).min(n));
+                let rows = corpus.vectors.rows(r0, r1, dim, &mut s.rows);
+                let nrm = corpus.norms.map(|x| &x[r0..r1]);
+                self.block_scores(qs, qns, rows, nrm, dim, metric, &mut s.chains, &mut s.norms);
+                let nb = r1 - r0;
+                for (sq, row) in sel.iter_mut().zip(s.chains.chunks_exact(nb)) {
+                    for (i, v) in row.iter().enumerate() {
+                        sq.push(pair_key(*v, (r0 + i) as u32, order), *v);
+                    }
+                }
+            }
+            sel
+        };
+
+        let selectors: Vec<Selector> = if nq * n * dim < PAR_MIN_WORK || threads == 1 {
+            stream(0, nq, 0, n_blocks)
+        } else if nq >= 16 * threads && nq.saturating_mul(k) > (1 << 20) {
+            // Many queries with a large k: split the queries, so each query has one selector.
+            let groups = threads.min(nq.div_ceil(16));
+            let per = nq.div_ceil(groups).div_ceil(16) * 16;
+            let parts: Vec<Vec<Selector>> = (0..nq.div_ceil(per))
+                .into_par_iter()
+                .map(|g| stream(g * per, ((g + 1) * per).min(nq), 0, n_blocks))
+                .collect();
+            parts.into_iter().flatten().collect()
+        } else {
+            // Split the corpus into one range of blocks per thread, then merge the selectors exactly.
+            let tasks = threads.min(n_blocks);
+            let parts: Vec<Vec<Selector>> = (0..tasks)
+                .into_par_iter()
+                .map(|t| stream(0, nq, t * n_blocks / tasks, (t + 1) * n_blocks / tasks))
+                .collect();
+            let mut it = parts.into_iter();
+            let mut acc = it.next().unwrap_or_default();
+            for part in it {
+                for (a, p) in acc.iter_mut().zip(part) {
+                    a.merge(p);
+                }
+            }
+            acc
+        };
+        Ok(collect_topk(selectors, k))
+    }
+
+    /// Per query, the best `k` pairs among its own candidate ids: query `q`'s candidates are
+    /// `ids[offsets[q] .. offsets[q + 1]]` (`offsets` has `n_queries + 1` entries, starts at 0, never
+    /// decreases, ends at `ids.len()`). Every id must be `< n_rows` and appear once per list; `k` must be
+    /// at least 1 and at most the shortest list's length. Scores and order as in [`Cpu::knn`].
+    pub fn score_candidates(
+        &self,
+        queries: &[f32],
+        corpus: &Corpus<'_>,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, CpuError> {
+        let n = corpus.validate()?;
+        let dim = corpus.dim;
+        let nq = check_matrix("queries", queries, dim)?;
+        check_offsets(offsets, nq, ids.len())?;
+        if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n) {
+            return Err(CpuError::IdOutOfRange {
+                what: "candidate ids",
+                index,
+                id: *id as u64,
+                n,
+            });
+        }
+        let shortest = offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(0);
+        if k == 0 || k > shortest {
+            return Err(CpuError::KOutOfRange { k, n: shortest });
+        }
+        for q in 0..nq {
+            let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
+            list.sort_unstable();
+            if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
+                return Err(CpuError::DuplicateId { query: q, id: w[0] });
+            }
+        }
+        let qn = self.query_norms(queries, dim, nq, metric);
+        let block = rows_per_block(dim);
+        let order = metric.order();
+        let one = |q: usize, s: &mut Scratch| -> Selector {
+            let mut sel = Selector::new(k);
+            let list = &ids[offsets[q]..offsets[q + 1]];
+            let query = &queries[q * dim..(q + 1) * dim];
+            let qns = if qn.is_empty() {
+                &qn[..]
+            } else {
+                &qn[q..q + 1]
+            };
+            for chunk in list.chunks(block) {
+                let rows = corpus.vectors.gather(chunk, dim, &mut s.rows);
+                let nrm = corpus.norms.map(|x| {
+                    s.norms.clear();
+                    s.norms.extend(chunk.iter().map(|id| x[*id as usize]));
+                    std::mem::take(&mut s.norms)
                 });
+                let mut norm_buf = Vec::new();
+                self.block_scores(
+                    query,
+                    qns,
+                    rows,
+                    nrm.as_deref(),
+                    dim,
+                    metric,
+                    &mut s.chains,
+                    &mut norm_buf,
+                );
+                for (id, v) in chunk.iter().zip(&s.chains) {
+                    sel.push(pair_key(*v, *id, order), *v);
+                }
+            }
+            sel
+        };
+        let selectors: Vec<Selector> = if ids.len() * dim < PAR_MIN_WORK {
+            let mut s = Scratch::default();
+            (0..nq).map(|q| one(q, &mut s)).collect()
+        } else {
+            (0..nq)
+                .into_par_iter()
+                .map_init(Scratch::default, |s, q| one(q, s))
+                .collect()
+        };
+        Ok(collect_topk(selectors, k))
+    }
+}
+
+fn collect_topk(selectors: Vec<Selector>, k: usize) -> TopK {
+    let nq = selectors.len();
+    let mut ids = vec![0u32; nq * k];
+    let mut scores = vec![0f32; nq * k];
+    for ((sel, i), s) in selectors
+        .into_iter()
+        .zip(ids.chunks_exact_mut(k))
+        .zip(scores.chunks_exact_mut(k))
+    {
+        write_entries(&sel.finish(), i, s);
+    }
+    TopK { k, ids, scores }
+}
+
+/// `offsets` of per-query lists: `n + 1` entries, starting at 0, never decreasing, ending at `total`.
+pub(crate) fn check_offsets(offsets: &[usize], n: usize, total: usize) -> Result<(), CpuError> {
+    if offsets.len() != n + 1 {
+        return Err(CpuError::LengthMismatch {
+            what: "candidate offsets",
+            expected: n + 1,
+            got: offsets.len(),
         });
+    }
+    if offsets[0] != 0 {
+        return Err(CpuError::BadIndptr {
+            index: 0,
+            reason: "the first offset must be 0",
+        });
+    }
+    if let Some(i) = offsets.windows(2).position(|w| w[1] < w[0]) {
+        return Err(CpuError::BadIndptr {
+            index: i + 1,
+            reason: "offsets decrease",
+        });
+    }
+    if offsets[n] != total {
+        return Err(CpuError::BadIndptr {
+            index: n,
+            reason: "the last offset must equal the number of ids",
+        });
+    }
     Ok(())
 }

@@ -1,6 +1,7 @@
 use thiserror::Error;
 
-/// Why a CPU op refused its input. Every variant is raised before any work is done.
+/// Why a CPU op refused its input. Every variant is raised before any work is done, except
+/// [`CpuError::ActivationOverflow`], which spreading raises after the hop that overflowed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CpuError {
@@ -22,4 +23,35 @@ pub enum CpuError {
     },
     #[error("{what} holds a NaN or infinite value at index {index}")]
     NonFinite { what: &'static str, index: usize },
+    #[error("k = {k} is out of range: it must be between 1 and {n}")]
+    KOutOfRange { k: usize, n: usize },
+    #[error("{what}[{index}] = {id} is out of range for {n} rows")]
+    IdOutOfRange {
+        what: &'static str,
+        index: usize,
+        id: u64,
+        n: usize,
+    },
+    #[error("id {id} appears twice in the candidate list of query {query}")]
+    DuplicateId { query: usize, id: u32 },
+    #[error("{what} has {len} entries, more than the supported {max}")]
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{what} holds a negative value at index {index}")]
+    Negative { what: &'static str, index: usize },
+    #[error("{what} = {value} is out of range: expected {expected}")]
+    ParamOutOfRange {
+        what: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("csr indptr is invalid at index {index}: {reason}")]
+    BadIndptr { index: usize, reason: &'static str },
+    #[error("activation overflowed to infinity in hop {hop}")]
+    ActivationOverflow { hop: usize },
+    #[error("unknown simd level {name:?}: expected scalar, neon, avx2 or avx512")]
+    UnknownSimdLevel { name: String },
 }

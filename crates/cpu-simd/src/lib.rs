@@ -2,7 +2,21 @@
 //!
 //! This crate is two things at once: the fallback that keeps recall answering when there is no GPU, and
 //! the reference the GPU kernels are tested against. Every op follows the order in `docs/numerics.md`
-//! exactly, so its results are bit-identical to the GPU's in exact mode.
+//! exactly, so its results are bit-identical to the GPU's in exact mode, and bit-identical across the
+//! SIMD levels of [`SimdLevel`].
+//!
+//! | op | function |
+//! |---|---|
+//! | similarity | [`similarity`], [`cosine_scores`], [`row_norms`] |
+//! | top-k | [`topk`] (any score matrix), [`knn`] (fused with similarity, streams the corpus) |
+//! | candidate scoring | [`score_candidates`] |
+//! | activation spreading | [`SpreadGraph`], [`spread`] |
+//! | k-means | [`kmeans`] |
+//! | clip-and-noise | [`clip_and_noise`] |
+//!
+//! Each free function runs at the process-wide level ([`simd_level`]); the same ops are methods of
+//! [`Cpu`], whose [`Cpu::with_level`] picks a lower level (the tests run every level against the scalar
+//! reference that way).
 //!
 //! Architecture invariant: `recall-cpu-simd` never depends on any `recall-gpu-*` crate or on the driver.
 //! Architecture invariant: inputs are validated here before any work; bad input is a [`CpuError`], never
@@ -10,10 +24,26 @@
 
 mod dense;
 mod error;
+mod kernels;
+mod kmeans;
+mod noise;
 pub mod reference;
+mod simd;
+mod spread;
+mod topk;
 
-pub use dense::{cosine_scores, row_norms};
+pub use dense::{
+    Corpus, Metric, Vectors, cosine_scores, knn, row_norms, score_candidates, similarity,
+};
 pub use error::CpuError;
+pub use kmeans::{INERTIA_BLOCK, KMeans, kmeans, kmeans_seed_indices};
+pub use noise::clip_and_noise;
+pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
+pub use spread::{SPREAD_LANES, Spread, SpreadGraph, SpreadParams, spread};
+pub use topk::{Order, TopK, pair_key, score_key, topk};
+
+/// Below this many multiply-adds (or values) an op runs on the calling thread: no rayon overhead.
+pub(crate) const PAR_MIN_WORK: usize = 1 << 21;
 
 /// Check that every value is finite (no NaN, no infinity): the contract's first step for every op.
 pub fn check_finite(what: &'static str, values: &[f32]) -> Result<(), CpuError> {

@@ -35,3 +35,15 @@ pub fn norm(x: &[f32]) -> f32 {
 pub fn cosine(q: &[f32], c: &[f32]) -> f32 {
     cosine_from_parts(dot(q, c), norm(q), norm(c))
 }
+
+/// `l2sq(q, c)`: `t = q[k] - c[k]; acc = fma(t, t, acc)` over `k` ascending.
+#[inline]
+pub fn l2sq(q: &[f32], c: &[f32]) -> f32 {
+    debug_assert_eq!(q.len(), c.len());
+    let mut acc = 0.0f32;
+    for (a, b) in q.iter().zip(c) {
+        let t = a - b;
+        acc = t.mul_add(t, acc);
+    }
+    acc
+}

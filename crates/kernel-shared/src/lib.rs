@@ -92,4 +92,148 @@ pub mod math {
             dot / (nq * nc)
         }
     }
+
+    // ---- Counter-based random numbers and the Gaussian transform (docs/numerics.md, "Counter-based
+    // random numbers" and "Clip-and-noise"). Only integer ops, `+ - * /`, `fma` and `sqrt` on f32: no
+    // libm, so the device and the host produce the same bits.
+
+    /// Philox4x32 multipliers and Weyl key increments (Salmon et al. 2011, Random123).
+    pub const PHILOX_M0: u32 = 0xD251_1F53;
+    pub const PHILOX_M1: u32 = 0xCD9E_8D57;
+    pub const PHILOX_W0: u32 = 0x9E37_79B9;
+    pub const PHILOX_W1: u32 = 0xBB67_AE85;
+    /// Domain (fourth counter word) of the k-means seeding stream.
+    pub const DOMAIN_KMEANS: u32 = 1;
+    /// Domain (fourth counter word) of the clip-and-noise stream.
+    pub const DOMAIN_NOISE: u32 = 2;
+
+    #[inline(always)]
+    fn mulhilo(a: u32, b: u32) -> (u32, u32) {
+        let p = (a as u64) * (b as u64);
+        ((p >> 32) as u32, p as u32)
+    }
+
+    /// Philox4x32 with 10 rounds.
+    #[inline(always)]
+    pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+        let mut c = counter;
+        let mut k = key;
+        let mut round = 0;
+        loop {
+            let (hi0, lo0) = mulhilo(PHILOX_M0, c[0]);
+            let (hi1, lo1) = mulhilo(PHILOX_M1, c[2]);
+            c = [hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0];
+            round += 1;
+            if round == 10 {
+                return c;
+            }
+            k = [k[0].wrapping_add(PHILOX_W0), k[1].wrapping_add(PHILOX_W1)];
+        }
+    }
+
+    /// The Philox key of a 64-bit seed: `[low32(seed), high32(seed)]`.
+    #[inline(always)]
+    pub fn philox_key(seed: u64) -> [u32; 2] {
+        [seed as u32, (seed >> 32) as u32]
+    }
+
+    /// Word `i` of the stream of `domain`: `philox([low32(i/4), high32(i/4), 0, domain], key)[i % 4]`.
+    #[inline(always)]
+    pub fn philox_word(key: [u32; 2], domain: u32, i: u64) -> u32 {
+        let block = i / 4;
+        philox4x32_10([block as u32, (block >> 32) as u32, 0, domain], key)[(i % 4) as usize]
+    }
+
+    /// A uniform value in `(0, 1)` from a 32-bit word: `f32(2 * (w >> 9) + 1) * 2^-24`, exact.
+    #[inline(always)]
+    pub fn uniform_open(w: u32) -> f32 {
+        ((((w >> 9) << 1) | 1) as f32) * (1.0 / 16_777_216.0)
+    }
+
+    const SQRT2: f32 = core::f32::consts::SQRT_2;
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 1.42860677e-6
+
+    /// Natural logarithm of a normal `u` in `(0, 1]` (the only range clip-and-noise needs).
+    #[inline(always)]
+    pub fn ln_unit(u: f32) -> f32 {
+        let bits = u.to_bits();
+        let mut e = ((bits >> 23) & 0xff) as i32 - 127;
+        let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+        if m > SQRT2 {
+            m *= 0.5;
+            e += 1;
+        }
+        let t = (m - 1.0) / (m + 1.0);
+        let t2 = t * t;
+        let mut p = fma(t2, 1.0 / 11.0, 1.0 / 9.0);
+        p = fma(t2, p, 1.0 / 7.0);
+        p = fma(t2, p, 1.0 / 5.0);
+        p = fma(t2, p, 1.0 / 3.0);
+        p = fma(t2, p, 1.0);
+        let lm = (t + t) * p;
+        let ef = e as f32;
+        fma(ef, LN2_HI, fma(ef, LN2_LO, lm))
+    }
+
+    const PI_2: f32 = core::f32::consts::FRAC_PI_2;
+
+    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored).
+    #[inline(always)]
+    pub fn sincos_turns(a: u32) -> (f32, f32) {
+        let q = (a >> 22) & 3;
+        let f = ((a & 0x003f_ffff) as f32) * (1.0 / 4_194_304.0);
+        let x = f * PI_2;
+        let x2 = x * x;
+        let mut ps = fma(x2, 1.0 / 6_227_020_800.0, -1.0 / 39_916_800.0);
+        ps = fma(x2, ps, 1.0 / 362_880.0);
+        ps = fma(x2, ps, -1.0 / 5_040.0);
+        ps = fma(x2, ps, 1.0 / 120.0);
+        ps = fma(x2, ps, -1.0 / 6.0);
+        let s = fma(x * x2, ps, x);
+        let mut pc = fma(x2, -1.0 / 87_178_291_200.0, 1.0 / 479_001_600.0);
+        pc = fma(x2, pc, -1.0 / 3_628_800.0);
+        pc = fma(x2, pc, 1.0 / 40_320.0);
+        pc = fma(x2, pc, -1.0 / 720.0);
+        pc = fma(x2, pc, 1.0 / 24.0);
+        pc = fma(x2, pc, -0.5);
+        let c = fma(x2, pc, 1.0);
+        match q {
+            0 => (s, c),
+            1 => (c, -s),
+            2 => (-s, -c),
+            _ => (-c, s),
+        }
+    }
+
+    /// Two standard normal values from two 32-bit words (Box-Muller).
+    #[inline(always)]
+    pub fn box_muller(w0: u32, w1: u32) -> (f32, f32) {
+        let u = uniform_open(w0);
+        let rad = sqrt(-2.0 * ln_unit(u));
+        let (s, c) = sincos_turns(w1 >> 8);
+        (rad * c, rad * s)
+    }
+
+    /// The four noise values `g(row, 4 * block .. 4 * block + 4)` of clip-and-noise.
+    #[inline(always)]
+    pub fn gaussian4(key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
+        let w = philox4x32_10([block, row as u32, (row >> 32) as u32, DOMAIN_NOISE], key);
+        let (g0, g1) = box_muller(w[0], w[1]);
+        let (g2, g3) = box_muller(w[2], w[3]);
+        [g0, g1, g2, g3]
+    }
+
+    /// An unbiased integer in `0 .. m` (`m >= 1`) by Lemire's method, drawing words from `next`.
+    #[inline(always)]
+    pub fn uniform_below(m: u32, next: &mut impl FnMut() -> u32) -> u32 {
+        let mut x = (next() as u64) * (m as u64);
+        if (x as u32) < m {
+            let t = m.wrapping_neg() % m;
+            while (x as u32) < t {
+                x = (next() as u64) * (m as u64);
+            }
+        }
+        (x >> 32) as u32
+    }
 }

@@ -30,10 +30,9 @@ pub use recall_hybrid_executor::{
     Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus,
 };
 
-/// The CPU SIMD path in use (for example `avx512`, `avx2+fma`, `neon`, `scalar`).
+/// The CPU SIMD path in use: `avx512`, `avx2`, `neon` or `scalar` (`RECALL_CPU_SIMD` can lower it).
 pub fn cpu_simd_level() -> String {
-    // The CPU engine is scalar + rayon until its run-time SIMD selection lands (issue 3).
-    "portable (scalar, rayon)".to_string()
+    recall_cpu_simd::simd_level().name().to_string()
 }
 
 /// Self-tests a user can run on their own machine.

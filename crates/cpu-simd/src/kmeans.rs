@@ -1,0 +1,205 @@
+//! k-means (`docs/numerics.md`, "k-means"): Philox-seeded, Lloyd iterations, exact order throughout.
+
+use crate::dense::check_matrix;
+use crate::kernels::{self, L2};
+use crate::simd::Cpu;
+use crate::topk::{Order, pair_key};
+use crate::{CpuError, PAR_MIN_WORK};
+use rayon::prelude::*;
+use recall_kernel_shared::math::{DOMAIN_KMEANS, philox_key, philox_word, uniform_below};
+use std::collections::HashMap;
+
+/// Points per block of the inertia sum.
+pub const INERTIA_BLOCK: usize = 256;
+/// Points per assignment task (a block of points meets every centroid while the centroids stay cached).
+const ASSIGN_BLOCK: usize = 64;
+
+/// The result of [`kmeans`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct KMeans {
+    /// `k * dim` values, row-major: the centroids after the last update.
+    pub centroids: Vec<f32>,
+    /// Per point, its centroid in the last assignment step.
+    pub assignments: Vec<u32>,
+    /// Per iteration, the inertia (sum of squared distances to the assigned centroid) of its assignment step.
+    pub inertia: Vec<f64>,
+}
+
+/// k-means of `points` (`n * dim`, row-major) into `k` clusters for `iters` Lloyd iterations.
+pub fn kmeans(
+    points: &[f32],
+    dim: usize,
+    k: usize,
+    iters: usize,
+    seed: u64,
+) -> Result<KMeans, CpuError> {
+    Cpu::new().kmeans(points, dim, k, iters, seed)
+}
+
+/// The seeding of `docs/numerics.md`: the first `k` entries of a Philox-driven Fisher-Yates shuffle of
+/// `0 .. n`.
+pub fn kmeans_seed_indices(n: usize, k: usize, seed: u64) -> Vec<u32> {
+    let key = philox_key(seed);
+    let mut word = 0u64;
+    let mut next = || {
+        let w = philox_word(key, DOMAIN_KMEANS, word);
+        word += 1;
+        w
+    };
+    let mut swapped: HashMap<u32, u32> = HashMap::new();
+    let mut out = Vec::with_capacity(k);
+    for i in 0..k as u32 {
+        let j = i + uniform_below(n as u32 - i, &mut next);
+        let at_j = *swapped.get(&j).unwrap_or(&j);
+        let at_i = *swapped.get(&i).unwrap_or(&i);
+        swapped.insert(j, at_i);
+        out.push(at_j);
+    }
+    out
+}
+
+impl Cpu {
+    /// k-means of `points` (`n * dim`, row-major) into `k` clusters (`1 <= k <= n`) for `iters >= 1`
+    /// Lloyd iterations, seeded from `seed`.
+    pub fn kmeans(
+        &self,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        seed: u64,
+    ) -> Result<KMeans, CpuError> {
+        let n = check_matrix("points", points, dim)?;
+        if n > u32::MAX as usize {
+            return Err(CpuError::TooLarge {
+                what: "points",
+                len: n,
+                max: u32::MAX as usize,
+            });
+        }
+        if k == 0 || k > n {
+            return Err(CpuError::KOutOfRange { k, n });
+        }
+        if iters == 0 {
+            return Err(CpuError::ParamOutOfRange {
+                what: "iterations",
+                value: "0".into(),
+                expected: "at least 1",
+            });
+        }
+        let mut centroids = Vec::with_capacity(k * dim);
+        for p in kmeans_seed_indices(n, k, seed) {
+            centroids.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
+        }
+        let mut assignments = vec![0u32; n];
+        let mut dists = vec![0f32; n];
+        let mut inertia = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            self.assign(points, dim, &centroids, &mut assignments, &mut dists);
+            inertia.push(inertia_of(&dists));
+            update(points, dim, &assignments, &mut centroids);
+        }
+        Ok(KMeans {
+            centroids,
+            assignments,
+            inertia,
+        })
+    }
+
+    /// Assignment step: per point the centroid of smallest `l2sq`, ties to the lower index.
+    fn assign(
+        &self,
+        points: &[f32],
+        dim: usize,
+        centroids: &[f32],
+        assign: &mut [u32],
+        dists: &mut [f32],
+    ) {
+        let k = centroids.len() / dim;
+        let level = self.level();
+        let work = |(b, (a, d)): (usize, (&mut [u32], &mut [f32])), buf: &mut Vec<f32>| {
+            let p0 = b * ASSIGN_BLOCK;
+            let pts = &points[p0 * dim..(p0 + a.len()) * dim];
+            buf.clear();
+            buf.resize(a.len() * k, 0.0);
+            kernels::chains(level, L2, pts, centroids, dim, buf, k);
+            for ((row, a), d) in buf.chunks_exact(k).zip(a.iter_mut()).zip(d.iter_mut()) {
+                let mut best = u64::MAX;
+                for (c, v) in row.iter().enumerate() {
+                    best = best.min(pair_key(*v, c as u32, Order::LowerFirst));
+                }
+                *a = best as u32;
+                *d = row[*a as usize];
+            }
+        };
+        if points.len() * k >= PAR_MIN_WORK {
+            assign
+                .par_chunks_mut(ASSIGN_BLOCK)
+                .zip(dists.par_chunks_mut(ASSIGN_BLOCK))
+                .enumerate()
+                .for_each_init(Vec::new, |buf, x| work(x, buf));
+        } else {
+            let mut buf = Vec::new();
+            let blocks = assign
+                .chunks_mut(ASSIGN_BLOCK)
+                .zip(dists.chunks_mut(ASSIGN_BLOCK))
+                .enumerate();
+            blocks.for_each(|x| work(x, &mut buf));
+        }
+    }
+}
+
+/// Inertia in f64: blocks of 256 points summed in order, block sums added in order.
+pub(crate) fn inertia_of(dists: &[f32]) -> f64 {
+    let mut total = 0.0f64;
+    for block in dists.chunks(INERTIA_BLOCK) {
+        let mut s = 0.0f64;
+        for d in block {
+            s += *d as f64;
+        }
+        total += s;
+    }
+    total
+}
+
+/// Update step: per centroid the members' sum in ascending point order (plain adds), divided by the count;
+/// a centroid without members keeps its value.
+fn update(points: &[f32], dim: usize, assign: &[u32], centroids: &mut [f32]) {
+    let k = centroids.len() / dim;
+    // Members of each centroid, ascending point index (a stable counting sort).
+    let mut start = vec![0usize; k + 1];
+    for a in assign {
+        start[*a as usize + 1] += 1;
+    }
+    for c in 0..k {
+        start[c + 1] += start[c];
+    }
+    let mut cursor = start[..k].to_vec();
+    let mut members = vec![0u32; assign.len()];
+    for (p, a) in assign.iter().enumerate() {
+        members[cursor[*a as usize]] = p as u32;
+        cursor[*a as usize] += 1;
+    }
+    let work = |(c, cen): (usize, &mut [f32])| {
+        let m = &members[start[c]..start[c + 1]];
+        if m.is_empty() {
+            return;
+        }
+        let mut sum = vec![0.0f32; dim];
+        for p in m {
+            let x = &points[*p as usize * dim..(*p as usize + 1) * dim];
+            for (s, v) in sum.iter_mut().zip(x) {
+                *s += *v;
+            }
+        }
+        let count = m.len() as f32;
+        for (o, s) in cen.iter_mut().zip(&sum) {
+            *o = *s / count;
+        }
+    };
+    if points.len() >= PAR_MIN_WORK {
+        centroids.par_chunks_mut(dim).enumerate().for_each(work);
+    } else {
+        centroids.chunks_mut(dim).enumerate().for_each(work);
+    }
+}

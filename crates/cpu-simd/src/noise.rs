@@ -1,0 +1,93 @@
+//! Clip-and-noise (`docs/numerics.md`, "Clip-and-noise"): per-row L2 clip, then Philox4x32-10 Gaussian
+//! noise from the functions in `recall-kernel-shared::math`, which the GPU kernel calls too.
+
+use crate::dense::check_matrix;
+use crate::kernels;
+use crate::simd::Cpu;
+use crate::{CpuError, PAR_MIN_WORK};
+use rayon::prelude::*;
+use recall_kernel_shared::math::{gaussian4, philox_key};
+
+/// Clip every row of `x` (`n * dim`, row-major) to L2 norm `clip`, then add `sigma` times standard normal
+/// noise drawn from the counter-based stream of `seed`.
+pub fn clip_and_noise(
+    x: &[f32],
+    dim: usize,
+    clip: f32,
+    sigma: f32,
+    seed: u64,
+) -> Result<Vec<f32>, CpuError> {
+    Cpu::new().clip_and_noise(x, dim, clip, sigma, seed)
+}
+
+/// Rows per task.
+const ROWS_PER_TASK: usize = 256;
+
+impl Cpu {
+    /// Clip every row of `x` (`n * dim`, row-major) to L2 norm `clip` (finite, `> 0`), then add `sigma`
+    /// (finite, `>= 0`) times standard normal noise drawn from the counter-based stream of `seed`.
+    pub fn clip_and_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Vec<f32>, CpuError> {
+        let n = check_matrix("vectors", x, dim)?;
+        if !(clip.is_finite() && clip > 0.0) {
+            return Err(CpuError::ParamOutOfRange {
+                what: "clip",
+                value: clip.to_string(),
+                expected: "finite and > 0",
+            });
+        }
+        if !(sigma.is_finite() && sigma >= 0.0) {
+            return Err(CpuError::ParamOutOfRange {
+                what: "sigma",
+                value: sigma.to_string(),
+                expected: "finite and >= 0",
+            });
+        }
+        let key = philox_key(seed);
+        let level = self.level();
+        let mut out = vec![0.0f32; x.len()];
+        let work = |(t, o): (usize, &mut [f32])| {
+            let r0 = t * ROWS_PER_TASK;
+            let rows = &x[r0 * dim..r0 * dim + o.len()];
+            let mut sq = vec![0.0f32; o.len() / dim];
+            kernels::sqnorms(level, rows, dim, &mut sq);
+            for (i, ((orow, xrow), s)) in o
+                .chunks_exact_mut(dim)
+                .zip(rows.chunks_exact(dim))
+                .zip(&sq)
+                .enumerate()
+            {
+                let nr = s.sqrt();
+                let scale = if nr > clip { Some(clip / nr) } else { None };
+                let row = (r0 + i) as u64;
+                for (b, (oc, xc)) in orow.chunks_mut(4).zip(xrow.chunks(4)).enumerate() {
+                    let g = gaussian4(key, row, b as u32);
+                    for ((o, v), g) in oc.iter_mut().zip(xc).zip(g) {
+                        let y = match scale {
+                            Some(s) => v * s,
+                            None => *v,
+                        };
+                        *o = sigma.mul_add(g, y);
+                    }
+                }
+            }
+        };
+        let _ = n;
+        if x.len() >= PAR_MIN_WORK / 8 {
+            out.par_chunks_mut(ROWS_PER_TASK * dim)
+                .enumerate()
+                .for_each(work);
+        } else {
+            out.chunks_mut(ROWS_PER_TASK * dim)
+                .enumerate()
+                .for_each(work);
+        }
+        Ok(out)
+    }
+}

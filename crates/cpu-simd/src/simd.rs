@@ -1,0 +1,183 @@
+//! Run-time choice of the SIMD path (ADR 0003). The level is detected once and cached in an atomic, as
+//! memchr does; `RECALL_CPU_SIMD=scalar|neon|avx2|avx512` can lower it (never raise it), so the tests can
+//! run every path this machine has against the scalar reference.
+
+use crate::CpuError;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+/// A SIMD instruction-set level, ordered from least to most capable. All levels give bit-identical results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    /// Plain Rust: the reference loops (any CPU).
+    Scalar = 1,
+    /// aarch64 Advanced SIMD (currently served by the scalar code; see the crate docs).
+    Neon = 2,
+    /// x86-64 AVX2 + FMA (8 lanes).
+    Avx2 = 3,
+    /// x86-64 AVX-512F (16 lanes).
+    Avx512 = 4,
+}
+
+impl SimdLevel {
+    /// The level's name as the environment override spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Neon => "neon",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        }
+    }
+
+    /// Parse a name as [`SimdLevel::name`] writes it.
+    pub fn parse(name: &str) -> Result<SimdLevel, CpuError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Ok(SimdLevel::Scalar),
+            "neon" => Ok(SimdLevel::Neon),
+            "avx2" => Ok(SimdLevel::Avx2),
+            "avx512" => Ok(SimdLevel::Avx512),
+            _ => Err(CpuError::UnknownSimdLevel {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    fn from_u8(v: u8) -> SimdLevel {
+        match v {
+            2 => SimdLevel::Neon,
+            3 => SimdLevel::Avx2,
+            4 => SimdLevel::Avx512,
+            _ => SimdLevel::Scalar,
+        }
+    }
+}
+
+/// The best level this CPU supports, ignoring the environment.
+pub fn detected_level() -> SimdLevel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+        {
+            return SimdLevel::Avx512;
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return SimdLevel::Avx2;
+        }
+        SimdLevel::Scalar
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return SimdLevel::Neon;
+        }
+        SimdLevel::Scalar
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        SimdLevel::Scalar
+    }
+}
+
+/// Every level this machine can run, lowest first (always includes [`SimdLevel::Scalar`]).
+pub fn available_levels() -> Vec<SimdLevel> {
+    let top = detected_level();
+    [
+        SimdLevel::Scalar,
+        SimdLevel::Neon,
+        SimdLevel::Avx2,
+        SimdLevel::Avx512,
+    ]
+    .into_iter()
+    .filter(|l| *l <= top)
+    .filter(|l| match l {
+        SimdLevel::Neon => cfg!(target_arch = "aarch64"),
+        SimdLevel::Avx2 | SimdLevel::Avx512 => cfg!(target_arch = "x86_64"),
+        SimdLevel::Scalar => true,
+    })
+    .collect()
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(0);
+
+/// The level the ops use: the detected level, lowered by `RECALL_CPU_SIMD` if set (an unknown name or a
+/// level above the detected one is ignored). Decided on first call and cached.
+pub fn simd_level() -> SimdLevel {
+    let v = LEVEL.load(Ordering::Relaxed);
+    if v != 0 {
+        return SimdLevel::from_u8(v);
+    }
+    let detected = detected_level();
+    let level = match std::env::var("RECALL_CPU_SIMD") {
+        Ok(name) => match SimdLevel::parse(&name) {
+            Ok(asked) => clamp(asked, detected),
+            Err(_) => detected,
+        },
+        Err(_) => detected,
+    };
+    LEVEL.store(level as u8, Ordering::Relaxed);
+    level
+}
+
+/// `asked` if this machine can run it, else the best level below it that it can run.
+pub(crate) fn clamp(asked: SimdLevel, detected: SimdLevel) -> SimdLevel {
+    let _ = detected;
+    available_levels()
+        .into_iter()
+        .filter(|l| *l <= asked)
+        .max()
+        .unwrap_or(SimdLevel::Scalar)
+}
+
+static RUNS: [AtomicU64; 5] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
+
+pub(crate) fn record(level: SimdLevel) {
+    RUNS[level as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many dense kernel calls ran at `level` in this process so far (a monotonic counter, for tests
+/// and diagnostics that want to show which path ran).
+pub fn kernel_runs(level: SimdLevel) -> u64 {
+    RUNS[level as usize].load(Ordering::Relaxed)
+}
+
+/// A handle that runs every op at one SIMD level. [`Cpu::new`] uses [`simd_level`];
+/// [`Cpu::with_level`] picks a lower one (a level the machine lacks is lowered to one it has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cpu {
+    level: SimdLevel,
+}
+
+impl Default for Cpu {
+    fn default() -> Self {
+        Cpu::new()
+    }
+}
+
+impl Cpu {
+    /// The handle at the process-wide level, [`simd_level`].
+    pub fn new() -> Cpu {
+        Cpu {
+            level: simd_level(),
+        }
+    }
+
+    /// A handle at `level`, or the best level below it that this machine can run.
+    pub fn with_level(level: SimdLevel) -> Cpu {
+        Cpu {
+            level: clamp(level, detected_level()),
+        }
+    }
+
+    /// The level this handle runs at.
+    pub fn level(&self) -> SimdLevel {
+        self.level
+    }
+}

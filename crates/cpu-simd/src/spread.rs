@@ -1,0 +1,269 @@
+//! Activation spreading over a weighted CSR graph (`docs/numerics.md`, "Activation spreading").
+
+use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
+use crate::{CpuError, PAR_MIN_WORK, check_finite};
+use rayon::prelude::*;
+
+/// Lanes of the pull order: position `j` of a target's in-edge list goes to lane `j % 32`.
+pub const SPREAD_LANES: usize = 32;
+
+/// A graph ready for spreading: the transpose of a validated CSR graph, in-edges of each target sorted by
+/// (source id, original edge position). Build it once, spread from it many times.
+#[derive(Clone, Debug)]
+pub struct SpreadGraph {
+    n: usize,
+    in_ptr: Vec<usize>,
+    in_src: Vec<u32>,
+    in_w: Vec<f32>,
+}
+
+/// Spreading parameters (ranges in `docs/numerics.md`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpreadParams {
+    /// Factor applied to the pulled sum of every hop: `0 < decay <= 1`.
+    pub decay: f32,
+    /// A hop's activation below this is dropped to zero: finite, `>= 0`.
+    pub threshold: f32,
+    /// Number of hops, at least 1.
+    pub hops: usize,
+    /// How many of the most activated nodes to return, `1 <= k <= n_nodes`.
+    pub k: usize,
+}
+
+/// The result of [`spread`]: the activation of every node (seeds plus all hops), and its top-k.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spread {
+    pub activation: Vec<f32>,
+    pub top: TopK,
+}
+
+impl SpreadGraph {
+    /// Validate a CSR graph (`indptr` has `n_nodes + 1` entries; edge `e` in `indptr[u] .. indptr[u + 1]`
+    /// goes from `u` to `indices[e]` with weight `weights[e]`) and transpose it for the pull order.
+    pub fn from_csr(
+        indptr: &[usize],
+        indices: &[u32],
+        weights: &[f32],
+    ) -> Result<SpreadGraph, CpuError> {
+        if indptr.len() < 2 {
+            return Err(CpuError::Empty { what: "graph" });
+        }
+        let n = indptr.len() - 1;
+        if n > u32::MAX as usize {
+            return Err(CpuError::TooLarge {
+                what: "graph nodes",
+                len: n,
+                max: u32::MAX as usize,
+            });
+        }
+        if indptr[0] != 0 {
+            return Err(CpuError::BadIndptr {
+                index: 0,
+                reason: "indptr[0] must be 0",
+            });
+        }
+        if let Some(i) = indptr.windows(2).position(|w| w[1] < w[0]) {
+            return Err(CpuError::BadIndptr {
+                index: i + 1,
+                reason: "indptr decreases",
+            });
+        }
+        if indptr[n] != indices.len() {
+            return Err(CpuError::BadIndptr {
+                index: n,
+                reason: "the last entry must equal the number of edges",
+            });
+        }
+        if weights.len() != indices.len() {
+            return Err(CpuError::LengthMismatch {
+                what: "edge weights",
+                expected: indices.len(),
+                got: weights.len(),
+            });
+        }
+        if let Some((index, id)) = indices.iter().enumerate().find(|(_, c)| **c as usize >= n) {
+            return Err(CpuError::IdOutOfRange {
+                what: "column ids",
+                index,
+                id: *id as u64,
+                n,
+            });
+        }
+        check_finite("edge weights", weights)?;
+        if let Some(index) = weights.iter().position(|w| *w < 0.0) {
+            return Err(CpuError::Negative {
+                what: "edge weights",
+                index,
+            });
+        }
+        // Counting sort by target; sources are visited ascending and each source's edges in position
+        // order, so every in-list comes out sorted by (source, original position).
+        let mut in_ptr = vec![0usize; n + 1];
+        for c in indices {
+            in_ptr[*c as usize + 1] += 1;
+        }
+        for i in 0..n {
+            in_ptr[i + 1] += in_ptr[i];
+        }
+        let mut cursor = in_ptr[..n].to_vec();
+        let mut in_src = vec![0u32; indices.len()];
+        let mut in_w = vec![0f32; indices.len()];
+        for u in 0..n {
+            for e in indptr[u]..indptr[u + 1] {
+                let v = indices[e] as usize;
+                in_src[cursor[v]] = u as u32;
+                in_w[cursor[v]] = weights[e];
+                cursor[v] += 1;
+            }
+        }
+        Ok(SpreadGraph {
+            n,
+            in_ptr,
+            in_src,
+            in_w,
+        })
+    }
+
+    /// Number of nodes.
+    pub fn n_nodes(&self) -> usize {
+        self.n
+    }
+
+    /// Number of edges.
+    pub fn n_edges(&self) -> usize {
+        self.in_src.len()
+    }
+
+    /// The in-edges of `v` in pull order: (source ids, weights).
+    pub fn in_edges(&self, v: usize) -> (&[u32], &[f32]) {
+        let (a, b) = (self.in_ptr[v], self.in_ptr[v + 1]);
+        (&self.in_src[a..b], &self.in_w[a..b])
+    }
+
+    /// The pulled sum `s` of target `v` in the documented lane order.
+    #[inline]
+    fn pull(&self, v: usize, prev: &[f32]) -> f32 {
+        let (src, w) = self.in_edges(v);
+        match src.len() {
+            0 => 0.0,
+            1 => w[0].mul_add(prev[src[0] as usize], 0.0),
+            _ => {
+                let mut lane = [0.0f32; SPREAD_LANES];
+                for (cs, cw) in src.chunks(SPREAD_LANES).zip(w.chunks(SPREAD_LANES)) {
+                    for ((l, s), w) in lane.iter_mut().zip(cs).zip(cw) {
+                        *l = w.mul_add(prev[*s as usize], *l);
+                    }
+                }
+                tree(&mut lane)
+            }
+        }
+    }
+}
+
+/// The fixed tree: for off in 16, 8, 4, 2, 1: lane[l] = lane[l] + lane[l + off] for l < off.
+#[inline]
+pub(crate) fn tree(lane: &mut [f32; SPREAD_LANES]) -> f32 {
+    let mut off = SPREAD_LANES / 2;
+    while off > 0 {
+        for l in 0..off {
+            lane[l] += lane[l + off];
+        }
+        off /= 2;
+    }
+    lane[0]
+}
+
+/// Spread `seeds` (one finite, non-negative value per node) over `graph` for `params.hops` hops.
+pub fn spread(
+    graph: &SpreadGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+) -> Result<Spread, CpuError> {
+    let n = graph.n;
+    if seeds.len() != n {
+        return Err(CpuError::LengthMismatch {
+            what: "seeds",
+            expected: n,
+            got: seeds.len(),
+        });
+    }
+    check_finite("seeds", seeds)?;
+    if let Some(index) = seeds.iter().position(|s| *s < 0.0) {
+        return Err(CpuError::Negative {
+            what: "seeds",
+            index,
+        });
+    }
+    let SpreadParams {
+        decay,
+        threshold,
+        hops,
+        k,
+    } = *params;
+    if !(decay > 0.0 && decay <= 1.0) {
+        return Err(CpuError::ParamOutOfRange {
+            what: "decay",
+            value: decay.to_string(),
+            expected: "0 < decay <= 1",
+        });
+    }
+    if !(threshold.is_finite() && threshold >= 0.0) {
+        return Err(CpuError::ParamOutOfRange {
+            what: "threshold",
+            value: threshold.to_string(),
+            expected: "finite and >= 0",
+        });
+    }
+    if hops == 0 {
+        return Err(CpuError::ParamOutOfRange {
+            what: "hops",
+            value: "0".into(),
+            expected: "at least 1",
+        });
+    }
+    if k == 0 || k > n {
+        return Err(CpuError::KOutOfRange { k, n });
+    }
+    // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
+    let mut total: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
+    let mut prev = total.clone();
+    let mut next = vec![0.0f32; n];
+    const CHUNK: usize = 4096;
+    for hop in 1..=hops {
+        if prev.iter().all(|a| *a == 0.0) {
+            // Every contribution is an exact identity: the hop adds nothing (and nor will later ones).
+            break;
+        }
+        let work = |(c, out): (usize, &mut [f32])| {
+            for (i, o) in out.iter_mut().enumerate() {
+                let x = graph.pull(c * CHUNK + i, &prev) * decay;
+                *o = if x < threshold { 0.0 } else { x };
+            }
+        };
+        if graph.n_edges() + n >= PAR_MIN_WORK {
+            next.par_chunks_mut(CHUNK).enumerate().for_each(work);
+        } else {
+            next.chunks_mut(CHUNK).enumerate().for_each(work);
+        }
+        let mut overflow = false;
+        for (t, a) in total.iter_mut().zip(&next) {
+            *t += *a;
+            overflow |= t.is_infinite() || a.is_infinite();
+        }
+        if overflow {
+            return Err(CpuError::ActivationOverflow { hop });
+        }
+        std::mem::swap(&mut prev, &mut next);
+    }
+    let mut sel = Selector::new(k);
+    for (id, a) in total.iter().enumerate() {
+        sel.push(pair_key(*a, id as u32, Order::HigherFirst), *a);
+    }
+    let mut ids = vec![0u32; k];
+    let mut scores = vec![0f32; k];
+    write_entries(&sel.finish(), &mut ids, &mut scores);
+    Ok(Spread {
+        activation: total,
+        top: TopK { k, ids, scores },
+    })
+}

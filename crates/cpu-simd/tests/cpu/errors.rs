@@ -1,0 +1,222 @@
+//! Bad input is a typed error, never a panic; the messages are snapshotted for review.
+
+use recall_cpu_simd::*;
+
+fn graph() -> (Vec<usize>, Vec<u32>, Vec<f32>) {
+    (vec![0, 2, 3, 3], vec![1, 2, 0], vec![0.5, 1.0, 2.0])
+}
+
+#[test]
+fn every_bad_input_is_a_typed_error() {
+    let c = vec![1.0f32; 12];
+    let q = vec![1.0f32; 4];
+    let corpus = Corpus::f32(&c, 4);
+    let (ip, ix, w) = graph();
+    let g = SpreadGraph::from_csr(&ip, &ix, &w).expect("valid graph");
+    let p = SpreadParams {
+        decay: 0.5,
+        threshold: 0.0,
+        hops: 2,
+        k: 1,
+    };
+    let nan = [1.0, f32::NAN, 0.0, 0.0];
+    let inf = [f32::INFINITY, 0.0, 0.0, 0.0];
+    let cases: Vec<(&str, CpuError)> = vec![
+        (
+            "dim mismatch",
+            knn(&[1.0; 3], &corpus, Metric::Dot, 1).unwrap_err(),
+        ),
+        (
+            "zero dim",
+            knn(&q, &Corpus::f32(&c, 0), Metric::Dot, 1).unwrap_err(),
+        ),
+        (
+            "ragged corpus",
+            knn(&q, &Corpus::f32(&c[..10], 4), Metric::Dot, 1).unwrap_err(),
+        ),
+        (
+            "empty corpus",
+            knn(&q, &Corpus::f32(&[], 4), Metric::Dot, 1).unwrap_err(),
+        ),
+        (
+            "empty queries",
+            knn(&[], &corpus, Metric::Dot, 1).unwrap_err(),
+        ),
+        ("k = 0", knn(&q, &corpus, Metric::Cosine, 0).unwrap_err()),
+        ("k > n", knn(&q, &corpus, Metric::L2, 4).unwrap_err()),
+        ("nan query", knn(&nan, &corpus, Metric::Dot, 1).unwrap_err()),
+        (
+            "inf corpus",
+            similarity(&q, &Corpus::f32(&inf, 4), Metric::Dot).unwrap_err(),
+        ),
+        (
+            "inf f16 corpus",
+            knn(
+                &q,
+                &Corpus::new(Vectors::F16(&[half::f16::INFINITY; 4]), 4),
+                Metric::Dot,
+                1,
+            )
+            .unwrap_err(),
+        ),
+        (
+            "nan bf16 corpus",
+            knn(
+                &q,
+                &Corpus::new(Vectors::Bf16(&[half::bf16::NAN; 4]), 4),
+                Metric::Dot,
+                1,
+            )
+            .unwrap_err(),
+        ),
+        (
+            "norms length",
+            knn(&q, &corpus.with_norms(&[1.0]), Metric::Cosine, 1).unwrap_err(),
+        ),
+        (
+            "negative norm",
+            knn(&q, &corpus.with_norms(&[1.0, -1.0, 1.0]), Metric::Cosine, 1).unwrap_err(),
+        ),
+        (
+            "candidate id out of range",
+            score_candidates(&q, &corpus, Metric::Dot, &[0, 2], &[0, 3], 1).unwrap_err(),
+        ),
+        (
+            "duplicate candidate",
+            score_candidates(&q, &corpus, Metric::Dot, &[0, 2], &[1, 1], 1).unwrap_err(),
+        ),
+        (
+            "candidate offsets",
+            score_candidates(&q, &corpus, Metric::Dot, &[0, 3, 2], &[0, 1], 1).unwrap_err(),
+        ),
+        (
+            "candidate k > list",
+            score_candidates(&q, &corpus, Metric::Dot, &[0, 1], &[2], 2).unwrap_err(),
+        ),
+        (
+            "topk nan score",
+            topk(&[1.0, f32::NAN], 2, 1, Order::HigherFirst).unwrap_err(),
+        ),
+        (
+            "topk ragged",
+            topk(&[1.0, 2.0, 3.0], 2, 1, Order::HigherFirst).unwrap_err(),
+        ),
+        (
+            "cosine_scores output",
+            cosine_scores(&q, &[2.0], &c, &[2.0; 3], 4, &mut [0.0; 2]).unwrap_err(),
+        ),
+        ("row_norms ragged", row_norms(&c[..5], 4).unwrap_err()),
+        (
+            "indptr decreases",
+            SpreadGraph::from_csr(&[0, 2, 1, 3], &ix, &w).unwrap_err(),
+        ),
+        (
+            "indptr start",
+            SpreadGraph::from_csr(&[1, 2, 3, 3], &ix, &w).unwrap_err(),
+        ),
+        (
+            "indptr end",
+            SpreadGraph::from_csr(&[0, 2, 3, 4], &ix, &w).unwrap_err(),
+        ),
+        (
+            "column out of range",
+            SpreadGraph::from_csr(&ip, &[1, 3, 0], &w).unwrap_err(),
+        ),
+        (
+            "weights length",
+            SpreadGraph::from_csr(&ip, &ix, &[1.0]).unwrap_err(),
+        ),
+        (
+            "negative weight",
+            SpreadGraph::from_csr(&ip, &ix, &[1.0, -1.0, 1.0]).unwrap_err(),
+        ),
+        (
+            "nan weight",
+            SpreadGraph::from_csr(&ip, &ix, &[1.0, f32::NAN, 1.0]).unwrap_err(),
+        ),
+        (
+            "empty graph",
+            SpreadGraph::from_csr(&[0], &[], &[]).unwrap_err(),
+        ),
+        ("seeds length", spread(&g, &[1.0], &p).unwrap_err()),
+        (
+            "negative seed",
+            spread(&g, &[1.0, -2.0, 0.0], &p).unwrap_err(),
+        ),
+        (
+            "decay 0",
+            spread(&g, &[1.0; 3], &SpreadParams { decay: 0.0, ..p }).unwrap_err(),
+        ),
+        (
+            "decay > 1",
+            spread(&g, &[1.0; 3], &SpreadParams { decay: 1.5, ..p }).unwrap_err(),
+        ),
+        (
+            "decay nan",
+            spread(
+                &g,
+                &[1.0; 3],
+                &SpreadParams {
+                    decay: f32::NAN,
+                    ..p
+                },
+            )
+            .unwrap_err(),
+        ),
+        (
+            "threshold < 0",
+            spread(
+                &g,
+                &[1.0; 3],
+                &SpreadParams {
+                    threshold: -0.1,
+                    ..p
+                },
+            )
+            .unwrap_err(),
+        ),
+        (
+            "threshold inf",
+            spread(
+                &g,
+                &[1.0; 3],
+                &SpreadParams {
+                    threshold: f32::INFINITY,
+                    ..p
+                },
+            )
+            .unwrap_err(),
+        ),
+        (
+            "hops 0",
+            spread(&g, &[1.0; 3], &SpreadParams { hops: 0, ..p }).unwrap_err(),
+        ),
+        (
+            "spread k > n",
+            spread(&g, &[1.0; 3], &SpreadParams { k: 4, ..p }).unwrap_err(),
+        ),
+        (
+            "overflow",
+            spread(&g, &[3e38, 3e38, 3e38], &SpreadParams { decay: 1.0, ..p }).unwrap_err(),
+        ),
+        ("kmeans k > n", kmeans(&c, 4, 4, 1, 0).unwrap_err()),
+        ("kmeans k = 0", kmeans(&c, 4, 0, 1, 0).unwrap_err()),
+        ("kmeans iters", kmeans(&c, 4, 1, 0, 0).unwrap_err()),
+        ("kmeans nan", kmeans(&nan, 2, 1, 1, 0).unwrap_err()),
+        ("clip 0", clip_and_noise(&c, 4, 0.0, 1.0, 0).unwrap_err()),
+        (
+            "sigma < 0",
+            clip_and_noise(&c, 4, 1.0, -1.0, 0).unwrap_err(),
+        ),
+        (
+            "sigma nan",
+            clip_and_noise(&c, 4, 1.0, f32::NAN, 0).unwrap_err(),
+        ),
+        ("simd name", SimdLevel::parse("sse9").unwrap_err()),
+    ];
+    let text: String = cases
+        .iter()
+        .map(|(what, e)| format!("{what}: {e}\n  {e:?}\n"))
+        .collect();
+    insta::assert_snapshot!(text);
+}
