@@ -1,49 +1,117 @@
-//! Dense similarity kernels over f32 rows.
+//! Dense similarity kernels over f32 rows: norms, the row scan (one or a few queries, memory-bound), the
+//! gathered row scan (candidate scoring), and the GEMM-style kernel (many queries, compute-bound).
 //!
-//! Thread mapping of the row-scan kernels (`row_norms_f32`, `cosine_f32_rows`): a block of `ROW_BLOCK`
-//! (256) threads owns 256 consecutive corpus rows, one row per thread. The rows are staged through shared
-//! memory `ROW_TILE_K` (32) columns at a time: warp `w` loads rows `8*i + w` (i = 0..32, each a coalesced
-//! 128-byte read of one row) into registers, stores them to shared memory, and prefetches the next tile
-//! while thread `t` walks its own row's 32 staged values in order. The
-//! shared tile has a row stride of 33 floats, so both the loads (one row per warp) and the per-thread walk
-//! (one row per thread) are free of bank conflicts. Each thread keeps one accumulator per query: one FMA
-//! chain over `k` ascending, as `docs/numerics.md` requires.
+//! Every score is one chain over `k` ascending, as `docs/numerics.md` requires: `fma(q, c, acc)` for dot and
+//! cosine, `t = q - c; fma(t, t, acc)` for l2, then the metric's last step. Tiles never add padding to a
+//! chain: the inner loops stop at the matrix's last column.
+//!
+//! Row scan thread mapping (`scan_*`, `gather_*`, `row_norms_f32`): a block of `ROW_BLOCK` (256) threads
+//! owns 256 rows, one per thread. Rows are staged through shared memory `ROW_TILE_K` (16) columns at a time:
+//! each warp instruction loads 16 columns of 2 rows (two 64-byte segments); the 16 values per thread are
+//! loaded into registers first (all in flight at once), stored to a 256 x 17 shared tile (stride 17: no bank
+//! conflicts), and the next tile is prefetched while each thread walks its own row of the current one.
+//!
+//! GEMM thread mapping (`gemm_*`): a block of 256 threads computes a 128 (queries) x 128 (rows) tile of
+//! scores; thread `(tx, ty) = (t % 16, t / 16)` owns queries `ty*4 + i` and `64 + ty*4 + i` and rows
+//! `tx*4 + j` and `64 + tx*4 + j` (i, j < 4): 64 accumulators. Query and row tiles of 8 columns are staged
+//! transposed in shared memory (`[k][128 + 4]`), so each thread reads its 8 queries and 8 rows for one `k`
+//! as four 16-byte loads, conflict-free, and the next tile is prefetched into registers meanwhile.
 
 use crate::util::{block_x, block_y, dynamic_shared_f32, fma, sqrt, sync_threads, thread_x};
 use recall_kernel_shared::math::cosine_from_parts;
 use recall_kernel_shared::{
-    CosineParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams,
+    GEMM_TILE, GEMM_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, ROW_QUERIES_PER_BLOCK,
+    ROW_TILE_K, RowNormsParams, SimParams,
 };
 
-const STRIDE: usize = ROW_TILE_K as usize + 1;
+/// Repeat a block with `$i` bound to the constants 0..8, so that arrays indexed by `$i` stay in registers.
+macro_rules! unroll8 {
+    ($i:ident => $body:block) => {{
+        { const $i: usize = 0; $body }
+        { const $i: usize = 1; $body }
+        { const $i: usize = 2; $body }
+        { const $i: usize = 3; $body }
+        { const $i: usize = 4; $body }
+        { const $i: usize = 5; $body }
+        { const $i: usize = 6; $body }
+        { const $i: usize = 7; $body }
+    }};
+}
+
+const TK: usize = ROW_TILE_K as usize;
+const STRIDE: usize = TK + 1;
 const QB: usize = ROW_QUERIES_PER_BLOCK as usize;
+/// Values each thread loads per row tile: 256 rows x 16 columns / 256 threads.
+const LOADS: usize = TK;
 
-/// Rows each thread loads per tile: 256 rows / 8 warps.
-const LOADS: usize = (ROW_BLOCK / 8) as usize;
+/// One step of a metric's chain.
+#[inline(always)]
+fn step<const METRIC: u32>(q: f32, c: f32, acc: f32) -> f32 {
+    if METRIC == METRIC_L2 {
+        let t = q - c;
+        fma(t, t, acc)
+    } else {
+        fma(q, c, acc)
+    }
+}
 
-/// Load columns `k0 .. k0 + 32` of the block's 256 rows into registers: thread (warp `w`, lane `l`) takes
-/// column `k0 + l` of rows `8 * i + w`, so each warp instruction reads 128 contiguous bytes of one row.
-/// All 32 loads are issued before any is used. Values past the end of the matrix are 0 and never used.
+/// A metric's last step.
+#[inline(always)]
+fn finish<const METRIC: u32>(acc: f32, nq: f32, nc: f32) -> f32 {
+    if METRIC == METRIC_COSINE { cosine_from_parts(acc, nq, nc) } else { acc }
+}
+
+/// Where thread `t`'s loads of a row tile go: tile row `2 * (8 * i + warp) + lane / 16`, column `lane % 16`.
+#[inline(always)]
+fn tile_slot(i: usize) -> (u32, u32) {
+    let t = thread_x();
+    let (lane, warp) = (t % 32, t / 32);
+    (2 * (8 * i as u32 + warp) + lane / 16, lane % 16)
+}
+
+/// Load columns `k0 .. k0 + 16` of the block's rows into registers. `row_of(r)` maps a tile row (0..256)
+/// to a matrix row, or `None` past the end. All loads are issued before any is used.
+///
+/// # Safety
+/// `x` points to a `* x dim` f32 matrix holding every row `row_of` returns.
+#[inline(always)]
+unsafe fn load_tile(x: *const f32, dim: u32, k0: u32, row_of: impl Fn(u32) -> Option<u32>) -> [f32; LOADS] {
+    let mut v = [0.0f32; LOADS];
+    let mut i = 0;
+    while i < LOADS {
+        let (r, c) = tile_slot(i);
+        let col = k0 + c;
+        if col < dim {
+            if let Some(row) = row_of(r) {
+                // SAFETY: `row` is a row of `x` (caller) and col < dim.
+                v[i] = unsafe { *x.add(row as usize * dim as usize + col as usize) };
+            }
+        }
+        i += 1;
+    }
+    v
+}
+
+/// [`load_tile`] for the contiguous rows `row0 .. n_rows` of `x`: one running address instead of 16 live
+/// ones (thread `t`'s rows are `row0 + 2 * warp + lane / 16 + 16 * i`).
 ///
 /// # Safety
 /// `x` points to `n_rows * dim` f32.
 #[inline(always)]
-unsafe fn load_tile(x: *const f32, n_rows: u32, dim: u32, row0: u32, k0: u32) -> [f32; LOADS] {
+unsafe fn load_rows(x: *const f32, n_rows: u32, dim: u32, row0: u32, k0: u32) -> [f32; LOADS] {
     let t = thread_x();
     let (lane, warp) = (t % 32, t / 32);
-    let col = k0 + lane;
-    let mut v = [0.0f32; LOADS];
-    // Rows this thread loads are row0 + warp + 8 * i for i < valid.
-    let first = row0 + warp;
-    let valid = if col < dim && first < n_rows { (n_rows - first).div_ceil(8).min(LOADS as u32) } else { 0 };
-    let stride = 8 * dim as usize;
-    // One running address instead of 32 live ones; `wrapping_add` because it may step past the end
-    // after the last valid row (it is never dereferenced there).
+    let first = row0 + 2 * warp + lane / 16;
+    let col = k0 + lane % 16;
+    let valid = if col < dim && first < n_rows { (n_rows - first).div_ceil(16).min(LOADS as u32) } else { 0 };
+    let stride = 16 * dim as usize;
+    // `wrapping_add`: the address may step past the end after the last valid row; it is not read there.
     let mut ptr = x.wrapping_add(first as usize * dim as usize + col as usize);
+    let mut v = [0.0f32; LOADS];
     let mut i = 0;
     while i < LOADS {
         if (i as u32) < valid {
-            // SAFETY: row first + 8 * i < n_rows and col < dim: inside the `n_rows * dim` matrix.
+            // SAFETY: row first + 16 * i < n_rows and col < dim.
             v[i] = unsafe { *ptr };
         }
         ptr = ptr.wrapping_add(stride);
@@ -52,28 +120,26 @@ unsafe fn load_tile(x: *const f32, n_rows: u32, dim: u32, row0: u32, k0: u32) ->
     v
 }
 
-/// Store a tile loaded by [`load_tile`] into shared memory (row stride 33: no bank conflicts either way).
+/// Store a tile loaded by [`load_tile`] into the 256 x 17 shared tile.
 ///
 /// # Safety
-/// `tile` points to `256 * 33` f32 of shared memory.
+/// `tile` points to `256 * 17` f32 of shared memory.
 #[inline(always)]
 unsafe fn store_tile(v: &[f32; LOADS], tile: *mut f32) {
-    let t = thread_x();
-    let (lane, warp) = (t % 32, t / 32);
     let mut i = 0;
     while i < LOADS {
-        let r = i * 8 + warp as usize;
-        // SAFETY: r < 256 and lane < 32: inside the 256 x 33 tile.
-        unsafe { *tile.add(r * STRIDE + lane as usize) = v[i] };
+        let (r, c) = tile_slot(i);
+        // SAFETY: r < 256 and c < 16: inside the tile.
+        unsafe { *tile.add(r as usize * STRIDE + c as usize) = v[i] };
         i += 1;
     }
 }
 
-/// Squared L2 norm chain followed by IEEE sqrt, one row per thread.
+/// Squared-norm chain then IEEE sqrt, one row per thread.
 ///
 /// # Safety
 /// Launched by `recall-gpu-kernels` with `ROW_BLOCK` threads, `ceil(n_rows / 256)` blocks and
-/// `256 * 33 * 4` bytes of dynamic shared memory; pointers as `RowNormsParams` documents.
+/// `256 * 17 * 4` bytes of dynamic shared memory; pointers as `RowNormsParams` documents.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
     let tile = dynamic_shared_f32();
@@ -81,48 +147,45 @@ pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
     let row0 = block_x() * ROW_BLOCK;
     let x = p.x as *const f32;
     let mut acc = 0.0f32;
+    // SAFETY: `x` holds n_rows * dim f32.
+    let mut next = unsafe { load_rows(x, p.n_rows, p.dim, row0, 0) };
     let mut k0 = 0;
-    // SAFETY: `x` holds n_rows * dim f32 (launcher contract).
-    let mut next = unsafe { load_tile(x, p.n_rows, p.dim, row0, 0) };
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
         // SAFETY: the launcher sized the shared memory for the tile.
         unsafe { store_tile(&next, tile) };
         sync_threads();
         if k0 + ROW_TILE_K < p.dim {
-            // Prefetch the next tile while this one is consumed.
             // SAFETY: as above.
-            next = unsafe { load_tile(x, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
+            next = unsafe { load_rows(x, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
         }
-        let kn = if p.dim - k0 < ROW_TILE_K { p.dim - k0 } else { ROW_TILE_K };
+        let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
         let mut k = 0;
         while k < kn {
-            // SAFETY: t < 256, k < 32: inside the tile.
-            let v = unsafe { *tile.add(t as usize * STRIDE + k as usize) };
+            // SAFETY: t < 256, k < 16: inside the tile.
+            let v = unsafe { *tile.add(t as usize * STRIDE + k) };
             acc = fma(v, v, acc);
             k += 1;
         }
         sync_threads();
         k0 += ROW_TILE_K;
     }
-    let row = row0 + t;
-    if row < p.n_rows {
-        // SAFETY: row < n_rows; `out` holds n_rows f32.
-        unsafe { *(p.out as *mut f32).add(row as usize) = sqrt(acc) };
+    if row0 + t < p.n_rows {
+        // SAFETY: the row is below n_rows; `out` holds n_rows f32.
+        unsafe { *(p.out as *mut f32).add((row0 + t) as usize) = sqrt(acc) };
     }
 }
 
-/// Cosine similarity of up to 4 queries (blockIdx.y selects them) against 256 rows (blockIdx.x).
+/// Row scan for up to 4 queries (blockIdx.y selects them) against 256 rows (blockIdx.x).
 ///
 /// # Safety
-/// Launched by `recall-gpu-kernels` with `ROW_BLOCK` threads, grid `(ceil(n_rows / 256),
-/// ceil(n_queries / 4))` and `(256 * 33 + 4 * 32) * 4` bytes of dynamic shared memory; pointers as
-/// `CosineParams` documents.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn cosine_f32_rows(p: CosineParams) {
+/// Grid `(ceil(n_rows / 256), ceil(n_queries / 4))`, `ROW_BLOCK` threads, `(256 * 17 + 4 * 16) * 4` bytes
+/// of dynamic shared memory; pointers as `SimParams` documents for dense kernels.
+#[inline(always)]
+unsafe fn scan<const METRIC: u32>(p: &SimParams) {
     let smem = dynamic_shared_f32();
     let tile = smem;
-    // SAFETY: the launcher allocates 256 * 33 + 4 * 32 floats; the query tile follows the row tile.
+    // SAFETY: the launcher allocates the query tile right after the row tile.
     let qtile = unsafe { smem.add(ROW_BLOCK as usize * STRIDE) };
     let t = thread_x();
     let row0 = block_x() * ROW_BLOCK;
@@ -130,43 +193,41 @@ pub unsafe extern "ptx-kernel" fn cosine_f32_rows(p: CosineParams) {
     let corpus = p.corpus as *const f32;
     let queries = p.queries as *const f32;
     let mut acc = [0.0f32; QB];
+    // SAFETY: `corpus` holds n_rows * dim f32.
+    let mut next = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, 0) };
     let mut k0 = 0;
-    // SAFETY: `corpus` holds n_rows * dim f32 (launcher contract).
-    let mut next = unsafe { load_tile(corpus, p.n_rows, p.dim, row0, 0) };
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
         // SAFETY: the launcher sized the shared memory for both tiles.
         unsafe { store_tile(&next, tile) };
         if t < ROW_QUERIES_PER_BLOCK * ROW_TILE_K {
-            let qj = t / ROW_TILE_K;
-            let kk = t % ROW_TILE_K;
-            let q = q0 + qj;
-            let col = k0 + kk;
+            let (qj, kk) = (t / ROW_TILE_K, t % ROW_TILE_K);
+            let (q, col) = (q0 + qj, k0 + kk);
             let v = if q < p.n_queries && col < p.dim {
-                // SAFETY: q < n_queries and col < dim: inside the queries matrix.
+                // SAFETY: q < n_queries and col < dim.
                 unsafe { *queries.add(q as usize * p.dim as usize + col as usize) }
             } else {
                 0.0
             };
-            // SAFETY: t < 128: inside the 4 x 32 query tile.
+            // SAFETY: t < 64: inside the 4 x 16 query tile.
             unsafe { *qtile.add(t as usize) = v };
         }
         sync_threads();
         if k0 + ROW_TILE_K < p.dim {
             // Prefetch the next tile while this one is consumed.
             // SAFETY: as above.
-            next = unsafe { load_tile(corpus, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
+            next = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
         }
-        let kn = if p.dim - k0 < ROW_TILE_K { p.dim - k0 } else { ROW_TILE_K };
+        let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
         let mut k = 0;
         while k < kn {
-            // SAFETY: t < 256, k < 32: inside the tile.
-            let c = unsafe { *tile.add(t as usize * STRIDE + k as usize) };
+            // SAFETY: t < 256, k < 16: inside the tile.
+            let c = unsafe { *tile.add(t as usize * STRIDE + k) };
             let mut j = 0;
             while j < QB {
-                // SAFETY: j < 4, k < 32: inside the query tile.
-                let qv = unsafe { *qtile.add(j * ROW_TILE_K as usize + k as usize) };
-                acc[j] = fma(qv, c, acc[j]);
+                // SAFETY: j < 4, k < 16: inside the query tile.
+                let qv = unsafe { *qtile.add(j * TK + k) };
+                acc[j] = step::<METRIC>(qv, c, acc[j]);
                 j += 1;
             }
             k += 1;
@@ -176,19 +237,283 @@ pub unsafe extern "ptx-kernel" fn cosine_f32_rows(p: CosineParams) {
     }
     let row = row0 + t;
     if row < p.n_rows {
-        // SAFETY: row < n_rows.
-        let nc = unsafe { *(p.corpus_norms as *const f32).add(row as usize) };
+        let nc = if METRIC == METRIC_COSINE {
+            // SAFETY: row < n_rows; cosine launches pass n_rows corpus norms.
+            unsafe { *(p.corpus_norms as *const f32).add(row as usize) }
+        } else {
+            0.0
+        };
         let mut j = 0;
         while j < QB {
             let q = q0 + j as u32;
             if q < p.n_queries {
-                // SAFETY: q < n_queries.
-                let nq = unsafe { *(p.query_norms as *const f32).add(q as usize) };
-                let s = cosine_from_parts(acc[j], nq, nc);
+                let nq = if METRIC == METRIC_COSINE {
+                    // SAFETY: q < n_queries; cosine launches pass n_queries query norms.
+                    unsafe { *(p.query_norms as *const f32).add(q as usize) }
+                } else {
+                    0.0
+                };
                 // SAFETY: q < n_queries and row < n_rows: inside the n_queries x n_rows output.
-                unsafe { *(p.out as *mut f32).add(q as usize * p.n_rows as usize + row as usize) = s };
+                unsafe {
+                    *(p.out as *mut f32).add(q as usize * p.n_rows as usize + row as usize) =
+                        finish::<METRIC>(acc[j], nq, nc)
+                };
             }
             j += 1;
         }
     }
+}
+
+/// Row scan over gathered rows: block (x, q) scores query `q` against its candidates
+/// `ids[offsets[q] + 256 * x + t]`.
+///
+/// # Safety
+/// Grid `(ceil(longest list / 256), n_queries)`, `ROW_BLOCK` threads, `(256 * 17 + 16) * 4` bytes of
+/// dynamic shared memory; every id below `n_rows` (the launcher checks); pointers as `SimParams` documents.
+#[inline(always)]
+unsafe fn gather<const METRIC: u32>(p: &SimParams) {
+    let smem = dynamic_shared_f32();
+    let tile = smem;
+    // SAFETY: the launcher allocates the query tile right after the row tile.
+    let qtile = unsafe { smem.add(ROW_BLOCK as usize * STRIDE) };
+    let t = thread_x();
+    let q = block_y();
+    let offsets = p.offsets as *const u64;
+    let ids = p.ids as *const u32;
+    // SAFETY: q < n_queries (grid) and `offsets` holds n_queries + 1 values.
+    let (start, end) = unsafe { (*offsets.add(q as usize), *offsets.add(q as usize + 1)) };
+    let first = start + u64::from(block_x() * ROW_BLOCK);
+    if first >= end {
+        return; // Block-uniform: the whole block has no candidates of this query.
+    }
+    let row_of = |r: u32| {
+        let j = first + u64::from(r);
+        // SAFETY: j < end <= len(ids); every id is below n_rows (launcher contract).
+        if j < end { Some(unsafe { *ids.add(j as usize) }) } else { None }
+    };
+    let corpus = p.corpus as *const f32;
+    let query = (p.queries as *const f32).wrapping_add(q as usize * p.dim as usize);
+    let mut acc = 0.0f32;
+    // SAFETY: `row_of` returns valid corpus rows.
+    let mut next = unsafe { load_tile(corpus, p.dim, 0, row_of) };
+    let mut k0 = 0;
+    while k0 < p.dim {
+        // SAFETY: the launcher sized the shared memory for both tiles.
+        unsafe { store_tile(&next, tile) };
+        if t < ROW_TILE_K {
+            let col = k0 + t;
+            // SAFETY: col < dim: inside query q's row.
+            let v = if col < p.dim { unsafe { *query.add(col as usize) } } else { 0.0 };
+            // SAFETY: t < 16: inside the query tile.
+            unsafe { *qtile.add(t as usize) = v };
+        }
+        sync_threads();
+        if k0 + ROW_TILE_K < p.dim {
+            // SAFETY: as above.
+            next = unsafe { load_tile(corpus, p.dim, k0 + ROW_TILE_K, row_of) };
+        }
+        let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
+        let mut k = 0;
+        while k < kn {
+            // SAFETY: inside the tiles.
+            let (c, qv) = unsafe { (*tile.add(t as usize * STRIDE + k), *qtile.add(k)) };
+            acc = step::<METRIC>(qv, c, acc);
+            k += 1;
+        }
+        sync_threads();
+        k0 += ROW_TILE_K;
+    }
+    if let Some(row) = row_of(t) {
+        let (nq, nc) = if METRIC == METRIC_COSINE {
+            // SAFETY: q < n_queries, row < n_rows; cosine launches pass both norm arrays.
+            unsafe { (*(p.query_norms as *const f32).add(q as usize), *(p.corpus_norms as *const f32).add(row as usize)) }
+        } else {
+            (0.0, 0.0)
+        };
+        // SAFETY: first + t < end <= len(out).
+        unsafe { *(p.out as *mut f32).add((first + u64::from(t)) as usize) = finish::<METRIC>(acc, nq, nc) };
+    }
+}
+
+const GT: usize = GEMM_TILE as usize;
+const GK: usize = GEMM_TILE_K as usize;
+/// Row stride of the transposed shared tiles: 128 + 4 keeps 16-byte alignment and spreads the stores over
+/// all banks.
+const GS: usize = GT + 4;
+/// Values each thread loads per operand per k-tile: 128 x 8 / 256.
+const GL: usize = GT * GK / 256;
+
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct V4([f32; 4]);
+
+/// Load an 8-column tile of 128 rows of `x` (rows `r0 ..`, columns `k0 ..`) into registers: element
+/// `e = t + 256 * i` is row `e / 8`, column `e % 8` (8 threads read 32 contiguous bytes of one row).
+///
+/// # Safety
+/// `x` points to `n * dim` f32.
+#[inline(always)]
+unsafe fn gemm_load(x: *const f32, n: u32, dim: u32, r0: u32, k0: u32) -> [f32; GL] {
+    let t = thread_x() as usize;
+    let mut v = [0.0f32; GL];
+    let mut i = 0;
+    while i < GL {
+        let e = t + 256 * i;
+        let (r, c) = (r0 + (e / GK) as u32, k0 + (e % GK) as u32);
+        if r < n && c < dim {
+            // SAFETY: r < n and c < dim.
+            v[i] = unsafe { *x.add(r as usize * dim as usize + c as usize) };
+        }
+        i += 1;
+    }
+    v
+}
+
+/// Store a [`gemm_load`] tile transposed: `s[c][r]`.
+///
+/// # Safety
+/// `s` points to `8 * 132` f32 of shared memory.
+#[inline(always)]
+unsafe fn gemm_store(v: &[f32; GL], s: *mut f32) {
+    let t = thread_x() as usize;
+    let mut i = 0;
+    while i < GL {
+        let e = t + 256 * i;
+        // SAFETY: e / 8 < 128 and e % 8 < 8: inside the 8 x 132 tile.
+        unsafe { *s.add((e % GK) * GS + e / GK) = v[i] };
+        i += 1;
+    }
+}
+
+/// Four consecutive shared floats at a 16-byte aligned offset.
+///
+/// # Safety
+/// `s.add(i)` is 16-byte aligned and 4 floats are in bounds.
+#[inline(always)]
+unsafe fn read4(s: *const f32, i: usize) -> [f32; 4] {
+    // SAFETY: caller guarantees alignment and bounds.
+    unsafe { (*(s.add(i) as *const V4)).0 }
+}
+
+/// GEMM-style scores of a 128 x 128 (queries x rows) tile.
+///
+/// # Safety
+/// Grid `(ceil(n_rows / 128), ceil(n_queries / 128))`, 256 threads, `2 * 2 * 8 * 132 * 4` bytes of dynamic
+/// shared memory (16-byte aligned); pointers as `SimParams` documents for dense kernels.
+#[inline(always)]
+unsafe fn gemm<const METRIC: u32>(p: &SimParams) {
+    let smem = dynamic_shared_f32();
+    let t = thread_x() as usize;
+    let (tx, ty) = (t % 16, t / 16);
+    let q0 = block_y() * GEMM_TILE;
+    let r0 = block_x() * GEMM_TILE;
+    let queries = p.queries as *const f32;
+    let corpus = p.corpus as *const f32;
+    // Two buffers per operand, each 8 x 132: [A0, B0, A1, B1].
+    let buf = |b: usize, operand: usize| smem.wrapping_add((2 * b + operand) * GK * GS);
+    let mut acc = [[0.0f32; 8]; 8];
+    // SAFETY: the launcher passes the matrices' real sizes.
+    let mut na = unsafe { gemm_load(queries, p.n_queries, p.dim, q0, 0) };
+    // SAFETY: as above.
+    let mut nb = unsafe { gemm_load(corpus, p.n_rows, p.dim, r0, 0) };
+    let mut k0 = 0;
+    let mut b = 0;
+    // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
+    while k0 < p.dim {
+        let (sa, sb) = (buf(b, 0), buf(b, 1));
+        // SAFETY: each buffer is 8 x 132 floats of the launcher's shared memory.
+        unsafe {
+            gemm_store(&na, sa);
+            gemm_store(&nb, sb);
+        }
+        sync_threads();
+        if k0 + GEMM_TILE_K < p.dim {
+            // SAFETY: as above.
+            unsafe {
+                na = gemm_load(queries, p.n_queries, p.dim, q0, k0 + GEMM_TILE_K);
+                nb = gemm_load(corpus, p.n_rows, p.dim, r0, k0 + GEMM_TILE_K);
+            }
+        }
+        let kn = (p.dim - k0).min(GEMM_TILE_K) as usize;
+        let mut k = 0;
+        while k < kn {
+            // SAFETY: offsets ty*4, 64+ty*4, tx*4, 64+tx*4 are multiples of 4 within a 132-float row whose
+            // start (k * 132 floats, buffers at multiples of 8 * 132 floats) is 16-byte aligned.
+            let (a0, a1, c0, c1) = unsafe {
+                (
+                    read4(sa, k * GS + ty * 4),
+                    read4(sa, k * GS + 64 + ty * 4),
+                    read4(sb, k * GS + tx * 4),
+                    read4(sb, k * GS + 64 + tx * 4),
+                )
+            };
+            let a = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
+            let c = [c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]];
+            unroll8!(I => {
+                unroll8!(J => {
+                    acc[I][J] = step::<METRIC>(a[I], c[J], acc[I][J]);
+                });
+            });
+            k += 1;
+        }
+        // The next iteration writes the other buffer, so one barrier per tile suffices.
+        b ^= 1;
+        k0 += GEMM_TILE_K;
+    }
+    // Epilogue, fully unrolled so the accumulators stay in registers.
+    let mut nc = [0.0f32; 8];
+    if METRIC == METRIC_COSINE {
+        unroll8!(J => {
+            let r = r0 + if J < 4 { tx * 4 + J } else { 64 + tx * 4 + J - 4 } as u32;
+            if r < p.n_rows {
+                // SAFETY: r < n_rows.
+                nc[J] = unsafe { *(p.corpus_norms as *const f32).add(r as usize) };
+            }
+        });
+    }
+    unroll8!(I => {
+        let q = q0 + if I < 4 { ty * 4 + I } else { 64 + ty * 4 + I - 4 } as u32;
+        if q < p.n_queries {
+            let nq = if METRIC == METRIC_COSINE {
+                // SAFETY: q < n_queries.
+                unsafe { *(p.query_norms as *const f32).add(q as usize) }
+            } else {
+                0.0
+            };
+            let out_row = (p.out as *mut f32).wrapping_add(q as usize * p.n_rows as usize);
+            unroll8!(J => {
+                let r = r0 + if J < 4 { tx * 4 + J } else { 64 + tx * 4 + J - 4 } as u32;
+                if r < p.n_rows {
+                    // SAFETY: q < n_queries and r < n_rows: inside the output.
+                    unsafe { *out_row.add(r as usize) = finish::<METRIC>(acc[I][J], nq, nc[J]) };
+                }
+            });
+        }
+    });
+}
+
+macro_rules! kernels {
+    ($($name:ident => $body:ident::<$metric:ident>;)*) => {$(
+        /// See the generic body named in the macro call; the metric is fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: SimParams) {
+            // SAFETY: forwarded launcher contract.
+            unsafe { $body::<$metric>(&p) }
+        }
+    )*};
+}
+
+kernels! {
+    scan_dot => scan::<METRIC_DOT>;
+    scan_cosine => scan::<METRIC_COSINE>;
+    scan_l2 => scan::<METRIC_L2>;
+    gather_dot => gather::<METRIC_DOT>;
+    gather_cosine => gather::<METRIC_COSINE>;
+    gather_l2 => gather::<METRIC_L2>;
+    gemm_dot => gemm::<METRIC_DOT>;
+    gemm_cosine => gemm::<METRIC_COSINE>;
+    gemm_l2 => gemm::<METRIC_L2>;
 }

@@ -12,6 +12,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod dense;
+mod select;
 mod util;
 
 #[panic_handler]

@@ -4,7 +4,9 @@ use crate::bundle::{ImageKind, image, select_image};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
-    CosineParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams,
+    GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK,
+    ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
+    SELECT_PASSES, SelectParams, SelectState, SimParams,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -59,7 +61,59 @@ pub struct Kernels {
     image: LoadedImage,
     _module: Arc<CudaModule>,
     row_norms_f32: CudaFunction,
-    cosine_f32_rows: CudaFunction,
+    /// `[dot, cosine, l2]` for each family.
+    scan: [CudaFunction; 3],
+    gather: [CudaFunction; 3],
+    gemm: [CudaFunction; 3],
+    select_init: CudaFunction,
+    select_histogram: CudaFunction,
+    select_choose: CudaFunction,
+    select_collect: CudaFunction,
+}
+
+/// A similarity metric as the kernels implement it (`docs/numerics.md`, "Scores by metric").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SimMetric {
+    Dot,
+    Cosine,
+    L2,
+}
+
+impl SimMetric {
+    fn index(self) -> usize {
+        match self {
+            SimMetric::Dot => METRIC_DOT as usize,
+            SimMetric::Cosine => METRIC_COSINE as usize,
+            SimMetric::L2 => METRIC_L2 as usize,
+        }
+    }
+
+    /// Whether higher scores rank first (cosine, dot) or lower (l2).
+    pub fn higher_first(self) -> bool {
+        self != SimMetric::L2
+    }
+}
+
+/// The scores a top-k selection runs over: equal-length segments (one per query, dense search) or the
+/// per-query candidate lists of candidate scoring.
+#[derive(Debug, Clone, Copy)]
+pub enum Segments<'a> {
+    /// `n_segments` segments of `seg_len` scores each; ids are positions within a segment.
+    Dense { n_segments: usize, seg_len: usize },
+    /// Segment `s` is `offsets[s] .. offsets[s + 1]`; `offsets` on the host (validated here) and on the
+    /// device (the same values).
+    Ragged {
+        offsets: &'a [u64],
+        offsets_dev: &'a CudaSlice<u64>,
+    },
+}
+
+/// The k best (score, id) pairs per segment, best first, as the CPU's `TopK` lays them out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopKResult {
+    pub k: usize,
+    pub ids: Vec<u32>,
+    pub scores: Vec<f32>,
 }
 
 fn shape(kernel: &'static str, reason: impl Into<String>) -> KernelError {
@@ -93,9 +147,15 @@ fn elems(kernel: &'static str, a: usize, b: usize) -> Result<usize, KernelError>
         .ok_or_else(|| shape(kernel, format!("{a} x {b} elements overflow")))
 }
 
-/// Shared memory of the row-scan kernels: the 256 x 33 row tile plus the 4 x 32 query tile.
+/// Shared memory of the row-scan kernels: the 256 x 17 row tile plus the 4 x 16 query tile.
 const ROW_TILE_BYTES: u32 = ROW_BLOCK * (ROW_TILE_K + 1) * 4;
 const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
+/// Shared memory of the GEMM kernels: two buffers of two 8 x 132 tiles.
+const GEMM_SMEM_BYTES: u32 = 2 * 2 * GEMM_TILE_K * (GEMM_TILE + 4) * 4;
+/// Up to this many queries the row scan (memory-bound) beats the GEMM kernel.
+pub const SCAN_MAX_QUERIES: usize = 8;
+/// CUDA's limit on `gridDim.x`.
+const MAX_GRID_X: usize = (1 << 31) - 1;
 /// CUDA's limit on `gridDim.y`.
 const MAX_GRID_Y: usize = 65_535;
 
@@ -116,10 +176,17 @@ impl Kernels {
             };
             match gpu.load_module(module_image) {
                 Ok(module) => {
+                    let f = |name: &str| gpu.function(&module, name);
                     let kernels = Kernels {
                         image: LoadedImage { sm, kind },
-                        row_norms_f32: gpu.function(&module, "row_norms_f32")?,
-                        cosine_f32_rows: gpu.function(&module, "cosine_f32_rows")?,
+                        row_norms_f32: f("row_norms_f32")?,
+                        scan: [f("scan_dot")?, f("scan_cosine")?, f("scan_l2")?],
+                        gather: [f("gather_dot")?, f("gather_cosine")?, f("gather_l2")?],
+                        gemm: [f("gemm_dot")?, f("gemm_cosine")?, f("gemm_l2")?],
+                        select_init: f("select_init")?,
+                        select_histogram: f("select_histogram")?,
+                        select_choose: f("select_choose")?,
+                        select_collect: f("select_collect")?,
                         _module: module,
                     };
                     return Ok(kernels);
@@ -174,69 +241,367 @@ impl Kernels {
         Ok(())
     }
 
-    /// Cosine similarity, `out[q][r]` for `n_queries x n_rows` (query-major), from the rows, their norms
-    /// (as [`Kernels::row_norms_f32`] computes them) and the queries with theirs.
+    /// Scores of every query against every corpus row, `out[q * n_rows + r]`, for `metric` (norms only for
+    /// cosine, as [`Kernels::row_norms_f32`] computes them). Up to [`SCAN_MAX_QUERIES`] queries run the row
+    /// scan (memory-bound), more run the GEMM-style kernel (compute-bound); both give the same bits.
     #[allow(clippy::too_many_arguments)]
-    pub fn cosine_f32_rows(
+    pub fn similarity(
         &self,
         gpu: &Gpu,
+        metric: SimMetric,
         queries: &CudaSlice<f32>,
-        query_norms: &CudaSlice<f32>,
+        query_norms: Option<&CudaSlice<f32>>,
         corpus: &CudaSlice<f32>,
-        corpus_norms: &CudaSlice<f32>,
+        corpus_norms: Option<&CudaSlice<f32>>,
         n_queries: usize,
         n_rows: usize,
         dim: usize,
         out: &mut CudaSlice<f32>,
     ) -> Result<(), KernelError> {
-        const K: &str = "cosine_f32_rows";
+        const K: &str = "similarity";
         if n_queries == 0 || n_rows == 0 || dim == 0 {
             return Err(shape(K, "n_queries, n_rows and dim must be at least 1"));
         }
         need_len(K, "queries", queries, elems(K, n_queries, dim)?)?;
-        need_len(K, "query_norms", query_norms, n_queries)?;
         need_len(K, "corpus", corpus, elems(K, n_rows, dim)?)?;
-        need_len(K, "corpus_norms", corpus_norms, n_rows)?;
         need_len(K, "out", out, elems(K, n_queries, n_rows)?)?;
+        let (qn, cn) = norm_ptrs(gpu, K, metric, query_norms, n_queries, corpus_norms, n_rows)?;
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
         let dim32 = to_u32(K, "dim", dim)?;
-        let (q_base, qn_base) = (gpu.device_ptr(queries), gpu.device_ptr(query_norms));
-        let (c_base, cn_base, out_base) = (
+        to_u32(K, "n_queries", n_queries)?;
+        let (q_base, c_base, out_base) = (
+            gpu.device_ptr(queries),
             gpu.device_ptr(corpus),
-            gpu.device_ptr(corpus_norms),
             gpu.device_ptr(out),
         );
-        // gridDim.y is limited to 65,535 blocks of 4 queries: launch in chunks of queries.
-        let chunk = MAX_GRID_Y * ROW_QUERIES_PER_BLOCK as usize;
+        let (per_launch, grid_x, block, smem, func) = if n_queries <= SCAN_MAX_QUERIES {
+            (
+                MAX_GRID_Y * ROW_QUERIES_PER_BLOCK as usize,
+                n_rows32.div_ceil(ROW_BLOCK),
+                ROW_BLOCK,
+                ROW_TILE_BYTES + QUERY_TILE_BYTES,
+                &self.scan[metric.index()],
+            )
+        } else {
+            (
+                MAX_GRID_Y * GEMM_TILE as usize,
+                n_rows32.div_ceil(GEMM_TILE),
+                GEMM_THREADS,
+                GEMM_SMEM_BYTES,
+                &self.gemm[metric.index()],
+            )
+        };
+        let q_per_block = if n_queries <= SCAN_MAX_QUERIES {
+            ROW_QUERIES_PER_BLOCK
+        } else {
+            GEMM_TILE
+        };
         let mut q0 = 0;
         while q0 < n_queries {
-            let nq = chunk.min(n_queries - q0);
-            let params = CosineParams {
+            let nq = per_launch.min(n_queries - q0);
+            let params = SimParams {
                 queries: q_base + (q0 * dim * 4) as u64,
-                query_norms: qn_base + (q0 * 4) as u64,
+                query_norms: if qn == 0 { 0 } else { qn + (q0 * 4) as u64 },
                 corpus: c_base,
-                corpus_norms: cn_base,
+                corpus_norms: cn,
                 out: out_base + (q0 * n_rows * 4) as u64,
+                ids: 0,
+                offsets: 0,
                 n_queries: nq as u32,
                 n_rows: n_rows32,
                 dim: dim32,
                 _pad: 0,
             };
             let cfg = LaunchConfig {
-                grid_dim: (
-                    n_rows32.div_ceil(ROW_BLOCK),
-                    (nq as u32).div_ceil(ROW_QUERIES_PER_BLOCK),
-                    1,
-                ),
-                block_dim: (ROW_BLOCK, 1, 1),
-                shared_mem_bytes: ROW_TILE_BYTES + QUERY_TILE_BYTES,
+                grid_dim: (grid_x, (nq as u32).div_ceil(q_per_block), 1),
+                block_dim: (block, 1, 1),
+                shared_mem_bytes: smem,
             };
-            // SAFETY: every buffer was checked above to hold what the kernel reads or writes for the
-            // queries q0 .. q0 + nq; the offsets stay inside them; grid and shared memory are as the
-            // kernel documents.
-            unsafe { gpu.launch(&self.cosine_f32_rows, cfg, params) }?;
+            // SAFETY: every buffer was checked above to hold what the kernel reads or writes for queries
+            // q0 .. q0 + nq; offsets stay inside them; grid, block and shared memory are as the kernels
+            // document.
+            unsafe { gpu.launch(func, cfg, params) }?;
             q0 += nq;
         }
         Ok(())
     }
+
+    /// Candidate scoring: query `q` scores corpus rows `ids[offsets[q] .. offsets[q + 1]]` into the same
+    /// positions of `out`. `ids` and `offsets` are checked on the host here (every id below `n_rows`,
+    /// offsets non-decreasing and ending at `ids.len()`) before they are uploaded, so the kernel cannot read
+    /// outside the corpus whatever the lists hold. Returns the uploaded ids and offsets for the selection.
+    #[allow(clippy::too_many_arguments)]
+    pub fn similarity_gather(
+        &self,
+        gpu: &Gpu,
+        metric: SimMetric,
+        queries: &CudaSlice<f32>,
+        query_norms: Option<&CudaSlice<f32>>,
+        corpus: &CudaSlice<f32>,
+        corpus_norms: Option<&CudaSlice<f32>>,
+        n_queries: usize,
+        n_rows: usize,
+        dim: usize,
+        ids: &[u32],
+        offsets: &[u64],
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(CudaSlice<u32>, CudaSlice<u64>), KernelError> {
+        const K: &str = "similarity_gather";
+        if n_queries == 0 || n_rows == 0 || dim == 0 {
+            return Err(shape(K, "n_queries, n_rows and dim must be at least 1"));
+        }
+        need_len(K, "queries", queries, elems(K, n_queries, dim)?)?;
+        need_len(K, "corpus", corpus, elems(K, n_rows, dim)?)?;
+        need_len(K, "out", out, ids.len())?;
+        let longest = check_offsets(K, offsets, n_queries, ids.len())?;
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= n_rows) {
+            return Err(shape(
+                K,
+                format!("candidate id {bad} is not below the corpus size {n_rows}"),
+            ));
+        }
+        let (qn, cn) = norm_ptrs(gpu, K, metric, query_norms, n_queries, corpus_norms, n_rows)?;
+        if n_queries > MAX_GRID_Y {
+            return Err(shape(
+                K,
+                format!("{n_queries} queries exceed {MAX_GRID_Y} per launch"),
+            ));
+        }
+        let ids_dev = gpu.upload(if ids.is_empty() { &[0u32][..] } else { ids })?;
+        let offsets_dev = gpu.upload(offsets)?;
+        if longest == 0 {
+            return Ok((ids_dev, offsets_dev));
+        }
+        let params = SimParams {
+            queries: gpu.device_ptr(queries),
+            query_norms: qn,
+            corpus: gpu.device_ptr(corpus),
+            corpus_norms: cn,
+            out: gpu.device_ptr(out),
+            ids: gpu.device_ptr(&ids_dev),
+            offsets: gpu.device_ptr(&offsets_dev),
+            n_queries: n_queries as u32,
+            n_rows: to_u32(K, "n_rows", n_rows)?,
+            dim: to_u32(K, "dim", dim)?,
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(K, "blocks", longest.div_ceil(ROW_BLOCK as usize))?,
+                n_queries as u32,
+                1,
+            ),
+            block_dim: (ROW_BLOCK, 1, 1),
+            shared_mem_bytes: ROW_TILE_BYTES + ROW_TILE_K * 4,
+        };
+        // SAFETY: ids (all below n_rows) and offsets were validated above and uploaded as they are; every
+        // other buffer was checked for its size; grid and shared memory are as the kernel documents.
+        unsafe { gpu.launch(&self.gather[metric.index()], cfg, params) }?;
+        Ok((ids_dev, offsets_dev))
+    }
+
+    /// The `k` best (score, id) pairs of every segment of `scores`, best first (`docs/numerics.md`,
+    /// "Top-k"), by radix select on the GPU and a sort of the `k` survivors on the host. `ids` gives the id
+    /// of each position (candidate scoring); without it the id is the position within the segment.
+    pub fn select_topk(
+        &self,
+        gpu: &Gpu,
+        scores: &CudaSlice<f32>,
+        ids: Option<&CudaSlice<u32>>,
+        segments: Segments<'_>,
+        k: usize,
+        higher_first: bool,
+    ) -> Result<TopKResult, KernelError> {
+        const K: &str = "select_topk";
+        let (n_segments, seg_len, longest, total, offsets_ptr) = match segments {
+            Segments::Dense {
+                n_segments,
+                seg_len,
+            } => (
+                n_segments,
+                seg_len,
+                seg_len,
+                elems(K, n_segments, seg_len)?,
+                0,
+            ),
+            Segments::Ragged {
+                offsets,
+                offsets_dev,
+            } => {
+                let n = offsets.len().saturating_sub(1);
+                let total = offsets.last().copied().unwrap_or(0) as usize;
+                let longest = check_offsets(K, offsets, n, total)?;
+                need_len(K, "offsets_dev", offsets_dev, offsets.len())?;
+                if let Some(short) = offsets
+                    .windows(2)
+                    .map(|w| (w[1] - w[0]) as usize)
+                    .find(|&len| len < k)
+                {
+                    return Err(shape(
+                        K,
+                        format!("a segment of {short} scores is shorter than k = {k}"),
+                    ));
+                }
+                (n, 0, longest, total, gpu.device_ptr(offsets_dev))
+            }
+        };
+        if n_segments == 0 {
+            return Ok(TopKResult {
+                k,
+                ids: Vec::new(),
+                scores: Vec::new(),
+            });
+        }
+        if k == 0 || (matches!(segments, Segments::Dense { .. }) && k > seg_len) {
+            return Err(shape(
+                K,
+                format!("k = {k} must be between 1 and the segment length"),
+            ));
+        }
+        need_len(K, "scores", scores, total)?;
+        if let Some(ids) = ids {
+            need_len(K, "ids", ids, total)?;
+        }
+        if n_segments > MAX_GRID_Y
+            || longest.div_ceil((SELECT_BLOCK * SELECT_ITEMS) as usize) > MAX_GRID_X
+        {
+            return Err(shape(
+                K,
+                "too many segments or too long a segment for one launch",
+            ));
+        }
+        let state = gpu.alloc_zeros::<u8>(n_segments * std::mem::size_of::<SelectState>())?;
+        let hist = gpu.alloc_zeros::<u32>(n_segments * SELECT_BINS as usize)?;
+        let out_keys = gpu.alloc_zeros::<u64>(n_segments * k)?;
+        let out_scores = gpu.alloc_zeros::<f32>(n_segments * k)?;
+        let mut params = SelectParams {
+            scores: gpu.device_ptr(scores),
+            ids: ids.map(|i| gpu.device_ptr(i)).unwrap_or(0),
+            offsets: offsets_ptr,
+            state: gpu.device_ptr(&state),
+            hist: gpu.device_ptr(&hist),
+            out_keys: gpu.device_ptr(&out_keys),
+            out_scores: gpu.device_ptr(&out_scores),
+            n_segments: n_segments as u32,
+            seg_len: to_u32(K, "segment length", seg_len)?,
+            k: to_u32(K, "k", k)?,
+            higher_first: u32::from(higher_first),
+            pass: 0,
+            _pad: 0,
+        };
+        let n_init = (n_segments * SELECT_BINS as usize).div_ceil(SELECT_BLOCK as usize);
+        let scan_grid = (
+            longest.div_ceil((SELECT_BLOCK * SELECT_ITEMS) as usize) as u32,
+            n_segments as u32,
+            1,
+        );
+        let block = (SELECT_BLOCK, 1, 1);
+        let init = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", n_init)?, 1, 1),
+            block_dim: block,
+            shared_mem_bytes: 0,
+        };
+        let hist_cfg = LaunchConfig {
+            grid_dim: scan_grid,
+            block_dim: block,
+            shared_mem_bytes: SELECT_BINS * 4,
+        };
+        let choose = LaunchConfig {
+            grid_dim: (n_segments as u32, 1, 1),
+            block_dim: block,
+            shared_mem_bytes: (SELECT_BLOCK + 2) * 4,
+        };
+        let collect = LaunchConfig {
+            grid_dim: scan_grid,
+            block_dim: block,
+            shared_mem_bytes: 0,
+        };
+        // SAFETY (all launches below): every buffer was sized above for n_segments segments, k outputs each
+        // and SELECT_BINS bins each; offsets were validated; grids and shared memory are as the kernels
+        // document; the passes run in stream order.
+        // SAFETY: see above.
+        unsafe { gpu.launch(&self.select_init, init, params) }?;
+        for pass in 0..SELECT_PASSES {
+            params.pass = pass;
+            // SAFETY: see above.
+            unsafe { gpu.launch(&self.select_histogram, hist_cfg, params) }?;
+            // SAFETY: see above.
+            unsafe { gpu.launch(&self.select_choose, choose, params) }?;
+        }
+        // SAFETY: see above.
+        unsafe { gpu.launch(&self.select_collect, collect, params) }?;
+        let keys = gpu.download(&out_keys)?;
+        let vals = gpu.download(&out_scores)?;
+        let mut ids_out = Vec::with_capacity(n_segments * k);
+        let mut scores_out = Vec::with_capacity(n_segments * k);
+        let mut order: Vec<usize> = Vec::with_capacity(k);
+        for s in 0..n_segments {
+            order.clear();
+            order.extend(s * k..(s + 1) * k);
+            order.sort_unstable_by_key(|&i| keys[i]);
+            for &i in &order {
+                ids_out.push(keys[i] as u32);
+                scores_out.push(vals[i]);
+            }
+        }
+        Ok(TopKResult {
+            k,
+            ids: ids_out,
+            scores: scores_out,
+        })
+    }
+}
+
+/// Device addresses of the norms a metric needs (cosine), checked for length; 0 for the others.
+fn norm_ptrs(
+    gpu: &Gpu,
+    kernel: &'static str,
+    metric: SimMetric,
+    query_norms: Option<&CudaSlice<f32>>,
+    n_queries: usize,
+    corpus_norms: Option<&CudaSlice<f32>>,
+    n_rows: usize,
+) -> Result<(u64, u64), KernelError> {
+    if metric != SimMetric::Cosine {
+        return Ok((0, 0));
+    }
+    match (query_norms, corpus_norms) {
+        (Some(qn), Some(cn)) => {
+            need_len(kernel, "query_norms", qn, n_queries)?;
+            need_len(kernel, "corpus_norms", cn, n_rows)?;
+            Ok((gpu.device_ptr(qn), gpu.device_ptr(cn)))
+        }
+        _ => Err(shape(kernel, "cosine needs query and corpus norms")),
+    }
+}
+
+/// Check per-query offsets (`n + 1` values, starting at 0, non-decreasing, ending at `total`); returns
+/// the longest segment.
+fn check_offsets(
+    kernel: &'static str,
+    offsets: &[u64],
+    n: usize,
+    total: usize,
+) -> Result<usize, KernelError> {
+    if offsets.len() != n + 1 {
+        return Err(shape(
+            kernel,
+            format!(
+                "{} offsets for {n} queries, expected {}",
+                offsets.len(),
+                n + 1
+            ),
+        ));
+    }
+    if offsets[0] != 0 || offsets[n] as usize != total {
+        return Err(shape(kernel, format!("offsets must run from 0 to {total}")));
+    }
+    let mut longest = 0;
+    for w in offsets.windows(2) {
+        if w[1] < w[0] {
+            return Err(shape(kernel, "offsets decrease"));
+        }
+        longest = longest.max((w[1] - w[0]) as usize);
+    }
+    Ok(longest)
 }

@@ -14,4 +14,6 @@ mod bundle;
 mod launch;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
-pub use launch::{KernelError, Kernels, LoadedImage};
+pub use launch::{
+    KernelError, Kernels, LoadedImage, SCAN_MAX_QUERIES, Segments, SimMetric, TopKResult,
+};

@@ -1,5 +1,5 @@
 use crate::device::Device;
-use recall_cpu_simd::CpuError;
+use recall_cpu_simd::{Corpus, CpuError, Metric, TopK};
 use thiserror::Error;
 
 /// A backend's failure. Only the GPU backend fails for reasons other than the input.
@@ -29,7 +29,41 @@ pub trait Backend: Send + Sync {
         queries: &[f32],
         corpus: &[f32],
         dim: usize,
+    ) -> Result<Vec<f32>, BackendError> {
+        self.similarity(queries, corpus, dim, Metric::Cosine)
+    }
+
+    /// Scores of every query against every corpus row for `metric`, query-major (`n_queries x n_rows`).
+    fn similarity(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
     ) -> Result<Vec<f32>, BackendError>;
+
+    /// The `k` best corpus rows of each query for `metric` (similarity fused with top-k).
+    fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError>;
+
+    /// The `k` best of each query's candidate rows `ids[offsets[q] .. offsets[q + 1]]`.
+    #[allow(clippy::too_many_arguments)]
+    fn score_candidates(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, BackendError>;
 }
 
 /// Every op on the CPU (`recall-cpu-simd`).
@@ -41,16 +75,53 @@ impl Backend for CpuBackend {
         Device::Cpu
     }
 
-    fn cosine_scores(
+    fn similarity(
         &self,
         queries: &[f32],
         corpus: &[f32],
         dim: usize,
+        metric: Metric,
     ) -> Result<Vec<f32>, BackendError> {
-        let qn = recall_cpu_simd::row_norms(queries, dim)?;
-        let cn = recall_cpu_simd::row_norms(corpus, dim)?;
-        let mut out = vec![0.0f32; qn.len() * cn.len()];
-        recall_cpu_simd::cosine_scores(queries, &qn, corpus, &cn, dim, &mut out)?;
-        Ok(out)
+        Ok(recall_cpu_simd::similarity(
+            queries,
+            &Corpus::f32(corpus, dim),
+            metric,
+        )?)
+    }
+
+    fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        Ok(recall_cpu_simd::knn(
+            queries,
+            &Corpus::f32(corpus, dim),
+            metric,
+            k,
+        )?)
+    }
+
+    fn score_candidates(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        Ok(recall_cpu_simd::score_candidates(
+            queries,
+            &Corpus::f32(corpus, dim),
+            metric,
+            offsets,
+            ids,
+            k,
+        )?)
     }
 }

@@ -105,6 +105,7 @@ mod gpu {
         dim: usize,
         iters: usize,
     ) -> Result<(f64, f64, Vec<f32>), String> {
+        use recall_gpu_kernels::SimMetric::Cosine;
         let (g, k) = backend.parts();
         let (nq, n) = (queries.len() / dim, corpus.len() / dim);
         let c = g.upload(corpus).map_err(err)?;
@@ -115,14 +116,36 @@ mod gpu {
         k.row_norms_f32(g, &q, nq, dim, &mut qn).map_err(err)?;
         let mut out = g.alloc_zeros::<f32>(nq * n).map_err(err)?;
         // Warm-up.
-        k.cosine_f32_rows(g, &q, &qn, &c, &cn, nq, n, dim, &mut out)
-            .map_err(err)?;
+        k.similarity(
+            g,
+            Cosine,
+            &q,
+            Some(&qn),
+            &c,
+            Some(&cn),
+            nq,
+            n,
+            dim,
+            &mut out,
+        )
+        .map_err(err)?;
         g.synchronize().map_err(err)?;
         let mut kernel = Vec::new();
         for _ in 0..iters.max(1) {
             let t = Instant::now();
-            k.cosine_f32_rows(g, &q, &qn, &c, &cn, nq, n, dim, &mut out)
-                .map_err(err)?;
+            k.similarity(
+                g,
+                Cosine,
+                &q,
+                Some(&qn),
+                &c,
+                Some(&cn),
+                nq,
+                n,
+                dim,
+                &mut out,
+            )
+            .map_err(err)?;
             g.synchronize().map_err(err)?;
             kernel.push(t.elapsed().as_secs_f64() * 1e3);
         }
@@ -133,8 +156,19 @@ mod gpu {
             let q = g.upload(queries).map_err(err)?;
             let mut qn = g.alloc_zeros::<f32>(nq).map_err(err)?;
             k.row_norms_f32(g, &q, nq, dim, &mut qn).map_err(err)?;
-            k.cosine_f32_rows(g, &q, &qn, &c, &cn, nq, n, dim, &mut out)
-                .map_err(err)?;
+            k.similarity(
+                g,
+                Cosine,
+                &q,
+                Some(&qn),
+                &c,
+                Some(&cn),
+                nq,
+                n,
+                dim,
+                &mut out,
+            )
+            .map_err(err)?;
             g.download_into(&out, &mut host).map_err(err)?;
             call.push(t.elapsed().as_secs_f64() * 1e3);
         }
@@ -143,7 +177,110 @@ mod gpu {
 }
 
 #[cfg(feature = "gpu")]
+mod gpu_knn {
+    use super::*;
+    use crate::gpu_backend::GpuBackend;
+    use recall_cpu_simd::{Metric, TopK};
+    use recall_gpu_kernels::{Segments, SimMetric};
+
+    /// GPU knn with the corpus resident (what a corpus handle gives): queries in chunks whose score buffer
+    /// stays under 1 GiB, as the backend does. Returns (similarity-only ms, knn ms, result of the last run).
+    pub fn knn_ms(
+        backend: &GpuBackend,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+    ) -> Result<(f64, f64, TopK), String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let (g, kern) = backend.parts();
+        let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+        let c = g.upload(corpus).map_err(|x| err(&x))?;
+        let mut cn = g.alloc_zeros::<f32>(n).map_err(|x| err(&x))?;
+        kern.row_norms_f32(g, &c, n, dim, &mut cn)
+            .map_err(|x| err(&x))?;
+        let chunk = ((1usize << 30) / (n * 4)).clamp(1, nq);
+        let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(|x| err(&x))?;
+        let run = |with_topk: bool,
+                   scores: &mut recall_gpu_sys::driver::CudaSlice<f32>|
+         -> Result<TopK, String> {
+            let mut result = TopK {
+                k,
+                ids: Vec::new(),
+                scores: Vec::new(),
+            };
+            for q0 in (0..nq).step_by(chunk) {
+                let m = chunk.min(nq - q0);
+                let q = g
+                    .upload(&queries[q0 * dim..(q0 + m) * dim])
+                    .map_err(|x| err(&x))?;
+                let mut qn = g.alloc_zeros::<f32>(m).map_err(|x| err(&x))?;
+                kern.row_norms_f32(g, &q, m, dim, &mut qn)
+                    .map_err(|x| err(&x))?;
+                kern.similarity(
+                    g,
+                    SimMetric::Cosine,
+                    &q,
+                    Some(&qn),
+                    &c,
+                    Some(&cn),
+                    m,
+                    n,
+                    dim,
+                    scores,
+                )
+                .map_err(|x| err(&x))?;
+                if with_topk {
+                    let r = kern
+                        .select_topk(
+                            g,
+                            scores,
+                            None,
+                            Segments::Dense {
+                                n_segments: m,
+                                seg_len: n,
+                            },
+                            k,
+                            true,
+                        )
+                        .map_err(|x| err(&x))?;
+                    result.ids.extend(r.ids);
+                    result.scores.extend(r.scores);
+                }
+            }
+            g.synchronize().map_err(|x| err(&x))?;
+            Ok(result)
+        };
+        run(true, &mut scores)?; // warm-up
+        let mut sim = Vec::new();
+        let mut full = Vec::new();
+        let mut last = None;
+        for _ in 0..iters.max(1) {
+            let t = Instant::now();
+            run(false, &mut scores)?;
+            sim.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            last = Some(run(true, &mut scores)?);
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let _ = Metric::Cosine;
+        Ok((
+            median(sim),
+            median(full),
+            last.unwrap_or(TopK {
+                k,
+                ids: vec![],
+                scores: vec![],
+            }),
+        ))
+    }
+}
+
+#[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
+#[cfg(feature = "gpu")]
+pub use gpu_knn::knn_ms;
 
 #[cfg(not(feature = "gpu"))]
 mod no_gpu {
@@ -151,6 +288,18 @@ mod no_gpu {
 
     /// Without GPU support there is nothing to measure.
     pub fn copy_gbps(_: &GpuBackend, _: usize, _: usize) -> Result<f64, String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
+    pub fn knn_ms(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> Result<(f64, f64, recall_cpu_simd::TopK), String> {
         Err("this build has no GPU support".into())
     }
 
@@ -167,4 +316,4 @@ mod no_gpu {
 }
 
 #[cfg(not(feature = "gpu"))]
-pub use no_gpu::{copy_gbps, cosine_ms};
+pub use no_gpu::{copy_gbps, cosine_ms, knn_ms};

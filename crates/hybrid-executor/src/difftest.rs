@@ -183,12 +183,48 @@ pub fn dense_shapes(rng: &mut SplitMix, quick: bool) -> Vec<(usize, usize, usize
     shapes
 }
 
+/// Candidate lists for `n_queries` queries over `n` rows: lengths between `k` and `max_len`, distinct ids.
+pub fn candidate_lists(
+    rng: &mut SplitMix,
+    n_queries: usize,
+    n: usize,
+    k: usize,
+    max_len: usize,
+) -> (Vec<usize>, Vec<u32>) {
+    let mut offsets = vec![0usize];
+    let mut ids = Vec::new();
+    for _ in 0..n_queries {
+        let len = (k + rng.below((max_len.saturating_sub(k) + 1) as u64) as usize).min(n);
+        // Distinct ids: an arithmetic walk with a step coprime to n.
+        let mut step = 1 + rng.below(n as u64) as usize;
+        while gcd(step, n) != 1 {
+            step += 1;
+        }
+        let start = rng.below(n as u64) as usize;
+        ids.extend((0..len).map(|i| ((start + i * step) % n) as u32));
+        offsets.push(ids.len());
+    }
+    (offsets, ids)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 #[cfg(feature = "gpu")]
 mod run_gpu {
     use super::*;
+    use crate::backend::Backend;
     use crate::gpu_backend::GpuBackend;
-    use recall_gpu_kernels::{ARCHES, Kernels};
+    use recall_cpu_simd::{Corpus, Metric, TopK};
+    use recall_gpu_kernels::{ARCHES, Kernels, SCAN_MAX_QUERIES, Segments, SimMetric};
     use recall_gpu_sys::Gpu;
+
+    const METRICS: [(Metric, SimMetric, &str); 3] = [
+        (Metric::Dot, SimMetric::Dot, "dot"),
+        (Metric::Cosine, SimMetric::Cosine, "cosine"),
+        (Metric::L2, SimMetric::L2, "l2"),
+    ];
 
     fn new_diff(kernel: &'static str) -> KernelDiff {
         KernelDiff {
@@ -201,8 +237,39 @@ mod run_gpu {
         }
     }
 
-    /// Run the suite on `backend`'s device for each arch in `arches` (all arches the device can run when
-    /// empty is passed as `None`).
+    fn diff_of<'a>(diffs: &'a mut Vec<KernelDiff>, kernel: &'static str) -> &'a mut KernelDiff {
+        match diffs.iter().position(|d| d.kernel == kernel) {
+            Some(i) => &mut diffs[i],
+            None => {
+                diffs.push(new_diff(kernel));
+                let last = diffs.len() - 1;
+                &mut diffs[last]
+            }
+        }
+    }
+
+    /// Compare two top-k lists: ids must be equal and scores bit-identical.
+    fn compare_topk(diff: &mut KernelDiff, cpu: &TopK, gpu: &TopK) {
+        diff.cases += 1;
+        diff.values += cpu.ids.len() as u64;
+        if cpu.ids.len() != gpu.ids.len() {
+            diff.mismatches += cpu.ids.len().max(gpu.ids.len()) as u64;
+            return;
+        }
+        for i in 0..cpu.ids.len() {
+            if cpu.ids[i] != gpu.ids[i] || cpu.scores[i].to_bits() != gpu.scores[i].to_bits() {
+                diff.mismatches += 1;
+                let d = (f64::from(cpu.scores[i]) - f64::from(gpu.scores[i])).abs();
+                diff.max_abs_diff = diff.max_abs_diff.max(d);
+                diff.max_ulp_diff = diff
+                    .max_ulp_diff
+                    .max(ulp_diff(cpu.scores[i], gpu.scores[i]));
+            }
+        }
+    }
+
+    /// Run the suite on `backend`'s device for each arch in `arches` (every arch the device can run when
+    /// `None`).
     pub fn run(backend: &GpuBackend, arches: Option<&[u32]>, quick: bool) -> DiffReport {
         let (gpu, _) = backend.parts();
         let d = backend.description();
@@ -217,6 +284,12 @@ mod run_gpu {
         };
         for sm in list {
             report.archs.push(run_arch(gpu, sm, quick));
+        }
+        // The backend's own path (upload, norms, chunked knn, candidate scoring) once, on the loaded image.
+        if let Some(last) = report.archs.last_mut().filter(|a| a.error.is_none())
+            && let Err(e) = backend_cases(backend, &mut last.kernels, quick)
+        {
+            last.error = Some(e);
         }
         report
     }
@@ -234,7 +307,7 @@ mod run_gpu {
             }
         };
         let image = kernels.image().to_string();
-        match dense_cases(gpu, &kernels, quick) {
+        match kernel_cases(gpu, &kernels, quick) {
             Ok(k) => ArchReport {
                 sm,
                 image,
@@ -250,50 +323,188 @@ mod run_gpu {
         }
     }
 
-    fn dense_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
+    fn e(x: impl std::fmt::Display) -> String {
+        x.to_string()
+    }
+
+    /// Every kernel through its launcher, against the CPU engine.
+    fn kernel_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
         let mut rng = SplitMix::new(0x5EED_0001);
-        let mut norms = new_diff("row_norms_f32");
-        let mut cosine = new_diff("cosine_f32_rows");
-        let e = |e: &dyn std::fmt::Display| e.to_string();
-        for (nq, n, dim) in dense_shapes(&mut rng, quick) {
+        let mut diffs = Vec::new();
+        let mut shapes = dense_shapes(&mut rng, quick);
+        // Many-query shapes take the GEMM kernel.
+        shapes.extend([
+            (9, 700, 33),
+            (17, 1000, 768),
+            (130, 2000, 100),
+            (257, 513, 1025),
+        ]);
+        if !quick {
+            shapes.push((1024, 20_000, 768));
+        }
+        for (nq, n, dim) in shapes {
             let queries = awkward_matrix(&mut rng, nq, dim);
             let corpus = awkward_matrix(&mut rng, n, dim);
-            let cpu_qn = recall_cpu_simd::row_norms(&queries, dim).map_err(|x| e(&x))?;
-            let cpu_cn = recall_cpu_simd::row_norms(&corpus, dim).map_err(|x| e(&x))?;
-            let mut cpu_scores = vec![0.0f32; nq * n];
-            recall_cpu_simd::cosine_scores(
-                &queries,
-                &cpu_qn,
-                &corpus,
-                &cpu_cn,
-                dim,
-                &mut cpu_scores,
-            )
-            .map_err(|x| e(&x))?;
-
-            let q = gpu.upload(&queries).map_err(|x| e(&x))?;
-            let c = gpu.upload(&corpus).map_err(|x| e(&x))?;
-            let mut qn = gpu.alloc_zeros::<f32>(nq).map_err(|x| e(&x))?;
-            let mut cn = gpu.alloc_zeros::<f32>(n).map_err(|x| e(&x))?;
-            let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(|x| e(&x))?;
-            k.row_norms_f32(gpu, &q, nq, dim, &mut qn)
-                .map_err(|x| e(&x))?;
-            k.row_norms_f32(gpu, &c, n, dim, &mut cn)
-                .map_err(|x| e(&x))?;
-            // The cosine kernel is fed the CPU's norms too, so a norm mismatch cannot hide a dot mismatch.
-            let cn_cpu_dev = gpu.upload(&cpu_cn).map_err(|x| e(&x))?;
-            let qn_cpu_dev = gpu.upload(&cpu_qn).map_err(|x| e(&x))?;
-            k.cosine_f32_rows(gpu, &q, &qn_cpu_dev, &c, &cn_cpu_dev, nq, n, dim, &mut out)
-                .map_err(|x| e(&x))?;
-            compare(&mut norms, &cpu_qn, &gpu.download(&qn).map_err(|x| e(&x))?);
-            compare(&mut norms, &cpu_cn, &gpu.download(&cn).map_err(|x| e(&x))?);
+            let cpu_qn = recall_cpu_simd::row_norms(&queries, dim).map_err(e)?;
+            let cpu_cn = recall_cpu_simd::row_norms(&corpus, dim).map_err(e)?;
+            let q = gpu.upload(&queries).map_err(e)?;
+            let c = gpu.upload(&corpus).map_err(e)?;
+            let mut qn = gpu.alloc_zeros::<f32>(nq).map_err(e)?;
+            let mut cn = gpu.alloc_zeros::<f32>(n).map_err(e)?;
+            k.row_norms_f32(gpu, &q, nq, dim, &mut qn).map_err(e)?;
+            k.row_norms_f32(gpu, &c, n, dim, &mut cn).map_err(e)?;
             compare(
-                &mut cosine,
-                &cpu_scores,
-                &gpu.download(&out).map_err(|x| e(&x))?,
+                diff_of(&mut diffs, "row_norms_f32"),
+                &cpu_qn,
+                &gpu.download(&qn).map_err(e)?,
             );
+            compare(
+                diff_of(&mut diffs, "row_norms_f32"),
+                &cpu_cn,
+                &gpu.download(&cn).map_err(e)?,
+            );
+            let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
+            // Skip the slowest CPU references on the biggest shapes: cosine covers them.
+            let big = (nq * n * dim) as u64 > 20_000_000_000;
+            for (metric, sim, name) in METRICS {
+                if big && metric != Metric::Cosine {
+                    continue;
+                }
+                let cpu = recall_cpu_simd::similarity(&queries, &Corpus::f32(&corpus, dim), metric)
+                    .map_err(e)?;
+                // The CPU's norms go in, so a norm mismatch cannot hide a dot mismatch.
+                let (cqn, ccn) = (
+                    gpu.upload(&cpu_qn).map_err(e)?,
+                    gpu.upload(&cpu_cn).map_err(e)?,
+                );
+                k.similarity(
+                    gpu,
+                    sim,
+                    &q,
+                    Some(&cqn),
+                    &c,
+                    Some(&ccn),
+                    nq,
+                    n,
+                    dim,
+                    &mut out,
+                )
+                .map_err(e)?;
+                let kernel = match (nq <= SCAN_MAX_QUERIES, name) {
+                    (true, "dot") => "scan_dot",
+                    (true, "cosine") => "scan_cosine",
+                    (true, _) => "scan_l2",
+                    (false, "dot") => "gemm_dot",
+                    (false, "cosine") => "gemm_cosine",
+                    (false, _) => "gemm_l2",
+                };
+                let gpu_scores = gpu.download(&out).map_err(e)?;
+                compare(diff_of(&mut diffs, kernel), &cpu, &gpu_scores);
+                // Top-k over those scores, for a few k (k = N included when N is small).
+                for kk in [1usize, 10, 100, 1000, n] {
+                    if kk > n || (kk == n && n > 5000) {
+                        continue;
+                    }
+                    let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                    let r = k
+                        .select_topk(
+                            gpu,
+                            &out,
+                            None,
+                            Segments::Dense {
+                                n_segments: nq,
+                                seg_len: n,
+                            },
+                            kk,
+                            sim.higher_first(),
+                        )
+                        .map_err(e)?;
+                    compare_topk(
+                        diff_of(&mut diffs, "select_topk"),
+                        &cpu_top,
+                        &TopK {
+                            k: r.k,
+                            ids: r.ids,
+                            scores: r.scores,
+                        },
+                    );
+                }
+            }
         }
-        Ok(vec![norms, cosine])
+        // Heavy ties: every row identical, so the top k are ids 0..k by the id rule.
+        let n = 5000;
+        let row = awkward_matrix(&mut rng, 1, 64);
+        let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
+        for (metric, _, _) in METRICS {
+            let cpu =
+                recall_cpu_simd::similarity(&row, &Corpus::f32(&corpus, 64), metric).map_err(e)?;
+            let dev = gpu.upload(&cpu).map_err(e)?;
+            for kk in [1, 7, 4999, 5000] {
+                let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                let higher = metric != Metric::L2;
+                let r = k
+                    .select_topk(
+                        gpu,
+                        &dev,
+                        None,
+                        Segments::Dense {
+                            n_segments: 1,
+                            seg_len: n,
+                        },
+                        kk,
+                        higher,
+                    )
+                    .map_err(e)?;
+                compare_topk(
+                    diff_of(&mut diffs, "select_topk"),
+                    &cpu_top,
+                    &TopK {
+                        k: r.k,
+                        ids: r.ids,
+                        scores: r.scores,
+                    },
+                );
+            }
+        }
+        Ok(diffs)
+    }
+
+    /// The GPU backend's ops end to end (what the executor calls), against the CPU backend.
+    fn backend_cases(
+        gpu: &GpuBackend,
+        diffs: &mut Vec<KernelDiff>,
+        quick: bool,
+    ) -> Result<(), String> {
+        let cpu = crate::backend::CpuBackend;
+        let mut rng = SplitMix::new(0x5EED_0002);
+        let shapes: &[(usize, usize, usize, usize)] = if quick {
+            &[(1, 3000, 33, 10), (12, 2000, 96, 5)]
+        } else {
+            &[
+                (1, 100_000, 768, 10),
+                (3, 50_000, 128, 1000),
+                (40, 30_000, 64, 100),
+                (1, 1000, 3, 1000),
+            ]
+        };
+        for &(nq, n, dim, kk) in shapes {
+            let queries = awkward_matrix(&mut rng, nq, dim);
+            let corpus = awkward_matrix(&mut rng, n, dim);
+            for (metric, _, _) in METRICS {
+                let a = cpu.knn(&queries, &corpus, dim, metric, kk).map_err(e)?;
+                let b = gpu.knn(&queries, &corpus, dim, metric, kk).map_err(e)?;
+                compare_topk(diff_of(diffs, "backend knn"), &a, &b);
+                let (offsets, ids) = candidate_lists(&mut rng, nq, n, kk, 3000);
+                let a = cpu
+                    .score_candidates(&queries, &corpus, dim, metric, &offsets, &ids, kk)
+                    .map_err(e)?;
+                let b = gpu
+                    .score_candidates(&queries, &corpus, dim, metric, &offsets, &ids, kk)
+                    .map_err(e)?;
+                compare_topk(diff_of(diffs, "backend candidates"), &a, &b);
+            }
+        }
+        Ok(())
     }
 }
 

@@ -155,7 +155,7 @@ impl Executor {
     }
 
     /// Run `op` on the chosen backend; on any GPU failure, run it on the CPU.
-    fn dispatch<T>(
+    pub(crate) fn dispatch<T>(
         &self,
         op: &'static str,
         work: u64,

@@ -7,8 +7,29 @@ mod imp {
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
     use parking_lot::Mutex;
-    use recall_gpu_kernels::{KernelError, Kernels};
+    use recall_cpu_simd::{Metric, TopK};
+    use recall_gpu_kernels::{KernelError, Kernels, Segments, SimMetric, TopKResult};
+    use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
+
+    /// The score buffer of one knn chunk stays below this many bytes (queries are processed in chunks).
+    const SCORE_CHUNK_BYTES: usize = 1 << 30;
+
+    fn sim_metric(m: Metric) -> SimMetric {
+        match m {
+            Metric::Dot => SimMetric::Dot,
+            Metric::Cosine => SimMetric::Cosine,
+            Metric::L2 => SimMetric::L2,
+        }
+    }
+
+    fn topk(r: TopKResult) -> TopK {
+        TopK {
+            k: r.k,
+            ids: r.ids,
+            scores: r.scores,
+        }
+    }
 
     /// A GPU with the kernel bundle loaded.
     ///
@@ -101,29 +122,25 @@ mod imp {
             (&self.gpu, &self.kernels)
         }
 
-        fn cosine_inner(
+        /// Upload a row-major matrix and, for cosine, compute its row norms on the device.
+        fn upload_rows(
             &self,
-            queries: &[f32],
-            corpus: &[f32],
+            x: &[f32],
             dim: usize,
-        ) -> Result<Vec<f32>, BackendError> {
-            let (n_queries, n_rows) = (queries.len() / dim, corpus.len() / dim);
-            let g = &self.gpu;
-            let q = g.upload(queries).map_err(map_gpu_error)?;
-            let c = g.upload(corpus).map_err(map_gpu_error)?;
-            let mut qn = g.alloc_zeros::<f32>(n_queries).map_err(map_gpu_error)?;
-            let mut cn = g.alloc_zeros::<f32>(n_rows).map_err(map_gpu_error)?;
-            let mut out = g
-                .alloc_zeros::<f32>(n_queries * n_rows)
-                .map_err(map_gpu_error)?;
-            let k = &self.kernels;
-            k.row_norms_f32(g, &q, n_queries, dim, &mut qn)
-                .map_err(map_kernel_error)?;
-            k.row_norms_f32(g, &c, n_rows, dim, &mut cn)
-                .map_err(map_kernel_error)?;
-            k.cosine_f32_rows(g, &q, &qn, &c, &cn, n_queries, n_rows, dim, &mut out)
-                .map_err(map_kernel_error)?;
-            g.download(&out).map_err(map_gpu_error)
+            metric: Metric,
+        ) -> Result<(CudaSlice<f32>, Option<CudaSlice<f32>>), BackendError> {
+            let (g, k) = (&self.gpu, &self.kernels);
+            let rows = g.upload(x).map_err(map_gpu_error)?;
+            let norms = if metric == Metric::Cosine {
+                let n = x.len() / dim;
+                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
+                k.row_norms_f32(g, &rows, n, dim, &mut norms)
+                    .map_err(map_kernel_error)?;
+                Some(norms)
+            } else {
+                None
+            };
+            Ok((rows, norms))
         }
     }
 
@@ -134,14 +151,134 @@ mod imp {
             }
         }
 
-        fn cosine_scores(
+        fn similarity(
             &self,
             queries: &[f32],
             corpus: &[f32],
             dim: usize,
+            metric: Metric,
         ) -> Result<Vec<f32>, BackendError> {
             let _serial = self.lock.lock();
-            self.cosine_inner(queries, corpus, dim)
+            let (g, k) = (&self.gpu, &self.kernels);
+            let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
+            let (c, cn) = self.upload_rows(corpus, dim, metric)?;
+            let mut out = g.alloc_zeros::<f32>(nq * n).map_err(map_gpu_error)?;
+            k.similarity(
+                g,
+                sim_metric(metric),
+                &q,
+                qn.as_ref(),
+                &c,
+                cn.as_ref(),
+                nq,
+                n,
+                dim,
+                &mut out,
+            )
+            .map_err(map_kernel_error)?;
+            g.download(&out).map_err(map_gpu_error)
+        }
+
+        fn knn(
+            &self,
+            queries: &[f32],
+            corpus: &[f32],
+            dim: usize,
+            metric: Metric,
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+            let (c, cn) = self.upload_rows(corpus, dim, metric)?;
+            // Queries go in chunks so that the score buffer stays bounded (no Q x N matrix for large N).
+            let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
+            let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(map_gpu_error)?;
+            let mut result = TopK {
+                k,
+                ids: Vec::with_capacity(nq * k),
+                scores: Vec::with_capacity(nq * k),
+            };
+            for q0 in (0..nq).step_by(chunk) {
+                let m = chunk.min(nq - q0);
+                let (q, qn) = self.upload_rows(&queries[q0 * dim..(q0 + m) * dim], dim, metric)?;
+                kern.similarity(
+                    g,
+                    sim_metric(metric),
+                    &q,
+                    qn.as_ref(),
+                    &c,
+                    cn.as_ref(),
+                    m,
+                    n,
+                    dim,
+                    &mut scores,
+                )
+                .map_err(map_kernel_error)?;
+                let segs = Segments::Dense {
+                    n_segments: m,
+                    seg_len: n,
+                };
+                let part = kern
+                    .select_topk(g, &scores, None, segs, k, sim_metric(metric).higher_first())
+                    .map_err(map_kernel_error)?;
+                result.ids.extend(part.ids);
+                result.scores.extend(part.scores);
+            }
+            Ok(result)
+        }
+
+        fn score_candidates(
+            &self,
+            queries: &[f32],
+            corpus: &[f32],
+            dim: usize,
+            metric: Metric,
+            offsets: &[usize],
+            ids: &[u32],
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
+            let (c, cn) = self.upload_rows(corpus, dim, metric)?;
+            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+            let mut scores = g
+                .alloc_zeros::<f32>(ids.len().max(1))
+                .map_err(map_gpu_error)?;
+            let (ids_dev, offsets_dev) = kern
+                .similarity_gather(
+                    g,
+                    sim_metric(metric),
+                    &q,
+                    qn.as_ref(),
+                    &c,
+                    cn.as_ref(),
+                    nq,
+                    n,
+                    dim,
+                    ids,
+                    &offsets64,
+                    &mut scores,
+                )
+                .map_err(map_kernel_error)?;
+            let segs = Segments::Ragged {
+                offsets: &offsets64,
+                offsets_dev: &offsets_dev,
+            };
+            let r = kern
+                .select_topk(
+                    g,
+                    &scores,
+                    Some(&ids_dev),
+                    segs,
+                    k,
+                    sim_metric(metric).higher_first(),
+                )
+                .map_err(map_kernel_error)?;
+            Ok(topk(r))
         }
     }
 }
@@ -150,6 +287,7 @@ mod imp {
 mod imp {
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
+    use recall_cpu_simd::{Metric, TopK};
 
     /// No bundle in a CPU-only build.
     pub fn bundle_arches() -> String {
@@ -172,6 +310,10 @@ mod imp {
         }
     }
 
+    fn compiled_out<T>() -> Result<T, BackendError> {
+        Err(BackendError::Gpu("gpu support compiled out".into()))
+    }
+
     impl Backend for GpuBackend {
         fn device(&self) -> Device {
             Device::Gpu {
@@ -179,8 +321,38 @@ mod imp {
             }
         }
 
-        fn cosine_scores(&self, _: &[f32], _: &[f32], _: usize) -> Result<Vec<f32>, BackendError> {
-            Err(BackendError::Gpu("gpu support compiled out".into()))
+        fn similarity(
+            &self,
+            _: &[f32],
+            _: &[f32],
+            _: usize,
+            _: Metric,
+        ) -> Result<Vec<f32>, BackendError> {
+            compiled_out()
+        }
+
+        fn knn(
+            &self,
+            _: &[f32],
+            _: &[f32],
+            _: usize,
+            _: Metric,
+            _: usize,
+        ) -> Result<TopK, BackendError> {
+            compiled_out()
+        }
+
+        fn score_candidates(
+            &self,
+            _: &[f32],
+            _: &[f32],
+            _: usize,
+            _: Metric,
+            _: &[usize],
+            _: &[u32],
+            _: usize,
+        ) -> Result<TopK, BackendError> {
+            compiled_out()
         }
     }
 }

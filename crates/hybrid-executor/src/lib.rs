@@ -16,6 +16,7 @@ mod device;
 pub mod difftest;
 mod executor;
 mod gpu_backend;
+mod ops;
 
 pub use backend::{Backend, BackendError, CpuBackend};
 pub use device::{Device, DevicePolicy, GpuDescription, GpuStatus};

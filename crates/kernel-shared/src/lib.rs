@@ -17,9 +17,28 @@ extern crate std;
 /// Threads per block of the row-scan kernels (one thread per corpus row).
 pub const ROW_BLOCK: u32 = 256;
 /// Columns of a row staged through shared memory per step by the row-scan kernels.
-pub const ROW_TILE_K: u32 = 32;
-/// Queries handled by one block of `cosine_f32_rows` (one accumulator per query per thread).
+pub const ROW_TILE_K: u32 = 16;
+/// Queries handled by one block of the dense row-scan kernels (one accumulator per query per thread).
 pub const ROW_QUERIES_PER_BLOCK: u32 = 4;
+
+/// Tile of the GEMM-style similarity kernels: `GEMM_TILE` queries x `GEMM_TILE` rows per block of
+/// `GEMM_THREADS` threads, `GEMM_TILE_K` columns staged per step.
+pub const GEMM_TILE: u32 = 128;
+pub const GEMM_TILE_K: u32 = 8;
+pub const GEMM_THREADS: u32 = 256;
+
+/// Threads per block of the top-k selection kernels, and elements each thread reads per pass.
+pub const SELECT_BLOCK: u32 = 256;
+pub const SELECT_ITEMS: u32 = 16;
+/// Bins of the radix-select histogram (11-bit digits of the 64-bit pair key).
+pub const SELECT_BINS: u32 = 2048;
+/// Radix-select passes over the 64-bit key (11, 11, 11, 11, 11 and 9 bits).
+pub const SELECT_PASSES: u32 = 6;
+
+/// The similarity metrics, as the kernels number them (`docs/numerics.md`, "Scores by metric").
+pub const METRIC_DOT: u32 = 0;
+pub const METRIC_COSINE: u32 = 1;
+pub const METRIC_L2: u32 = 2;
 
 /// `row_norms_f32`: `out[r] = sqrt(sum_k x[r][k] * x[r][k])`, the sum one FMA chain over `k` ascending.
 #[repr(C)]
@@ -33,24 +52,79 @@ pub struct RowNormsParams {
     pub dim: u32,
 }
 
-/// `cosine_f32_rows`: `out[q][r] = dot(queries[q], corpus[r]) / (query_norms[q] * corpus_norms[r])`,
-/// or `0.0` when either norm is zero. The dot product is one FMA chain over `k` ascending.
+/// The similarity kernels (`scan_*`, `gather_*`, `gemm_*`): one score per (query, row) pair, in the order
+/// of `docs/numerics.md` for the kernel's metric.
+///
+/// - dense (`scan_*`, `gemm_*`): `out[q * n_rows + r]` for every query `q` and corpus row `r`.
+/// - gather (`gather_*`, candidate scoring): query `q` scores the corpus rows `ids[j]` for
+///   `j in offsets[q] .. offsets[q + 1]`, into `out[j]`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CosineParams {
+pub struct SimParams {
     /// `n_queries * dim` f32, row-major.
     pub queries: u64,
-    /// `n_queries` f32.
+    /// `n_queries` f32 (cosine only, else 0).
     pub query_norms: u64,
     /// `n_rows * dim` f32, row-major.
     pub corpus: u64,
-    /// `n_rows` f32.
+    /// `n_rows` f32 (cosine only, else 0).
     pub corpus_norms: u64,
-    /// `n_queries * n_rows` f32, row-major (query-major).
+    /// Scores, f32 (see above for the layout).
     pub out: u64,
+    /// gather only: u32 corpus row ids, every query's list one after the other (else 0).
+    pub ids: u64,
+    /// gather only: `n_queries + 1` u64 offsets into `ids` (else 0).
+    pub offsets: u64,
     pub n_queries: u32,
     pub n_rows: u32,
     pub dim: u32,
+    pub _pad: u32,
+}
+
+/// Per-segment state of the radix select (one segment = one query's scores).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelectState {
+    /// The key bits fixed so far (the bits below the current digit are 0).
+    pub prefix: u64,
+    /// How many keys still to take from the group that matches `prefix` at the fixed bits.
+    pub rank: u32,
+    /// 1 once the selection is known: every key with `key >> shift <= prefix >> shift` is in the top k.
+    pub done: u32,
+    /// The shift of the last digit fixed.
+    pub shift: u32,
+    /// Keys written out so far by `select_collect`.
+    pub count: u32,
+}
+
+/// The radix-select kernels (`select_init`, `select_histogram`, `select_choose`, `select_collect`): the `k`
+/// smallest 64-bit pair keys `(score_key(score) << 32) | id` of each segment, in any order (the host sorts
+/// them), with their scores.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SelectParams {
+    /// f32 scores; segment `s` is `scores[offsets[s] .. offsets[s + 1]]`.
+    pub scores: u64,
+    /// 0: the id of position `j` of segment `s` is `j - offsets[s]`; else u32 ids, one per position.
+    pub ids: u64,
+    /// `n_segments + 1` u64 offsets; 0 means dense segments of `seg_len` values each.
+    pub offsets: u64,
+    /// `n_segments` [`SelectState`].
+    pub state: u64,
+    /// `n_segments * SELECT_BINS` u32.
+    pub hist: u64,
+    /// `n_segments * k` u64 keys out.
+    pub out_keys: u64,
+    /// `n_segments * k` f32 scores out.
+    pub out_scores: u64,
+    pub n_segments: u32,
+    /// Dense segments: values per segment.
+    pub seg_len: u32,
+    pub k: u32,
+    /// 1: higher scores first (cosine, dot); 0: lower first (l2).
+    pub higher_first: u32,
+    /// The pass (0 .. SELECT_PASSES) of `select_histogram` / `select_choose`.
+    pub pass: u32,
     pub _pad: u32,
 }
 

@@ -9,9 +9,12 @@ use std::process::{Command, ExitCode};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The op to measure (cosine for now).
+    /// The op to measure: `cosine` (all scores) or `knn` (cosine similarity fused with top-k).
     #[arg(default_value = "cosine")]
     op: String,
+    /// k for `knn`.
+    #[arg(long, default_value_t = 10)]
+    k: usize,
     #[arg(long, default_value_t = 1_000_000)]
     rows: usize,
     #[arg(long, default_value_t = 768)]
@@ -38,7 +41,8 @@ fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
     }
     let out = Command::new("python3")
         .arg(&a.peer_script)
-        .arg(&a.op)
+        .arg("cosine")
+        .args(["--k", &a.k.to_string()])
         .args(["--rows", &a.rows.to_string(), "--dim", &a.dim.to_string()])
         .args([
             "--queries",
@@ -83,8 +87,11 @@ mod serde_free {
 }
 
 pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.op == "knn" {
+        return run_knn(a);
+    }
     if a.op != "cosine" {
-        return Err(format!("unknown op {:?} (available: cosine)", a.op));
+        return Err(format!("unknown op {:?} (available: cosine, knn)", a.op));
     }
     if a.rows == 0 || a.dim == 0 || a.queries == 0 {
         return Err("--rows, --dim and --queries must be at least 1".into());
@@ -262,6 +269,153 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
         std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(if f.bit_identical == Some(false) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `recall bench knn`: similarity fused with top-k, corpus resident, next to `torch.topk(normalize(q) @ C.T, k)`.
+fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.rows == 0 || a.dim == 0 || a.queries == 0 || a.k == 0 || a.k > a.rows {
+        return Err("--rows, --dim, --queries must be at least 1 and 1 <= --k <= --rows".into());
+    }
+    let engine = Engine::new().map_err(|e| e.to_string())?;
+    let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
+        return Err("recall bench knn needs a GPU".into());
+    };
+    eprintln!(
+        "generating {} x {} corpus and {} queries",
+        grouped(a.rows as u64),
+        a.dim,
+        a.queries
+    );
+    let corpus = random_matrix(1, a.rows, a.dim);
+    let queries = random_matrix(2, a.queries, a.dim);
+    let (sim_ms, knn_ms, gpu_top) =
+        recall::diagnostics::bench::knn_ms(gpu, &queries, &corpus, a.dim, a.k, a.iters)?;
+    // The CPU's answer for the same call (skipped for big batches: minutes on a CPU).
+    let cpu = if a.no_cpu || (a.queries as u64) * (a.rows as u64) * (a.dim as u64) > 100_000_000_000
+    {
+        None
+    } else {
+        let cpu_engine = Engine::builder()
+            .device(recall::DevicePolicy::Cpu)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let t = std::time::Instant::now();
+        let r = cpu_engine
+            .knn(&queries, &corpus, a.dim, recall::Metric::Cosine, a.k)
+            .map_err(|e| e.to_string())?;
+        Some((t.elapsed().as_secs_f64() * 1e3, r))
+    };
+    let peer = peer(&a);
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "## knn (cosine, top-{}), {} queries x {} rows x {} dims (f32, exact mode)\n",
+        a.k,
+        a.queries,
+        grouped(a.rows as u64),
+        a.dim
+    );
+    let _ = writeln!(r, "- date: {} (UTC)", utc_date());
+    let _ = writeln!(
+        r,
+        "- device: {} ({}, {} SMs), driver CUDA {}, kernels {}",
+        d.name, d.sm, d.sm_count, d.driver, d.image
+    );
+    let _ = writeln!(
+        r,
+        "- host CPU: {} ({} threads), SIMD path {}",
+        cpu_model(),
+        threads(),
+        recall::cpu_simd_level()
+    );
+    let _ = writeln!(r, "- recall commit: {COMMIT}");
+    let _ = writeln!(
+        r,
+        "- command: `recall bench knn --rows {} --dim {} --queries {} --k {} --iters {}`",
+        a.rows, a.dim, a.queries, a.k, a.iters
+    );
+    let _ = writeln!(
+        r,
+        "- timing: median of {} runs after warm-up, host clock around GPU work that ends in a synchronise or a download; corpus and its norms resident, queries uploaded per call\n",
+        a.iters
+    );
+    let _ = writeln!(r, "| what | time | note |");
+    let _ = writeln!(r, "|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| recall GPU: similarity only (norms of queries + scores) | {:.1} us | |",
+        sim_ms * 1e3
+    );
+    let _ = writeln!(
+        r,
+        "| recall GPU: knn = similarity + exact top-{} (radix select, k pairs downloaded, host sort) | {:.1} us | top-k adds {:.1} % |",
+        a.k,
+        knn_ms * 1e3,
+        100.0 * (knn_ms - sim_ms) / sim_ms
+    );
+    match &peer {
+        Ok(p) if p.str("available").as_deref() != Some("false") => {
+            let name = p.str("peer").unwrap_or_default();
+            if let Some(ms) = p.num("topk_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
+                    p.str("topk_expr").unwrap_or_default(),
+                    ms * 1e3,
+                    knn_ms / ms
+                );
+            }
+            if let Some(ms) = p.num("similarity_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {name}: `{}` | {:.1} us | |",
+                    p.str("similarity_expr").unwrap_or_default(),
+                    ms * 1e3
+                );
+            }
+        }
+        Ok(p) => {
+            let _ = writeln!(
+                r,
+                "| peer | unavailable | {} |",
+                p.str("reason").unwrap_or_default()
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(r, "| peer | unavailable | {e} |");
+        }
+    }
+    let mut same = None;
+    if let Some((ms, cpu_top)) = &cpu {
+        let _ = writeln!(
+            r,
+            "| recall CPU knn ({} threads) | {:.2} ms | |",
+            threads(),
+            ms
+        );
+        let eq = cpu_top.ids == gpu_top.ids
+            && cpu_top
+                .scores
+                .iter()
+                .zip(&gpu_top.scores)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+        same = Some(eq);
+        let _ = writeln!(
+            r,
+            "\nGPU and CPU top-{} lists identical (ids and score bits): **{}**",
+            a.k,
+            if eq { "yes" } else { "NO" }
+        );
+    }
+    print!("{r}");
+    if let Some(path) = &a.out {
+        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(if same == Some(false) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

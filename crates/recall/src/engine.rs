@@ -1,5 +1,6 @@
 use crate::Error;
-use recall_hybrid_executor::{Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus};
+use recall_cpu_simd::{Metric, TopK};
+use recall_hybrid_executor::{Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Outcome};
 
 /// The entry point: owns the backends and answers every op.
 ///
@@ -68,6 +69,45 @@ pub struct Scores {
     pub fallback: Option<String>,
 }
 
+/// The `k` best (id, score) pairs of each query, best first (ties to the lower id), and where they were
+/// computed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbors {
+    pub k: usize,
+    /// `ids[q * k .. (q + 1) * k]` are query `q`'s neighbours, best first.
+    pub ids: Vec<u32>,
+    /// The scores of those neighbours (for `l2`, squared distances).
+    pub scores: Vec<f32>,
+    pub device: Device,
+    /// Set when the GPU was chosen, failed, and the CPU answered instead.
+    pub fallback: Option<String>,
+}
+
+impl Neighbors {
+    fn from_outcome(o: Outcome<TopK>) -> Neighbors {
+        Neighbors {
+            k: o.value.k,
+            ids: o.value.ids,
+            scores: o.value.scores,
+            device: o.device,
+            fallback: o.fallback,
+        }
+    }
+
+    /// How many queries the result holds.
+    pub fn n_queries(&self) -> usize {
+        self.ids.len().checked_div(self.k).unwrap_or(0)
+    }
+
+    /// Query `q`'s neighbours: (ids, scores), best first.
+    pub fn query(&self, q: usize) -> (&[u32], &[f32]) {
+        (
+            &self.ids[q * self.k..(q + 1) * self.k],
+            &self.scores[q * self.k..(q + 1) * self.k],
+        )
+    }
+}
+
 impl Engine {
     /// An engine with the default options and `RECALL_DEVICE` from the environment.
     pub fn new() -> Result<Engine, Error> {
@@ -119,6 +159,58 @@ impl Engine {
     #[doc(hidden)]
     pub fn gpu_backend(&self) -> Option<&recall_hybrid_executor::GpuBackend> {
         self.exec.gpu_backend()
+    }
+
+    /// Scores of each query against each corpus row for `metric` (row-major `n_queries x n_rows`).
+    pub fn similarity(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+    ) -> Result<Scores, Error> {
+        let out = self.exec.similarity(queries, corpus, dim, metric)?;
+        Ok(Scores {
+            n_queries: queries.len() / dim,
+            n_rows: corpus.len() / dim,
+            values: out.value,
+            device: out.device,
+            fallback: out.fallback,
+        })
+    }
+
+    /// The `k` nearest corpus rows of each query (`1 <= k <= n_rows`): similarity fused with top-k; the
+    /// full score matrix is never returned. Exact mode: the same ids and score bits on every device.
+    pub fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<Neighbors, Error> {
+        Ok(Neighbors::from_outcome(
+            self.exec.knn(queries, corpus, dim, metric, k)?,
+        ))
+    }
+
+    /// Re-score candidate lists (e.g. an HNSW search's candidates): query `q` ranks the corpus rows
+    /// `ids[offsets[q] .. offsets[q + 1]]` and keeps the best `k`. Ids must be below the corpus size and
+    /// distinct within a list; `k` at most the shortest list.
+    #[allow(clippy::too_many_arguments)]
+    pub fn score_candidates(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<Neighbors, Error> {
+        Ok(Neighbors::from_outcome(self.exec.score_candidates(
+            queries, corpus, dim, metric, offsets, ids, k,
+        )?))
     }
 
     pub(crate) fn diff_test(

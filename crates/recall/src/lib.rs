@@ -24,8 +24,9 @@
 mod engine;
 mod error;
 
-pub use engine::{Engine, EngineBuilder, Scores};
+pub use engine::{Engine, EngineBuilder, Neighbors, Scores};
 pub use error::Error;
+pub use recall_cpu_simd::Metric;
 pub use recall_hybrid_executor::{
     Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus,
 };

@@ -93,3 +93,46 @@ fn counters_count_calls() {
     e.cosine_similarity(&x, &x, 1).unwrap();
     assert_eq!(e.counters(), (2, 0, 0));
 }
+
+#[test]
+fn knn_and_candidates_rank_best_first_with_ties_to_lower_ids() {
+    use recall::Metric;
+    let e = cpu_engine();
+    // Rows 0 and 2 are identical: a tie, broken by the lower id.
+    let corpus = [
+        1.0, 0.0, /* */ 0.0, 1.0, /* */ 1.0, 0.0, /* */ 0.6, 0.8,
+    ];
+    let q = [1.0, 0.1];
+    let n = e.knn(&q, &corpus, 2, Metric::Cosine, 3).unwrap();
+    assert_eq!(n.query(0).0, &[0, 2, 3]);
+    let n = e.knn(&q, &corpus, 2, Metric::L2, 4).unwrap();
+    assert_eq!(n.query(0).0, &[0, 2, 3, 1]);
+    assert!(
+        n.scores.windows(2).all(|w| w[0] <= w[1]),
+        "l2 ranks lower distances first"
+    );
+    let c = e
+        .score_candidates(&q, &corpus, 2, Metric::Dot, &[0, 3], &[3, 1, 2], 2)
+        .unwrap();
+    assert_eq!(c.query(0).0, &[2, 3]);
+    assert!(matches!(
+        e.knn(&q, &corpus, 2, Metric::Dot, 0),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.knn(&q, &corpus, 2, Metric::Dot, 5),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.score_candidates(&q, &corpus, 2, Metric::Dot, &[0, 2], &[1, 1], 1),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.score_candidates(&q, &corpus, 2, Metric::Dot, &[0, 1], &[9], 1),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.score_candidates(&q, &corpus, 2, Metric::Dot, &[0, 2], &[1], 1),
+        Err(Error::InvalidInput(_))
+    ));
+}

@@ -1,0 +1,282 @@
+//! Exact top-k selection by radix select over 64-bit pair keys (`docs/numerics.md`, "Top-k").
+//!
+//! Each (score, id) pair becomes `key = score_key(score) << 32 | id`, the same key as `recall_cpu_simd`'s
+//! `pair_key`: smaller is better, and keys are unique because ids are. The top k of a segment are then
+//! exactly its k smallest keys, whatever the ties between scores, so no tie rule is needed beyond the key.
+//!
+//! The selection fixes the key 11 bits at a time from the top (passes of 11, 11, 11, 11, 11 and 9 bits):
+//! `select_histogram` counts the keys of the still-undecided group per digit, `select_choose` finds the digit
+//! that holds the k-th key and narrows the group; once the group is wholly inside the top k the segment is
+//! `done`, and `select_collect` writes out every key at or below the prefix (exactly k of them). The host
+//! sorts the k keys. All passes are queued without a host round trip; passes after `done` exit at once.
+//!
+//! Thread mapping: `select_histogram` and `select_collect` run blocks of 256 threads over
+//! `(ceil(longest segment / 4096), n_segments)`; thread `t` of block `x` reads positions
+//! `4096 * x + 256 * i + t` (i < 16) of its segment, coalesced. `select_choose` runs one block per segment.
+
+use crate::util::{block_x, block_y, dynamic_shared_f32, sync_threads, thread_x};
+use core::sync::atomic::{AtomicU32, Ordering};
+use recall_kernel_shared::{SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams, SelectState};
+
+const BINS: usize = SELECT_BINS as usize;
+const SHIFTS: [u32; 6] = [53, 42, 31, 20, 9, 0];
+
+/// The score's order-preserving key, smaller is better; `-0.0` and `+0.0` share a key (same as the CPU's
+/// `score_key`).
+#[inline(always)]
+fn score_key(score: f32, higher_first: bool) -> u32 {
+    if score.is_nan() {
+        return u32::MAX;
+    }
+    let bits = (score + 0.0).to_bits();
+    let ascending = if bits & 0x8000_0000 != 0 { !bits } else { bits | 0x8000_0000 };
+    if higher_first { !ascending } else { ascending }
+}
+
+/// Segment `s`'s positions `[start, end)` in `scores`.
+///
+/// # Safety
+/// `p.offsets` is 0 or holds `n_segments + 1` values; `s < n_segments`.
+#[inline(always)]
+unsafe fn segment(p: &SelectParams, s: u32) -> (u64, u64) {
+    if p.offsets == 0 {
+        let start = u64::from(s) * u64::from(p.seg_len);
+        (start, start + u64::from(p.seg_len))
+    } else {
+        let o = p.offsets as *const u64;
+        // SAFETY: s + 1 <= n_segments.
+        unsafe { (*o.add(s as usize), *o.add(s as usize + 1)) }
+    }
+}
+
+/// The pair key of position `j` of a segment starting at `start`.
+///
+/// # Safety
+/// `j` is a valid position of `scores` (and of `ids` when set).
+#[inline(always)]
+unsafe fn key_at(p: &SelectParams, start: u64, j: u64) -> (u64, f32) {
+    // SAFETY: caller.
+    let score = unsafe { *(p.scores as *const f32).add(j as usize) };
+    let id = if p.ids == 0 {
+        (j - start) as u32
+    } else {
+        // SAFETY: caller.
+        unsafe { *(p.ids as *const u32).add(j as usize) }
+    };
+    ((u64::from(score_key(score, p.higher_first != 0)) << 32) | u64::from(id), score)
+}
+
+#[inline(always)]
+fn state_ptr(p: &SelectParams, s: u32) -> *mut SelectState {
+    (p.state as *mut SelectState).wrapping_add(s as usize)
+}
+
+#[inline(always)]
+fn atomic_add(ptr: *mut u32, v: u32) -> u32 {
+    // SAFETY: callers pass pointers into device or shared memory that live for the kernel and are only
+    // accessed atomically while the kernel runs.
+    unsafe { AtomicU32::from_ptr(ptr) }.fetch_add(v, Ordering::Relaxed)
+}
+
+/// Reset every segment's state and histogram.
+///
+/// # Safety
+/// Grid covering `n_segments * SELECT_BINS` threads of 256; pointers as `SelectParams` documents.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn select_init(p: SelectParams) {
+    let i = (block_x() * SELECT_BLOCK + thread_x()) as usize;
+    if i < p.n_segments as usize * BINS {
+        // SAFETY: inside the n_segments * BINS histogram.
+        unsafe { *(p.hist as *mut u32).add(i) = 0 };
+    }
+    if i < p.n_segments as usize {
+        let st = SelectState { prefix: 0, rank: p.k, done: 0, shift: 64, count: 0 };
+        // SAFETY: i < n_segments.
+        unsafe { *state_ptr(&p, i as u32) = st };
+    }
+}
+
+/// Count the undecided keys of each segment per digit of pass `p.pass`.
+///
+/// # Safety
+/// Grid `(ceil(longest / 4096), n_segments)`, 256 threads, `SELECT_BINS * 4` bytes of dynamic shared memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn select_histogram(p: SelectParams) {
+    let s = block_y();
+    // SAFETY: s < n_segments (grid).
+    let st = unsafe { *state_ptr(&p, s) };
+    // SAFETY: as above.
+    let (start, end) = unsafe { segment(&p, s) };
+    let base = start + u64::from(block_x() * SELECT_BLOCK * SELECT_ITEMS);
+    if st.done != 0 || base >= end {
+        return; // Block-uniform.
+    }
+    let shift = SHIFTS[p.pass as usize % SHIFTS.len()];
+    let hi = if p.pass == 0 { 64 } else { SHIFTS[(p.pass - 1) as usize] };
+    let mask = (1u64 << (hi - shift)) - 1;
+    let hist = dynamic_shared_f32() as *mut u32;
+    let t = thread_x() as usize;
+    let mut b = t;
+    while b < BINS {
+        // SAFETY: b < BINS: inside the shared histogram.
+        unsafe { *hist.add(b) = 0 };
+        b += SELECT_BLOCK as usize;
+    }
+    sync_threads();
+    let mut i = 0;
+    while i < SELECT_ITEMS as u64 {
+        let j = base + i * u64::from(SELECT_BLOCK) + t as u64;
+        if j < end {
+            // SAFETY: start <= j < end.
+            let (key, _) = unsafe { key_at(&p, start, j) };
+            if hi == 64 || (key >> hi) == (st.prefix >> hi) {
+                atomic_add(hist.wrapping_add(((key >> shift) & mask) as usize), 1);
+            }
+        }
+        i += 1;
+    }
+    sync_threads();
+    let global = (p.hist as *mut u32).wrapping_add(s as usize * BINS);
+    let mut b = t;
+    while b < BINS {
+        // SAFETY: b < BINS.
+        let n = unsafe { *hist.add(b) };
+        if n != 0 {
+            atomic_add(global.wrapping_add(b), n);
+        }
+        b += SELECT_BLOCK as usize;
+    }
+}
+
+/// Find the digit of pass `p.pass` that holds each segment's k-th key; narrow the group; clear the histogram.
+///
+/// # Safety
+/// Grid `(n_segments)`, 256 threads, `(256 + 2) * 4` bytes of dynamic shared memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn select_choose(p: SelectParams) {
+    let s = block_x();
+    let stp = state_ptr(&p, s);
+    // SAFETY: s < n_segments (grid).
+    let st = unsafe { *stp };
+    if st.done != 0 {
+        return; // Block-uniform.
+    }
+    let shift = SHIFTS[p.pass as usize % SHIFTS.len()];
+    let t = thread_x() as usize;
+    let per = BINS / SELECT_BLOCK as usize; // 8 bins per thread
+    let hist = (p.hist as *mut u32).wrapping_add(s as usize * BINS);
+    let part = dynamic_shared_f32() as *mut u32;
+    let mut own = [0u32; 8];
+    let mut sum = 0u32;
+    let mut b = 0;
+    while b < per {
+        // SAFETY: t * 8 + b < BINS.
+        own[b] = unsafe { *hist.add(t * per + b) };
+        sum += own[b];
+        b += 1;
+    }
+    // SAFETY: t < 256: inside `part`.
+    unsafe { *part.add(t) = sum };
+    sync_threads();
+    if t == 0 {
+        // Which thread's bins hold the rank-th key, and how many keys lie before them.
+        let mut cum = 0u32;
+        let mut owner = u32::MAX;
+        let mut i = 0;
+        while i < SELECT_BLOCK as usize {
+            // SAFETY: i < 256.
+            let n = unsafe { *part.add(i) };
+            if cum + n >= st.rank {
+                owner = i as u32;
+                break;
+            }
+            cum += n;
+            i += 1;
+        }
+        // SAFETY: slots 256 and 257 follow the 256 partial sums.
+        unsafe {
+            *part.add(256) = owner;
+            *part.add(257) = cum;
+        }
+    }
+    sync_threads();
+    // SAFETY: written by thread 0 before the barrier.
+    let (owner, cum) = unsafe { (*part.add(256), *part.add(257)) };
+    if owner == u32::MAX && t == 0 {
+        // Fewer keys than k (the launcher rules this out): take the whole group fixed so far.
+        let hi = if p.pass == 0 { 64 } else { SHIFTS[(p.pass - 1) as usize] };
+        let next = SelectState { shift: hi, done: 1, ..st };
+        // SAFETY: stp is this segment's state.
+        unsafe { *stp = next };
+    }
+    if t as u32 == owner {
+        let mut before = cum;
+        let mut b = 0;
+        while b < per {
+            if before + own[b] >= st.rank {
+                let digit = (t * per + b) as u64;
+                let rank = st.rank - before;
+                let next = SelectState {
+                    prefix: st.prefix | (digit << shift),
+                    rank,
+                    done: u32::from(own[b] == rank),
+                    shift,
+                    count: 0,
+                };
+                // SAFETY: stp is this segment's state; only this thread writes it.
+                unsafe { *stp = next };
+                break;
+            }
+            before += own[b];
+            b += 1;
+        }
+    }
+    let mut b = 0;
+    while b < per {
+        // SAFETY: t * 8 + b < BINS; every thread read its own bins before the first barrier.
+        unsafe { *hist.add(t * per + b) = 0 };
+        b += 1;
+    }
+}
+
+/// Write out every key at or below the chosen prefix: exactly k per segment.
+///
+/// # Safety
+/// Grid `(ceil(longest / 4096), n_segments)`, 256 threads; pointers as `SelectParams` documents.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn select_collect(p: SelectParams) {
+    let s = block_y();
+    let stp = state_ptr(&p, s);
+    // SAFETY: s < n_segments (grid).
+    let st = unsafe { *stp };
+    // SAFETY: as above.
+    let (start, end) = unsafe { segment(&p, s) };
+    let base = start + u64::from(block_x() * SELECT_BLOCK * SELECT_ITEMS);
+    if base >= end {
+        return;
+    }
+    let shift = st.shift.min(63);
+    let bound = if st.shift >= 64 { u64::MAX } else { st.prefix >> shift };
+    let count = (stp as *mut u32).wrapping_add(5); // SelectState::count: after u64 + 3 u32
+    let t = thread_x() as u64;
+    let mut i = 0;
+    while i < SELECT_ITEMS as u64 {
+        let j = base + i * u64::from(SELECT_BLOCK) + t;
+        if j < end {
+            // SAFETY: start <= j < end.
+            let (key, score) = unsafe { key_at(&p, start, j) };
+            if (key >> shift) <= bound {
+                let pos = atomic_add(count, 1);
+                if pos < p.k {
+                    let o = s as usize * p.k as usize + pos as usize;
+                    // SAFETY: o < n_segments * k.
+                    unsafe {
+                        *(p.out_keys as *mut u64).add(o) = key;
+                        *(p.out_scores as *mut f32).add(o) = score;
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+}
