@@ -63,12 +63,27 @@ pub struct Kernels {
     row_norms_f32: CudaFunction,
     /// `[dot, cosine, l2]` for each family.
     scan: [CudaFunction; 3],
+    /// The row scan without register prefetch (`RECALL_SCAN_NOPREFETCH=1`), kept while both are measured.
+    scan_np: [CudaFunction; 3],
     gather: [CudaFunction; 3],
     gemm: [CudaFunction; 3],
     select_init: CudaFunction,
     select_histogram: CudaFunction,
     select_choose: CudaFunction,
     select_collect: CudaFunction,
+    /// Scratch of `select_topk`, grown on demand and reused (no allocation or memset per call).
+    select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
+}
+
+/// Device scratch of the radix select: per-segment state and histograms, and the output region (keys, then
+/// scores) that comes back in one download.
+#[derive(Debug)]
+struct SelectScratch {
+    segments: usize,
+    outputs: usize,
+    state: CudaSlice<u8>,
+    hist: CudaSlice<u32>,
+    out: CudaSlice<u64>,
 }
 
 /// A similarity metric as the kernels implement it (`docs/numerics.md`, "Scores by metric").
@@ -147,7 +162,7 @@ fn elems(kernel: &'static str, a: usize, b: usize) -> Result<usize, KernelError>
         .ok_or_else(|| shape(kernel, format!("{a} x {b} elements overflow")))
 }
 
-/// Shared memory of the row-scan kernels: the 256 x 17 row tile plus the 4 x 16 query tile.
+/// Shared memory of the row-scan kernels: the 256 x 33 row tile plus the 4 x 32 query tile.
 const ROW_TILE_BYTES: u32 = ROW_BLOCK * (ROW_TILE_K + 1) * 4;
 const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
 /// Shared memory of the GEMM kernels: two buffers of two 8 x 132 tiles.
@@ -181,12 +196,14 @@ impl Kernels {
                         image: LoadedImage { sm, kind },
                         row_norms_f32: f("row_norms_f32")?,
                         scan: [f("scan_dot")?, f("scan_cosine")?, f("scan_l2")?],
+                        scan_np: [f("scan_np_dot")?, f("scan_np_cosine")?, f("scan_np_l2")?],
                         gather: [f("gather_dot")?, f("gather_cosine")?, f("gather_l2")?],
                         gemm: [f("gemm_dot")?, f("gemm_cosine")?, f("gemm_l2")?],
                         select_init: f("select_init")?,
                         select_histogram: f("select_histogram")?,
                         select_choose: f("select_choose")?,
                         select_collect: f("select_collect")?,
+                        select_scratch: parking_lot::Mutex::new(None),
                         _module: module,
                     };
                     return Ok(kernels);
@@ -280,7 +297,11 @@ impl Kernels {
                 n_rows32.div_ceil(ROW_BLOCK),
                 ROW_BLOCK,
                 ROW_TILE_BYTES + QUERY_TILE_BYTES,
-                &self.scan[metric.index()],
+                if std::env::var_os("RECALL_SCAN_NOPREFETCH").is_some() {
+                    &self.scan_np[metric.index()]
+                } else {
+                    &self.scan[metric.index()]
+                },
             )
         } else {
             (
@@ -392,7 +413,7 @@ impl Kernels {
                 1,
             ),
             block_dim: (ROW_BLOCK, 1, 1),
-            shared_mem_bytes: ROW_TILE_BYTES + ROW_TILE_K * 4,
+            shared_mem_bytes: ROW_TILE_BYTES + ROW_TILE_K * 4 + ROW_BLOCK * 4,
         };
         // SAFETY: ids (all below n_rows) and offsets were validated above and uploaded as they are; every
         // other buffer was checked for its size; grid and shared memory are as the kernel documents.
@@ -470,18 +491,32 @@ impl Kernels {
                 "too many segments or too long a segment for one launch",
             ));
         }
-        let state = gpu.alloc_zeros::<u8>(n_segments * std::mem::size_of::<SelectState>())?;
-        let hist = gpu.alloc_zeros::<u32>(n_segments * SELECT_BINS as usize)?;
-        let out_keys = gpu.alloc_zeros::<u64>(n_segments * k)?;
-        let out_scores = gpu.alloc_zeros::<f32>(n_segments * k)?;
+        let n_out = n_segments * k;
+        let mut scratch = self.select_scratch.lock();
+        if !scratch.as_ref().is_some_and(|sc| sc.segments >= n_segments && sc.outputs >= n_out) {
+            let (segs, outs) = scratch.as_ref().map_or((0, 0), |sc| (sc.segments, sc.outputs));
+            let (segs, outs) = (segs.max(n_segments), outs.max(n_out));
+            *scratch = Some(SelectScratch {
+                segments: segs,
+                outputs: outs,
+                state: gpu.alloc_zeros::<u8>(segs * std::mem::size_of::<SelectState>())?,
+                hist: gpu.alloc_zeros::<u32>(segs * SELECT_BINS as usize)?,
+                // keys (u64 each) followed by scores (f32 each, two per u64)
+                out: gpu.alloc_zeros::<u64>(outs + outs.div_ceil(2))?,
+            });
+        }
+        let Some(sc) = scratch.as_ref() else {
+            return Err(shape(K, "select scratch missing"));
+        };
+        let out_base = gpu.device_ptr(&sc.out);
         let mut params = SelectParams {
             scores: gpu.device_ptr(scores),
             ids: ids.map(|i| gpu.device_ptr(i)).unwrap_or(0),
             offsets: offsets_ptr,
-            state: gpu.device_ptr(&state),
-            hist: gpu.device_ptr(&hist),
-            out_keys: gpu.device_ptr(&out_keys),
-            out_scores: gpu.device_ptr(&out_scores),
+            state: gpu.device_ptr(&sc.state),
+            hist: gpu.device_ptr(&sc.hist),
+            out_keys: out_base,
+            out_scores: out_base + 8 * n_out as u64,
             n_segments: n_segments as u32,
             seg_len: to_u32(K, "segment length", seg_len)?,
             k: to_u32(K, "k", k)?,
@@ -530,8 +565,16 @@ impl Kernels {
         }
         // SAFETY: see above.
         unsafe { gpu.launch(&self.select_collect, collect, params) }?;
-        let keys = gpu.download(&out_keys)?;
-        let vals = gpu.download(&out_scores)?;
+        // One download: the n_out keys, then the n_out scores packed two to a u64.
+        let words = n_out + n_out.div_ceil(2);
+        let mut region = vec![0u64; words];
+        gpu.download_prefix(&sc.out, &mut region)?;
+        let keys = &region[..n_out];
+        let vals: Vec<f32> = region[n_out..words]
+            .iter()
+            .flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)])
+            .take(n_out)
+            .collect();
         let mut ids_out = Vec::with_capacity(n_segments * k);
         let mut scores_out = Vec::with_capacity(n_segments * k);
         let mut order: Vec<usize> = Vec::with_capacity(k);

@@ -17,7 +17,7 @@ extern crate std;
 /// Threads per block of the row-scan kernels (one thread per corpus row).
 pub const ROW_BLOCK: u32 = 256;
 /// Columns of a row staged through shared memory per step by the row-scan kernels.
-pub const ROW_TILE_K: u32 = 16;
+pub const ROW_TILE_K: u32 = 32;
 /// Queries handled by one block of the dense row-scan kernels (one accumulator per query per thread).
 pub const ROW_QUERIES_PER_BLOCK: u32 = 4;
 
