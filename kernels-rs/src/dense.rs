@@ -8,9 +8,10 @@
 //! Row scan thread mapping (`scan_*`, `gather_*`, `row_norms_f32`): a block of `ROW_BLOCK` (256) threads
 //! owns 256 rows, one per thread. Rows are staged through shared memory `ROW_TILE_K` (32) columns at a time:
 //! each warp instruction loads 32 columns (128 contiguous bytes) of one row; the 32 values per thread are
-//! loaded into registers first (all in flight at once), stored to a 256 x 33 shared tile (stride 33: no bank
-//! conflicts), and the next tile is prefetched while each thread walks its own row of the current one.
-//! (A 16-column tile was measured 1.5x slower on an H200: 64-byte row segments use DRAM worse.)
+//! loaded into registers first (all in flight at once), then stored to a 256 x 33 shared tile (stride 33: no
+//! bank conflicts), and each thread walks its own row. Latency is hidden by occupancy (63 registers: 4 blocks
+//! per SM), not by register prefetch. Measured on an H200 (docs/results/): prefetching the next tile in
+//! registers (96 registers, 2 blocks per SM) was 1.3 % slower; 16-column tiles were 1.5x slower.
 //!
 //! GEMM thread mapping (`gemm_*`): a block of 256 threads computes a 128 (queries) x 128 (rows) tile of
 //! scores; thread `(tx, ty) = (t % 16, t / 16)` owns queries `ty*4 + i` and `64 + ty*4 + i` and rows
@@ -148,18 +149,14 @@ pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
     let row0 = block_x() * ROW_BLOCK;
     let x = p.x as *const f32;
     let mut acc = 0.0f32;
-    // SAFETY: `x` holds n_rows * dim f32.
-    let mut next = unsafe { load_rows(x, p.n_rows, p.dim, row0, 0) };
     let mut k0 = 0;
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
+        // SAFETY: `x` holds n_rows * dim f32.
+        let v = unsafe { load_rows(x, p.n_rows, p.dim, row0, k0) };
         // SAFETY: the launcher sized the shared memory for the tile.
-        unsafe { store_tile(&next, tile) };
+        unsafe { store_tile(&v, tile) };
         sync_threads();
-        if k0 + ROW_TILE_K < p.dim {
-            // SAFETY: as above.
-            next = unsafe { load_rows(x, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
-        }
         let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
         let mut k = 0;
         while k < kn {
@@ -183,7 +180,7 @@ pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
 /// Grid `(ceil(n_rows / 256), ceil(n_queries / 4))`, `ROW_BLOCK` threads, `(256 * 33 + 4 * 32) * 4` bytes
 /// of dynamic shared memory; pointers as `SimParams` documents for dense kernels.
 #[inline(always)]
-unsafe fn scan<const METRIC: u32, const PREFETCH: bool>(p: &SimParams) {
+unsafe fn scan<const METRIC: u32>(p: &SimParams) {
     let smem = dynamic_shared_f32();
     let tile = smem;
     // SAFETY: the launcher allocates the query tile right after the row tile.
@@ -194,17 +191,13 @@ unsafe fn scan<const METRIC: u32, const PREFETCH: bool>(p: &SimParams) {
     let corpus = p.corpus as *const f32;
     let queries = p.queries as *const f32;
     let mut acc = [0.0f32; QB];
-    // SAFETY: `corpus` holds n_rows * dim f32.
-    let mut next = if PREFETCH { unsafe { load_rows(corpus, p.n_rows, p.dim, row0, 0) } } else { [0.0; LOADS] };
     let mut k0 = 0;
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
-        if !PREFETCH {
-            // SAFETY: as above.
-            next = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0) };
-        }
+        // SAFETY: `corpus` holds n_rows * dim f32.
+        let v = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0) };
         // SAFETY: the launcher sized the shared memory for both tiles.
-        unsafe { store_tile(&next, tile) };
+        unsafe { store_tile(&v, tile) };
         if t < ROW_QUERIES_PER_BLOCK * ROW_TILE_K {
             let (qj, kk) = (t / ROW_TILE_K, t % ROW_TILE_K);
             let (q, col) = (q0 + qj, k0 + kk);
@@ -218,11 +211,6 @@ unsafe fn scan<const METRIC: u32, const PREFETCH: bool>(p: &SimParams) {
             unsafe { *qtile.add(t as usize) = v };
         }
         sync_threads();
-        if PREFETCH && k0 + ROW_TILE_K < p.dim {
-            // Prefetch the next tile while this one is consumed.
-            // SAFETY: as above.
-            next = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
-        }
         let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
         let mut k = 0;
         while k < kn {
@@ -519,12 +507,9 @@ macro_rules! kernels {
 }
 
 kernels! {
-    scan_dot => scan::<METRIC_DOT, true>;
-    scan_cosine => scan::<METRIC_COSINE, true>;
-    scan_l2 => scan::<METRIC_L2, true>;
-    scan_np_dot => scan::<METRIC_DOT, false>;
-    scan_np_cosine => scan::<METRIC_COSINE, false>;
-    scan_np_l2 => scan::<METRIC_L2, false>;
+    scan_dot => scan::<METRIC_DOT>;
+    scan_cosine => scan::<METRIC_COSINE>;
+    scan_l2 => scan::<METRIC_L2>;
     gather_dot => gather::<METRIC_DOT>;
     gather_cosine => gather::<METRIC_COSINE>;
     gather_l2 => gather::<METRIC_L2>;

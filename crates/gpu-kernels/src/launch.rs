@@ -63,8 +63,6 @@ pub struct Kernels {
     row_norms_f32: CudaFunction,
     /// `[dot, cosine, l2]` for each family.
     scan: [CudaFunction; 3],
-    /// The row scan without register prefetch (`RECALL_SCAN_NOPREFETCH=1`), kept while both are measured.
-    scan_np: [CudaFunction; 3],
     gather: [CudaFunction; 3],
     gemm: [CudaFunction; 3],
     select_init: CudaFunction,
@@ -196,7 +194,6 @@ impl Kernels {
                         image: LoadedImage { sm, kind },
                         row_norms_f32: f("row_norms_f32")?,
                         scan: [f("scan_dot")?, f("scan_cosine")?, f("scan_l2")?],
-                        scan_np: [f("scan_np_dot")?, f("scan_np_cosine")?, f("scan_np_l2")?],
                         gather: [f("gather_dot")?, f("gather_cosine")?, f("gather_l2")?],
                         gemm: [f("gemm_dot")?, f("gemm_cosine")?, f("gemm_l2")?],
                         select_init: f("select_init")?,
@@ -297,11 +294,7 @@ impl Kernels {
                 n_rows32.div_ceil(ROW_BLOCK),
                 ROW_BLOCK,
                 ROW_TILE_BYTES + QUERY_TILE_BYTES,
-                if std::env::var_os("RECALL_SCAN_NOPREFETCH").is_some() {
-                    &self.scan_np[metric.index()]
-                } else {
-                    &self.scan[metric.index()]
-                },
+                &self.scan[metric.index()],
             )
         } else {
             (
