@@ -40,3 +40,34 @@ pub trait Allocator: Send + Sync + 'static {
     /// Wait on the host until `fence` has completed.
     fn wait_fence(&self, fence: &Self::Fence) -> Result<(), GpuError>;
 }
+
+/// A shared allocator (lets a test keep a handle on the allocator while the pool owns one too).
+impl<A: Allocator> Allocator for std::sync::Arc<A> {
+    type Stream = A::Stream;
+    type Fence = A::Fence;
+
+    fn stream_key(&self, stream: &Self::Stream) -> StreamKey {
+        (**self).stream_key(stream)
+    }
+
+    fn allocate(&self, bytes: usize) -> Result<u64, GpuError> {
+        (**self).allocate(bytes)
+    }
+
+    unsafe fn deallocate(&self, addr: u64, bytes: usize) -> Result<(), GpuError> {
+        // SAFETY: forwarded to the caller (the trait's `# Safety`).
+        unsafe { (**self).deallocate(addr, bytes) }
+    }
+
+    fn record_fence(&self, stream: &Self::Stream) -> Result<Self::Fence, GpuError> {
+        (**self).record_fence(stream)
+    }
+
+    fn fence_complete(&self, fence: &Self::Fence) -> Result<bool, GpuError> {
+        (**self).fence_complete(fence)
+    }
+
+    fn wait_fence(&self, fence: &Self::Fence) -> Result<(), GpuError> {
+        (**self).wait_fence(fence)
+    }
+}
