@@ -388,6 +388,19 @@ pub fn stream_wait_event(stream: &CudaStream, event: &CudaEvent) -> Result<(), G
     })
 }
 
+/// `cuStreamQuery`: has all work queued on `stream` completed? Never waits.
+pub fn stream_is_idle(stream: &CudaStream) -> Result<bool, GpuError> {
+    guard("cuStreamQuery", || {
+        bind(stream.context())?;
+        // SAFETY: `stream` is a live stream of its context (the handle owns or borrows it).
+        match unsafe { sys::cuStreamQuery(stream.cu_stream()) }.result() {
+            Ok(()) => Ok(true),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(e) => Err(GpuError::from_driver("cuStreamQuery", e)),
+        }
+    })
+}
+
 /// `cuStreamSynchronize`: wait on the host for all work queued on `stream`.
 pub fn stream_synchronize(stream: &CudaStream) -> Result<(), GpuError> {
     guard("cuStreamSynchronize", || {

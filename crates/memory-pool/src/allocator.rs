@@ -31,6 +31,9 @@ pub trait Allocator: Send + Sync + 'static {
     /// or running work uses it.
     unsafe fn deallocate(&self, addr: u64, bytes: usize) -> Result<(), GpuError>;
 
+    /// Has all work queued on `stream` so far completed? Never waits. (Lets the pool skip a fence.)
+    fn stream_idle(&self, stream: &Self::Stream) -> Result<bool, GpuError>;
+
     /// A fence that completes when all work queued on `stream` so far has completed.
     fn record_fence(&self, stream: &Self::Stream) -> Result<Self::Fence, GpuError>;
 
@@ -57,6 +60,10 @@ impl<A: Allocator> Allocator for std::sync::Arc<A> {
     unsafe fn deallocate(&self, addr: u64, bytes: usize) -> Result<(), GpuError> {
         // SAFETY: forwarded to the caller (the trait's `# Safety`).
         unsafe { (**self).deallocate(addr, bytes) }
+    }
+
+    fn stream_idle(&self, stream: &Self::Stream) -> Result<bool, GpuError> {
+        (**self).stream_idle(stream)
     }
 
     fn record_fence(&self, stream: &Self::Stream) -> Result<Self::Fence, GpuError> {

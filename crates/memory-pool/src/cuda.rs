@@ -52,6 +52,10 @@ impl Allocator for CudaDevice {
         unsafe { memory::device_free(&self.ctx, addr) }
     }
 
+    fn stream_idle(&self, stream: &Stream) -> Result<bool, GpuError> {
+        memory::stream_is_idle(stream)
+    }
+
     fn record_fence(&self, stream: &Stream) -> Result<CudaEvent, GpuError> {
         record_fence(&self.ctx, stream)
     }
@@ -99,6 +103,10 @@ impl Allocator for CudaPinned {
             Some(p) => unsafe { memory::pinned_free(&self.ctx, p) },
             None => Ok(()),
         }
+    }
+
+    fn stream_idle(&self, stream: &Stream) -> Result<bool, GpuError> {
+        memory::stream_is_idle(stream)
     }
 
     fn record_fence(&self, stream: &Stream) -> Result<CudaEvent, GpuError> {

@@ -179,6 +179,15 @@ impl Allocator for FakeAllocator {
         Ok(())
     }
 
+    fn stream_idle(&self, stream: &FakeStream) -> Result<bool, GpuError> {
+        Ok(self
+            .state
+            .lock()
+            .streams
+            .get(&stream.0)
+            .is_none_or(|w| w.completed >= w.submitted))
+    }
+
     fn record_fence(&self, stream: &FakeStream) -> Result<FakeFence, GpuError> {
         let mut st = self.state.lock();
         st.fences += 1;

@@ -136,7 +136,8 @@ pub struct TenantStats {
 }
 
 struct FenceSlot<F> {
-    fence: F,
+    /// `None` when the stream was idle at the time: nothing to wait for.
+    fence: Option<F>,
     done: AtomicBool,
 }
 
@@ -596,7 +597,8 @@ impl<A: Allocator> Inner<A> {
         // 2. Ask the fences that exist.
         for i in (0..list.len()).rev() {
             if let Some(f) = &list[i].fence
-                && self.alloc.fence_complete(&f.fence)?
+                && let Some(fence) = &f.fence
+                && self.alloc.fence_complete(fence)?
             {
                 f.done.store(true, Ordering::Relaxed);
                 return Ok(Some(list.swap_remove(i).addr));
@@ -621,7 +623,8 @@ impl<A: Allocator> Inner<A> {
         for i in (0..list.len()).rev() {
             if let Some(f) = &list[i].fence
                 && !f.done.load(Ordering::Relaxed)
-                && self.alloc.fence_complete(&f.fence)?
+                && let Some(fence) = &f.fence
+                && self.alloc.fence_complete(fence)?
             {
                 f.done.store(true, Ordering::Relaxed);
             }
@@ -632,18 +635,26 @@ impl<A: Allocator> Inner<A> {
         Ok(None)
     }
 
-    /// Record one fence on stream `key` and attach it to all of that stream's unfenced free blocks.
+    /// Attach to all of stream `key`'s unfenced free blocks a fence: "done" at once if the stream is idle,
+    /// otherwise one recorded on it now.
     fn fence_stream(
         &self,
         st: &mut State<A>,
         key: StreamKey,
         stream: &A::Stream,
     ) -> Result<(), PoolError> {
-        let fence = Arc::new(FenceSlot {
-            fence: self.alloc.record_fence(stream)?,
-            done: AtomicBool::new(false),
-        });
-        st.stats.fences_recorded += 1;
+        let fence = if self.alloc.stream_idle(stream)? {
+            Arc::new(FenceSlot {
+                fence: None,
+                done: AtomicBool::new(true),
+            })
+        } else {
+            st.stats.fences_recorded += 1;
+            Arc::new(FenceSlot {
+                fence: Some(self.alloc.record_fence(stream)?),
+                done: AtomicBool::new(false),
+            })
+        };
         for list in st.free.values_mut() {
             for b in list
                 .iter_mut()
@@ -746,9 +757,12 @@ impl<A: Allocator> Inner<A> {
                     None => Ok(false),
                     Some(f) if f.done.load(Ordering::Relaxed) => Ok(true),
                     Some(f) => {
-                        let r = match wait {
-                            TrimWait::ReadyOnly => self.alloc.fence_complete(&f.fence),
-                            TrimWait::Wait => self.alloc.wait_fence(&f.fence).map(|()| true),
+                        let r = match (&f.fence, wait) {
+                            (None, _) => Ok(true),
+                            (Some(fence), TrimWait::ReadyOnly) => self.alloc.fence_complete(fence),
+                            (Some(fence), TrimWait::Wait) => {
+                                self.alloc.wait_fence(fence).map(|()| true)
+                            }
                         };
                         if let Ok(true) = r {
                             f.done.store(true, Ordering::Relaxed);
