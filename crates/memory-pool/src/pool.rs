@@ -156,10 +156,30 @@ impl<A: Allocator> FreeBlock<A> {
     }
 }
 
+/// Tenant ids are small integers: hash them as themselves (the hit path touches this map twice).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type TenantMap = HashMap<TenantId, TenantStats, std::hash::BuildHasherDefault<IdHasher>>;
+
 struct State<A: Allocator> {
     /// Free blocks by size class, most recently freed last.
     free: BTreeMap<usize, Vec<FreeBlock<A>>>,
-    tenants: HashMap<TenantId, TenantStats>,
+    tenants: TenantMap,
     stats: PoolStats,
 }
 
@@ -331,7 +351,7 @@ impl<A: Allocator> CachingPool<A> {
                 max_cached: Mutex::new(config.max_cached_bytes),
                 state: Mutex::new(State {
                     free: BTreeMap::new(),
-                    tenants: HashMap::new(),
+                    tenants: TenantMap::default(),
                     stats,
                 }),
                 errors: Mutex::new(Vec::new()),
@@ -807,7 +827,7 @@ impl<A: Allocator> Drop for Inner<A> {
             &mut *self.state.lock(),
             State {
                 free: BTreeMap::new(),
-                tenants: HashMap::new(),
+                tenants: TenantMap::default(),
                 stats: PoolStats::default(),
             },
         );
