@@ -35,7 +35,12 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
 }
 
-fn guard<T>(call: &'static str, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+/// Run a driver call, turning a cudarc panic (a symbol missing from an old driver) into
+/// [`GpuError::BindingPanicked`]. Shared with `memory.rs`.
+pub(crate) fn guard<T>(
+    call: &'static str,
+    f: impl FnOnce() -> Result<T, GpuError>,
+) -> Result<T, GpuError> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(Err(GpuError::BindingPanicked { call }))
 }
 
@@ -212,5 +217,12 @@ impl Gpu {
                 .map(|_| ())
                 .gpu("cuLaunchKernel")
         })
+    }
+
+    // ---- Added for `memory` (issue 6): access for the memory layer. ----
+
+    /// The primary context this handle holds, for the driver memory calls in [`crate::memory`].
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 }

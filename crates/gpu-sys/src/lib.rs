@@ -16,6 +16,7 @@
 mod discovery;
 mod error;
 mod gpu;
+pub mod memory;
 
 pub use discovery::{DeviceInfo, MIN_DRIVER_VERSION, NoGpu, Probe, driver_version_string, probe};
 pub use error::GpuError;

@@ -1,0 +1,343 @@
+//! GPU suite of memory-pool: runs on a machine with an NVIDIA GPU, and skips each test with a printed
+//! reason where `recall_gpu_sys::probe()` finds none. Covers the allocate/free path, stream-ordered reuse,
+//! the managed and forced-pinned unified paths (checked by a kernel reading the data), pinned staging,
+//! the budget OOM, the driver OOM after trim-and-retry, managed memory capped by free memory, and trim.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
+
+use parking_lot::Mutex;
+use recall_gpu_kernels::Kernels;
+use recall_gpu_sys::{Gpu, probe};
+use recall_memory_pool::{
+    Budget, DeviceBuffer, GpuMemory, ManagedBuffer, MemoryConfig, OomScope, PinnedBuffer,
+    PoolError, StagingRing, UnifiedBuffer, UnifiedMode,
+};
+
+const MIB: usize = 1 << 20;
+
+/// GPU tests share one device: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn open(test: &str) -> Option<Gpu> {
+    match probe().result {
+        Ok(devices) => match Gpu::open(devices[0].ordinal) {
+            Ok(gpu) => Some(gpu),
+            Err(e) => {
+                println!("skipped {test}: the GPU did not open: {e}");
+                None
+            }
+        },
+        Err(reason) => {
+            println!("skipped {test}: no GPU: {reason}");
+            None
+        }
+    }
+}
+
+fn config(force_pinned: bool) -> MemoryConfig {
+    MemoryConfig {
+        force_pinned,
+        ..MemoryConfig::default()
+    }
+}
+
+fn data(n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 * 0.001 - 0.5)
+        .collect()
+}
+
+/// Row norms on the CPU in f64, for a loose check of what the kernel read.
+fn cpu_norms(x: &[f32], dim: usize) -> Vec<f32> {
+    x.chunks(dim)
+        .map(|r| {
+            r.iter()
+                .map(|&v| (v as f64) * (v as f64))
+                .sum::<f64>()
+                .sqrt() as f32
+        })
+        .collect()
+}
+
+fn check_norms(gpu: &Gpu, mem: &GpuMemory, buf: &UnifiedBuffer<f32>, host: &[f32], dim: usize) {
+    let kernels = Kernels::load(gpu, None).unwrap();
+    let n_rows = host.len() / dim;
+    let mut out = DeviceBuffer::<f32>::try_zeroed(mem, n_rows).unwrap();
+    {
+        let x = buf.as_cuda_slice().unwrap();
+        let mut o = out.as_cuda_slice_mut().unwrap();
+        kernels.row_norms_f32(gpu, &x, n_rows, dim, &mut o).unwrap();
+    }
+    let got = out.to_vec().unwrap();
+    let want = cpu_norms(host, dim);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-4 * w.max(1.0), "norm {g} vs {w}");
+    }
+}
+
+#[test]
+fn gpu_allocate_free_and_reuse() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_allocate_free_and_reuse") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let host = data(MIB);
+    let a = DeviceBuffer::try_from_host(&mem, &host).unwrap();
+    assert_eq!(a.to_vec().unwrap(), host);
+    let addr = a.device_ptr();
+    drop(a);
+    let b = DeviceBuffer::<f32>::try_alloc(&mem, MIB).unwrap();
+    assert_eq!(
+        b.device_ptr(),
+        addr,
+        "same stream: the cached block comes back at once"
+    );
+    // Another stream gets it only after the first stream's work on it finished.
+    let other = gpu.new_stream().unwrap();
+    drop(b);
+    mem.stream().synchronize().unwrap();
+    let c = DeviceBuffer::<f32>::try_alloc_on(&mem, MIB, &other, Default::default()).unwrap();
+    assert_eq!(
+        c.device_ptr(),
+        addr,
+        "fence complete after sync: reused on the other stream"
+    );
+    let s = mem.device_pool().stats();
+    println!("stats after allocate/free/reuse: {s:?}");
+    assert_eq!((s.hits, s.misses), (2, 1));
+    drop(c);
+    assert_eq!(mem.device_pool().trim_all(), 4 * MIB);
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+#[test]
+fn gpu_unified_managed_path() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_unified_managed_path") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    println!("unified mode: {:?}", mem.unified_mode());
+    if mem.unified_mode() != UnifiedMode::Managed {
+        println!("skipped gpu_unified_managed_path: managed memory not usable on this device");
+        return;
+    }
+    let dim = 256;
+    let mut host = data(4096 * dim);
+    let mut buf = UnifiedBuffer::try_from_slice(&mem, &host).unwrap();
+    assert!(buf.is_managed());
+    buf.advise_device_read_mostly().unwrap();
+    buf.prefetch_to_device().unwrap();
+    check_norms(&gpu, &mem, &buf, &host, dim);
+    // Change on the host, prefetch again, read again.
+    for v in buf.host_mut().unwrap().iter_mut() {
+        *v *= 2.0;
+    }
+    host.iter_mut().for_each(|v| *v *= 2.0);
+    buf.prefetch_to_device().unwrap();
+    check_norms(&gpu, &mem, &buf, &host, dim);
+    assert_eq!(buf.host().unwrap(), &host[..]);
+    let s = mem.device_pool().stats();
+    assert_eq!(s.reserved_external_bytes, host.len() * 4);
+    drop(buf);
+    assert_eq!(mem.device_pool().stats().reserved_external_bytes, 0);
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+#[test]
+fn gpu_unified_forced_pinned_path() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_unified_forced_pinned_path") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(true)).unwrap();
+    assert!(matches!(mem.unified_mode(), UnifiedMode::PinnedFallback(_)));
+    let dim = 256;
+    let mut host = data(4096 * dim);
+    let mut buf = UnifiedBuffer::try_from_slice(&mem, &host).unwrap();
+    assert!(!buf.is_managed());
+    buf.advise_device_read_mostly().unwrap();
+    buf.prefetch_to_device().unwrap();
+    check_norms(&gpu, &mem, &buf, &host, dim);
+    for v in buf.host_mut().unwrap().iter_mut() {
+        *v *= 2.0;
+    }
+    host.iter_mut().for_each(|v| *v *= 2.0);
+    buf.prefetch_to_device().unwrap();
+    check_norms(&gpu, &mem, &buf, &host, dim);
+    assert_eq!(buf.host().unwrap(), &host[..]);
+    // A managed buffer cannot be made in this mode.
+    assert!(matches!(
+        ManagedBuffer::<f32>::try_zeroed(&mem, 16),
+        Err(PoolError::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn gpu_pinned_roundtrip_and_staging_ring() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_pinned_roundtrip_and_staging_ring") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let host = data(16 * MIB);
+    let mut pinned = PinnedBuffer::try_from_slice(&mem, &host).unwrap();
+    let mut dev = DeviceBuffer::<f32>::try_alloc(&mem, host.len()).unwrap();
+    dev.copy_from_pinned_async(&mut pinned).unwrap();
+    let mut back = PinnedBuffer::<f32>::try_zeroed(&mem, host.len()).unwrap();
+    dev.copy_to_pinned_async(&mut back).unwrap();
+    assert_eq!(back.as_slice().unwrap(), &host[..]);
+
+    let copy_stream = gpu.new_stream().unwrap();
+    let mut ring = StagingRing::new(&mem, 4 * MIB, &copy_stream).unwrap();
+    let mut dst = DeviceBuffer::<f32>::try_zeroed(&mem, host.len()).unwrap();
+    ring.upload(&host, &mut dst, 0).unwrap();
+    assert_eq!(dst.to_vec().unwrap(), host);
+    ring.upload(&host[..1000], &mut dst, 5).unwrap();
+    let v = dst.to_vec().unwrap();
+    assert_eq!(&v[5..1005], &host[..1000]);
+    ring.finish().unwrap();
+    assert!(mem.pinned_pool().take_errors().is_empty());
+}
+
+#[test]
+fn gpu_budget_oom_before_the_driver() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_budget_oom_before_the_driver") else {
+        return;
+    };
+    let mem = GpuMemory::new(
+        &gpu,
+        MemoryConfig {
+            budget: Budget::Bytes(256 * MIB),
+            ..config(false)
+        },
+    )
+    .unwrap();
+    let mut held = Vec::new();
+    let err = loop {
+        match DeviceBuffer::<u8>::try_alloc(&mem, 48 * MIB) {
+            Ok(b) => held.push(b),
+            Err(e) => break e,
+        }
+    };
+    println!("budget OOM: {err}");
+    assert_eq!(held.len(), 5);
+    let misses = mem.device_pool().stats().misses;
+    assert!(matches!(
+        err,
+        PoolError::OutOfMemory {
+            scope: OomScope::Pool,
+            budget,
+            ..
+        } if budget == 256 * MIB
+    ));
+    assert_eq!(
+        mem.device_pool().stats().misses,
+        misses,
+        "the driver was not asked"
+    );
+    // Freed memory makes room again.
+    held.pop();
+    assert!(DeviceBuffer::<u8>::try_alloc(&mem, 48 * MIB).is_ok());
+}
+
+#[test]
+fn gpu_driver_oom_trims_retries_then_types_the_error() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_driver_oom_trims_retries_then_types_the_error") else {
+        return;
+    };
+    // A budget above the device's memory, so the driver is what runs out.
+    let mem = GpuMemory::new(
+        &gpu,
+        MemoryConfig {
+            budget: Budget::Bytes(usize::MAX / 2),
+            ..config(false)
+        },
+    )
+    .unwrap();
+    let chunk = 1024 * MIB;
+    let mut held = Vec::new();
+    let err = loop {
+        match DeviceBuffer::<u8>::try_alloc(&mem, chunk) {
+            Ok(b) => held.push(b),
+            Err(e) => break e,
+        }
+    };
+    println!("driver OOM after {} GiB: {err}", held.len());
+    assert!(matches!(
+        err,
+        PoolError::OutOfMemory {
+            scope: OomScope::Device,
+            ..
+        }
+    ));
+    assert!(mem.device_pool().stats().driver_oom_retries >= 1);
+    // Cache two blocks, then ask for a different class: the driver says OOM, the pool trims and retries.
+    held.pop();
+    held.pop();
+    assert_eq!(mem.device_pool().stats().cached_bytes, 2 * chunk);
+    let retries = mem.device_pool().stats().driver_oom_retries;
+    let big = DeviceBuffer::<u8>::try_alloc(&mem, chunk + chunk / 2).unwrap();
+    let s = mem.device_pool().stats();
+    println!("after trim and retry: {s:?}");
+    assert_eq!(s.driver_oom_retries, retries + 1);
+    assert_eq!(s.cached_bytes, 0);
+    drop(big);
+    drop(held);
+    mem.device_pool().trim_all();
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+#[test]
+fn gpu_managed_never_beyond_free_memory() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_managed_never_beyond_free_memory") else {
+        return;
+    };
+    let mem = GpuMemory::new(
+        &gpu,
+        MemoryConfig {
+            budget: Budget::Bytes(usize::MAX / 2),
+            ..config(false)
+        },
+    )
+    .unwrap();
+    if mem.unified_mode() != UnifiedMode::Managed {
+        println!("skipped gpu_managed_never_beyond_free_memory: managed memory not usable");
+        return;
+    }
+    let (free, _) = mem.mem_info().unwrap();
+    let err = ManagedBuffer::<u8>::try_zeroed(&mem, free + 1024 * MIB).unwrap_err();
+    println!("managed over free memory: {err}");
+    assert!(matches!(
+        err,
+        PoolError::OutOfMemory {
+            scope: OomScope::Device,
+            ..
+        }
+    ));
+    assert_eq!(mem.device_pool().stats().reserved_external_bytes, 0);
+}
+
+#[test]
+fn gpu_trim_returns_memory_to_the_device() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_trim_returns_memory_to_the_device") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let bufs: Vec<_> = (0..8)
+        .map(|_| DeviceBuffer::<u8>::try_alloc(&mem, 256 * MIB).unwrap())
+        .collect();
+    drop(bufs);
+    let (free_before, _) = mem.mem_info().unwrap();
+    mem.stream().synchronize().unwrap();
+    let released = mem.device_pool().trim();
+    let (free_after, _) = mem.mem_info().unwrap();
+    println!("trim released {released} bytes; free {free_before} -> {free_after}");
+    assert_eq!(released, 8 * 256 * MIB);
+    assert!(free_after >= free_before + released - 64 * MIB);
+}

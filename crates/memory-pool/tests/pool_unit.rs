@@ -1,0 +1,273 @@
+//! Unit tests of the caching pool with the fake allocator: one behaviour each.
+
+use recall_memory_pool::fake::{FakeAllocator, FakeStream};
+use recall_memory_pool::{
+    CachingPool, DeviceBuffer, GpuMemory, ManagedBuffer, OomScope, PinnedBuffer, PoolConfig,
+    PoolError, ReusePolicy, StagingRing, TenantId, UnifiedBuffer, size_class,
+};
+
+const MIB: usize = 1 << 20;
+const S0: FakeStream = FakeStream(0);
+const S1: FakeStream = FakeStream(1);
+
+fn pool(budget: usize, capacity: usize) -> CachingPool<FakeAllocator> {
+    CachingPool::new(
+        FakeAllocator::new(capacity),
+        PoolConfig::with_budget(budget),
+    )
+}
+
+#[test]
+fn size_classes_are_powers_of_two_then_2_mib_multiples() {
+    assert_eq!(size_class(0), Some(512));
+    assert_eq!(size_class(1), Some(512));
+    assert_eq!(size_class(513), Some(1024));
+    assert_eq!(size_class(MIB), Some(MIB));
+    assert_eq!(size_class(MIB + 1), Some(2 * MIB));
+    assert_eq!(size_class(2 * MIB + 1), Some(4 * MIB));
+    assert_eq!(size_class(5 * MIB), Some(6 * MIB));
+    assert_eq!(size_class(usize::MAX), None);
+}
+
+#[test]
+fn same_stream_reuses_at_once_without_a_fence() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let a = p.allocate(1000, &S0).unwrap();
+    let addr = a.addr();
+    p.allocator().use_block(addr, S0);
+    drop(a);
+    let b = p.allocate(1000, &S0).unwrap();
+    assert_eq!(b.addr(), addr);
+    let s = p.stats();
+    assert_eq!((s.hits, s.misses, s.fences_recorded), (1, 1, 0));
+    assert_eq!(p.allocator().fences(), 0);
+}
+
+#[test]
+fn another_stream_waits_for_the_fence() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let a = p.allocate(1000, &S0).unwrap();
+    let addr = a.addr();
+    p.allocator().use_block(addr, S0);
+    drop(a);
+    // Stream 0's work is still queued: stream 1 gets a fresh block, and stream 0 gets fenced.
+    let b = p.allocate(1000, &S1).unwrap();
+    assert_ne!(b.addr(), addr);
+    assert_eq!(p.stats().fences_recorded, 1);
+    p.allocator().complete(S0);
+    let c = p.allocate(1000, &S1).unwrap();
+    assert_eq!(
+        c.addr(),
+        addr,
+        "fence completed: the cached block is reused"
+    );
+    assert_eq!(p.stats().hits, 1);
+}
+
+#[test]
+fn host_visible_memory_waits_even_on_the_same_stream() {
+    let p = CachingPool::new(
+        FakeAllocator::new(64 * MIB),
+        PoolConfig {
+            reuse: ReusePolicy::HostVisible,
+            ..PoolConfig::with_budget(64 * MIB)
+        },
+    );
+    let a = p.allocate(4096, &S0).unwrap();
+    let addr = a.addr();
+    p.allocator().use_block(addr, S0);
+    drop(a);
+    assert_ne!(p.allocate(4096, &S0).unwrap().addr(), addr);
+    p.allocator().complete(S0);
+    assert_eq!(p.allocate(4096, &S0).unwrap().addr(), addr);
+}
+
+#[test]
+fn over_budget_is_a_typed_error_before_the_driver() {
+    let p = pool(8 * MIB, 64 * MIB);
+    let _a = p.allocate(6 * MIB, &S0).unwrap();
+    let allocs = p.allocator().allocations();
+    let err = p.allocate(4 * MIB, &S0).unwrap_err();
+    assert_eq!(
+        err,
+        PoolError::OutOfMemory {
+            requested: 4 * MIB,
+            in_use: 6 * MIB,
+            budget: 8 * MIB,
+            scope: OomScope::Pool
+        }
+    );
+    assert!(err.is_out_of_memory());
+    assert_eq!(p.allocator().allocations(), allocs);
+    assert_eq!(p.stats().failed_requests, 1);
+    assert_eq!(
+        err.to_string(),
+        "out of memory: 4194304 bytes requested, 6291456 in use, pool budget 8388608"
+    );
+}
+
+#[test]
+fn cached_blocks_are_trimmed_to_fit_the_budget() {
+    let p = pool(8 * MIB, 64 * MIB);
+    let a = p.allocate(6 * MIB, &S0).unwrap();
+    p.allocator().use_block(a.addr(), S0);
+    drop(a);
+    // 6 MiB cached + 4 MiB new > 8 MiB: the cache is given back (waiting for stream 0) first.
+    let b = p.allocate(4 * MIB, &S1).unwrap();
+    let s = p.stats();
+    assert_eq!(s.cached_bytes, 0);
+    assert_eq!(s.trimmed_bytes, 6 * MIB as u64);
+    assert_eq!(p.allocator().outstanding_bytes(), 4 * MIB);
+    assert!(p.allocator().violations().is_empty());
+    drop(b);
+}
+
+#[test]
+fn driver_oom_trims_and_retries_once() {
+    let p = pool(64 * MIB, 8 * MIB);
+    let a = p.allocate(6 * MIB, &S0).unwrap();
+    drop(a);
+    // Within budget, but the "device" has 8 MiB: the cached 6 MiB must go first.
+    let b = p.allocate(4 * MIB, &S1).unwrap();
+    assert_eq!(p.stats().driver_oom_retries, 1);
+    assert_eq!(p.stats().cached_bytes, 0);
+    // Now truly full: the same typed error, scope Device.
+    let err = p.allocate(6 * MIB, &S1).unwrap_err();
+    assert!(matches!(
+        err,
+        PoolError::OutOfMemory {
+            scope: OomScope::Device,
+            ..
+        }
+    ));
+    drop(b);
+}
+
+#[test]
+fn tenant_quota_is_enforced_and_does_not_touch_others() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let t1 = TenantId(1);
+    p.set_tenant_quota(t1, Some(4 * MIB));
+    let _a = p.allocate_for(t1, 4 * MIB, &S0).unwrap();
+    let err = p.allocate_for(t1, 512, &S0).unwrap_err();
+    assert!(matches!(
+        err,
+        PoolError::OutOfMemory {
+            scope: OomScope::Tenant(TenantId(1)),
+            ..
+        }
+    ));
+    assert!(p.allocate_for(TenantId(2), 8 * MIB, &S0).is_ok());
+    let ts = p.tenant_stats(t1);
+    assert_eq!((ts.in_use_bytes, ts.failed_requests), (4 * MIB, 1));
+}
+
+#[test]
+fn reservations_count_against_budget_and_quota() {
+    let p = pool(8 * MIB, 64 * MIB);
+    let r = p.reserve(TenantId::DEFAULT, 5 * MIB).unwrap();
+    assert_eq!(p.stats().reserved_external_bytes, 5 * MIB);
+    assert!(p.allocate(4 * MIB, &S0).is_err());
+    drop(r);
+    assert!(p.allocate(4 * MIB, &S0).is_ok());
+}
+
+#[test]
+fn trim_releases_only_finished_blocks_and_trim_all_everything() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let a = p.allocate(MIB, &S0).unwrap();
+    let b = p.allocate(MIB, &S1).unwrap();
+    p.allocator().use_block(a.addr(), S0);
+    p.allocator().use_block(b.addr(), S1);
+    drop((a, b));
+    p.allocator().complete(S1);
+    assert_eq!(p.trim(), MIB, "only stream 1's block is finished");
+    assert_eq!(p.stats().cached_bytes, MIB);
+    assert_eq!(p.trim_all(), MIB);
+    assert_eq!(p.allocator().outstanding_bytes(), 0);
+    assert!(p.allocator().violations().is_empty());
+}
+
+#[test]
+fn max_cached_caps_the_cache_on_the_next_miss() {
+    let p = pool(64 * MIB, 64 * MIB);
+    p.set_max_cached(Some(2 * MIB));
+    let blocks: Vec<_> = (0..4).map(|_| p.allocate(MIB, &S0).unwrap()).collect();
+    drop(blocks);
+    assert_eq!(p.stats().cached_bytes, 4 * MIB);
+    let _x = p.allocate(8 * MIB, &S0).unwrap();
+    assert!(p.stats().cached_bytes <= 2 * MIB);
+}
+
+#[test]
+fn dropping_the_pool_gives_everything_back() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let a = p.allocate(3 * MIB, &S0).unwrap();
+    let b = p.allocate(100, &S1).unwrap();
+    drop(a);
+    let alloc_view = p.clone();
+    drop(p);
+    assert_eq!(alloc_view.stats().blocks_in_use, 1);
+    drop(b);
+    assert_eq!(alloc_view.stats().blocks_cached, 2);
+    alloc_view.trim_all();
+    assert_eq!(alloc_view.allocator().outstanding_bytes(), 0);
+}
+
+#[test]
+fn the_last_handle_gives_the_cache_back_waiting_for_streams() {
+    let fake = std::sync::Arc::new(FakeAllocator::new(64 * MIB));
+    let p = CachingPool::new(fake.clone(), PoolConfig::with_budget(64 * MIB));
+    let a = p.allocate(3 * MIB, &S0).unwrap();
+    fake.use_block(a.addr(), S0);
+    drop(a);
+    assert_eq!(fake.outstanding_bytes(), 4 * MIB);
+    drop(p);
+    assert_eq!(fake.outstanding_bytes(), 0);
+    assert!(fake.violations().is_empty());
+}
+
+#[test]
+fn budget_defaults_to_80_percent_and_checks_fractions() {
+    use recall_memory_pool::Budget;
+    assert_eq!(Budget::default().resolve(1000).unwrap(), 800);
+    assert_eq!(Budget::Bytes(5).resolve(1000).unwrap(), 5);
+    assert!(Budget::FractionOfDevice(1.5).resolve(1000).is_err());
+    assert!(Budget::FractionOfDevice(0.0).resolve(1000).is_err());
+}
+
+#[test]
+fn pool_and_blocks_cross_threads() {
+    let p = pool(256 * MIB, 256 * MIB);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let p = p.clone();
+            s.spawn(move || {
+                for i in 0..200usize {
+                    let b = p.allocate((i * 997) % (3 * MIB), &FakeStream(t)).unwrap();
+                    p.allocator().use_block(b.addr(), FakeStream(t));
+                    if i % 50 == 0 {
+                        p.allocator().complete(FakeStream(t));
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(p.stats().in_use_bytes, 0);
+    p.trim_all();
+    assert_eq!(p.allocator().outstanding_bytes(), 0);
+    assert!(p.allocator().violations().is_empty());
+}
+
+#[test]
+fn gpu_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<CachingPool<FakeAllocator>>();
+    send_sync::<GpuMemory>();
+    send_sync::<DeviceBuffer<f32>>();
+    send_sync::<PinnedBuffer<f32>>();
+    send_sync::<ManagedBuffer<f32>>();
+    send_sync::<UnifiedBuffer<half::f16>>();
+    fn send<T: Send>() {}
+    send::<StagingRing>();
+}
