@@ -220,3 +220,41 @@ fn every_bad_input_is_a_typed_error() {
         .collect();
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn streamed_finiteness_check_reports_the_first_bad_value() {
+    // Large enough for the parallel, block-by-block check inside knn.
+    let (n, d) = (100_000, 32);
+    let q = vec![0.5f32; 2 * d];
+    for bad in [
+        [3_000_000usize, 3_000_001],
+        [100, 3_000_000],
+        [2_999_999, 40],
+    ] {
+        let mut c = vec![1.0f32; n * d];
+        c[bad[0]] = f32::NAN;
+        c[bad[1]] = f32::NEG_INFINITY;
+        let first = bad[0].min(bad[1]);
+        for level in available_levels() {
+            let e = Cpu::with_level(level)
+                .knn(&q, &Corpus::f32(&c, d), Metric::Dot, 5)
+                .unwrap_err();
+            assert_eq!(
+                e,
+                CpuError::NonFinite {
+                    what: "corpus",
+                    index: first
+                }
+            );
+        }
+        let bf: Vec<half::bf16> = c.iter().map(|v| half::bf16::from_f32(*v)).collect();
+        let e = knn(&q, &Corpus::new(Vectors::Bf16(&bf), d), Metric::L2, 5).unwrap_err();
+        assert_eq!(
+            e,
+            CpuError::NonFinite {
+                what: "corpus",
+                index: first
+            }
+        );
+    }
+}
