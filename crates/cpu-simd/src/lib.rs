@@ -39,7 +39,9 @@ pub use error::CpuError;
 pub use kmeans::{INERTIA_BLOCK, KMeans, kmeans, kmeans_seed_indices};
 pub use noise::clip_and_noise;
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
-pub use spread::{SPREAD_LANES, Spread, SpreadGraph, SpreadParams, spread};
+pub use spread::{
+    SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, spread, spread_with_mode,
+};
 pub use topk::{Order, TopK, pair_key, score_key, topk};
 
 /// Below this many multiply-adds (or values) an op runs on the calling thread: no rayon overhead.
