@@ -595,7 +595,8 @@ impl Cpu {
     /// Per query, the best `k` pairs among its own candidate ids: query `q`'s candidates are
     /// `ids[offsets[q] .. offsets[q + 1]]` (`offsets` has `n_queries + 1` entries, starts at 0, never
     /// decreases, ends at `ids.len()`). Every id must be `< n_rows` and appear once per list; `k` must be
-    /// at least 1 and at most the shortest list's length. Scores and order as in [`Cpu::knn`].
+    /// at least 1 and at most the shortest list's length. Scores and order as in [`Cpu::knn`]. Only the
+    /// referenced corpus rows are read, and only they are checked for NaN and infinity.
     pub fn score_candidates(
         &self,
         queries: &[f32],
@@ -605,7 +606,7 @@ impl Cpu {
         ids: &[u32],
         k: usize,
     ) -> Result<TopK, CpuError> {
-        let n = corpus.validate()?;
+        let n = corpus.validate_shape()?;
         let dim = corpus.dim;
         let nq = check_matrix("queries", queries, dim)?;
         check_offsets(offsets, nq, ids.len())?;
@@ -627,6 +628,21 @@ impl Cpu {
             if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
                 return Err(CpuError::DuplicateId { query: q, id: w[0] });
             }
+        }
+        // Only the referenced rows are read, so only they are checked (the smallest bad corpus index
+        // among them is reported); a whole-corpus scan would cost more than the op itself.
+        let bad = ids
+            .iter()
+            .filter_map(|id| {
+                let a = *id as usize * dim;
+                corpus.vectors.first_non_finite(a, a + dim)
+            })
+            .min();
+        if let Some(index) = bad {
+            return Err(CpuError::NonFinite {
+                what: "corpus",
+                index,
+            });
         }
         let qn = self.query_norms(queries, dim, nq, metric);
         let block = rows_per_block(dim);

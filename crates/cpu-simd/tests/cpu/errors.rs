@@ -258,3 +258,58 @@ fn streamed_finiteness_check_reports_the_first_bad_value() {
         );
     }
 }
+
+#[test]
+fn candidate_scoring_checks_the_rows_it_reads() {
+    let mut c = vec![1.0f32; 5 * 4];
+    c[2 * 4 + 1] = f32::NAN; // row 2
+    c[4 * 4 + 3] = f32::INFINITY; // row 4
+    let q = [1.0f32; 4];
+    let corpus = Corpus::f32(&c, 4);
+    let ok = score_candidates(&q, &corpus, Metric::Dot, &[0, 2], &[0, 3], 1)
+        .expect("rows 0 and 3 are finite");
+    assert_eq!(ok.ids.len(), 1);
+    let e = score_candidates(&q, &corpus, Metric::Dot, &[0, 3], &[4, 0, 2], 1).unwrap_err();
+    assert_eq!(
+        e,
+        CpuError::NonFinite {
+            what: "corpus",
+            index: 9
+        }
+    );
+}
+
+#[test]
+fn a_hub_with_100k_in_edges_follows_the_lane_order() {
+    // Node 0 sends 100,003 parallel edges of varied weight to node 1: one in-edge list of 100,003 entries.
+    let m = 100_003usize;
+    let weights: Vec<f32> = (0..m).map(|i| 1.0 + (i % 97) as f32 * 0.013).collect();
+    let g = SpreadGraph::from_csr(&[0, m, m], &vec![1u32; m], &weights).expect("valid");
+    let a0 = 0.37f32;
+    let mut lane = [0.0f32; 32];
+    for (j, w) in weights.iter().enumerate() {
+        lane[j % 32] = w.mul_add(a0, lane[j % 32]);
+    }
+    for off in [16, 8, 4, 2, 1] {
+        for l in 0..off {
+            lane[l] += lane[l + off];
+        }
+    }
+    let want = lane[0] * 0.5;
+    for mode in [SpreadMode::Pull, SpreadMode::Push, SpreadMode::Auto] {
+        let r = spread_with_mode(
+            &g,
+            &[a0, 0.0],
+            &SpreadParams {
+                decay: 0.5,
+                threshold: 0.0,
+                hops: 1,
+                k: 2,
+            },
+            mode,
+        )
+        .expect("valid");
+        assert_eq!(r.activation[1].to_bits(), want.to_bits(), "{mode:?}");
+        assert_eq!(r.activation[0].to_bits(), a0.to_bits());
+    }
+}
