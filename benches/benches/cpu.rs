@@ -4,7 +4,9 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rayon::prelude::*;
-use recall_cpu_simd::{Corpus, Metric, SpreadGraph, SpreadParams, kmeans, knn, simd_level, spread};
+use recall_cpu_simd::{
+    Corpus, Metric, SpreadGraph, SpreadParams, Vectors, kmeans, knn, simd_level, spread,
+};
 use simsimd::SpatialSimilarity;
 use std::hint::black_box;
 use std::time::Duration;
@@ -107,11 +109,12 @@ fn bandwidth(c: &mut Criterion) {
     // Read-only stream (a sum), the pattern of the one-query scan.
     g.throughput(Throughput::Bytes((len * 4) as u64));
     g.bench_function("read_512MiB_all_cores", |b| {
+        // An integer sum of the bits: vectorised, so the loop runs at memory speed.
         b.iter(|| {
             black_box(
                 src.par_chunks(1 << 20)
-                    .map(|s| s.iter().fold(0.0f32, |a, v| a + v))
-                    .sum::<f32>(),
+                    .map(|s| s.iter().fold(0u32, |a, v| a.wrapping_add(v.to_bits())))
+                    .reduce(|| 0, u32::wrapping_add),
             )
         })
     });
@@ -151,6 +154,22 @@ fn cosine_top10(c: &mut Criterion) {
             |b, _| b.iter(|| black_box(simsimd_topk(q, &corpus, D, 10, Metric::Cosine))),
         );
     }
+    // The same corpus stored as f16 (half the bytes; widened to f32 exactly in cache), one query.
+    let corpus16: Vec<half::f16> = corpus.iter().map(|v| half::f16::from_f32(*v)).collect();
+    g.throughput(Throughput::Bytes((N * D * 2) as u64));
+    g.bench_function("cpu/knn_f16/q1", |b| {
+        b.iter(|| {
+            black_box(
+                knn(
+                    &queries[..D],
+                    &Corpus::new(Vectors::F16(&corpus16), D),
+                    Metric::Cosine,
+                    10,
+                )
+                .expect("valid input"),
+            )
+        })
+    });
     g.finish();
 }
 
