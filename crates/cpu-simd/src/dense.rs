@@ -139,10 +139,7 @@ impl<'a> Vectors<'a> {
         let n = dst.len();
         match self {
             Vectors::F32(v) => dst.copy_from_slice(&v[start..start + n]),
-            Vectors::F16(v) => {
-                use half::slice::HalfFloatSliceExt;
-                v[start..start + n].convert_to_f32_slice(dst);
-            }
+            Vectors::F16(v) => kernels::widen_f16(&v[start..start + n], dst),
             Vectors::Bf16(v) => {
                 for (d, s) in dst.iter_mut().zip(&v[start..start + n]) {
                     *d = f32::from_bits((s.to_bits() as u32) << 16);
@@ -433,6 +430,19 @@ impl Cpu {
     ) {
         let nb = rows.len() / dim;
         let nq = queries.len() / dim;
+        if metric == Metric::Cosine && norms.is_none() && nq == 1 {
+            // One query: the dot chains and the rows' norm chains in one pass over the block.
+            chains.clear();
+            chains.resize(2 * nb, 0.0);
+            kernels::chains(self.level(), kernels::DOTSQ, queries, rows, dim, chains, nb);
+            let (dots, sq) = chains.split_at_mut(nb);
+            let qn = query_norms[0];
+            for (s, nc) in dots.iter_mut().zip(sq.iter()) {
+                *s = reference::cosine_from_parts(*s, qn, nc.sqrt());
+            }
+            chains.truncate(nb);
+            return;
+        }
         chains.clear();
         chains.resize(nq * nb, 0.0);
         kernels::chains(self.level(), metric.mode(), queries, rows, dim, chains, nb);

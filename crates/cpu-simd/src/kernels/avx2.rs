@@ -2,7 +2,7 @@
 //! against the vector of 8 rows' values at the same `k`. Query lanes: 8 queries transposed once to
 //! `k`-major, a broadcast corpus value FMA'd against them.
 
-use super::{DOT, L2, SQ};
+use super::{DOT, DOTSQ, L2, SQ};
 use core::arch::x86_64::*;
 
 const LANES: usize = 8;
@@ -31,7 +31,7 @@ pub(super) unsafe fn chains(
 #[target_feature(enable = "avx2,fma")]
 fn step<const MODE: u8>(q: __m256, c: __m256, acc: __m256) -> __m256 {
     match MODE {
-        DOT => _mm256_fmadd_ps(q, c, acc),
+        DOT | DOTSQ => _mm256_fmadd_ps(q, c, acc),
         L2 => {
             let t = _mm256_sub_ps(q, c);
             _mm256_fmadd_ps(t, t, acc)
@@ -53,6 +53,32 @@ fn row_lanes(
     let nr = rows.len() / dim;
     let mut pad = Vec::new();
     let mut r = 0;
+    if mode == DOTSQ {
+        // One query: its dot chain with every row into `out[..nr]`, every row's sqnorm chain into
+        // `out[out_stride..]`, from the same transposed values (one pass instead of two).
+        while r < nr {
+            if nr - r >= 2 * LANES {
+                let res =
+                    row_block::<DOTSQ, 2, 2>(queries, &rows[r * dim..(r + 2 * LANES) * dim], dim);
+                for (t, tile) in res.iter().enumerate() {
+                    out[r + t * LANES..r + (t + 1) * LANES].copy_from_slice(&tile[0]);
+                    out[out_stride + r + t * LANES..out_stride + r + (t + 1) * LANES]
+                        .copy_from_slice(&tile[1]);
+                }
+                r += 2 * LANES;
+                continue;
+            }
+            let valid = (nr - r).min(LANES);
+            pad.clear();
+            pad.extend_from_slice(&rows[r * dim..(r + valid) * dim]);
+            pad.resize(LANES * dim, 0.0);
+            let res = row_block::<DOTSQ, 2, 1>(queries, &pad, dim);
+            out[r..r + valid].copy_from_slice(&res[0][0][..valid]);
+            out[out_stride + r..out_stride + r + valid].copy_from_slice(&res[0][1][..valid]);
+            r += valid;
+        }
+        return;
+    }
     while r < nr {
         // Four tiles at once when one query (four independent chains hide the FMA latency).
         if nq == 1 && nr - r >= 4 * LANES {
@@ -117,7 +143,14 @@ fn row_block<const MODE: u8, const G: usize, const NT: usize>(
     block: &[f32],
     dim: usize,
 ) -> [[[f32; LANES]; G]; NT] {
-    assert!(block.len() == NT * LANES * dim && (MODE == SQ || q.len() >= G * dim));
+    assert!(
+        block.len() == NT * LANES * dim
+            && match MODE {
+                SQ => true,
+                DOTSQ => G == 2 && q.len() >= dim,
+                _ => q.len() >= G * dim,
+            }
+    );
     let bp = block.as_ptr();
     let qp = q.as_ptr();
     let mut acc = [[_mm256_setzero_ps(); G]; NT];
@@ -160,10 +193,11 @@ fn row_block<const MODE: u8, const G: usize, const NT: usize>(
             ];
             for (j, tj) in tt.iter().enumerate() {
                 for (g, a) in acc_t.iter_mut().enumerate() {
-                    let qv = if MODE == SQ {
+                    let qv = if MODE == SQ || (MODE == DOTSQ && g == 1) {
                         *tj
                     } else {
-                        // SAFETY: not SQ, so `q` holds `G * dim` values (asserted); `g < G`, `k + j < dim`.
+                        // SAFETY: `q` holds `G * dim` values (or `dim` for DOTSQ, where only `g == 0`
+                        // reads it), asserted above; `g < G`, `k + j < dim`.
                         _mm256_set1_ps(unsafe { *qp.add(g * dim + k + j) })
                     };
                     *a = step::<MODE>(qv, *tj, *a);
@@ -182,7 +216,7 @@ fn row_block<const MODE: u8, const G: usize, const NT: usize>(
             // SAFETY: `v` holds LANES f32.
             let c = unsafe { _mm256_loadu_ps(v.as_ptr()) };
             for (g, a) in acc_t.iter_mut().enumerate() {
-                let qv = if MODE == SQ {
+                let qv = if MODE == SQ || (MODE == DOTSQ && g == 1) {
                     c
                 } else {
                     _mm256_set1_ps(q[g * dim + k])

@@ -19,7 +19,7 @@ pub(super) unsafe fn chains(
     out_stride: usize,
 ) {
     let nq = queries.len() / dim;
-    if mode == SQ || nq < 8 {
+    if mode == SQ || mode == super::DOTSQ || nq < 8 {
         // Row lanes run the AVX2 kernel: on the machines measured, its 128-bit-lane transposes beat a
         // 16-lane version (whose lane-crossing inserts cost more than they save). Same order, same bits.
         // SAFETY: AVX-512F implies this CPU was checked for AVX2 and FMA too (`detected_level`).
