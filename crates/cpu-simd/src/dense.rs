@@ -415,7 +415,10 @@ impl Cpu {
     }
 
     /// Scores of one block of rows (`r0 ..`, `rows` already f32) for every query, into `scratch.chains`
-    /// (`nq * n_block`, query-major).
+    /// (`nq * n_block`, query-major). Returns whether some row *may* hold a NaN or infinity: a chain
+    /// (`dot`, `l2sq` or `sqnorm`) over a non-finite value is never finite (`inf` stays `inf` or turns
+    /// NaN; `0 * inf` is NaN), so rows whose raw chain is finite are certainly finite; a non-finite chain
+    /// can also come from overflow, so the caller then scans the block's values exactly.
     #[allow(clippy::too_many_arguments)]
     fn block_scores(
         &self,
@@ -427,7 +430,7 @@ impl Cpu {
         metric: Metric,
         chains: &mut Vec<f32>,
         norm_buf: &mut Vec<f32>,
-    ) {
+    ) -> bool {
         let nb = rows.len() / dim;
         let nq = queries.len() / dim;
         if metric == Metric::Cosine && norms.is_none() && nq == 1 {
@@ -436,16 +439,18 @@ impl Cpu {
             chains.resize(2 * nb, 0.0);
             kernels::chains(self.level(), kernels::DOTSQ, queries, rows, dim, chains, nb);
             let (dots, sq) = chains.split_at_mut(nb);
+            let suspect = any_non_finite(sq);
             let qn = query_norms[0];
             for (s, nc) in dots.iter_mut().zip(sq.iter()) {
                 *s = reference::cosine_from_parts(*s, qn, nc.sqrt());
             }
             chains.truncate(nb);
-            return;
+            return suspect;
         }
         chains.clear();
         chains.resize(nq * nb, 0.0);
         kernels::chains(self.level(), metric.mode(), queries, rows, dim, chains, nb);
+        let suspect = any_non_finite(&chains[..nb]);
         if metric == Metric::Cosine {
             let cn: &[f32] = match norms {
                 Some(n) => n,
@@ -466,6 +471,7 @@ impl Cpu {
                 }
             }
         }
+        suspect
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -541,8 +547,9 @@ impl Cpu {
         let threads = rayon::current_num_threads().max(1);
 
         // Stream blocks `b0 .. b1` of the corpus for the queries `q0 .. q1`.
-        // The corpus's finiteness is checked block by block in the same pass; a task stops at its first
-        // bad value and the smallest index over all tasks is reported, as an upfront scan would.
+        // The corpus's finiteness is checked block by block in the same pass (see `block_scores`): a
+        // task stops at its first bad value and the smallest index over all tasks is reported, exactly
+        // as an upfront scan would.
         let stream = |q0: usize, q1: usize, b0: usize, b1: usize| -> Result<Vec<Selector>, usize> {
             let qs = &queries[q0 * dim..q1 * dim];
             let qns = if qn.is_empty() { &qn[..] } else { &qn[q0..q1] };
@@ -550,12 +557,13 @@ impl Cpu {
             let mut s = Scratch::default();
             for b in b0..b1 {
                 let (r0, r1) = (b * block, ((b + 1) * block).min(n));
-                if let Some(bad) = corpus.vectors.first_non_finite(r0 * dim, r1 * dim) {
-                    return Err(bad);
-                }
                 let rows = corpus.vectors.rows(r0, r1, dim, &mut s.rows);
                 let nrm = corpus.norms.map(|x| &x[r0..r1]);
-                self.block_scores(qs, qns, rows, nrm, dim, metric, &mut s.chains, &mut s.norms);
+                let suspect =
+                    self.block_scores(qs, qns, rows, nrm, dim, metric, &mut s.chains, &mut s.norms);
+                if suspect && let Some(bad) = corpus.vectors.first_non_finite(r0 * dim, r1 * dim) {
+                    return Err(bad);
+                }
                 let nb = r1 - r0;
                 for (sq, row) in sel.iter_mut().zip(s.chains.chunks_exact(nb)) {
                     for (i, v) in row.iter().enumerate() {
@@ -701,6 +709,13 @@ impl Cpu {
         };
         Ok(collect_topk(selectors, k))
     }
+}
+
+/// Whether any value is NaN or infinite (branch-free, vectorised).
+fn any_non_finite(v: &[f32]) -> bool {
+    v.iter().fold(0u32, |acc, x| {
+        acc | ((x.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32
+    }) != 0
 }
 
 /// The smallest failing index over the tasks, if any failed.

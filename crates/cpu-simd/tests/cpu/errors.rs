@@ -313,3 +313,43 @@ fn a_hub_with_100k_in_edges_follows_the_lane_order() {
         assert_eq!(r.activation[0].to_bits(), a0.to_bits());
     }
 }
+
+#[test]
+fn fused_finiteness_check_catches_every_bad_value() {
+    // Zero queries (cosine short-cuts to 0), given norms of 0, one and several queries, every metric.
+    let dim = 5;
+    let n = 300;
+    for bad_at in [0usize, 7, 4 * dim + 2, n * dim - 1] {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut c: Vec<f32> = (0..n * dim).map(|i| (i % 13) as f32 - 6.0).collect();
+            c[bad_at] = bad;
+            let zero_norms = vec![0.0f32; n];
+            for nq in [1usize, 3, 20] {
+                for q in [vec![0.0f32; nq * dim], vec![0.25f32; nq * dim]] {
+                    for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+                        for with_norms in [false, true] {
+                            let corpus = Corpus::f32(&c, dim);
+                            let corpus = if with_norms {
+                                corpus.with_norms(&zero_norms)
+                            } else {
+                                corpus
+                            };
+                            for level in available_levels() {
+                                let e = Cpu::with_level(level)
+                                    .knn(&q, &corpus, metric, 3)
+                                    .unwrap_err();
+                                assert_eq!(
+                                    e,
+                                    CpuError::NonFinite {
+                                        what: "corpus",
+                                        index: bad_at
+                                    }
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
