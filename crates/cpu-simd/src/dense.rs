@@ -11,9 +11,11 @@ use rayon::prelude::*;
 /// Bytes of corpus rows processed per block (one block's rows stay in L2 while every query visits them).
 const BLOCK_BYTES: usize = 256 * 1024;
 
-/// Corpus rows per block for dimension `dim`: a multiple of 16, at least 16.
+/// Corpus rows per block for dimension `dim`: a multiple of 64 (four 16-row tiles) when that fits,
+/// else of 16; at least 16.
 pub(crate) fn rows_per_block(dim: usize) -> usize {
-    (BLOCK_BYTES / (4 * dim)).clamp(16, 4096) / 16 * 16
+    let r = (BLOCK_BYTES / (4 * dim)).clamp(16, 4096);
+    if r >= 64 { r / 64 * 64 } else { r / 16 * 16 }
 }
 
 pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
@@ -84,15 +86,20 @@ impl<'a> Vectors<'a> {
     }
 
     fn check_finite(&self, what: &'static str) -> Result<(), CpuError> {
-        let index = match self {
-            Vectors::F32(v) => return check_finite(what, v),
-            Vectors::F16(v) => v.iter().position(|x| x.to_bits() & 0x7c00 == 0x7c00),
-            Vectors::Bf16(v) => v.iter().position(|x| x.to_bits() & 0x7f80 == 0x7f80),
-        };
-        match index {
+        match self.first_non_finite(0, self.len()) {
             None => Ok(()),
             Some(index) => Err(CpuError::NonFinite { what, index }),
         }
+    }
+
+    /// The index of the first NaN or infinity among values `a .. b`.
+    fn first_non_finite(&self, a: usize, b: usize) -> Option<usize> {
+        let i = match self {
+            Vectors::F32(v) => crate::first_non_finite(&v[a..b]),
+            Vectors::F16(v) => first_bad_half(&v[a..b], |x| x.to_bits(), 0x7c00),
+            Vectors::Bf16(v) => first_bad_half(&v[a..b], |x| x.to_bits(), 0x7f80),
+        };
+        i.map(|i| a + i)
     }
 
     /// Rows `r0 .. r1` as f32: borrowed for f32, widened into `buf` otherwise.
@@ -132,10 +139,7 @@ impl<'a> Vectors<'a> {
         let n = dst.len();
         match self {
             Vectors::F32(v) => dst.copy_from_slice(&v[start..start + n]),
-            Vectors::F16(v) => {
-                use half::slice::HalfFloatSliceExt;
-                v[start..start + n].convert_to_f32_slice(dst);
-            }
+            Vectors::F16(v) => kernels::widen_f16(&v[start..start + n], dst),
             Vectors::Bf16(v) => {
                 for (d, s) in dst.iter_mut().zip(&v[start..start + n]) {
                     *d = f32::from_bits((s.to_bits() as u32) << 16);
@@ -143,6 +147,24 @@ impl<'a> Vectors<'a> {
             }
         }
     }
+}
+
+/// The first 16-bit value whose exponent field (`mask`) is all ones: chunked, branch-free per chunk.
+fn first_bad_half<T: Copy>(v: &[T], bits: impl Fn(T) -> u16, mask: u16) -> Option<usize> {
+    const CHUNK: usize = 4096;
+    for (c, chunk) in v.chunks(CHUNK).enumerate() {
+        if chunk
+            .iter()
+            .fold(0u16, |acc, x| acc | ((bits(*x) & mask) == mask) as u16)
+            != 0
+        {
+            return chunk
+                .iter()
+                .position(|x| bits(*x) & mask == mask)
+                .map(|i| c * CHUNK + i);
+        }
+    }
+    None
 }
 
 /// A corpus: row-major vectors of dimension `dim`, optionally with their norms (the values
@@ -179,6 +201,14 @@ impl<'a> Corpus<'a> {
 
     /// Check the corpus (dimension, shape, finite values, norms) and return its number of rows.
     pub fn validate(&self) -> Result<usize, CpuError> {
+        let n = self.validate_shape()?;
+        self.vectors.check_finite("corpus")?;
+        Ok(n)
+    }
+
+    /// Everything [`Corpus::validate`] checks except the finiteness of the vectors (which the streaming
+    /// ops check block by block, in the same pass as the work, and report identically).
+    fn validate_shape(&self) -> Result<usize, CpuError> {
         if self.dim == 0 {
             return Err(CpuError::ZeroDim);
         }
@@ -201,7 +231,6 @@ impl<'a> Corpus<'a> {
                 max: u32::MAX as usize,
             });
         }
-        self.vectors.check_finite("corpus")?;
         if let Some(norms) = self.norms {
             if norms.len() != n {
                 return Err(CpuError::LengthMismatch {
@@ -386,7 +415,10 @@ impl Cpu {
     }
 
     /// Scores of one block of rows (`r0 ..`, `rows` already f32) for every query, into `scratch.chains`
-    /// (`nq * n_block`, query-major).
+    /// (`nq * n_block`, query-major). Returns whether some row *may* hold a NaN or infinity: a chain
+    /// (`dot`, `l2sq` or `sqnorm`) over a non-finite value is never finite (`inf` stays `inf` or turns
+    /// NaN; `0 * inf` is NaN), so rows whose raw chain is finite are certainly finite; a non-finite chain
+    /// can also come from overflow, so the caller then scans the block's values exactly.
     #[allow(clippy::too_many_arguments)]
     fn block_scores(
         &self,
@@ -398,12 +430,27 @@ impl Cpu {
         metric: Metric,
         chains: &mut Vec<f32>,
         norm_buf: &mut Vec<f32>,
-    ) {
+    ) -> bool {
         let nb = rows.len() / dim;
         let nq = queries.len() / dim;
+        if metric == Metric::Cosine && norms.is_none() && nq == 1 {
+            // One query: the dot chains and the rows' norm chains in one pass over the block.
+            chains.clear();
+            chains.resize(2 * nb, 0.0);
+            kernels::chains(self.level(), kernels::DOTSQ, queries, rows, dim, chains, nb);
+            let (dots, sq) = chains.split_at_mut(nb);
+            let suspect = any_non_finite(sq);
+            let qn = query_norms[0];
+            for (s, nc) in dots.iter_mut().zip(sq.iter()) {
+                *s = reference::cosine_from_parts(*s, qn, nc.sqrt());
+            }
+            chains.truncate(nb);
+            return suspect;
+        }
         chains.clear();
         chains.resize(nq * nb, 0.0);
         kernels::chains(self.level(), metric.mode(), queries, rows, dim, chains, nb);
+        let suspect = any_non_finite(&chains[..nb]);
         if metric == Metric::Cosine {
             let cn: &[f32] = match norms {
                 Some(n) => n,
@@ -424,6 +471,7 @@ impl Cpu {
                 }
             }
         }
+        suspect
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -486,7 +534,7 @@ impl Cpu {
         metric: Metric,
         k: usize,
     ) -> Result<TopK, CpuError> {
-        let n = corpus.validate()?;
+        let n = corpus.validate_shape()?;
         let dim = corpus.dim;
         let nq = check_matrix("queries", queries, dim)?;
         if k == 0 || k > n {
@@ -499,7 +547,10 @@ impl Cpu {
         let threads = rayon::current_num_threads().max(1);
 
         // Stream blocks `b0 .. b1` of the corpus for the queries `q0 .. q1`.
-        let stream = |q0: usize, q1: usize, b0: usize, b1: usize| -> Vec<Selector> {
+        // The corpus's finiteness is checked block by block in the same pass (see `block_scores`): a
+        // task stops at its first bad value and the smallest index over all tasks is reported, exactly
+        // as an upfront scan would.
+        let stream = |q0: usize, q1: usize, b0: usize, b1: usize| -> Result<Vec<Selector>, usize> {
             let qs = &queries[q0 * dim..q1 * dim];
             let qns = if qn.is_empty() { &qn[..] } else { &qn[q0..q1] };
             let mut sel: Vec<Selector> = (q0..q1).map(|_| Selector::new(k)).collect();
@@ -508,7 +559,11 @@ impl Cpu {
                 let (r0, r1) = (b * block, ((b + 1) * block).min(n));
                 let rows = corpus.vectors.rows(r0, r1, dim, &mut s.rows);
                 let nrm = corpus.norms.map(|x| &x[r0..r1]);
-                self.block_scores(qs, qns, rows, nrm, dim, metric, &mut s.chains, &mut s.norms);
+                let suspect =
+                    self.block_scores(qs, qns, rows, nrm, dim, metric, &mut s.chains, &mut s.norms);
+                if suspect && let Some(bad) = corpus.vectors.first_non_finite(r0 * dim, r1 * dim) {
+                    return Err(bad);
+                }
                 let nb = r1 - r0;
                 for (sq, row) in sel.iter_mut().zip(s.chains.chunks_exact(nb)) {
                     for (i, v) in row.iter().enumerate() {
@@ -516,28 +571,34 @@ impl Cpu {
                     }
                 }
             }
-            sel
+            Ok(sel)
+        };
+        let non_finite = |index: usize| CpuError::NonFinite {
+            what: "corpus",
+            index,
         };
 
         let selectors: Vec<Selector> = if nq * n * dim < PAR_MIN_WORK || threads == 1 {
-            stream(0, nq, 0, n_blocks)
+            stream(0, nq, 0, n_blocks).map_err(non_finite)?
         } else if nq >= 16 * threads && nq.saturating_mul(k) > (1 << 20) {
             // Many queries with a large k: split the queries, so each query has one selector.
             let groups = threads.min(nq.div_ceil(16));
             let per = nq.div_ceil(groups).div_ceil(16) * 16;
-            let parts: Vec<Vec<Selector>> = (0..nq.div_ceil(per))
+            let parts: Vec<Result<Vec<Selector>, usize>> = (0..nq.div_ceil(per))
                 .into_par_iter()
                 .map(|g| stream(g * per, ((g + 1) * per).min(nq), 0, n_blocks))
                 .collect();
-            parts.into_iter().flatten().collect()
+            first_error(&parts).map_err(non_finite)?;
+            parts.into_iter().flatten().flatten().collect()
         } else {
             // Split the corpus into one range of blocks per thread, then merge the selectors exactly.
             let tasks = threads.min(n_blocks);
-            let parts: Vec<Vec<Selector>> = (0..tasks)
+            let parts: Vec<Result<Vec<Selector>, usize>> = (0..tasks)
                 .into_par_iter()
                 .map(|t| stream(0, nq, t * n_blocks / tasks, (t + 1) * n_blocks / tasks))
                 .collect();
-            let mut it = parts.into_iter();
+            first_error(&parts).map_err(non_finite)?;
+            let mut it = parts.into_iter().flatten();
             let mut acc = it.next().unwrap_or_default();
             for part in it {
                 for (a, p) in acc.iter_mut().zip(part) {
@@ -552,7 +613,8 @@ impl Cpu {
     /// Per query, the best `k` pairs among its own candidate ids: query `q`'s candidates are
     /// `ids[offsets[q] .. offsets[q + 1]]` (`offsets` has `n_queries + 1` entries, starts at 0, never
     /// decreases, ends at `ids.len()`). Every id must be `< n_rows` and appear once per list; `k` must be
-    /// at least 1 and at most the shortest list's length. Scores and order as in [`Cpu::knn`].
+    /// at least 1 and at most the shortest list's length. Scores and order as in [`Cpu::knn`]. Only the
+    /// referenced corpus rows are read, and only they are checked for NaN and infinity.
     pub fn score_candidates(
         &self,
         queries: &[f32],
@@ -562,7 +624,7 @@ impl Cpu {
         ids: &[u32],
         k: usize,
     ) -> Result<TopK, CpuError> {
-        let n = corpus.validate()?;
+        let n = corpus.validate_shape()?;
         let dim = corpus.dim;
         let nq = check_matrix("queries", queries, dim)?;
         check_offsets(offsets, nq, ids.len())?;
@@ -584,6 +646,21 @@ impl Cpu {
             if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
                 return Err(CpuError::DuplicateId { query: q, id: w[0] });
             }
+        }
+        // Only the referenced rows are read, so only they are checked (the smallest bad corpus index
+        // among them is reported); a whole-corpus scan would cost more than the op itself.
+        let bad = ids
+            .iter()
+            .filter_map(|id| {
+                let a = *id as usize * dim;
+                corpus.vectors.first_non_finite(a, a + dim)
+            })
+            .min();
+        if let Some(index) = bad {
+            return Err(CpuError::NonFinite {
+                what: "corpus",
+                index,
+            });
         }
         let qn = self.query_norms(queries, dim, nq, metric);
         let block = rows_per_block(dim);
@@ -631,6 +708,21 @@ impl Cpu {
                 .collect()
         };
         Ok(collect_topk(selectors, k))
+    }
+}
+
+/// Whether any value is NaN or infinite (branch-free, vectorised).
+fn any_non_finite(v: &[f32]) -> bool {
+    v.iter().fold(0u32, |acc, x| {
+        acc | ((x.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32
+    }) != 0
+}
+
+/// The smallest failing index over the tasks, if any failed.
+fn first_error<T>(parts: &[Result<T, usize>]) -> Result<(), usize> {
+    match parts.iter().filter_map(|p| p.as_ref().err()).min() {
+        Some(i) => Err(*i),
+        None => Ok(()),
     }
 }
 

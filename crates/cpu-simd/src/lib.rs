@@ -39,7 +39,9 @@ pub use error::CpuError;
 pub use kmeans::{INERTIA_BLOCK, KMeans, kmeans, kmeans_seed_indices};
 pub use noise::clip_and_noise;
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
-pub use spread::{SPREAD_LANES, Spread, SpreadGraph, SpreadParams, spread};
+pub use spread::{
+    SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, spread, spread_with_mode,
+};
 pub use topk::{Order, TopK, pair_key, score_key, topk};
 
 /// Below this many multiply-adds (or values) an op runs on the calling thread: no rayon overhead.
@@ -47,8 +49,26 @@ pub(crate) const PAR_MIN_WORK: usize = 1 << 21;
 
 /// Check that every value is finite (no NaN, no infinity): the contract's first step for every op.
 pub fn check_finite(what: &'static str, values: &[f32]) -> Result<(), CpuError> {
-    match values.iter().position(|v| !v.is_finite()) {
+    match first_non_finite(values) {
         None => Ok(()),
         Some(index) => Err(CpuError::NonFinite { what, index }),
     }
+}
+
+/// The index of the first NaN or infinity. Chunks are tested with a branch-free OR of the exponent test
+/// (which the compiler vectorises), so the check runs at memory speed.
+pub(crate) fn first_non_finite(values: &[f32]) -> Option<usize> {
+    const CHUNK: usize = 4096;
+    for (c, chunk) in values.chunks(CHUNK).enumerate() {
+        let bad = chunk.iter().fold(0u32, |acc, v| {
+            acc | ((v.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32
+        });
+        if bad != 0 {
+            return chunk
+                .iter()
+                .position(|v| !v.is_finite())
+                .map(|i| c * CHUNK + i);
+        }
+    }
+    None
 }

@@ -15,6 +15,20 @@ pub struct SpreadGraph {
     in_ptr: Vec<usize>,
     in_src: Vec<u32>,
     in_w: Vec<f32>,
+    /// The original out-edges (CSR order) with, per edge, its target and its position in the target's
+    /// in-edge list: the push form used when few sources are active.
+    out_ptr: Vec<usize>,
+    out_dst: Vec<u32>,
+    out_pos: Vec<u32>,
+}
+
+/// How a hop is computed. Both give the same bits (see `docs/numerics.md`); `Auto` picks per hop.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpreadMode {
+    Auto,
+    Pull,
+    Push,
 }
 
 /// Spreading parameters (ranges in `docs/numerics.md`).
@@ -108,11 +122,13 @@ impl SpreadGraph {
         let mut cursor = in_ptr[..n].to_vec();
         let mut in_src = vec![0u32; indices.len()];
         let mut in_w = vec![0f32; indices.len()];
+        let mut out_pos = vec![0u32; indices.len()];
         for u in 0..n {
             for e in indptr[u]..indptr[u + 1] {
                 let v = indices[e] as usize;
                 in_src[cursor[v]] = u as u32;
                 in_w[cursor[v]] = weights[e];
+                out_pos[e] = (cursor[v] - in_ptr[v]) as u32;
                 cursor[v] += 1;
             }
         }
@@ -121,6 +137,9 @@ impl SpreadGraph {
             in_ptr,
             in_src,
             in_w,
+            out_ptr: indptr.to_vec(),
+            out_dst: indices.to_vec(),
+            out_pos,
         })
     }
 
@@ -144,20 +163,39 @@ impl SpreadGraph {
     #[inline]
     fn pull(&self, v: usize, prev: &[f32]) -> f32 {
         let (src, w) = self.in_edges(v);
-        match src.len() {
-            0 => 0.0,
-            1 => w[0].mul_add(prev[src[0] as usize], 0.0),
-            _ => {
-                let mut lane = [0.0f32; SPREAD_LANES];
-                for (cs, cw) in src.chunks(SPREAD_LANES).zip(w.chunks(SPREAD_LANES)) {
-                    for ((l, s), w) in lane.iter_mut().zip(cs).zip(cw) {
-                        *l = w.mul_add(prev[*s as usize], *l);
-                    }
-                }
-                tree(&mut lane)
+        let mut lane = [0.0f32; SPREAD_LANES];
+        if src.len() <= SPREAD_LANES {
+            // One term per lane: lane[j] = fma(w, a, +0.0). Lanes past the degree hold +0.0, and adding
+            // +0.0 to a non-negative value is exact, so the tree skips them.
+            for ((l, s), w) in lane.iter_mut().zip(src).zip(w) {
+                *l = w.mul_add(prev[*s as usize], 0.0);
+            }
+            return tree_prefix(&mut lane, src.len());
+        }
+        for (cs, cw) in src.chunks(SPREAD_LANES).zip(w.chunks(SPREAD_LANES)) {
+            for ((l, s), w) in lane.iter_mut().zip(cs).zip(cw) {
+                *l = w.mul_add(prev[*s as usize], *l);
             }
         }
+        tree(&mut lane)
     }
+}
+
+/// [`tree`] when only lanes `0 .. m` can be non-zero (the rest are `+0.0` and every value is `>= +0.0`):
+/// the same result with the identity adds left out.
+#[inline]
+fn tree_prefix(lane: &mut [f32; SPREAD_LANES], mut m: usize) -> f32 {
+    let mut off = SPREAD_LANES / 2;
+    while off > 0 {
+        if m > off {
+            for l in 0..m - off {
+                lane[l] += lane[l + off];
+            }
+            m = off;
+        }
+        off /= 2;
+    }
+    lane[0]
 }
 
 /// The fixed tree: for off in 16, 8, 4, 2, 1: lane[l] = lane[l] + lane[l + off] for l < off.
@@ -178,6 +216,48 @@ pub fn spread(
     graph: &SpreadGraph,
     seeds: &[f32],
     params: &SpreadParams,
+) -> Result<Spread, CpuError> {
+    spread_with_mode(graph, seeds, params, SpreadMode::Auto)
+}
+
+/// The push form of one hop: only active sources, ascending, each out-edge adding into lane `pos % 32`
+/// of its target. In-lists are sorted by (source, position), so every lane receives its terms in the
+/// same ascending order as the pull form, and skipped (inactive) terms are exact identities.
+fn push_hop(graph: &SpreadGraph, prev: &[f32], decay: f32, threshold: f32, next: &mut [f32]) {
+    let mut slot = vec![u32::MAX; graph.n];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut lanes: Vec<[f32; SPREAD_LANES]> = Vec::new();
+    for (u, a) in prev.iter().enumerate() {
+        if *a == 0.0 {
+            continue;
+        }
+        for e in graph.out_ptr[u]..graph.out_ptr[u + 1] {
+            let v = graph.out_dst[e] as usize;
+            let j = graph.out_pos[e] as usize;
+            if slot[v] == u32::MAX {
+                slot[v] = lanes.len() as u32;
+                lanes.push([0.0; SPREAD_LANES]);
+                touched.push(v as u32);
+            }
+            let w = graph.in_w[graph.in_ptr[v] + j];
+            let l = &mut lanes[slot[v] as usize][j % SPREAD_LANES];
+            *l = w.mul_add(*a, *l);
+        }
+    }
+    next.fill(0.0);
+    for (v, lane) in touched.iter().zip(lanes.iter_mut()) {
+        let x = tree(lane) * decay;
+        next[*v as usize] = if x < threshold { 0.0 } else { x };
+    }
+}
+
+/// [`spread`] with the hop form chosen by the caller (tests use it to check that both forms agree).
+#[doc(hidden)]
+pub fn spread_with_mode(
+    graph: &SpreadGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+    mode: SpreadMode,
 ) -> Result<Spread, CpuError> {
     let n = graph.n;
     if seeds.len() != n {
@@ -230,20 +310,35 @@ pub fn spread(
     let mut next = vec![0.0f32; n];
     const CHUNK: usize = 4096;
     for hop in 1..=hops {
-        if prev.iter().all(|a| *a == 0.0) {
+        let active_edges: usize = match mode {
+            SpreadMode::Pull => usize::MAX,
+            _ => prev
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| **a != 0.0)
+                .map(|(u, _)| graph.out_ptr[u + 1] - graph.out_ptr[u])
+                .sum(),
+        };
+        if active_edges == 0 || prev.iter().all(|a| *a == 0.0) {
             // Every contribution is an exact identity: the hop adds nothing (and nor will later ones).
             break;
         }
-        let work = |(c, out): (usize, &mut [f32])| {
-            for (i, o) in out.iter_mut().enumerate() {
-                let x = graph.pull(c * CHUNK + i, &prev) * decay;
-                *o = if x < threshold { 0.0 } else { x };
-            }
-        };
-        if graph.n_edges() + n >= PAR_MIN_WORK {
-            next.par_chunks_mut(CHUNK).enumerate().for_each(work);
+        let use_push = mode == SpreadMode::Push
+            || (mode == SpreadMode::Auto && active_edges <= graph.n_edges() / 16);
+        if use_push {
+            push_hop(graph, &prev, decay, threshold, &mut next);
         } else {
-            next.chunks_mut(CHUNK).enumerate().for_each(work);
+            let work = |(c, out): (usize, &mut [f32])| {
+                for (i, o) in out.iter_mut().enumerate() {
+                    let x = graph.pull(c * CHUNK + i, &prev) * decay;
+                    *o = if x < threshold { 0.0 } else { x };
+                }
+            };
+            if graph.n_edges() + n >= PAR_MIN_WORK {
+                next.par_chunks_mut(CHUNK).enumerate().for_each(work);
+            } else {
+                next.chunks_mut(CHUNK).enumerate().for_each(work);
+            }
         }
         let mut overflow = false;
         for (t, a) in total.iter_mut().zip(&next) {

@@ -1,8 +1,8 @@
-//! AVX2 + FMA, 8 lanes. Row lanes: 8 rows transposed 8x8 in registers, a broadcast query value FMA'd
+//! AVX2 + FMA, 8 lanes. Row lanes: 8 rows, four `k` at a time transposed in registers, a broadcast query value FMA'd
 //! against the vector of 8 rows' values at the same `k`. Query lanes: 8 queries transposed once to
 //! `k`-major, a broadcast corpus value FMA'd against them.
 
-use super::{DOT, L2, SQ};
+use super::{DOT, DOTSQ, L2, SQ};
 use core::arch::x86_64::*;
 
 const LANES: usize = 8;
@@ -27,41 +27,11 @@ pub(super) unsafe fn chains(
     }
 }
 
-#[target_feature(enable = "avx2,fma")]
-fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(s0, s4),
-        _mm256_permute2f128_ps::<0x20>(s1, s5),
-        _mm256_permute2f128_ps::<0x20>(s2, s6),
-        _mm256_permute2f128_ps::<0x20>(s3, s7),
-        _mm256_permute2f128_ps::<0x31>(s0, s4),
-        _mm256_permute2f128_ps::<0x31>(s1, s5),
-        _mm256_permute2f128_ps::<0x31>(s2, s6),
-        _mm256_permute2f128_ps::<0x31>(s3, s7),
-    ]
-}
-
 /// One step of a chain, for lanes of `c` (row values) and `q` (query values) at the same `k`.
 #[target_feature(enable = "avx2,fma")]
 fn step<const MODE: u8>(q: __m256, c: __m256, acc: __m256) -> __m256 {
     match MODE {
-        DOT => _mm256_fmadd_ps(q, c, acc),
+        DOT | DOTSQ => _mm256_fmadd_ps(q, c, acc),
         L2 => {
             let t = _mm256_sub_ps(q, c);
             _mm256_fmadd_ps(t, t, acc)
@@ -83,7 +53,47 @@ fn row_lanes(
     let nr = rows.len() / dim;
     let mut pad = Vec::new();
     let mut r = 0;
+    if mode == DOTSQ {
+        // One query: its dot chain with every row into `out[..nr]`, every row's sqnorm chain into
+        // `out[out_stride..]`, from the same transposed values (one pass instead of two).
+        while r < nr {
+            if nr - r >= 2 * LANES {
+                let res =
+                    row_block::<DOTSQ, 2, 2>(queries, &rows[r * dim..(r + 2 * LANES) * dim], dim);
+                for (t, tile) in res.iter().enumerate() {
+                    out[r + t * LANES..r + (t + 1) * LANES].copy_from_slice(&tile[0]);
+                    out[out_stride + r + t * LANES..out_stride + r + (t + 1) * LANES]
+                        .copy_from_slice(&tile[1]);
+                }
+                r += 2 * LANES;
+                continue;
+            }
+            let valid = (nr - r).min(LANES);
+            pad.clear();
+            pad.extend_from_slice(&rows[r * dim..(r + valid) * dim]);
+            pad.resize(LANES * dim, 0.0);
+            let res = row_block::<DOTSQ, 2, 1>(queries, &pad, dim);
+            out[r..r + valid].copy_from_slice(&res[0][0][..valid]);
+            out[out_stride + r..out_stride + r + valid].copy_from_slice(&res[0][1][..valid]);
+            r += valid;
+        }
+        return;
+    }
     while r < nr {
+        // Four tiles at once when one query (four independent chains hide the FMA latency).
+        if nq == 1 && nr - r >= 4 * LANES {
+            let block = &rows[r * dim..(r + 4 * LANES) * dim];
+            let res = match mode {
+                SQ => row_block::<SQ, 1, 4>(queries, block, dim),
+                L2 => row_block::<L2, 1, 4>(queries, block, dim),
+                _ => row_block::<DOT, 1, 4>(queries, block, dim),
+            };
+            for (t, tile) in res.iter().enumerate() {
+                out[r + t * LANES..r + (t + 1) * LANES].copy_from_slice(&tile[0]);
+            }
+            r += 4 * LANES;
+            continue;
+        }
         let valid = (nr - r).min(LANES);
         let block: &[f32] = if valid == LANES {
             &rows[r * dim..(r + LANES) * dim]
@@ -99,13 +109,13 @@ fn row_lanes(
             let g = (nq - qi).min(3);
             let q = &queries[qi * dim..];
             let res: [[f32; LANES]; 3] = match (mode, g) {
-                (SQ, _) => widen(row_block::<SQ, 1>(q, block, dim)),
-                (L2, 1) => widen(row_block::<L2, 1>(q, block, dim)),
-                (L2, 2) => widen(row_block::<L2, 2>(q, block, dim)),
-                (L2, _) => widen(row_block::<L2, 3>(q, block, dim)),
-                (_, 1) => widen(row_block::<DOT, 1>(q, block, dim)),
-                (_, 2) => widen(row_block::<DOT, 2>(q, block, dim)),
-                _ => widen(row_block::<DOT, 3>(q, block, dim)),
+                (SQ, _) => widen(row_block::<SQ, 1, 1>(q, block, dim)[0]),
+                (L2, 1) => widen(row_block::<L2, 1, 1>(q, block, dim)[0]),
+                (L2, 2) => widen(row_block::<L2, 2, 1>(q, block, dim)[0]),
+                (L2, _) => widen(row_block::<L2, 3, 1>(q, block, dim)[0]),
+                (_, 1) => widen(row_block::<DOT, 1, 1>(q, block, dim)[0]),
+                (_, 2) => widen(row_block::<DOT, 2, 1>(q, block, dim)[0]),
+                _ => widen(row_block::<DOT, 3, 1>(q, block, dim)[0]),
             };
             for (gi, lanes) in res.iter().enumerate().take(g) {
                 let o = &mut out[(qi + gi) * out_stride + r..][..valid];
@@ -123,69 +133,105 @@ fn widen<const G: usize>(x: [[f32; LANES]; G]) -> [[f32; LANES]; 3] {
     o
 }
 
-/// Chains of `G` queries (`q` holds them back to back) against the 8 rows of `block`.
+/// Chains of `G` queries (`q` holds them back to back) against the `NT * LANES` rows of `block`, in `NT`
+/// tiles of `LANES` rows. Four `k` at a time: 128-bit loads of four consecutive values of each row are
+/// placed so that 128-bit lane `j` of vector `a` holds row `4j + a`, then a 4x4 transpose inside each
+/// 128-bit lane gives, per `k`, the vector of every row's value (lane = row).
 #[target_feature(enable = "avx2,fma")]
-fn row_block<const MODE: u8, const G: usize>(
+fn row_block<const MODE: u8, const G: usize, const NT: usize>(
     q: &[f32],
     block: &[f32],
     dim: usize,
-) -> [[f32; LANES]; G] {
-    assert!(block.len() == LANES * dim && (MODE == SQ || q.len() >= G * dim));
+) -> [[[f32; LANES]; G]; NT] {
+    assert!(
+        block.len() == NT * LANES * dim
+            && match MODE {
+                SQ => true,
+                DOTSQ => G == 2 && q.len() >= dim,
+                _ => q.len() >= G * dim,
+            }
+    );
     let bp = block.as_ptr();
     let qp = q.as_ptr();
-    let mut acc = [_mm256_setzero_ps(); G];
-    let full = dim - dim % LANES;
+    let mut acc = [[_mm256_setzero_ps(); G]; NT];
+    let full = dim - dim % 4;
     let mut k = 0;
     while k < full {
-        // SAFETY: `k + 8 <= dim`, so each load reads `block[i * dim + k .. i * dim + k + 8]`, inside
-        // `block` (length `8 * dim`, asserted above).
-        let t = transpose8(unsafe {
-            [
-                _mm256_loadu_ps(bp.add(k)),
-                _mm256_loadu_ps(bp.add(dim + k)),
-                _mm256_loadu_ps(bp.add(2 * dim + k)),
-                _mm256_loadu_ps(bp.add(3 * dim + k)),
-                _mm256_loadu_ps(bp.add(4 * dim + k)),
-                _mm256_loadu_ps(bp.add(5 * dim + k)),
-                _mm256_loadu_ps(bp.add(6 * dim + k)),
-                _mm256_loadu_ps(bp.add(7 * dim + k)),
-            ]
-        });
-        for (j, tj) in t.iter().enumerate() {
-            for (g, a) in acc.iter_mut().enumerate() {
-                let qv = if MODE == SQ {
-                    *tj
-                } else {
-                    // SAFETY: not SQ, so `q` holds `G * dim` values (asserted); `g < G`, `k + j < dim`.
-                    _mm256_set1_ps(unsafe { *qp.add(g * dim + k + j) })
-                };
-                *a = step::<MODE>(qv, *tj, *a);
+        for (t, acc_t) in acc.iter_mut().enumerate() {
+            let base = t * LANES * dim;
+            let mut v = [_mm256_setzero_ps(); 4];
+            for (a, va) in v.iter_mut().enumerate() {
+                // SAFETY: `k + 4 <= dim` and the row index `4j + a < LANES` of tile `t < NT`, so every
+                // 4-value load lies inside `block` (length `NT * LANES * dim`, asserted above).
+                unsafe {
+                    let r = |j: usize| bp.add(base + (4 * j + a) * dim + k);
+                    let x = _mm256_castps128_ps256(_mm_loadu_ps(r(0)));
+                    *va = _mm256_insertf128_ps::<1>(x, _mm_loadu_ps(r(1)));
+                }
+            }
+            let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+            let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+            let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+            let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+            let tt = [
+                _mm256_castpd_ps(_mm256_unpacklo_pd(
+                    _mm256_castps_pd(t0),
+                    _mm256_castps_pd(t2),
+                )),
+                _mm256_castpd_ps(_mm256_unpackhi_pd(
+                    _mm256_castps_pd(t0),
+                    _mm256_castps_pd(t2),
+                )),
+                _mm256_castpd_ps(_mm256_unpacklo_pd(
+                    _mm256_castps_pd(t1),
+                    _mm256_castps_pd(t3),
+                )),
+                _mm256_castpd_ps(_mm256_unpackhi_pd(
+                    _mm256_castps_pd(t1),
+                    _mm256_castps_pd(t3),
+                )),
+            ];
+            for (j, tj) in tt.iter().enumerate() {
+                for (g, a) in acc_t.iter_mut().enumerate() {
+                    let qv = if MODE == SQ || (MODE == DOTSQ && g == 1) {
+                        *tj
+                    } else {
+                        // SAFETY: `q` holds `G * dim` values (or `dim` for DOTSQ, where only `g == 0`
+                        // reads it), asserted above; `g < G`, `k + j < dim`.
+                        _mm256_set1_ps(unsafe { *qp.add(g * dim + k + j) })
+                    };
+                    *a = step::<MODE>(qv, *tj, *a);
+                }
             }
         }
-        k += LANES;
+        k += 4;
     }
     while k < dim {
         // Remaining k one at a time: exactly the chain's remaining steps, no padding.
-        let mut v = [0.0f32; LANES];
-        for (i, vi) in v.iter_mut().enumerate() {
-            *vi = block[i * dim + k];
-        }
-        // SAFETY: `v` holds 8 f32.
-        let c = unsafe { _mm256_loadu_ps(v.as_ptr()) };
-        for (g, a) in acc.iter_mut().enumerate() {
-            let qv = if MODE == SQ {
-                c
-            } else {
-                _mm256_set1_ps(q[g * dim + k])
-            };
-            *a = step::<MODE>(qv, c, *a);
+        for (t, acc_t) in acc.iter_mut().enumerate() {
+            let mut v = [0.0f32; LANES];
+            for (i, vi) in v.iter_mut().enumerate() {
+                *vi = block[(t * LANES + i) * dim + k];
+            }
+            // SAFETY: `v` holds LANES f32.
+            let c = unsafe { _mm256_loadu_ps(v.as_ptr()) };
+            for (g, a) in acc_t.iter_mut().enumerate() {
+                let qv = if MODE == SQ || (MODE == DOTSQ && g == 1) {
+                    c
+                } else {
+                    _mm256_set1_ps(q[g * dim + k])
+                };
+                *a = step::<MODE>(qv, c, *a);
+            }
         }
         k += 1;
     }
-    let mut res = [[0.0f32; LANES]; G];
-    for (r, a) in res.iter_mut().zip(acc) {
-        // SAFETY: `r` holds 8 f32.
-        unsafe { _mm256_storeu_ps(r.as_mut_ptr(), a) };
+    let mut res = [[[0.0f32; LANES]; G]; NT];
+    for (rt, at) in res.iter_mut().zip(acc) {
+        for (r, a) in rt.iter_mut().zip(at) {
+            // SAFETY: `r` holds LANES f32.
+            unsafe { _mm256_storeu_ps(r.as_mut_ptr(), a) };
+        }
     }
     res
 }

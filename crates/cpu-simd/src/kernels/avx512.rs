@@ -1,6 +1,5 @@
-//! AVX-512F, 16 lanes. Row lanes: 16 rows transposed 16x16 in registers, a broadcast query value FMA'd
-//! against the vector of 16 rows' values at the same `k`. Query lanes: 16 queries transposed once to
-//! `k`-major, a broadcast corpus value FMA'd against them.
+//! AVX-512F, 16 lanes. Query lanes: 16 queries transposed once to `k`-major, a broadcast corpus value
+//! FMA'd against them. Row lanes (fewer than 8 queries, norms) use the AVX2 kernel.
 
 use super::{DOT, L2, SQ};
 use core::arch::x86_64::*;
@@ -20,47 +19,14 @@ pub(super) unsafe fn chains(
     out_stride: usize,
 ) {
     let nq = queries.len() / dim;
-    if mode == SQ || nq < 8 {
-        row_lanes(mode, queries, rows, dim, out, out_stride);
+    if mode == SQ || mode == super::DOTSQ || nq < 8 {
+        // Row lanes run the AVX2 kernel: on the machines measured, its 128-bit-lane transposes beat a
+        // 16-lane version (whose lane-crossing inserts cost more than they save). Same order, same bits.
+        // SAFETY: AVX-512F implies this CPU was checked for AVX2 and FMA too (`detected_level`).
+        unsafe { super::avx2::chains(mode, queries, rows, dim, out, out_stride) }
     } else {
         query_lanes(mode, queries, rows, dim, out, out_stride);
     }
-}
-
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    let mut u = [_mm512_setzero_ps(); 16];
-    for i in 0..4 {
-        let (a0, a1) = (_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 1]));
-        let (b0, b1) = (
-            _mm512_castps_pd(t[4 * i + 2]),
-            _mm512_castps_pd(t[4 * i + 3]),
-        );
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
-    }
-    // u[4 * i + c] holds, in each 128-bit block b, rows 4i..4i+4 at column 4b + c.
-    let mut v = [_mm512_setzero_ps(); 16];
-    for c in 0..4 {
-        for h in 0..2 {
-            let (x, y) = (u[8 * h + c], u[8 * h + 4 + c]);
-            v[8 * h + c] = _mm512_shuffle_f32x4::<0x88>(x, y);
-            v[8 * h + 4 + c] = _mm512_shuffle_f32x4::<0xDD>(x, y);
-        }
-    }
-    let mut o = [_mm512_setzero_ps(); 16];
-    for c in 0..8 {
-        o[c] = _mm512_shuffle_f32x4::<0x88>(v[c], v[8 + c]);
-        o[8 + c] = _mm512_shuffle_f32x4::<0xDD>(v[c], v[8 + c]);
-    }
-    o
 }
 
 /// One step of a chain, for lanes of `c` (row values) and `q` (query values) at the same `k`.
@@ -74,119 +40,6 @@ fn step<const MODE: u8>(q: __m512, c: __m512, acc: __m512) -> __m512 {
         }
         _ => _mm512_fmadd_ps(c, c, acc),
     }
-}
-
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn row_lanes(
-    mode: u8,
-    queries: &[f32],
-    rows: &[f32],
-    dim: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let nq = if mode == SQ { 1 } else { queries.len() / dim };
-    let nr = rows.len() / dim;
-    let mut pad = Vec::new();
-    let mut r = 0;
-    while r < nr {
-        let valid = (nr - r).min(LANES);
-        let block: &[f32] = if valid == LANES {
-            &rows[r * dim..(r + LANES) * dim]
-        } else {
-            // Unused lanes get zero rows; their results are discarded.
-            pad.clear();
-            pad.extend_from_slice(&rows[r * dim..nr * dim]);
-            pad.resize(LANES * dim, 0.0);
-            &pad
-        };
-        let mut qi = 0;
-        while qi < nq {
-            let g = (nq - qi).min(3);
-            let q = &queries[qi * dim..];
-            let res: [[f32; LANES]; 3] = match (mode, g) {
-                (SQ, _) => widen(row_block::<SQ, 1>(q, block, dim)),
-                (L2, 1) => widen(row_block::<L2, 1>(q, block, dim)),
-                (L2, 2) => widen(row_block::<L2, 2>(q, block, dim)),
-                (L2, _) => widen(row_block::<L2, 3>(q, block, dim)),
-                (_, 1) => widen(row_block::<DOT, 1>(q, block, dim)),
-                (_, 2) => widen(row_block::<DOT, 2>(q, block, dim)),
-                _ => widen(row_block::<DOT, 3>(q, block, dim)),
-            };
-            for (gi, lanes) in res.iter().enumerate().take(g) {
-                let o = &mut out[(qi + gi) * out_stride + r..][..valid];
-                o.copy_from_slice(&lanes[..valid]);
-            }
-            qi += g;
-        }
-        r += valid;
-    }
-}
-
-fn widen<const G: usize>(x: [[f32; LANES]; G]) -> [[f32; LANES]; 3] {
-    let mut o = [[0.0; LANES]; 3];
-    o[..G].copy_from_slice(&x);
-    o
-}
-
-/// Chains of `G` queries (`q` holds them back to back) against the 16 rows of `block`.
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn row_block<const MODE: u8, const G: usize>(
-    q: &[f32],
-    block: &[f32],
-    dim: usize,
-) -> [[f32; LANES]; G] {
-    assert!(block.len() == LANES * dim && (MODE == SQ || q.len() >= G * dim));
-    let bp = block.as_ptr();
-    let qp = q.as_ptr();
-    let mut acc = [_mm512_setzero_ps(); G];
-    let full = dim - dim % LANES;
-    let mut k = 0;
-    while k < full {
-        let mut rr = [_mm512_setzero_ps(); LANES];
-        for (i, ri) in rr.iter_mut().enumerate() {
-            // SAFETY: `k + 16 <= dim`, so the load reads `block[i * dim + k .. i * dim + k + 16]`, inside
-            // `block` (length `16 * dim`, asserted above).
-            *ri = unsafe { _mm512_loadu_ps(bp.add(i * dim + k)) };
-        }
-        let t = transpose16(rr);
-        for (j, tj) in t.iter().enumerate() {
-            for (g, a) in acc.iter_mut().enumerate() {
-                let qv = if MODE == SQ {
-                    *tj
-                } else {
-                    // SAFETY: not SQ, so `q` holds `G * dim` values (asserted); `g < G`, `k + j < dim`.
-                    _mm512_set1_ps(unsafe { *qp.add(g * dim + k + j) })
-                };
-                *a = step::<MODE>(qv, *tj, *a);
-            }
-        }
-        k += LANES;
-    }
-    while k < dim {
-        // Remaining k one at a time: exactly the chain's remaining steps, no padding.
-        let mut v = [0.0f32; LANES];
-        for (i, vi) in v.iter_mut().enumerate() {
-            *vi = block[i * dim + k];
-        }
-        // SAFETY: `v` holds 16 f32.
-        let c = unsafe { _mm512_loadu_ps(v.as_ptr()) };
-        for (g, a) in acc.iter_mut().enumerate() {
-            let qv = if MODE == SQ {
-                c
-            } else {
-                _mm512_set1_ps(q[g * dim + k])
-            };
-            *a = step::<MODE>(qv, c, *a);
-        }
-        k += 1;
-    }
-    let mut res = [[0.0f32; LANES]; G];
-    for (r, a) in res.iter_mut().zip(acc) {
-        // SAFETY: `r` holds 16 f32.
-        unsafe { _mm512_storeu_ps(r.as_mut_ptr(), a) };
-    }
-    res
 }
 
 #[target_feature(enable = "avx512f,avx2,fma")]

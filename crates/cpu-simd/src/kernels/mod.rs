@@ -18,6 +18,9 @@ pub(crate) const DOT: u8 = 0;
 pub(crate) const L2: u8 = 1;
 /// `sqnorm` of each row (the queries are ignored).
 pub(crate) const SQ: u8 = 2;
+/// One query: `dot` with every row into `out[..n_rows]` and every row's `sqnorm` into
+/// `out[out_stride..out_stride + n_rows]`, in one pass.
+pub(crate) const DOTSQ: u8 = 3;
 
 /// `out[i * out_stride + r] = chain(queries[i], rows[r])` for every query `i` and row `r`, where `chain`
 /// is `dot` (`mode == DOT`) or `l2sq` (`mode == L2`). `queries` and `rows` are row-major with `dim`
@@ -36,6 +39,7 @@ pub(crate) fn chains(
     if nq == 0 || nr == 0 {
         return;
     }
+    let nq = if mode == DOTSQ { 2 } else { nq };
     assert!(
         out_stride >= nr && out.len() >= (nq - 1) * out_stride + nr,
         "chains: output too small"
@@ -86,6 +90,14 @@ fn chains_scalar(
         }
         return;
     }
+    if mode == DOTSQ {
+        let q = &queries[..dim];
+        for (r, c) in rows.chunks_exact(dim).enumerate() {
+            out[r] = reference::dot(q, c);
+            out[out_stride + r] = reference::sqnorm(c);
+        }
+        return;
+    }
     for (i, q) in queries.chunks_exact(dim).enumerate() {
         let out = &mut out[i * out_stride..];
         for (o, c) in out.iter_mut().zip(rows.chunks_exact(dim)) {
@@ -95,5 +107,41 @@ fn chains_scalar(
                 reference::dot(q, c)
             };
         }
+    }
+}
+
+/// Widen f16 values to f32 (exact): F16C where the CPU has it, `half` otherwise.
+pub(crate) fn widen_f16(src: &[half::f16], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("f16c") && std::is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU reports F16C and AVX, the features `widen_f16_f16c` is compiled for.
+            unsafe { widen_f16_f16c(src, dst) };
+            return;
+        }
+    }
+    use half::slice::HalfFloatSliceExt;
+    src.convert_to_f32_slice(dst);
+}
+
+/// # Safety
+/// The CPU must support F16C and AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn widen_f16_f16c(src: &[half::f16], dst: &mut [f32]) {
+    use core::arch::x86_64::*;
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n`, so 8 halves (16 bytes) are read from `src` and 8 f32 written to `dst`;
+        // `f16` is a transparent `u16`, and both intrinsics take unaligned pointers.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
+        *d = s.to_f32();
     }
 }

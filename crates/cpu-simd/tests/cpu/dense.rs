@@ -210,3 +210,26 @@ fn lanes_are_independent_of_their_neighbours() {
         );
     }
 }
+
+#[test]
+fn one_query_cosine_every_tail_shape() {
+    // The fused dot + norm pass of the one-query cosine path, over every tail of rows and k.
+    for dim in [1usize, 3, 4, 5, 33, 767, 768, 1025] {
+        for n in [1usize, 7, 8, 15, 16, 17, 31, 33, 100] {
+            let mut corpus = lcg_matrix(n * dim, (dim * 1000 + n) as u64);
+            corpus[0] = -0.0;
+            if n > 3 {
+                // A zero row: its norm is 0 and its cosine must be exactly 0.
+                corpus[3 * dim..4 * dim].fill(0.0);
+            }
+            let q = lcg_matrix(dim, 7);
+            let want = ref_scores(Metric::Cosine, &q, &corpus, dim);
+            for level in available_levels() {
+                let got = Cpu::with_level(level)
+                    .similarity(&q, &Corpus::f32(&corpus, dim), Metric::Cosine)
+                    .expect("valid input");
+                assert_same(&format!("{level:?} d{dim} n{n}"), &got, &want);
+            }
+        }
+    }
+}

@@ -220,3 +220,136 @@ fn every_bad_input_is_a_typed_error() {
         .collect();
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn streamed_finiteness_check_reports_the_first_bad_value() {
+    // Large enough for the parallel, block-by-block check inside knn.
+    let (n, d) = (100_000, 32);
+    let q = vec![0.5f32; 2 * d];
+    for bad in [
+        [3_000_000usize, 3_000_001],
+        [100, 3_000_000],
+        [2_999_999, 40],
+    ] {
+        let mut c = vec![1.0f32; n * d];
+        c[bad[0]] = f32::NAN;
+        c[bad[1]] = f32::NEG_INFINITY;
+        let first = bad[0].min(bad[1]);
+        for level in available_levels() {
+            let e = Cpu::with_level(level)
+                .knn(&q, &Corpus::f32(&c, d), Metric::Dot, 5)
+                .unwrap_err();
+            assert_eq!(
+                e,
+                CpuError::NonFinite {
+                    what: "corpus",
+                    index: first
+                }
+            );
+        }
+        let bf: Vec<half::bf16> = c.iter().map(|v| half::bf16::from_f32(*v)).collect();
+        let e = knn(&q, &Corpus::new(Vectors::Bf16(&bf), d), Metric::L2, 5).unwrap_err();
+        assert_eq!(
+            e,
+            CpuError::NonFinite {
+                what: "corpus",
+                index: first
+            }
+        );
+    }
+}
+
+#[test]
+fn candidate_scoring_checks_the_rows_it_reads() {
+    let mut c = vec![1.0f32; 5 * 4];
+    c[2 * 4 + 1] = f32::NAN; // row 2
+    c[4 * 4 + 3] = f32::INFINITY; // row 4
+    let q = [1.0f32; 4];
+    let corpus = Corpus::f32(&c, 4);
+    let ok = score_candidates(&q, &corpus, Metric::Dot, &[0, 2], &[0, 3], 1)
+        .expect("rows 0 and 3 are finite");
+    assert_eq!(ok.ids.len(), 1);
+    let e = score_candidates(&q, &corpus, Metric::Dot, &[0, 3], &[4, 0, 2], 1).unwrap_err();
+    assert_eq!(
+        e,
+        CpuError::NonFinite {
+            what: "corpus",
+            index: 9
+        }
+    );
+}
+
+#[test]
+fn a_hub_with_100k_in_edges_follows_the_lane_order() {
+    // Node 0 sends 100,003 parallel edges of varied weight to node 1: one in-edge list of 100,003 entries.
+    let m = 100_003usize;
+    let weights: Vec<f32> = (0..m).map(|i| 1.0 + (i % 97) as f32 * 0.013).collect();
+    let g = SpreadGraph::from_csr(&[0, m, m], &vec![1u32; m], &weights).expect("valid");
+    let a0 = 0.37f32;
+    let mut lane = [0.0f32; 32];
+    for (j, w) in weights.iter().enumerate() {
+        lane[j % 32] = w.mul_add(a0, lane[j % 32]);
+    }
+    for off in [16, 8, 4, 2, 1] {
+        for l in 0..off {
+            lane[l] += lane[l + off];
+        }
+    }
+    let want = lane[0] * 0.5;
+    for mode in [SpreadMode::Pull, SpreadMode::Push, SpreadMode::Auto] {
+        let r = spread_with_mode(
+            &g,
+            &[a0, 0.0],
+            &SpreadParams {
+                decay: 0.5,
+                threshold: 0.0,
+                hops: 1,
+                k: 2,
+            },
+            mode,
+        )
+        .expect("valid");
+        assert_eq!(r.activation[1].to_bits(), want.to_bits(), "{mode:?}");
+        assert_eq!(r.activation[0].to_bits(), a0.to_bits());
+    }
+}
+
+#[test]
+fn fused_finiteness_check_catches_every_bad_value() {
+    // Zero queries (cosine short-cuts to 0), given norms of 0, one and several queries, every metric.
+    let dim = 5;
+    let n = 300;
+    for bad_at in [0usize, 7, 4 * dim + 2, n * dim - 1] {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut c: Vec<f32> = (0..n * dim).map(|i| (i % 13) as f32 - 6.0).collect();
+            c[bad_at] = bad;
+            let zero_norms = vec![0.0f32; n];
+            for nq in [1usize, 3, 20] {
+                for q in [vec![0.0f32; nq * dim], vec![0.25f32; nq * dim]] {
+                    for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+                        for with_norms in [false, true] {
+                            let corpus = Corpus::f32(&c, dim);
+                            let corpus = if with_norms {
+                                corpus.with_norms(&zero_norms)
+                            } else {
+                                corpus
+                            };
+                            for level in available_levels() {
+                                let e = Cpu::with_level(level)
+                                    .knn(&q, &corpus, metric, 3)
+                                    .unwrap_err();
+                                assert_eq!(
+                                    e,
+                                    CpuError::NonFinite {
+                                        what: "corpus",
+                                        index: bad_at
+                                    }
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -6,7 +6,8 @@ use crate::oracle::*;
 use crate::strategies::*;
 use proptest::prelude::*;
 use recall_cpu_simd::{
-    Cpu, SpreadGraph, SpreadParams, available_levels, kmeans_seed_indices, reference, spread,
+    Cpu, SpreadGraph, SpreadMode, SpreadParams, available_levels, kmeans_seed_indices, reference,
+    spread_with_mode,
 };
 use recall_kernel_shared::math;
 
@@ -145,18 +146,23 @@ proptest! {
     fn spread_matches_the_literal_order_and_f64(g in graph_case()) {
         let graph = SpreadGraph::from_csr(&g.indptr, &g.indices, &g.weights).expect("valid graph");
         let params = SpreadParams { decay: g.decay, threshold: g.threshold, hops: g.hops, k: g.k };
-        let got = spread(&graph, &g.seeds, &params);
-        match ref_spread(&g) {
-            Err(hop) => prop_assert_eq!(got.err(), Some(recall_cpu_simd::CpuError::ActivationOverflow { hop })),
-            Ok(want) => {
-                let got = got.expect("no overflow");
-                assert_same("activation", &got.activation, &want);
-                let (ids, top) = ref_topk(&want, g.n, g.k, true);
-                prop_assert_eq!(&got.top.ids, &ids);
-                assert_same("top", &got.top.scores, &top);
-                if g.threshold == 0.0 {
-                    for (a, e) in got.activation.iter().zip(f64_spread(&g)) {
-                        prop_assert!((*a as f64 - e).abs() <= 1e-4 * e + 1e-30, "{} vs f64 {}", a, e);
+        for mode in [SpreadMode::Auto, SpreadMode::Pull, SpreadMode::Push] {
+            let got = spread_with_mode(&graph, &g.seeds, &params, mode);
+            match ref_spread(&g) {
+                Err(hop) => prop_assert_eq!(
+                    got.err(),
+                    Some(recall_cpu_simd::CpuError::ActivationOverflow { hop })
+                ),
+                Ok(want) => {
+                    let got = got.expect("no overflow");
+                    assert_same(&format!("{mode:?} activation"), &got.activation, &want);
+                    let (ids, top) = ref_topk(&want, g.n, g.k, true);
+                    prop_assert_eq!(&got.top.ids, &ids);
+                    assert_same("top", &got.top.scores, &top);
+                    if g.threshold == 0.0 {
+                        for (a, e) in got.activation.iter().zip(f64_spread(&g)) {
+                            prop_assert!((*a as f64 - e).abs() <= 1e-4 * e + 1e-30, "{} vs f64 {}", a, e);
+                        }
                     }
                 }
             }

@@ -1,0 +1,267 @@
+//! CPU benchmarks, each next to a peer measured in the same run: simsimd for the distance loops (its own
+//! top-k kept the simplest way, rayon across cores like ours), and the machine's memory bandwidth measured
+//! here by a large parallel copy. Run: `cargo bench -p recall-benches --bench cpu`.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rayon::prelude::*;
+use recall_cpu_simd::{
+    Corpus, Metric, SpreadGraph, SpreadParams, Vectors, kmeans, knn, simd_level, spread,
+};
+use simsimd::SpatialSimilarity;
+use std::hint::black_box;
+use std::time::Duration;
+
+const N: usize = 100_000;
+const D: usize = 768;
+
+fn lcg(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// The peer's top-k: simsimd distance per (query, row), a small sorted list per query; rayon over row
+/// chunks, rows outer and queries inner so a row stays in L1 across the queries.
+fn simsimd_topk(
+    queries: &[f32],
+    corpus: &[f32],
+    dim: usize,
+    k: usize,
+    metric: Metric,
+) -> Vec<Vec<(f64, u32)>> {
+    let nq = queries.len() / dim;
+    let dist = |a: &[f32], b: &[f32]| -> f64 {
+        match metric {
+            Metric::Cosine => f32::cosine(a, b),
+            Metric::Dot => f32::dot(a, b).map(|d| -d),
+            _ => f32::sqeuclidean(a, b),
+        }
+        .unwrap_or(f64::INFINITY)
+    };
+    let chunk_rows = 1024;
+    let parts: Vec<Vec<Vec<(f64, u32)>>> = corpus
+        .par_chunks(chunk_rows * dim)
+        .enumerate()
+        .map(|(ci, rows)| {
+            let mut best: Vec<Vec<(f64, u32)>> = vec![Vec::with_capacity(k + 1); nq];
+            for (ri, row) in rows.chunks_exact(dim).enumerate() {
+                let id = (ci * chunk_rows + ri) as u32;
+                for (q, b) in queries.chunks_exact(dim).zip(best.iter_mut()) {
+                    let d = dist(q, row);
+                    if b.len() < k || d < b[k - 1].0 {
+                        let pos = b.partition_point(|e| e.0 <= d);
+                        b.insert(pos, (d, id));
+                        b.truncate(k);
+                    }
+                }
+            }
+            best
+        })
+        .collect();
+    let mut out = vec![Vec::new(); nq];
+    for part in parts {
+        for (o, p) in out.iter_mut().zip(part) {
+            o.extend(p);
+        }
+    }
+    for o in out.iter_mut() {
+        o.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        o.truncate(k);
+    }
+    out
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+}
+
+fn bandwidth(c: &mut Criterion) {
+    eprintln!(
+        "recall cpu bench: simd level {:?}, {} rayon threads",
+        simd_level(),
+        rayon::current_num_threads()
+    );
+    let len = 1usize << 27; // 512 MiB of f32
+    let src = lcg(len, 9);
+    let mut dst = vec![0.0f32; len];
+    let mut g = c.benchmark_group("cpu/memory");
+    // Throughput counts bytes read plus bytes written.
+    g.throughput(Throughput::Bytes((2 * len * 4) as u64));
+    g.bench_function("copy_512MiB_all_cores", |b| {
+        b.iter(|| {
+            dst.par_chunks_mut(1 << 20)
+                .zip(src.par_chunks(1 << 20))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            black_box(&dst);
+        })
+    });
+    // Read-only stream (a sum), the pattern of the one-query scan.
+    g.throughput(Throughput::Bytes((len * 4) as u64));
+    g.bench_function("read_512MiB_all_cores", |b| {
+        // An integer sum of the bits: vectorised, so the loop runs at memory speed.
+        b.iter(|| {
+            black_box(
+                src.par_chunks(1 << 20)
+                    .map(|s| s.iter().fold(0u32, |a, v| a.wrapping_add(v.to_bits())))
+                    .reduce(|| 0, u32::wrapping_add),
+            )
+        })
+    });
+    g.finish();
+}
+
+fn cosine_top10(c: &mut Criterion) {
+    let corpus = lcg(N * D, 1);
+    let queries = lcg(64 * D, 2);
+    let mut g = c.benchmark_group("cosine_top10_n100000_d768");
+    for nq in [1usize, 64] {
+        let q = &queries[..nq * D];
+        // Both sides agree on the answer before anything is timed.
+        let ours = knn(q, &Corpus::f32(&corpus, D), Metric::Cosine, 10).expect("valid input");
+        let peer = simsimd_topk(q, &corpus, D, 10, Metric::Cosine);
+        let agree = peer
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| p.iter().map(|e| e.1).eq(ours.query(*i).0.iter().copied()))
+            .count();
+        eprintln!("q{nq}: top-10 lists identical to simsimd's for {agree} of {nq} queries");
+        g.throughput(Throughput::Bytes((N * D * 4) as u64));
+        g.bench_with_input(
+            BenchmarkId::new("cpu/knn", format!("q{nq}")),
+            &nq,
+            |b, _| {
+                b.iter(|| {
+                    black_box(
+                        knn(q, &Corpus::f32(&corpus, D), Metric::Cosine, 10).expect("valid input"),
+                    )
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("peer-simsimd/cos+top10", format!("q{nq}")),
+            &nq,
+            |b, _| b.iter(|| black_box(simsimd_topk(q, &corpus, D, 10, Metric::Cosine))),
+        );
+    }
+    // The same corpus stored as f16 (half the bytes; widened to f32 exactly in cache), one query.
+    let corpus16: Vec<half::f16> = corpus.iter().map(|v| half::f16::from_f32(*v)).collect();
+    g.throughput(Throughput::Bytes((N * D * 2) as u64));
+    g.bench_function("cpu/knn_f16/q1", |b| {
+        b.iter(|| {
+            black_box(
+                knn(
+                    &queries[..D],
+                    &Corpus::new(Vectors::F16(&corpus16), D),
+                    Metric::Cosine,
+                    10,
+                )
+                .expect("valid input"),
+            )
+        })
+    });
+    g.finish();
+}
+
+/// A power-law graph: out-degrees Pareto-like around `mean`, targets skewed towards low ids (hubs).
+fn power_law_graph(n: usize, mean: usize) -> (Vec<usize>, Vec<u32>, Vec<f32>) {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut indptr = Vec::with_capacity(n + 1);
+    indptr.push(0usize);
+    let mut indices = Vec::with_capacity(n * mean);
+    for _ in 0..n {
+        let u = ((next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        // Pareto with alpha 2 and minimum mean/2 has mean `mean`; capped.
+        let deg = ((mean as f64 / 2.0) / u.sqrt()).min(20_000.0) as usize;
+        for _ in 0..deg {
+            let v = ((next() >> 11) as f64) / (1u64 << 53) as f64;
+            indices.push(((n as f64) * v * v * v) as u32 % n as u32);
+        }
+        indptr.push(indices.len());
+    }
+    let weights = (0..indices.len())
+        .map(|i| 0.25 + (i % 7) as f32 * 0.1)
+        .collect();
+    (indptr, indices, weights)
+}
+
+fn spreading(c: &mut Criterion) {
+    let n = 1_000_000;
+    let (indptr, indices, weights) = power_law_graph(n, 16);
+    let t = std::time::Instant::now();
+    let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).expect("valid graph");
+    eprintln!(
+        "graph: {} nodes, {} edges; transpose built in {:?}",
+        n,
+        graph.n_edges(),
+        t.elapsed()
+    );
+    drop((indices, weights));
+    let mut seeds = vec![0.0f32; n];
+    for i in 0..1000 {
+        seeds[(i * 7919) % n] = 1.0;
+    }
+    let params = SpreadParams {
+        decay: 0.5,
+        threshold: 1e-7,
+        hops: 3,
+        k: 10,
+    };
+    // Bytes one hop streams: in-edge offsets, sources, weights, plus the activation written.
+    let per_hop = (n + 1) * 8 + graph.n_edges() * 8 + n * 4;
+    let mut g = c.benchmark_group("spread_1M_nodes_3_hops");
+    g.throughput(Throughput::Bytes((3 * per_hop) as u64));
+    g.bench_function("cpu/spread", |b| {
+        b.iter(|| black_box(spread(&graph, &seeds, &params).expect("valid")))
+    });
+    g.finish();
+}
+
+fn kmeans_iteration(c: &mut Criterion) {
+    let (n, d, k) = (100_000, 128, 1024);
+    let points = lcg(n * d, 3);
+    let centroids = lcg(k * d, 4);
+    let mut g = c.benchmark_group("kmeans_n100000_d128_k1024");
+    g.bench_function("cpu/kmeans_1_iteration", |b| {
+        b.iter(|| black_box(kmeans(&points, d, k, 1, 11).expect("valid")))
+    });
+    // Peer: the assignment step's distance loop with simsimd (l2sq per (point, centroid), argmin).
+    g.bench_function("peer-simsimd/l2sq_assign", |b| {
+        b.iter(|| {
+            let a: Vec<u32> = points
+                .par_chunks(d)
+                .map(|p| {
+                    let mut best = (f64::INFINITY, 0u32);
+                    for (ci, cen) in centroids.chunks_exact(d).enumerate() {
+                        let v = f32::sqeuclidean(p, cen).unwrap_or(f64::INFINITY);
+                        if v < best.0 {
+                            best = (v, ci as u32);
+                        }
+                    }
+                    best.1
+                })
+                .collect();
+            black_box(a)
+        })
+    });
+    g.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, spreading, kmeans_iteration }
+criterion_main!(benches);
