@@ -18,8 +18,12 @@
 //! `tx*4 + j` and `64 + tx*4 + j` (i, j < 4): 64 accumulators. Query and row tiles of 8 columns are staged
 //! transposed in shared memory (`[k][128 + 4]`), so each thread reads its 8 queries and 8 rows for one `k`
 //! as four 16-byte loads, conflict-free, and the next tile is prefetched into registers meanwhile.
+//! `gemm_l2_argmin` (k-means assignment) replaces the store of scores by a per-query minimum of pair keys.
 
-use crate::util::{block_x, block_y, dynamic_shared_f32, fma, sqrt, sync_threads, thread_x};
+use crate::util::{
+    block_x, block_y, dynamic_shared_f32, fma, score_key, shfl_xor_u64, sqrt, sync_threads, thread_x,
+};
+use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::math::cosine_from_parts;
 use recall_kernel_shared::{
     GEMM_TILE, GEMM_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, ROW_QUERIES_PER_BLOCK,
@@ -401,7 +405,7 @@ unsafe fn read4(s: *const f32, i: usize) -> [f32; 4] {
 /// Grid `(ceil(n_rows / 128), ceil(n_queries / 128))`, 256 threads, `2 * 2 * 8 * 132 * 4` bytes of dynamic
 /// shared memory (16-byte aligned); pointers as `SimParams` documents for dense kernels.
 #[inline(always)]
-unsafe fn gemm<const METRIC: u32>(p: &SimParams) {
+unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
     let smem = dynamic_shared_f32();
     let t = thread_x() as usize;
     let (tx, ty) = (t % 16, t / 16);
@@ -460,6 +464,32 @@ unsafe fn gemm<const METRIC: u32>(p: &SimParams) {
         b ^= 1;
         k0 += GEMM_TILE_K;
     }
+    if ARGMIN {
+        // k-means assignment: per query (point), the smallest pair key (score_key(dist) << 32 | row) over
+        // this tile's rows, reduced over the 16 threads of a half-warp that share the query, then one
+        // 64-bit atomicMin per query. min is order-independent, so the result is deterministic.
+        unroll8!(I => {
+            let q = q0 + if I < 4 { ty * 4 + I } else { 64 + ty * 4 + I - 4 } as u32;
+            let mut best = u64::MAX;
+            unroll8!(J => {
+                let r = r0 + if J < 4 { tx * 4 + J } else { 64 + tx * 4 + J - 4 } as u32;
+                if r < p.n_rows {
+                    let key = (u64::from(score_key(acc[I][J], false)) << 32) | u64::from(r);
+                    best = best.min(key);
+                }
+            });
+            // Every lane takes part in the shuffles; lanes 0-15 and 16-31 are two separate half-warps.
+            best = best.min(shfl_xor_u64(best, 8));
+            best = best.min(shfl_xor_u64(best, 4));
+            best = best.min(shfl_xor_u64(best, 2));
+            best = best.min(shfl_xor_u64(best, 1));
+            if tx == 0 && q < p.n_queries {
+                // SAFETY: q < n_queries; `out` holds n_queries u64 keys, accessed only atomically here.
+                unsafe { AtomicU64::from_ptr((p.out as *mut u64).add(q as usize)) }.fetch_min(best, Ordering::Relaxed);
+            }
+        });
+        return;
+    }
     // Epilogue, fully unrolled so the accumulators stay in registers.
     let mut nc = [0.0f32; 8];
     if METRIC == METRIC_COSINE {
@@ -513,7 +543,8 @@ kernels! {
     gather_dot => gather::<METRIC_DOT>;
     gather_cosine => gather::<METRIC_COSINE>;
     gather_l2 => gather::<METRIC_L2>;
-    gemm_dot => gemm::<METRIC_DOT>;
-    gemm_cosine => gemm::<METRIC_COSINE>;
-    gemm_l2 => gemm::<METRIC_L2>;
+    gemm_dot => gemm::<METRIC_DOT, false>;
+    gemm_cosine => gemm::<METRIC_COSINE, false>;
+    gemm_l2 => gemm::<METRIC_L2, false>;
+    gemm_l2_argmin => gemm::<METRIC_L2, true>;
 }

@@ -14,24 +14,13 @@
 //! `(ceil(longest segment / 4096), n_segments)`; thread `t` of block `x` reads positions
 //! `4096 * x + 256 * i + t` (i < 16) of its segment, coalesced. `select_choose` runs one block per segment.
 
-use crate::util::{block_x, block_y, dynamic_shared_f32, sync_threads, thread_x};
+use crate::util::{block_x, block_y, dynamic_shared_f32, score_key, sync_threads, thread_x};
 use core::sync::atomic::{AtomicU32, Ordering};
 use recall_kernel_shared::{SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams, SelectState};
 
 const BINS: usize = SELECT_BINS as usize;
 const SHIFTS: [u32; 6] = [53, 42, 31, 20, 9, 0];
 
-/// The score's order-preserving key, smaller is better; `-0.0` and `+0.0` share a key (same as the CPU's
-/// `score_key`).
-#[inline(always)]
-fn score_key(score: f32, higher_first: bool) -> u32 {
-    if score.is_nan() {
-        return u32::MAX;
-    }
-    let bits = (score + 0.0).to_bits();
-    let ascending = if bits & 0x8000_0000 != 0 { !bits } else { bits | 0x8000_0000 };
-    if higher_first { !ascending } else { ascending }
-}
 
 /// Segment `s`'s positions `[start, end)` in `scores`.
 ///

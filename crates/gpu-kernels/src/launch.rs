@@ -4,7 +4,8 @@ use crate::bundle::{ImageKind, image, select_image};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
-    GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK,
+    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, GRAPH_BLOCK, InertiaParams,
+    METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, SpreadHopParams,
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
     SELECT_PASSES, SelectParams, SelectState, SimParams,
 };
@@ -69,6 +70,11 @@ pub struct Kernels {
     select_histogram: CudaFunction,
     select_choose: CudaFunction,
     select_collect: CudaFunction,
+    spread_hop: CudaFunction,
+    gemm_l2_argmin: CudaFunction,
+    fill_u64: CudaFunction,
+    kmeans_inertia_blocks: CudaFunction,
+    kmeans_update: CudaFunction,
     /// Scratch of `select_topk`, grown on demand and reused (no allocation or memset per call).
     select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
 }
@@ -200,6 +206,11 @@ impl Kernels {
                         select_histogram: f("select_histogram")?,
                         select_choose: f("select_choose")?,
                         select_collect: f("select_collect")?,
+                        spread_hop: f("spread_hop")?,
+                        gemm_l2_argmin: f("gemm_l2_argmin")?,
+                        fill_u64: f("fill_u64")?,
+                        kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
+                        kmeans_update: f("kmeans_update")?,
                         select_scratch: parking_lot::Mutex::new(None),
                         _module: module,
                     };
@@ -585,6 +596,225 @@ impl Kernels {
             ids: ids_out,
             scores: scores_out,
         })
+    }
+}
+
+/// A spreading graph on the device: the transposed (pull-order) CSR arrays.
+#[derive(Debug)]
+pub struct DeviceGraph {
+    n_nodes: usize,
+    in_ptr: CudaSlice<u64>,
+    in_src: CudaSlice<u32>,
+    in_w: CudaSlice<f32>,
+}
+
+impl DeviceGraph {
+    pub fn n_nodes(&self) -> usize {
+        self.n_nodes
+    }
+}
+
+/// Points per block of the k-means inertia sum (`docs/numerics.md`).
+pub const INERTIA_BLOCK: usize = 256;
+
+impl Kernels {
+    /// Upload a pull-order graph (in-edges of each target sorted by source: `recall_cpu_simd::SpreadGraph`).
+    /// Checked here: `in_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, the edge arrays
+    /// agree in length, every source is below `n`. The kernel then never reads outside the graph.
+    pub fn upload_graph(&self, gpu: &Gpu, in_ptr: &[u64], in_src: &[u32], in_w: &[f32]) -> Result<DeviceGraph, KernelError> {
+        const K: &str = "spread_hop";
+        let n = in_ptr.len().checked_sub(1).ok_or_else(|| shape(K, "in_ptr is empty"))?;
+        if n == 0 || in_src.len() != in_w.len() {
+            return Err(shape(K, "need at least one node and one weight per edge"));
+        }
+        check_offsets(K, in_ptr, n, in_src.len())?;
+        to_u32(K, "n_nodes", n)?;
+        if let Some(bad) = in_src.iter().find(|&&s| s as usize >= n) {
+            return Err(shape(K, format!("source {bad} is not below the node count {n}")));
+        }
+        let pad = |x: usize| x.max(1);
+        let in_src_dev = if in_src.is_empty() { gpu.alloc_zeros(pad(0))? } else { gpu.upload(in_src)? };
+        let in_w_dev = if in_w.is_empty() { gpu.alloc_zeros(pad(0))? } else { gpu.upload(in_w)? };
+        Ok(DeviceGraph { n_nodes: n, in_ptr: gpu.upload(in_ptr)?, in_src: in_src_dev, in_w: in_w_dev })
+    }
+
+    /// Spread `seeds` over `graph` for `hops` hops, all on the device (one launch per hop, no host round
+    /// trip between hops). Returns the accumulated activation on the device and the first hop at which a
+    /// value overflowed, if any. Seeds are read as `seed + 0.0` by the caller's contract.
+    pub fn spread(
+        &self,
+        gpu: &Gpu,
+        graph: &DeviceGraph,
+        seeds: &[f32],
+        decay: f32,
+        threshold: f32,
+        hops: usize,
+    ) -> Result<(CudaSlice<f32>, Option<u32>), KernelError> {
+        const K: &str = "spread_hop";
+        let n = graph.n_nodes;
+        if seeds.len() != n {
+            return Err(shape(K, format!("{} seeds for {n} nodes", seeds.len())));
+        }
+        let hops32 = to_u32(K, "hops", hops)?;
+        let a0: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
+        let mut prev = gpu.upload(&a0)?;
+        let mut next = gpu.alloc_zeros::<f32>(n)?;
+        let total = gpu.upload(&a0)?;
+        let flag = gpu.upload(&[u32::MAX])?;
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", n.div_ceil((GRAPH_BLOCK / 32) as usize))?, 1, 1),
+            block_dim: (GRAPH_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        for hop in 1..=hops32 {
+            let params = SpreadHopParams {
+                in_ptr: gpu.device_ptr(&graph.in_ptr),
+                in_src: gpu.device_ptr(&graph.in_src),
+                in_w: gpu.device_ptr(&graph.in_w),
+                prev: gpu.device_ptr(&prev),
+                next: gpu.device_ptr(&next),
+                total: gpu.device_ptr(&total),
+                overflow_hop: gpu.device_ptr(&flag),
+                n_nodes: n as u32,
+                hop,
+                decay,
+                threshold,
+            };
+            // SAFETY: the graph was validated by `upload_graph`; prev, next and total hold n values, the flag
+            // one; one warp per node as the kernel documents.
+            unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
+            std::mem::swap(&mut prev, &mut next);
+        }
+        let mut hop = [0u32];
+        gpu.download_into(&flag, &mut hop)?;
+        Ok((total, (hop[0] != u32::MAX).then_some(hop[0])))
+    }
+
+    /// k-means assignment: `keys[p] = min over centroids c of (score_key(l2sq(p, c)) << 32 | c)`, i.e. the
+    /// nearest centroid with ties to the lower index and its distance, without writing the distances.
+    #[allow(clippy::too_many_arguments)]
+    pub fn kmeans_assign(
+        &self,
+        gpu: &Gpu,
+        points: &CudaSlice<f32>,
+        n_points: usize,
+        dim: usize,
+        centroids: &CudaSlice<f32>,
+        k: usize,
+        keys: &mut CudaSlice<u64>,
+    ) -> Result<(), KernelError> {
+        const K: &str = "gemm_l2_argmin";
+        if n_points == 0 || k == 0 || dim == 0 {
+            return Err(shape(K, "points, clusters and dim must be at least 1"));
+        }
+        need_len(K, "points", points, elems(K, n_points, dim)?)?;
+        need_len(K, "centroids", centroids, elems(K, k, dim)?)?;
+        need_len(K, "keys", keys, n_points)?;
+        let n32 = to_u32(K, "n_points", n_points)?;
+        let fill = FillParams { ptr: gpu.device_ptr(keys), len: n_points as u64, value: u64::MAX };
+        let fill_cfg = LaunchConfig {
+            grid_dim: (n32.div_ceil(256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: keys holds n_points u64; the grid covers them.
+        unsafe { gpu.launch(&self.fill_u64, fill_cfg, fill) }?;
+        let per_launch = MAX_GRID_Y * GEMM_TILE as usize;
+        let k32 = to_u32(K, "k", k)?;
+        let mut p0 = 0;
+        while p0 < n_points {
+            let m = per_launch.min(n_points - p0);
+            let params = SimParams {
+                queries: gpu.device_ptr(points) + (p0 * dim * 4) as u64,
+                query_norms: 0,
+                corpus: gpu.device_ptr(centroids),
+                corpus_norms: 0,
+                out: gpu.device_ptr(keys) + (p0 * 8) as u64,
+                ids: 0,
+                offsets: 0,
+                n_queries: m as u32,
+                n_rows: k32,
+                dim: to_u32(K, "dim", dim)?,
+                _pad: 0,
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (k32.div_ceil(GEMM_TILE), (m as u32).div_ceil(GEMM_TILE), 1),
+                block_dim: (GEMM_THREADS, 1, 1),
+                shared_mem_bytes: GEMM_SMEM_BYTES,
+            };
+            // SAFETY: points, centroids and keys were checked for the sizes the kernel uses for points
+            // p0 .. p0 + m; grid and shared memory as the GEMM kernel documents.
+            unsafe { gpu.launch(&self.gemm_l2_argmin, cfg, params) }?;
+            p0 += m;
+        }
+        Ok(())
+    }
+
+    /// The iteration's inertia from the assignment keys, in the contract's order: f64 sums of blocks of
+    /// [`INERTIA_BLOCK`] points on the device, the block sums added in order on the host.
+    pub fn kmeans_inertia(&self, gpu: &Gpu, keys: &CudaSlice<u64>, n_points: usize) -> Result<f64, KernelError> {
+        const K: &str = "kmeans_inertia_blocks";
+        need_len(K, "keys", keys, n_points)?;
+        let n_blocks = n_points.div_ceil(INERTIA_BLOCK);
+        let sums = gpu.alloc_zeros::<f64>(n_blocks.max(1))?;
+        let params = InertiaParams {
+            keys: gpu.device_ptr(keys),
+            block_sums: gpu.device_ptr(&sums),
+            n_points: to_u32(K, "n_points", n_points)?,
+            block: INERTIA_BLOCK as u32,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", n_blocks.div_ceil(256))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: keys holds n_points values, sums one f64 per block; the grid covers every block.
+        unsafe { gpu.launch(&self.kmeans_inertia_blocks, cfg, params) }?;
+        let host = gpu.download(&sums)?;
+        Ok(host[..n_blocks].iter().fold(0.0f64, |acc, s| acc + s))
+    }
+
+    /// Centroid update from the members of each cluster (point ids ascending within a cluster, `offsets`
+    /// with `k + 1` entries), checked here; an empty cluster keeps its centroid.
+    #[allow(clippy::too_many_arguments)]
+    pub fn kmeans_update(
+        &self,
+        gpu: &Gpu,
+        points: &CudaSlice<f32>,
+        n_points: usize,
+        dim: usize,
+        members: &[u32],
+        offsets: &[u32],
+        centroids: &mut CudaSlice<f32>,
+    ) -> Result<(), KernelError> {
+        const K: &str = "kmeans_update";
+        let k = offsets.len().checked_sub(1).ok_or_else(|| shape(K, "offsets is empty"))?;
+        need_len(K, "points", points, elems(K, n_points, dim)?)?;
+        need_len(K, "centroids", centroids, elems(K, k, dim)?)?;
+        let offsets64: Vec<u64> = offsets.iter().map(|&o| u64::from(o)).collect();
+        check_offsets(K, &offsets64, k, members.len())?;
+        if let Some(bad) = members.iter().find(|&&m| m as usize >= n_points) {
+            return Err(shape(K, format!("member {bad} is not a point")));
+        }
+        let members_dev = gpu.upload(if members.is_empty() { &[0u32][..] } else { members })?;
+        let offsets_dev = gpu.upload(offsets)?;
+        let params = CentroidParams {
+            points: gpu.device_ptr(points),
+            members: gpu.device_ptr(&members_dev),
+            offsets: gpu.device_ptr(&offsets_dev),
+            centroids: gpu.device_ptr(centroids),
+            n_clusters: to_u32(K, "k", k)?,
+            dim: to_u32(K, "dim", dim)?,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", elems(K, k, dim)?.div_ceil(256))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: members (all below n_points) and offsets were validated and uploaded as they are; points
+        // and centroids were checked for their sizes; the grid covers k * dim threads.
+        unsafe { gpu.launch(&self.kmeans_update, cfg, params) }?;
+        Ok(())
     }
 }
 

@@ -128,6 +128,72 @@ pub struct SelectParams {
     pub _pad: u32,
 }
 
+/// Threads per block of the graph and clustering kernels.
+pub const GRAPH_BLOCK: u32 = 256;
+
+/// `spread_hop`: one hop of activation spreading in the pull order of `docs/numerics.md`, one warp per
+/// target node.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpreadHopParams {
+    /// `n_nodes + 1` u64: target `v`'s in-edges are `in_ptr[v] .. in_ptr[v + 1]`.
+    pub in_ptr: u64,
+    /// u32 source of each in-edge (sorted by source, then original position).
+    pub in_src: u64,
+    /// f32 weight of each in-edge.
+    pub in_w: u64,
+    /// f32 activations of the previous hop, `n_nodes`.
+    pub prev: u64,
+    /// f32 activations of this hop, `n_nodes` (written).
+    pub next: u64,
+    /// f32 accumulated activations, `n_nodes` (updated).
+    pub total: u64,
+    /// u32: the first hop at which a value became infinite (`atomicMin`), `u32::MAX` if none.
+    pub overflow_hop: u64,
+    pub n_nodes: u32,
+    pub hop: u32,
+    pub decay: f32,
+    pub threshold: f32,
+}
+
+/// `fill_u64`: `ptr[i] = value` for `i < len`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FillParams {
+    pub ptr: u64,
+    pub len: u64,
+    pub value: u64,
+}
+
+/// `kmeans_inertia_blocks`: per block of `INERTIA_BLOCK` points (index order), the f64 sum of each point's
+/// distance to its centroid, taken from the point's argmin key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InertiaParams {
+    /// u64 argmin key per point: `(score_key(dist) << 32) | centroid`.
+    pub keys: u64,
+    /// f64 per block (written).
+    pub block_sums: u64,
+    pub n_points: u32,
+    pub block: u32,
+}
+
+/// `kmeans_update`: centroid `c`, dimension `j` = the mean of the members' values in member order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CentroidParams {
+    /// f32 points, `n_points * dim`.
+    pub points: u64,
+    /// u32 point ids grouped by cluster, ascending within a cluster.
+    pub members: u64,
+    /// u32 per cluster + 1: cluster `c`'s members are `members[offsets[c] .. offsets[c + 1]]`.
+    pub offsets: u64,
+    /// f32 centroids, `n_clusters * dim` (updated; a cluster without members keeps its centroid).
+    pub centroids: u64,
+    pub n_clusters: u32,
+    pub dim: u32,
+}
+
 /// Scalar math that the device and the host must evaluate identically: written once, compiled into the
 /// kernels and into `recall-cpu-simd`. See `docs/numerics.md`.
 pub mod math {
