@@ -31,7 +31,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Under the `auto` policy, calls with fewer multiply-adds than this run on the CPU.
+    /// Under the `auto` policy, calls with fewer multiply-adds than this run on the CPU. Setting it turns
+    /// off the measured break-even sizes (calibration) in favour of this one.
     pub fn gpu_min_work(mut self, multiply_adds: u64) -> Self {
         self.gpu_min_work = Some(multiply_adds);
         self
@@ -49,6 +50,7 @@ impl EngineBuilder {
         };
         if let Some(w) = self.gpu_min_work {
             config.gpu_min_work = w;
+            config.calibrate = false;
         }
         Ok(Engine {
             exec: Executor::new(config)?,
@@ -95,6 +97,12 @@ impl Engine {
     /// (calls run on the CPU, on the GPU, GPU calls that fell back to the CPU) since the engine started.
     pub fn counters(&self) -> (u64, u64, u64) {
         self.exec.counters()
+    }
+
+    /// Every executor metric (calls by op and device, fallbacks by reason, OOM events, batch sizes,
+    /// latency quantiles, GPU memory in use) in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        self.exec.prometheus_text()
     }
 
     /// Cosine similarity of each query (`n_queries x dim`, row-major) against each corpus row
