@@ -58,6 +58,35 @@ pub fn kmeans_seed_indices(n: usize, k: usize, seed: u64) -> Vec<u32> {
     out
 }
 
+/// The input checks of [`kmeans`] (returns the number of points), for callers that validate before
+/// choosing a device.
+pub fn check_kmeans_inputs(
+    points: &[f32],
+    dim: usize,
+    k: usize,
+    iters: usize,
+) -> Result<usize, CpuError> {
+    let n = check_matrix("points", points, dim)?;
+    if n > u32::MAX as usize {
+        return Err(CpuError::TooLarge {
+            what: "points",
+            len: n,
+            max: u32::MAX as usize,
+        });
+    }
+    if k == 0 || k > n {
+        return Err(CpuError::KOutOfRange { k, n });
+    }
+    if iters == 0 {
+        return Err(CpuError::ParamOutOfRange {
+            what: "iterations",
+            value: "0".into(),
+            expected: "at least 1",
+        });
+    }
+    Ok(n)
+}
+
 impl Cpu {
     /// k-means of `points` (`n * dim`, row-major) into `k` clusters (`1 <= k <= n`) for `iters >= 1`
     /// Lloyd iterations, seeded from `seed`.
@@ -69,24 +98,7 @@ impl Cpu {
         iters: usize,
         seed: u64,
     ) -> Result<KMeans, CpuError> {
-        let n = check_matrix("points", points, dim)?;
-        if n > u32::MAX as usize {
-            return Err(CpuError::TooLarge {
-                what: "points",
-                len: n,
-                max: u32::MAX as usize,
-            });
-        }
-        if k == 0 || k > n {
-            return Err(CpuError::KOutOfRange { k, n });
-        }
-        if iters == 0 {
-            return Err(CpuError::ParamOutOfRange {
-                what: "iterations",
-                value: "0".into(),
-                expected: "at least 1",
-            });
-        }
+        let n = check_kmeans_inputs(points, dim, k, iters)?;
         let mut centroids = Vec::with_capacity(k * dim);
         for p in kmeans_seed_indices(n, k, seed) {
             centroids.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);

@@ -36,11 +36,12 @@ pub use dense::{
     Corpus, Metric, Vectors, cosine_scores, knn, row_norms, score_candidates, similarity,
 };
 pub use error::CpuError;
-pub use kmeans::{INERTIA_BLOCK, KMeans, kmeans, kmeans_seed_indices};
+pub use kmeans::{INERTIA_BLOCK, KMeans, check_kmeans_inputs, kmeans, kmeans_seed_indices};
 pub use noise::clip_and_noise;
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
 pub use spread::{
-    SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, spread, spread_with_mode,
+    SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, check_spread_inputs, spread,
+    spread_with_mode,
 };
 pub use topk::{Order, TopK, pair_key, score_key, topk};
 

@@ -153,6 +153,12 @@ impl SpreadGraph {
         self.in_src.len()
     }
 
+    /// The whole pull-order (transposed) graph: `(in_ptr, in_src, in_w)`, target `v`'s in-edges being
+    /// `in_ptr[v] .. in_ptr[v + 1]` (what a GPU backend uploads).
+    pub fn pull_arrays(&self) -> (&[usize], &[u32], &[f32]) {
+        (&self.in_ptr, &self.in_src, &self.in_w)
+    }
+
     /// The in-edges of `v` in pull order: (source ids, weights).
     pub fn in_edges(&self, v: usize) -> (&[u32], &[f32]) {
         let (a, b) = (self.in_ptr[v], self.in_ptr[v + 1]);
@@ -251,14 +257,13 @@ fn push_hop(graph: &SpreadGraph, prev: &[f32], decay: f32, threshold: f32, next:
     }
 }
 
-/// [`spread`] with the hop form chosen by the caller (tests use it to check that both forms agree).
-#[doc(hidden)]
-pub fn spread_with_mode(
+/// The input checks of [`spread`], for callers that validate before choosing a device (every backend
+/// must reject exactly what the CPU rejects).
+pub fn check_spread_inputs(
     graph: &SpreadGraph,
     seeds: &[f32],
     params: &SpreadParams,
-    mode: SpreadMode,
-) -> Result<Spread, CpuError> {
+) -> Result<(), CpuError> {
     let n = graph.n;
     if seeds.len() != n {
         return Err(CpuError::LengthMismatch {
@@ -304,6 +309,25 @@ pub fn spread_with_mode(
     if k == 0 || k > n {
         return Err(CpuError::KOutOfRange { k, n });
     }
+    Ok(())
+}
+
+/// [`spread`] with the hop form chosen by the caller (tests use it to check that both forms agree).
+#[doc(hidden)]
+pub fn spread_with_mode(
+    graph: &SpreadGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+    mode: SpreadMode,
+) -> Result<Spread, CpuError> {
+    let n = graph.n;
+    check_spread_inputs(graph, seeds, params)?;
+    let SpreadParams {
+        decay,
+        threshold,
+        hops,
+        k,
+    } = *params;
     // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
     let mut total: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
     let mut prev = total.clone();

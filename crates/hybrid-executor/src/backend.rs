@@ -1,5 +1,5 @@
 use crate::device::Device;
-use recall_cpu_simd::{Corpus, CpuError, Metric, TopK};
+use recall_cpu_simd::{Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 use thiserror::Error;
 
 /// A backend's failure. Only the GPU backend fails for reasons other than the input.
@@ -17,9 +17,15 @@ pub enum BackendError {
     /// Any other GPU failure (load, launch, copy).
     #[error("gpu failure: {0}")]
     Gpu(String),
+    /// This backend does not implement the op (test doubles); the executor answers on the CPU.
+    #[error("{op} is not implemented by this backend")]
+    Unsupported { op: &'static str },
 }
 
 /// One device's implementation of every op. Input arrives validated (see the crate's invariants).
+///
+/// The CPU, GPU and fault-injecting backends implement every method; the defaults (`Unsupported`) exist so
+/// that test doubles need only the ops they exercise.
 pub trait Backend: Send + Sync {
     fn device(&self) -> Device;
 
@@ -40,7 +46,10 @@ pub trait Backend: Send + Sync {
         corpus: &[f32],
         dim: usize,
         metric: Metric,
-    ) -> Result<Vec<f32>, BackendError>;
+    ) -> Result<Vec<f32>, BackendError> {
+        let _ = (queries, corpus, dim, metric);
+        Err(BackendError::Unsupported { op: "similarity" })
+    }
 
     /// The `k` best corpus rows of each query for `metric` (similarity fused with top-k).
     fn knn(
@@ -50,7 +59,10 @@ pub trait Backend: Send + Sync {
         dim: usize,
         metric: Metric,
         k: usize,
-    ) -> Result<TopK, BackendError>;
+    ) -> Result<TopK, BackendError> {
+        let _ = (queries, corpus, dim, metric, k);
+        Err(BackendError::Unsupported { op: "knn" })
+    }
 
     /// The `k` best of each query's candidate rows `ids[offsets[q] .. offsets[q + 1]]`.
     #[allow(clippy::too_many_arguments)]
@@ -63,7 +75,34 @@ pub trait Backend: Send + Sync {
         offsets: &[usize],
         ids: &[u32],
         k: usize,
-    ) -> Result<TopK, BackendError>;
+    ) -> Result<TopK, BackendError> {
+        let _ = (queries, corpus, dim, metric, offsets, ids, k);
+        Err(BackendError::Unsupported { op: "score_candidates" })
+    }
+
+    /// Activation spreading from `seeds` over `graph` (validated inputs).
+    fn spread(
+        &self,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        let _ = (graph, seeds, params);
+        Err(BackendError::Unsupported { op: "spread" })
+    }
+
+    /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
+    fn kmeans(
+        &self,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        seed: u64,
+    ) -> Result<KMeans, BackendError> {
+        let _ = (points, dim, k, iters, seed);
+        Err(BackendError::Unsupported { op: "kmeans" })
+    }
 }
 
 /// Every op on the CPU (`recall-cpu-simd`).
@@ -123,5 +162,25 @@ impl Backend for CpuBackend {
             ids,
             k,
         )?)
+    }
+
+    fn spread(
+        &self,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        Ok(recall_cpu_simd::spread(graph, seeds, params)?)
+    }
+
+    fn kmeans(
+        &self,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        seed: u64,
+    ) -> Result<KMeans, BackendError> {
+        Ok(recall_cpu_simd::kmeans(points, dim, k, iters, seed)?)
     }
 }

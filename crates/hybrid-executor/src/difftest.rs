@@ -207,6 +207,42 @@ pub fn candidate_lists(
     (offsets, ids)
 }
 
+/// A CSR graph for the spreading cases: `n` nodes, `edges` edges whose targets skew to low ids (power law:
+/// node 0 is a hub), self loops and parallel edges included, plus `hub_in` extra in-edges of node 1 and
+/// `hub_out` extra out-edges of node 2. Nodes that no edge touches stay isolated. Weights in [0, 1),
+/// some exactly 0. Returns (indptr, indices, weights).
+pub fn power_law_graph(
+    rng: &mut SplitMix,
+    n: usize,
+    edges: usize,
+    hub_in: usize,
+    hub_out: usize,
+) -> (Vec<usize>, Vec<u32>, Vec<f32>) {
+    let mut list: Vec<(u32, u32, f32)> = Vec::with_capacity(edges + hub_in + hub_out);
+    let weight = |rng: &mut SplitMix| if rng.below(16) == 0 { 0.0 } else { (rng.next_f32() + 1.0) * 0.5 };
+    for _ in 0..edges {
+        let src = rng.below(n as u64) as u32;
+        let u = (rng.next_f32() + 1.0) * 0.5; // [0, 1)
+        let dst = ((u * u * u) * n as f32) as u32 % n as u32;
+        list.push((src, dst, weight(rng)));
+    }
+    for _ in 0..hub_in {
+        list.push((rng.below(n as u64) as u32, 1 % n as u32, weight(rng)));
+    }
+    for _ in 0..hub_out {
+        list.push((2 % n as u32, rng.below(n as u64) as u32, weight(rng)));
+    }
+    list.sort_by_key(|e| e.0); // CSR rows by source; stable, so parallel edges keep their order
+    let mut indptr = vec![0usize; n + 1];
+    for e in &list {
+        indptr[e.0 as usize + 1] += 1;
+    }
+    for u in 0..n {
+        indptr[u + 1] += indptr[u];
+    }
+    (indptr, list.iter().map(|e| e.1).collect(), list.iter().map(|e| e.2).collect())
+}
+
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
 }
@@ -283,13 +319,20 @@ mod run_gpu {
             archs: Vec::new(),
         };
         for sm in list {
-            report.archs.push(run_arch(gpu, sm, quick));
-        }
-        // The backend's own path (upload, norms, chunked knn, candidate scoring) once, on the loaded image.
-        if let Some(last) = report.archs.last_mut().filter(|a| a.error.is_none())
-            && let Err(e) = backend_cases(backend, &mut last.kernels, quick)
-        {
-            last.error = Some(e);
+            let mut arch = run_arch(gpu, sm, quick);
+            // The backend's own paths (knn, candidates, spreading, k-means) with this arch's code.
+            if arch.error.is_none() {
+                let forced = GpuBackend::discover(Some(sm));
+                let result = forced.and_then(|b| {
+                    backend_cases(&b, &mut arch.kernels, quick)?;
+                    graph_cases(&b, &mut arch.kernels, quick)?;
+                    kmeans_cases(&b, &mut arch.kernels, quick)
+                });
+                if let Err(e) = result {
+                    arch.error = Some(e);
+                }
+            }
+            report.archs.push(arch);
         }
         report
     }
@@ -467,6 +510,100 @@ mod run_gpu {
             }
         }
         Ok(diffs)
+    }
+
+    fn compare_bits_f64(diff: &mut KernelDiff, cpu: &[f64], gpu: &[f64]) {
+        diff.cases += 1;
+        diff.values += cpu.len() as u64;
+        if cpu.len() != gpu.len() {
+            diff.mismatches += cpu.len().max(gpu.len()) as u64;
+            return;
+        }
+        for (c, g) in cpu.iter().zip(gpu) {
+            if c.to_bits() != g.to_bits() {
+                diff.mismatches += 1;
+                diff.max_abs_diff = diff.max_abs_diff.max((c - g).abs());
+            }
+        }
+    }
+
+    fn compare_ids(diff: &mut KernelDiff, cpu: &[u32], gpu: &[u32]) {
+        diff.cases += 1;
+        diff.values += cpu.len() as u64;
+        diff.mismatches += if cpu.len() != gpu.len() {
+            cpu.len().max(gpu.len()) as u64
+        } else {
+            cpu.iter().zip(gpu).filter(|(a, b)| a != b).count() as u64
+        };
+    }
+
+    /// Spreading on the GPU backend against the CPU backend: activations bit for bit, identical top-k.
+    fn graph_cases(gpu: &GpuBackend, diffs: &mut Vec<KernelDiff>, quick: bool) -> Result<(), String> {
+        use recall_cpu_simd::{SpreadGraph, SpreadParams};
+        let cpu = crate::backend::CpuBackend;
+        let mut rng = SplitMix::new(0x5EED_0003);
+        // (nodes, random edges, extra in-edges of node 1, extra out-edges of node 2)
+        let graphs: &[(usize, usize, usize, usize)] = if quick {
+            &[(1, 0, 0, 0), (50, 400, 0, 0), (2000, 20_000, 3000, 500)]
+        } else {
+            &[(1, 1, 0, 0), (64, 0, 0, 0), (50, 400, 0, 0), (20_000, 200_000, 120_000, 100_000), (200_000, 2_000_000, 150_000, 0)]
+        };
+        for &(n, e, hub_in, hub_out) in graphs {
+            let (indptr, indices, weights) = power_law_graph(&mut rng, n, e, hub_in, hub_out);
+            let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(e_)?;
+            let mut seeds = vec![0.0f32; n];
+            for _ in 0..(n / 100).max(1) {
+                seeds[rng.below(n as u64) as usize] = (rng.next_f32() + 1.0) * 0.5;
+            }
+            let zero = vec![0.0f32; n];
+            for (seeds, decay, threshold, hops) in
+                [(&seeds, 0.5f32, 0.01f32, 3usize), (&seeds, 1.0, 0.0, 2), (&seeds, 0.9, 1e-6, 5), (&zero, 0.5, 0.0, 2)]
+            {
+                let params = SpreadParams { decay, threshold, hops, k: n.min(100) };
+                let a = cpu.spread(&graph, seeds, &params).map_err(e_)?;
+                let b = gpu.spread(&graph, seeds, &params).map_err(e_)?;
+                compare(diff_of(diffs, "spread_hop"), &a.activation, &b.activation);
+                compare_topk(diff_of(diffs, "spread top-k"), &a.top, &b.top);
+            }
+        }
+        Ok(())
+    }
+
+    /// k-means on the GPU backend against the CPU backend: centroids and inertia bit for bit, identical
+    /// assignments.
+    fn kmeans_cases(gpu: &GpuBackend, diffs: &mut Vec<KernelDiff>, quick: bool) -> Result<(), String> {
+        let cpu = crate::backend::CpuBackend;
+        let mut rng = SplitMix::new(0x5EED_0004);
+        // (points, dim, k, iterations)
+        let shapes: &[(usize, usize, usize, usize)] = if quick {
+            &[(1, 3, 1, 1), (300, 16, 7, 3), (257, 33, 257, 2)]
+        } else {
+            &[(1, 3, 1, 1), (300, 16, 7, 3), (257, 33, 257, 2), (5000, 128, 64, 4), (20_000, 96, 1024, 2), (3000, 768, 1, 2)]
+        };
+        for &(n, dim, k, iters) in shapes {
+            let mut points = awkward_matrix(&mut rng, n, dim);
+            // Duplicate points: the second quarter repeats the first.
+            let q = n / 4;
+            for i in 0..q * dim {
+                points[q * dim + i] = points[i];
+            }
+            // awkward_matrix scales some rows to 1e17; squared distances would overflow f32, so rescale.
+            for v in points.iter_mut() {
+                if v.abs() > 1e6 {
+                    *v *= 1e-17;
+                }
+            }
+            let a = cpu.kmeans(&points, dim, k, iters, 42).map_err(e_)?;
+            let b = gpu.kmeans(&points, dim, k, iters, 42).map_err(e_)?;
+            compare(diff_of(diffs, "kmeans centroids"), &a.centroids, &b.centroids);
+            compare_ids(diff_of(diffs, "kmeans assign"), &a.assignments, &b.assignments);
+            compare_bits_f64(diff_of(diffs, "kmeans inertia"), &a.inertia, &b.inertia);
+        }
+        Ok(())
+    }
+
+    fn e_(x: impl std::fmt::Display) -> String {
+        x.to_string()
     }
 
     /// The GPU backend's ops end to end (what the executor calls), against the CPU backend.

@@ -7,7 +7,9 @@ mod imp {
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
     use parking_lot::Mutex;
-    use recall_cpu_simd::{Metric, TopK};
+    use recall_cpu_simd::{
+        KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
+    };
     use recall_gpu_kernels::{KernelError, Kernels, Segments, SimMetric, TopKResult};
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
@@ -280,6 +282,104 @@ mod imp {
                 .map_err(map_kernel_error)?;
             Ok(topk(r))
         }
+
+        fn spread(
+            &self,
+            graph: &SpreadGraph,
+            seeds: &[f32],
+            params: &SpreadParams,
+        ) -> Result<Spread, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (in_ptr, in_src, in_w) = graph.pull_arrays();
+            let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
+            let dev = kern
+                .upload_graph(g, &in_ptr64, in_src, in_w)
+                .map_err(map_kernel_error)?;
+            let (total, overflow) = kern
+                .spread(g, &dev, seeds, params.decay, params.threshold, params.hops)
+                .map_err(map_kernel_error)?;
+            if let Some(hop) = overflow {
+                return Err(BackendError::Input(
+                    recall_cpu_simd::CpuError::ActivationOverflow { hop: hop as usize },
+                ));
+            }
+            let n = graph.n_nodes();
+            let top = kern
+                .select_topk(
+                    g,
+                    &total,
+                    None,
+                    Segments::Dense {
+                        n_segments: 1,
+                        seg_len: n,
+                    },
+                    params.k,
+                    true,
+                )
+                .map_err(map_kernel_error)?;
+            let activation = g.download(&total).map_err(map_gpu_error)?;
+            Ok(Spread {
+                activation,
+                top: topk(top),
+            })
+        }
+
+        fn kmeans(
+            &self,
+            points: &[f32],
+            dim: usize,
+            k: usize,
+            iters: usize,
+            seed: u64,
+        ) -> Result<KMeans, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let n = points.len() / dim;
+            // Seeding is O(k) and runs on the host for every backend (docs/numerics.md).
+            let mut init = Vec::with_capacity(k * dim);
+            for p in kmeans_seed_indices(n, k, seed) {
+                init.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
+            }
+            let pts = g.upload(points).map_err(map_gpu_error)?;
+            let mut centroids = g.upload(&init).map_err(map_gpu_error)?;
+            let mut keys = g.alloc_zeros::<u64>(n).map_err(map_gpu_error)?;
+            let mut host_keys = vec![0u64; n];
+            let mut assignments = vec![0u32; n];
+            let mut inertia = Vec::with_capacity(iters);
+            let mut counts = vec![0u32; k];
+            let mut offsets = vec![0u32; k + 1];
+            let mut members = vec![0u32; n];
+            for _ in 0..iters {
+                kern.kmeans_assign(g, &pts, n, dim, &centroids, k, &mut keys)
+                    .map_err(map_kernel_error)?;
+                inertia.push(kern.kmeans_inertia(g, &keys, n).map_err(map_kernel_error)?);
+                g.download_into(&keys, &mut host_keys)
+                    .map_err(map_gpu_error)?;
+                // Members of each cluster in point order: a counting sort on the host (O(n)).
+                counts.iter_mut().for_each(|c| *c = 0);
+                for (a, key) in assignments.iter_mut().zip(&host_keys) {
+                    *a = *key as u32;
+                    counts[*a as usize] += 1;
+                }
+                for c in 0..k {
+                    offsets[c + 1] = offsets[c] + counts[c];
+                }
+                let mut fill = offsets[..k].to_vec();
+                for (p, &a) in assignments.iter().enumerate() {
+                    members[fill[a as usize] as usize] = p as u32;
+                    fill[a as usize] += 1;
+                }
+                kern.kmeans_update(g, &pts, n, dim, &members, &offsets, &mut centroids)
+                    .map_err(map_kernel_error)?;
+            }
+            let centroids = g.download(&centroids).map_err(map_gpu_error)?;
+            Ok(KMeans {
+                centroids,
+                assignments,
+                inertia,
+            })
+        }
     }
 }
 
@@ -287,7 +387,7 @@ mod imp {
 mod imp {
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
-    use recall_cpu_simd::{Metric, TopK};
+    use recall_cpu_simd::{KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 
     /// No bundle in a CPU-only build.
     pub fn bundle_arches() -> String {
@@ -352,6 +452,26 @@ mod imp {
             _: &[u32],
             _: usize,
         ) -> Result<TopK, BackendError> {
+            compiled_out()
+        }
+
+        fn spread(
+            &self,
+            _: &SpreadGraph,
+            _: &[f32],
+            _: &SpreadParams,
+        ) -> Result<Spread, BackendError> {
+            compiled_out()
+        }
+
+        fn kmeans(
+            &self,
+            _: &[f32],
+            _: usize,
+            _: usize,
+            _: usize,
+            _: u64,
+        ) -> Result<KMeans, BackendError> {
             compiled_out()
         }
     }

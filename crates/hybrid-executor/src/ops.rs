@@ -1,7 +1,14 @@
-//! The ops beyond cosine similarity: validation once, then dispatch (`Executor::dispatch`).
+//! The ops beyond cosine scores, as [`Op`]s: each validates once, then goes through `Executor::run_op`
+//! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
-use crate::executor::{ExecError, Executor, Outcome, check_matrix};
-use recall_cpu_simd::{CpuError, Metric, TopK};
+use crate::backend::{Backend, BackendError};
+use crate::executor::{CallOptions, ExecError, Executor, Outcome, check_matrix};
+use crate::op::{Op, OpKind};
+use recall_cpu_simd::{
+    CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_kmeans_inputs,
+    check_spread_inputs,
+};
+use std::ops::Range;
 
 fn check_k(k: usize, n: usize) -> Result<(), CpuError> {
     if k == 0 || k > n {
@@ -11,43 +18,242 @@ fn check_k(k: usize, n: usize) -> Result<(), CpuError> {
     }
 }
 
-fn work(n_queries: usize, n_rows: usize, dim: usize) -> u64 {
-    (n_queries as u64)
-        .saturating_mul(n_rows as u64)
-        .saturating_mul(dim as u64)
+fn append_topk(acc: &mut TopK, part: TopK) {
+    acc.ids.extend(part.ids);
+    acc.scores.extend(part.scores);
+}
+
+/// Dense scores for any metric.
+struct SimilarityOp<'a> {
+    queries: &'a [f32],
+    corpus: &'a [f32],
+    dim: usize,
+    metric: Metric,
+}
+
+impl Op for SimilarityOp<'_> {
+    type Output = Vec<f32>;
+    fn kind(&self) -> OpKind {
+        OpKind::Similarity
+    }
+    fn work(&self) -> u64 {
+        (self.queries.len() as u64).saturating_mul((self.corpus.len() / self.dim) as u64)
+    }
+    fn units(&self) -> usize {
+        self.queries.len() / self.dim
+    }
+    fn device_bytes(&self, range: Range<usize>) -> u64 {
+        let (q, n, d) = (
+            range.len() as u64,
+            (self.corpus.len() / self.dim) as u64,
+            self.dim as u64,
+        );
+        4 * (q * d + n * d + q + n + q * n)
+    }
+    fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<Vec<f32>, BackendError> {
+        backend.similarity(
+            &self.queries[range.start * self.dim..range.end * self.dim],
+            self.corpus,
+            self.dim,
+            self.metric,
+        )
+    }
+    fn append(&self, acc: &mut Vec<f32>, part: Vec<f32>) {
+        acc.extend_from_slice(&part);
+    }
+}
+
+/// Similarity fused with top-k.
+struct KnnOp<'a> {
+    queries: &'a [f32],
+    corpus: &'a [f32],
+    dim: usize,
+    metric: Metric,
+    k: usize,
+}
+
+impl Op for KnnOp<'_> {
+    type Output = TopK;
+    fn kind(&self) -> OpKind {
+        OpKind::Knn
+    }
+    fn work(&self) -> u64 {
+        (self.queries.len() as u64).saturating_mul((self.corpus.len() / self.dim) as u64)
+    }
+    fn units(&self) -> usize {
+        self.queries.len() / self.dim
+    }
+    fn device_bytes(&self, range: Range<usize>) -> u64 {
+        let (q, n, d) = (
+            range.len() as u64,
+            (self.corpus.len() / self.dim) as u64,
+            self.dim as u64,
+        );
+        // queries, corpus, norms, one bounded chunk of scores (at most 1 GiB)
+        4 * (q * d + n * d + q + n) + (4 * q * n).min(1 << 30)
+    }
+    fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
+        backend.knn(
+            &self.queries[range.start * self.dim..range.end * self.dim],
+            self.corpus,
+            self.dim,
+            self.metric,
+            self.k,
+        )
+    }
+    fn append(&self, acc: &mut TopK, part: TopK) {
+        append_topk(acc, part);
+    }
+}
+
+/// Top-k over per-query candidate lists.
+struct CandidatesOp<'a> {
+    queries: &'a [f32],
+    corpus: &'a [f32],
+    dim: usize,
+    metric: Metric,
+    offsets: &'a [usize],
+    ids: &'a [u32],
+    k: usize,
+}
+
+impl Op for CandidatesOp<'_> {
+    type Output = TopK;
+    fn kind(&self) -> OpKind {
+        OpKind::ScoreCandidates
+    }
+    fn work(&self) -> u64 {
+        (self.ids.len() as u64).saturating_mul(self.dim as u64)
+    }
+    fn units(&self) -> usize {
+        self.queries.len() / self.dim
+    }
+    fn device_bytes(&self, range: Range<usize>) -> u64 {
+        let cands = (self.offsets[range.end] - self.offsets[range.start]) as u64;
+        4 * (range.len() as u64 * self.dim as u64 + self.corpus.len() as u64) + 12 * cands
+    }
+    fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
+        let base = self.offsets[range.start];
+        let offsets: Vec<usize> = self.offsets[range.start..=range.end]
+            .iter()
+            .map(|o| o - base)
+            .collect();
+        let ids = &self.ids[base..self.offsets[range.end]];
+        let queries = &self.queries[range.start * self.dim..range.end * self.dim];
+        backend.score_candidates(
+            queries,
+            self.corpus,
+            self.dim,
+            self.metric,
+            &offsets,
+            ids,
+            self.k,
+        )
+    }
+    fn append(&self, acc: &mut TopK, part: TopK) {
+        append_topk(acc, part);
+    }
+}
+
+/// Activation spreading (one unit: hops depend on each other).
+struct SpreadOp<'a> {
+    graph: &'a SpreadGraph,
+    seeds: &'a [f32],
+    params: &'a SpreadParams,
+}
+
+impl Op for SpreadOp<'_> {
+    type Output = Spread;
+    fn kind(&self) -> OpKind {
+        OpKind::Spread
+    }
+    fn work(&self) -> u64 {
+        (self.graph.n_edges() as u64).saturating_mul(self.params.hops as u64)
+    }
+    fn device_bytes(&self, _: Range<usize>) -> u64 {
+        (self.graph.n_nodes() as u64) * 24 + (self.graph.n_edges() as u64) * 8
+    }
+    fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<Spread, BackendError> {
+        backend.spread(self.graph, self.seeds, self.params)
+    }
+    fn append(&self, _: &mut Spread, _: Spread) {}
+}
+
+/// k-means (one unit: iterations depend on each other).
+struct KMeansOp<'a> {
+    points: &'a [f32],
+    dim: usize,
+    k: usize,
+    iters: usize,
+    seed: u64,
+}
+
+impl Op for KMeansOp<'_> {
+    type Output = KMeans;
+    fn kind(&self) -> OpKind {
+        OpKind::KMeans
+    }
+    fn work(&self) -> u64 {
+        (self.points.len() as u64)
+            .saturating_mul(self.k as u64)
+            .saturating_mul(self.iters as u64)
+    }
+    fn device_bytes(&self, _: Range<usize>) -> u64 {
+        let n = (self.points.len() / self.dim) as u64;
+        4 * self.points.len() as u64 + 4 * (self.k * self.dim) as u64 + 16 * n
+    }
+    fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<KMeans, BackendError> {
+        backend.kmeans(self.points, self.dim, self.k, self.iters, self.seed)
+    }
+    fn append(&self, _: &mut KMeans, _: KMeans) {}
 }
 
 impl Executor {
     /// All `n_queries x n_rows` scores for `metric`, query-major.
     pub fn similarity(
         &self,
+        opts: &CallOptions,
         queries: &[f32],
         corpus: &[f32],
         dim: usize,
         metric: Metric,
     ) -> Result<Outcome<Vec<f32>>, ExecError> {
-        let nq = check_matrix("queries", queries, dim)?;
-        let n = check_matrix("corpus", corpus, dim)?;
-        self.dispatch("similarity", work(nq, n, dim), |b| {
-            b.similarity(queries, corpus, dim, metric)
-        })
+        check_matrix("queries", queries, dim)?;
+        check_matrix("corpus", corpus, dim)?;
+        self.run_op(
+            &SimilarityOp {
+                queries,
+                corpus,
+                dim,
+                metric,
+            },
+            opts,
+        )
     }
 
     /// The `k` best corpus rows per query (1 <= k <= n_rows), best first, ties to the lower id.
     pub fn knn(
         &self,
+        opts: &CallOptions,
         queries: &[f32],
         corpus: &[f32],
         dim: usize,
         metric: Metric,
         k: usize,
     ) -> Result<Outcome<TopK>, ExecError> {
-        let nq = check_matrix("queries", queries, dim)?;
+        check_matrix("queries", queries, dim)?;
         let n = check_matrix("corpus", corpus, dim)?;
         check_k(k, n)?;
-        self.dispatch("knn", work(nq, n, dim), |b| {
-            b.knn(queries, corpus, dim, metric, k)
-        })
+        self.run_op(
+            &KnnOp {
+                queries,
+                corpus,
+                dim,
+                metric,
+                k,
+            },
+            opts,
+        )
     }
 
     /// The `k` best of each query's candidates `ids[offsets[q] .. offsets[q + 1]]` (corpus row ids, no
@@ -55,6 +261,7 @@ impl Executor {
     #[allow(clippy::too_many_arguments)]
     pub fn score_candidates(
         &self,
+        opts: &CallOptions,
         queries: &[f32],
         corpus: &[f32],
         dim: usize,
@@ -75,7 +282,7 @@ impl Executor {
         }
         if offsets[0] != 0 || offsets[nq] != ids.len() || offsets.windows(2).any(|w| w[1] < w[0]) {
             return Err(CpuError::LengthMismatch {
-                what: "candidate offsets (0 ..= ids.len(), non-decreasing)",
+                what: "candidate offsets (from 0 to ids.len(), non-decreasing)",
                 expected: ids.len(),
                 got: offsets[nq],
             }
@@ -99,8 +306,59 @@ impl Executor {
                 return Err(CpuError::DuplicateId { query: q, id: w[0] }.into());
             }
         }
-        self.dispatch("score_candidates", work(1, ids.len(), dim), |b| {
-            b.score_candidates(queries, corpus, dim, metric, offsets, ids, k)
-        })
+        self.run_op(
+            &CandidatesOp {
+                queries,
+                corpus,
+                dim,
+                metric,
+                offsets,
+                ids,
+                k,
+            },
+            opts,
+        )
+    }
+
+    /// Activation spreading from `seeds` over `graph` (`docs/numerics.md`, "Activation spreading").
+    pub fn spread(
+        &self,
+        opts: &CallOptions,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Outcome<Spread>, ExecError> {
+        check_spread_inputs(graph, seeds, params)?;
+        self.run_op(
+            &SpreadOp {
+                graph,
+                seeds,
+                params,
+            },
+            opts,
+        )
+    }
+
+    /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
+    pub fn kmeans(
+        &self,
+        opts: &CallOptions,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        seed: u64,
+    ) -> Result<Outcome<KMeans>, ExecError> {
+        check_kmeans_inputs(points, dim, k, iters)?;
+        self.run_op(
+            &KMeansOp {
+                points,
+                dim,
+                k,
+                iters,
+                seed,
+            },
+            opts,
+        )
     }
 }

@@ -1,6 +1,8 @@
 use crate::Error;
-use recall_cpu_simd::{Metric, TopK};
-use recall_hybrid_executor::{Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Outcome};
+use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
+use recall_hybrid_executor::{
+    CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Outcome,
+};
 
 /// The entry point: owns the backends and answers every op.
 ///
@@ -32,7 +34,8 @@ impl EngineBuilder {
         self
     }
 
-    /// Under the `auto` policy, calls with fewer multiply-adds than this run on the CPU.
+    /// Under the `auto` policy, calls with fewer multiply-adds than this run on the CPU. Setting it turns
+    /// off the measured break-even sizes (calibration) in favour of this one.
     pub fn gpu_min_work(mut self, multiply_adds: u64) -> Self {
         self.gpu_min_work = Some(multiply_adds);
         self
@@ -50,6 +53,7 @@ impl EngineBuilder {
         };
         if let Some(w) = self.gpu_min_work {
             config.gpu_min_work = w;
+            config.calibrate = false;
         }
         Ok(Engine {
             exec: Executor::new(config)?,
@@ -80,6 +84,30 @@ pub struct Neighbors {
     pub scores: Vec<f32>,
     pub device: Device,
     /// Set when the GPU was chosen, failed, and the CPU answered instead.
+    pub fallback: Option<String>,
+}
+
+/// The result of [`Engine::spread`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Activation {
+    /// Per node: its seed plus the activation it received over all hops.
+    pub activation: Vec<f32>,
+    /// The most activated nodes, best first (ties to the lower node id).
+    pub top: TopK,
+    pub device: Device,
+    pub fallback: Option<String>,
+}
+
+/// The result of [`Engine::kmeans`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clusters {
+    /// `k * dim` values, row-major.
+    pub centroids: Vec<f32>,
+    /// Per point, its cluster.
+    pub assignments: Vec<u32>,
+    /// Per iteration, the sum of squared distances of the points to their centroids.
+    pub inertia: Vec<f64>,
+    pub device: Device,
     pub fallback: Option<String>,
 }
 
@@ -137,6 +165,12 @@ impl Engine {
         self.exec.counters()
     }
 
+    /// Every executor metric (calls by op and device, fallbacks by reason, OOM events, batch sizes,
+    /// latency quantiles, GPU memory in use) in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        self.exec.prometheus_text()
+    }
+
     /// Cosine similarity of each query (`n_queries x dim`, row-major) against each corpus row
     /// (`n_rows x dim`). Exact mode: the same bits on every device (`docs/numerics.md`).
     pub fn cosine_similarity(
@@ -169,7 +203,9 @@ impl Engine {
         dim: usize,
         metric: Metric,
     ) -> Result<Scores, Error> {
-        let out = self.exec.similarity(queries, corpus, dim, metric)?;
+        let out = self
+            .exec
+            .similarity(&CallOptions::default(), queries, corpus, dim, metric)?;
         Ok(Scores {
             n_queries: queries.len() / dim,
             n_rows: corpus.len() / dim,
@@ -189,9 +225,14 @@ impl Engine {
         metric: Metric,
         k: usize,
     ) -> Result<Neighbors, Error> {
-        Ok(Neighbors::from_outcome(
-            self.exec.knn(queries, corpus, dim, metric, k)?,
-        ))
+        Ok(Neighbors::from_outcome(self.exec.knn(
+            &CallOptions::default(),
+            queries,
+            corpus,
+            dim,
+            metric,
+            k,
+        )?))
     }
 
     /// Re-score candidate lists (e.g. an HNSW search's candidates): query `q` ranks the corpus rows
@@ -209,8 +250,62 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbors, Error> {
         Ok(Neighbors::from_outcome(self.exec.score_candidates(
-            queries, corpus, dim, metric, offsets, ids, k,
+            &CallOptions::default(),
+            queries,
+            corpus,
+            dim,
+            metric,
+            offsets,
+            ids,
+            k,
         )?))
+    }
+
+    /// Activation spreading: seed activations flow over the weighted edges of `graph` for `params.hops`
+    /// hops (decayed, thresholded, accumulated); returns every node's activation and the top `params.k`
+    /// nodes. Build the graph once with [`SpreadGraph::from_csr`] (it validates and transposes the CSR).
+    pub fn spread(
+        &self,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Activation, Error> {
+        let o = self
+            .exec
+            .spread(&CallOptions::default(), graph, seeds, params)?;
+        Ok(Activation {
+            activation: o.value.activation,
+            top: o.value.top,
+            device: o.device,
+            fallback: o.fallback,
+        })
+    }
+
+    /// k-means of `points` (`n x dim`) into `k` clusters, `iters` Lloyd iterations, seeded from `seed`:
+    /// the anchors (centroids), each point's anchor, and the inertia of every iteration.
+    pub fn kmeans(
+        &self,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        seed: u64,
+    ) -> Result<Clusters, Error> {
+        let o = self
+            .exec
+            .kmeans(&CallOptions::default(), points, dim, k, iters, seed)?;
+        let KMeans {
+            centroids,
+            assignments,
+            inertia,
+        } = o.value;
+        Ok(Clusters {
+            centroids,
+            assignments,
+            inertia,
+            device: o.device,
+            fallback: o.fallback,
+        })
     }
 
     pub(crate) fn diff_test(

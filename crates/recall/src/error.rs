@@ -14,6 +14,12 @@ pub enum Error {
     GpuRequired(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A tenant's queue was full, or the call waited for its turn longer than it allowed.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
+    /// A bug in recall, reported instead of a panic.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl From<ExecError> for Error {
@@ -22,7 +28,10 @@ impl From<ExecError> for Error {
             ExecError::InvalidInput(e) => Error::InvalidInput(e),
             ExecError::GpuRequired(why) => Error::GpuRequired(why),
             ExecError::Config(why) => Error::Config(why),
-            other => Error::Config(other.to_string()),
+            e @ (ExecError::BackPressure { .. } | ExecError::QueueTimeout { .. }) => {
+                Error::Overloaded(e.to_string())
+            }
+            other => Error::Internal(other.to_string()),
         }
     }
 }

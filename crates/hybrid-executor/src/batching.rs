@@ -1,0 +1,231 @@
+//! Dynamic batching: concurrent single-query calls against the same corpus become one batched call.
+//!
+//! The first caller for a key (op, corpus identity, parameters, tenant) opens a batch and leads it: it
+//! waits until the batch is full (`max_batch`) or `max_wait` has passed, closes it, runs the whole batch
+//! once, and hands each member its own answer by position. Later callers with the same key join the open
+//! batch (their query is copied in) and wait for their answer. Each caller's answer is taken exactly once.
+//!
+//! The corpus is identified by address and length. That is sound: every member borrows its corpus for
+//! the whole time it waits, so two members with the same address and length look at the same, unchanging
+//! memory, and the leader runs the batch on its own borrow of it.
+
+use crate::device::Device;
+use crate::executor::{ExecError, Outcome};
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Batching limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Queries per batch at most; `1` turns batching off.
+    pub max_batch: usize,
+    /// How long the first caller waits for others to join.
+    pub max_wait: Duration,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_batch: 64,
+            max_wait: Duration::from_micros(200),
+        }
+    }
+}
+
+/// What identifies calls that may share a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct BatchKey {
+    /// Address and length of the corpus (see the module doc), or an explicit corpus id.
+    pub corpus: (usize, usize),
+    pub dim: usize,
+    /// Op parameters that must match (k for top-k, …).
+    pub params: u64,
+    pub tenant: Option<u32>,
+}
+
+/// The result of a batched run: one answer per member, in join order.
+pub(crate) type BatchResult<R> = Result<(Vec<R>, Device, Option<String>), ExecError>;
+
+#[derive(Debug)]
+struct State<R> {
+    queries: Vec<f32>,
+    members: usize,
+    closed: bool,
+    answers: Option<Result<Vec<Option<R>>, ExecError>>,
+    device: Device,
+    fallback: Option<String>,
+}
+
+#[derive(Debug)]
+struct Batch<R> {
+    state: Mutex<State<R>>,
+    cv: Condvar,
+}
+
+/// One op's open batches.
+#[derive(Debug)]
+pub(crate) struct Batcher<R> {
+    open: Mutex<HashMap<BatchKey, Arc<Batch<R>>>>,
+}
+
+impl<R> Default for Batcher<R> {
+    fn default() -> Self {
+        Batcher {
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Hands every waiting member an error if the leader unwinds before answering.
+struct LeaderGuard<'a, R> {
+    batch: &'a Batch<R>,
+    done: bool,
+}
+
+impl<R> Drop for LeaderGuard<'_, R> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut s = self.batch.state.lock();
+            s.answers = Some(Err(ExecError::Internal(
+                "the batch's leading call did not finish".into(),
+            )));
+            drop(s);
+            self.batch.cv.notify_all();
+        }
+    }
+}
+
+impl<R: Send> Batcher<R> {
+    /// Join (or open and lead) the batch for `key` with `query`; `run` runs a closed batch (all its
+    /// queries, row-major) and is called by the leader only. Returns this caller's answer.
+    pub(crate) fn submit(
+        &self,
+        key: BatchKey,
+        query: &[f32],
+        config: BatchConfig,
+        run: impl FnOnce(&[f32], usize) -> BatchResult<R>,
+    ) -> Result<Outcome<R>, ExecError> {
+        let max_batch = config.max_batch.max(1);
+        let (batch, index) = {
+            let mut open = self.open.lock();
+            let joined = open.get(&key).and_then(|b| {
+                let mut s = b.state.lock();
+                if s.closed || s.members >= max_batch {
+                    return None;
+                }
+                s.queries.extend_from_slice(query);
+                let index = s.members;
+                s.members += 1;
+                if s.members >= max_batch {
+                    s.closed = true;
+                    b.cv.notify_all();
+                }
+                Some((b.clone(), index, s.closed))
+            });
+            match joined {
+                Some((b, index, closed)) => {
+                    if closed {
+                        open.remove(&key);
+                    }
+                    drop(open);
+                    return Self::follow(&b, index);
+                }
+                None => {
+                    let b = Arc::new(Batch {
+                        state: Mutex::new(State {
+                            queries: query.to_vec(),
+                            members: 1,
+                            closed: max_batch == 1,
+                            answers: None,
+                            device: Device::Cpu,
+                            fallback: None,
+                        }),
+                        cv: Condvar::new(),
+                    });
+                    if max_batch > 1 {
+                        open.insert(key, b.clone());
+                    }
+                    (b, 0)
+                }
+            }
+        };
+        self.lead(key, &batch, index, config.max_wait, run)
+    }
+
+    fn follow(batch: &Batch<R>, index: usize) -> Result<Outcome<R>, ExecError> {
+        let mut s = batch.state.lock();
+        while s.answers.is_none() {
+            batch.cv.wait(&mut s);
+        }
+        Self::take(&mut s, index)
+    }
+
+    fn take(s: &mut State<R>, index: usize) -> Result<Outcome<R>, ExecError> {
+        let (device, fallback) = (s.device, s.fallback.clone());
+        match s.answers.as_mut() {
+            Some(Ok(answers)) => match answers.get_mut(index).and_then(Option::take) {
+                Some(value) => Ok(Outcome {
+                    value,
+                    device,
+                    fallback,
+                }),
+                None => Err(ExecError::Internal(format!(
+                    "batch answer {index} missing or taken twice"
+                ))),
+            },
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(ExecError::Internal("batch not answered".into())),
+        }
+    }
+
+    fn lead(
+        &self,
+        key: BatchKey,
+        batch: &Arc<Batch<R>>,
+        index: usize,
+        max_wait: Duration,
+        run: impl FnOnce(&[f32], usize) -> BatchResult<R>,
+    ) -> Result<Outcome<R>, ExecError> {
+        let mut guard = LeaderGuard { batch, done: false };
+        let deadline = Instant::now() + max_wait;
+        {
+            let mut s = batch.state.lock();
+            while !s.closed {
+                if batch.cv.wait_until(&mut s, deadline).timed_out() {
+                    break;
+                }
+            }
+        }
+        // Close it (map lock first, as joiners take it).
+        let (queries, members) = {
+            let mut open = self.open.lock();
+            if open.get(&key).is_some_and(|b| Arc::ptr_eq(b, batch)) {
+                open.remove(&key);
+            }
+            let mut s = batch.state.lock();
+            s.closed = true;
+            (std::mem::take(&mut s.queries), s.members)
+        };
+        let result = run(&queries, members);
+        let mut s = batch.state.lock();
+        s.answers = Some(match result {
+            Ok((answers, device, fallback)) if answers.len() == members => {
+                s.device = device;
+                s.fallback = fallback;
+                Ok(answers.into_iter().map(Some).collect())
+            }
+            Ok((answers, ..)) => Err(ExecError::Internal(format!(
+                "a batch of {members} queries returned {} answers",
+                answers.len()
+            ))),
+            Err(e) => Err(e),
+        });
+        guard.done = true;
+        let mine = Self::take(&mut s, index);
+        drop(s);
+        batch.cv.notify_all();
+        mine
+    }
+}

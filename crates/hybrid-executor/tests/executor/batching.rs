@@ -1,0 +1,140 @@
+//! Dynamic batching: coalescing, one answer per caller, none lost or duplicated.
+
+use super::*;
+use recall_hybrid_executor::{BatchConfig, CallOptions, CorpusRef, ExecError, TenantConfig};
+use std::sync::Barrier;
+
+const DIM: usize = 12;
+
+fn exec_with(gpu: Arc<dyn Backend>, batching: BatchConfig) -> Executor {
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        batching,
+        ..config(&clock)
+    };
+    Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gpu)).unwrap()
+}
+
+#[test]
+fn concurrent_single_queries_become_one_batch() {
+    let gpu = Arc::new(Recording::default());
+    let exec = exec_with(
+        gpu.clone(),
+        BatchConfig {
+            max_batch: 4,
+            max_wait: Duration::from_secs(600),
+        },
+    );
+    let data = matrix(5, 40, DIM);
+    let corpus = CorpusRef::new(&data, DIM).unwrap();
+    let barrier = Barrier::new(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (exec, corpus, data, barrier) = (&exec, &corpus, &data, &barrier);
+            s.spawn(move || {
+                let q = matrix(100 + t, 1, DIM);
+                barrier.wait();
+                let out = exec
+                    .cosine_scores_single(&CallOptions::default(), &q, corpus)
+                    .unwrap();
+                assert_eq!(out.device, GPU);
+                assert_eq!(bits(&out.value), bits(&cpu(&q, data, DIM)));
+            });
+        }
+    });
+    // A full batch runs at once: one backend call of four queries.
+    assert_eq!(*gpu.units.lock(), vec![4]);
+    let h = exec.metrics().batch_sizes();
+    assert_eq!((h.count(), h.sum()), (1, 4));
+}
+
+#[test]
+fn batching_under_load_loses_and_duplicates_nothing() {
+    let plan = FaultPlan::new()
+        .seed(3)
+        .fail(
+            recall_hybrid_executor::FaultStep::Sync,
+            recall_hybrid_executor::Trigger::Probability(0.05),
+        )
+        .oom_above_units(5);
+    let gpu = Arc::new(FaultInjecting::new(CpuBackend, plan));
+    let exec = exec_with(
+        gpu.clone(),
+        BatchConfig {
+            max_batch: 16,
+            max_wait: Duration::from_micros(300),
+        },
+    );
+    let data_a = matrix(6, 50, DIM);
+    let data_b = matrix(7, 31, DIM);
+    let corpora = [
+        CorpusRef::new(&data_a, DIM).unwrap(),
+        CorpusRef::new(&data_b, DIM).unwrap(),
+    ];
+    let tenants = [
+        exec.add_tenant(TenantConfig::new("x")),
+        exec.add_tenant(TenantConfig::new("y")),
+    ];
+    let threads = 8;
+    let per_thread = 150;
+    std::thread::scope(|s| {
+        for th in 0..threads {
+            let (exec, corpora, tenants) = (&exec, &corpora, &tenants);
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let q = matrix((th * 10_000 + i) as u64, 1, DIM);
+                    let corpus = &corpora[i % 2];
+                    let opts = match i % 3 {
+                        0 => CallOptions::default(),
+                        k => CallOptions::tenant(tenants[k - 1]).wait(Duration::from_secs(600)),
+                    };
+                    let out = exec.cosine_scores_single(&opts, &q, corpus).unwrap();
+                    assert_eq!(
+                        bits(&out.value),
+                        bits(&cpu(&q, corpus.data(), DIM)),
+                        "thread {th} call {i}"
+                    );
+                }
+            });
+        }
+    });
+    let h = exec.metrics().batch_sizes();
+    // Every query was in exactly one batch.
+    assert_eq!(h.sum() as usize, threads * per_thread);
+    assert!(h.count() as usize <= threads * per_thread);
+    let (c_calls, g_calls, _) = exec.counters();
+    assert_eq!(c_calls + g_calls, h.count());
+}
+
+#[test]
+fn a_bad_query_fails_alone() {
+    let exec = exec_with(Arc::new(CpuBackend), BatchConfig::default());
+    let data = matrix(5, 10, DIM);
+    let corpus = CorpusRef::new(&data, DIM).unwrap();
+    let mut q = matrix(1, 1, DIM);
+    q[3] = f32::INFINITY;
+    assert!(matches!(
+        exec.cosine_scores_single(&CallOptions::default(), &q, &corpus),
+        Err(ExecError::InvalidInput(_))
+    ));
+    assert!(
+        exec.cosine_scores_single(&CallOptions::default(), &q[..5], &corpus)
+            .is_err()
+    );
+    let mut bad = data.clone();
+    bad[7] = f32::NAN;
+    assert!(CorpusRef::new(&bad, DIM).is_err());
+    // Batching off: each call runs alone.
+    let exec = exec_with(
+        Arc::new(CpuBackend),
+        BatchConfig {
+            max_batch: 1,
+            max_wait: Duration::ZERO,
+        },
+    );
+    let q = matrix(2, 1, DIM);
+    let out = exec
+        .cosine_scores_single(&CallOptions::default(), &q, &corpus)
+        .unwrap();
+    assert_eq!(bits(&out.value), bits(&cpu(&q, &data, DIM)));
+}

@@ -1,0 +1,252 @@
+//! Calibration on first use with backends that report synthetic timings through the executor's clock;
+//! cache, overrides, live throughput, explain.
+
+use super::*;
+use recall_hybrid_executor::calibration::{self, model_crossover};
+use recall_hybrid_executor::{CalibrationConfig, LinearModel, OpKind, Reason, ThresholdSource};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Answers like the CPU, and advances the shared clock by `model(work) * slowdown`.
+#[derive(Debug)]
+struct Synthetic {
+    clock: Arc<ManualClock>,
+    model: LinearModel,
+    device: Device,
+    slowdown: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl Synthetic {
+    fn new(
+        clock: &Arc<ManualClock>,
+        device: Device,
+        fixed_s: f64,
+        per_work_s: f64,
+    ) -> Arc<Synthetic> {
+        Arc::new(Synthetic {
+            clock: clock.clone(),
+            model: LinearModel {
+                fixed_s,
+                per_work_s,
+            },
+            device,
+            slowdown: AtomicU64::new(1),
+            calls: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Backend for Synthetic {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn cosine_scores(&self, q: &[f32], c: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let work = (q.len() / dim * c.len()) as u64;
+        let secs = self.model.predict(work) * self.slowdown.load(Ordering::SeqCst) as f64;
+        self.clock.advance(Duration::from_secs_f64(secs));
+        Ok(vec![0.0; q.len() / dim * (c.len() / dim)])
+    }
+}
+
+// CPU 2 us + 1 ns per multiply-add; GPU 100 us + 0.02 ns: they cross at 100,000.
+const CROSSOVER: f64 = 98e-6 / 0.98e-9;
+
+fn setup(
+    cache: Option<&std::path::Path>,
+) -> (Executor, Arc<Synthetic>, Arc<Synthetic>, Arc<ManualClock>) {
+    let clock = ManualClock::new();
+    let cpu_b = Synthetic::new(&clock, Device::Cpu, 2e-6, 1e-9);
+    let gpu_b = Synthetic::new(&clock, GPU, 100e-6, 0.02e-9);
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        gpu_min_work: 1 << 24,
+        use_cache: cache.is_some(),
+        cache_dir: cache.map(|p| p.to_path_buf()),
+        calibration: CalibrationConfig {
+            max_work: 1 << 20,
+            ..CalibrationConfig::default()
+        },
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(cfg, cpu_b.clone(), Some(gpu_b.clone())).unwrap();
+    (exec, cpu_b, gpu_b, clock)
+}
+
+/// What "the bench" measures: the smallest size, on a fine sweep (x1.02 apart), from which the GPU is
+/// faster, timing the same backends through the same clock.
+fn swept_crossover(cpu_b: &Synthetic, gpu_b: &Synthetic, clock: &ManualClock) -> f64 {
+    let time = |b: &Synthetic, work: u64| {
+        let rows = (work / 256).max(1) as usize;
+        let (q, c) = (vec![0.5f32; 256], vec![0.5f32; rows * 256]);
+        let t0 = recall_hybrid_executor::Clock::now(clock);
+        b.cosine_scores(&q, &c, 256).unwrap();
+        recall_hybrid_executor::Clock::now(clock) - t0
+    };
+    let mut w = 1024.0f64;
+    while w < 1e9 {
+        if time(gpu_b, w as u64) < time(cpu_b, w as u64) {
+            return w;
+        }
+        w *= 1.02;
+    }
+    f64::INFINITY
+}
+
+#[test]
+fn calibrates_on_first_use_within_20_percent_of_the_swept_crossover() {
+    let dir = std::env::temp_dir().join(format!("recall-exec-cal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (exec, cpu_b, gpu_b, clock) = setup(Some(&dir));
+    // Before the first call: the default, and explain does not calibrate.
+    let d = exec.explain_op(OpKind::CosineScores, 50_000);
+    assert!(
+        matches!(
+            d.reason,
+            Reason::BelowBreakEven { source: ThresholdSource::Default, break_even, .. } if break_even == 1 << 24
+        ),
+        "{d}"
+    );
+    assert_eq!(gpu_b.calls.load(Ordering::SeqCst), 0);
+
+    // First call: calibration runs, then the small call goes to the CPU.
+    let q = matrix(1, 1, 4);
+    let out = exec.cosine_scores(&q, &matrix(2, 3, 4), 4).unwrap();
+    assert_eq!(out.device, Device::Cpu);
+    let cal = exec.calibration(OpKind::CosineScores).expect("calibrated");
+    let swept = swept_crossover(&cpu_b, &gpu_b, &clock);
+    let err = (cal.break_even as f64 / swept - 1.0).abs();
+    assert!(err < 0.20, "calibrated {} swept {swept}", cal.break_even);
+    assert!((cal.break_even as f64 / CROSSOVER - 1.0).abs() < 0.05);
+    let d = exec.explain_op(OpKind::CosineScores, 1 << 20);
+    assert_eq!(d.device, GPU);
+    assert!(d.to_string().contains("(calibrated)"), "{d}");
+    assert_eq!(exec.explain(1000).0, Device::Cpu);
+
+    // Cached per device: a second executor reads it and measures nothing.
+    let (exec2, _, gpu2, _) = setup(Some(&dir));
+    let d = exec2.explain_op(OpKind::CosineScores, 1 << 20);
+    assert!(
+        matches!(
+            d.reason,
+            Reason::AboveBreakEven {
+                source: ThresholdSource::Cached,
+                ..
+            }
+        ),
+        "{d}"
+    );
+    exec2.cosine_scores(&q, &matrix(2, 3, 4), 4).unwrap();
+    assert_eq!(gpu2.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(exec2.calibration(OpKind::CosineScores), Some(cal));
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn live_throughput_moves_the_break_even() {
+    let (exec, _, gpu_b, _) = setup(None);
+    let q = matrix(1, 4, 64);
+    let big = matrix(2, 1024, 64); // 262,144 multiply-adds: GPU-sized
+    assert_eq!(exec.cosine_scores(&q, &big, 64).unwrap().device, GPU);
+    let before = match exec.explain_op(OpKind::CosineScores, 0).reason {
+        Reason::BelowBreakEven { break_even, .. } => break_even,
+        other => panic!("{other}"),
+    };
+    // The GPU gets 4x slower (another process shares it): its moving average follows, the break-even
+    // rises past this call's size, and the CPU takes it.
+    gpu_b.slowdown.store(4, Ordering::SeqCst);
+    let mut devices = Vec::new();
+    for _ in 0..30 {
+        devices.push(exec.cosine_scores(&q, &big, 64).unwrap().device);
+    }
+    assert_eq!(devices.last(), Some(&Device::Cpu), "{devices:?}");
+    let d = exec.explain_op(OpKind::CosineScores, 0);
+    match d.reason {
+        Reason::BelowBreakEven {
+            break_even,
+            calibrated: Some(c),
+            ..
+        } => {
+            assert!(break_even > 262_144 && break_even > before * 2, "{d}");
+            assert_eq!(c, before);
+            assert!(d.to_string().contains("moved from"), "{d}");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn overrides_and_configured_thresholds_skip_calibration() {
+    let clock = ManualClock::new();
+    let gpu_b = Synthetic::new(&clock, GPU, 1.0, 0.0);
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        break_even: vec![(OpKind::CosineScores, 500)],
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gpu_b.clone())).unwrap();
+    let d = exec.explain_op(OpKind::CosineScores, 499);
+    assert_eq!(d.device, Device::Cpu);
+    assert_eq!(
+        d.to_string(),
+        "cosine_scores on cpu: 499 work units < break-even 500 (override)"
+    );
+    exec.cosine_scores(&matrix(1, 1, 4), &matrix(1, 200, 4), 4)
+        .unwrap();
+    assert_eq!(gpu_b.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(exec.calibration(OpKind::CosineScores), None);
+
+    // Calibration off: gpu_min_work, as configured.
+    let (exec, _, _) = faulty(FaultPlan::new(), |c| c.gpu_min_work = 1000);
+    assert_eq!(
+        exec.explain(999),
+        (
+            Device::Cpu,
+            "999 work units < break-even 1000 (configured)".to_string()
+        )
+    );
+    assert_eq!(exec.explain(1000).0, GPU);
+}
+
+#[test]
+fn forced_devices() {
+    let clock = ManualClock::new();
+    let gpu: Arc<dyn Backend> = Arc::new(CpuBackend);
+    let cfg = |policy| ExecutorConfig {
+        policy,
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(
+        cfg(DevicePolicy::Cpu),
+        Arc::new(CpuBackend),
+        Some(gpu.clone()),
+    )
+    .unwrap();
+    assert_eq!(
+        exec.explain_op(OpKind::CosineScores, u64::MAX).reason,
+        Reason::PolicyCpu
+    );
+    let exec =
+        Executor::with_backends(cfg(DevicePolicy::Gpu), Arc::new(CpuBackend), Some(gpu)).unwrap();
+    assert_eq!(
+        exec.explain_op(OpKind::CosineScores, 0).reason,
+        Reason::PolicyGpu
+    );
+    let err =
+        Executor::with_backends(cfg(DevicePolicy::Gpu), Arc::new(CpuBackend), None).unwrap_err();
+    assert!(matches!(
+        err,
+        recall_hybrid_executor::ExecError::GpuRequired(_)
+    ));
+    let exec =
+        Executor::with_backends(cfg(DevicePolicy::Auto), Arc::new(CpuBackend), None).unwrap();
+    assert!(matches!(
+        exec.explain_op(OpKind::CosineScores, u64::MAX).reason,
+        Reason::NoGpu(_)
+    ));
+    assert!(calibration::parse_overrides("cosine_scores=12").is_ok());
+    let _ = model_crossover;
+}
