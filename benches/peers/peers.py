@@ -29,7 +29,12 @@ def timed(torch, fn, iters):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("op", choices=["cosine", "copy"])
+    ap.add_argument("op", choices=["cosine", "copy", "spread", "kmeans"])
+    ap.add_argument("--graph-dir", default="")
+    ap.add_argument("--hops", type=int, default=3)
+    ap.add_argument("--decay", type=float, default=0.5)
+    ap.add_argument("--threshold", type=float, default=0.01)
+    ap.add_argument("--clusters", type=int, default=1024)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--queries", type=int, default=1)
@@ -64,6 +69,72 @@ def main():
         out["similarity_expr"] = "normalize(q) @ corpus.T (fp32, TF32 off)"
         out["topk_ms"] = timed(torch, lambda: torch.topk(nf.normalize(q) @ corpus.T, a.k), a.iters)
         out["topk_expr"] = f"torch.topk(normalize(q) @ corpus.T, {a.k})"
+    if a.op == "spread":
+        try:
+            import cupy as cp
+            import cupyx.scipy.sparse as cps
+            import numpy as np
+        except Exception as e:  # noqa: BLE001
+            print(json.dumps({"available": False, "reason": f"cupy not importable: {e}"}))
+            return 0
+        ptr = np.load(f"{a.graph_dir}/in_ptr.npy").astype(np.int64)
+        src = np.load(f"{a.graph_dir}/in_src.npy").astype(np.int32)
+        w = np.load(f"{a.graph_dir}/in_w.npy")
+        seeds = np.load(f"{a.graph_dir}/seeds.npy")
+        n = ptr.shape[0] - 1
+        # Rows are targets, columns sources: y = M @ x is the pulled sum of every target (the same graph
+        # recall uses, in its pull order).
+        m = cps.csr_matrix((cp.asarray(w), cp.asarray(src), cp.asarray(ptr)), shape=(n, n))
+        x0 = cp.asarray(seeds)
+        out["peer"] = f"cupy {cp.__version__} (cuSPARSE)"
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+
+        def cp_timed(fn, iters):
+            for _ in range(3):
+                fn()
+            cp.cuda.Device().synchronize()
+            ts = []
+            for _ in range(iters):
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                ts.append(cp.cuda.get_elapsed_time(start, end))
+            ts.sort()
+            return ts[len(ts) // 2]
+
+        out["hop_ms"] = cp_timed(lambda: m @ x0, a.iters)
+        out["hop_expr"] = "csr_matrix @ x (one SpMV)"
+
+        def hops():
+            prev = x0
+            total = x0.copy()
+            for _ in range(a.hops):
+                x = (m @ prev) * a.decay
+                x[x < a.threshold] = 0
+                total += x
+                prev = x
+            idx = cp.argpartition(-total, a.k)[: a.k]
+            top = idx[cp.argsort(-total[idx])]
+            return top, cp.asnumpy(total)
+
+        out["spread_ms"] = cp_timed(hops, a.iters)
+        out["spread_expr"] = f"{a.hops} x (SpMV, *decay, threshold, +=) + argpartition top-{a.k} + download"
+        out["edges"] = int(src.shape[0])
+    if a.op == "kmeans":
+        g = torch.Generator(device=dev).manual_seed(3)
+        x = torch.rand((a.rows, a.dim), device=dev, generator=g) * 2 - 1
+        c = x[torch.randperm(a.rows, device=dev, generator=g)[: a.clusters]].clone()
+
+        def iteration():
+            d = (x * x).sum(1, keepdim=True) - 2 * (x @ c.T) + (c * c).sum(1)
+            assign = d.argmin(1)
+            sums = torch.zeros_like(c).index_add_(0, assign, x)
+            counts = torch.bincount(assign, minlength=a.clusters).clamp(min=1).to(x.dtype)
+            return sums / counts[:, None]
+
+        out["kmeans_ms"] = timed(torch, iteration, a.iters)
+        out["kmeans_expr"] = "matmul distances (fp32, TF32 off) + argmin + index_add_ + bincount"
     print(json.dumps(out))
     return 0
 

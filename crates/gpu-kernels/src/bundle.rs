@@ -179,7 +179,13 @@ mod tests {
         for sm in ARCHES {
             assert!(MANIFEST.contains(&format!("[sm_{sm}]")));
         }
-        for kernel in ["row_norms_f32", "scan_cosine", "gather_l2", "gemm_dot", "select_histogram"] {
+        for kernel in [
+            "row_norms_f32",
+            "scan_cosine",
+            "gather_l2",
+            "gemm_dot",
+            "select_histogram",
+        ] {
             assert!(MANIFEST.contains(kernel), "{kernel} missing");
         }
     }

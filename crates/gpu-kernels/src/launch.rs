@@ -5,9 +5,9 @@ use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
     CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, GRAPH_BLOCK, InertiaParams,
-    METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, SpreadHopParams,
-    ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
-    SELECT_PASSES, SelectParams, SelectState, SimParams,
+    METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K,
+    RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES, SelectParams,
+    SelectState, SimParams, SpreadHopParams,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -497,8 +497,13 @@ impl Kernels {
         }
         let n_out = n_segments * k;
         let mut scratch = self.select_scratch.lock();
-        if !scratch.as_ref().is_some_and(|sc| sc.segments >= n_segments && sc.outputs >= n_out) {
-            let (segs, outs) = scratch.as_ref().map_or((0, 0), |sc| (sc.segments, sc.outputs));
+        if !scratch
+            .as_ref()
+            .is_some_and(|sc| sc.segments >= n_segments && sc.outputs >= n_out)
+        {
+            let (segs, outs) = scratch
+                .as_ref()
+                .map_or((0, 0), |sc| (sc.segments, sc.outputs));
             let (segs, outs) = (segs.max(n_segments), outs.max(n_out));
             *scratch = Some(SelectScratch {
                 segments: segs,
@@ -621,21 +626,46 @@ impl Kernels {
     /// Upload a pull-order graph (in-edges of each target sorted by source: `recall_cpu_simd::SpreadGraph`).
     /// Checked here: `in_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, the edge arrays
     /// agree in length, every source is below `n`. The kernel then never reads outside the graph.
-    pub fn upload_graph(&self, gpu: &Gpu, in_ptr: &[u64], in_src: &[u32], in_w: &[f32]) -> Result<DeviceGraph, KernelError> {
+    pub fn upload_graph(
+        &self,
+        gpu: &Gpu,
+        in_ptr: &[u64],
+        in_src: &[u32],
+        in_w: &[f32],
+    ) -> Result<DeviceGraph, KernelError> {
         const K: &str = "spread_hop";
-        let n = in_ptr.len().checked_sub(1).ok_or_else(|| shape(K, "in_ptr is empty"))?;
+        let n = in_ptr
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| shape(K, "in_ptr is empty"))?;
         if n == 0 || in_src.len() != in_w.len() {
             return Err(shape(K, "need at least one node and one weight per edge"));
         }
         check_offsets(K, in_ptr, n, in_src.len())?;
         to_u32(K, "n_nodes", n)?;
         if let Some(bad) = in_src.iter().find(|&&s| s as usize >= n) {
-            return Err(shape(K, format!("source {bad} is not below the node count {n}")));
+            return Err(shape(
+                K,
+                format!("source {bad} is not below the node count {n}"),
+            ));
         }
         let pad = |x: usize| x.max(1);
-        let in_src_dev = if in_src.is_empty() { gpu.alloc_zeros(pad(0))? } else { gpu.upload(in_src)? };
-        let in_w_dev = if in_w.is_empty() { gpu.alloc_zeros(pad(0))? } else { gpu.upload(in_w)? };
-        Ok(DeviceGraph { n_nodes: n, in_ptr: gpu.upload(in_ptr)?, in_src: in_src_dev, in_w: in_w_dev })
+        let in_src_dev = if in_src.is_empty() {
+            gpu.alloc_zeros(pad(0))?
+        } else {
+            gpu.upload(in_src)?
+        };
+        let in_w_dev = if in_w.is_empty() {
+            gpu.alloc_zeros(pad(0))?
+        } else {
+            gpu.upload(in_w)?
+        };
+        Ok(DeviceGraph {
+            n_nodes: n,
+            in_ptr: gpu.upload(in_ptr)?,
+            in_src: in_src_dev,
+            in_w: in_w_dev,
+        })
     }
 
     /// Spread `seeds` over `graph` for `hops` hops, all on the device (one launch per hop, no host round
@@ -662,7 +692,11 @@ impl Kernels {
         let total = gpu.upload(&a0)?;
         let flag = gpu.upload(&[u32::MAX])?;
         let cfg = LaunchConfig {
-            grid_dim: (to_u32(K, "blocks", n.div_ceil((GRAPH_BLOCK / 32) as usize))?, 1, 1),
+            grid_dim: (
+                to_u32(K, "blocks", n.div_ceil((GRAPH_BLOCK / 32) as usize))?,
+                1,
+                1,
+            ),
             block_dim: (GRAPH_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -711,7 +745,11 @@ impl Kernels {
         need_len(K, "centroids", centroids, elems(K, k, dim)?)?;
         need_len(K, "keys", keys, n_points)?;
         let n32 = to_u32(K, "n_points", n_points)?;
-        let fill = FillParams { ptr: gpu.device_ptr(keys), len: n_points as u64, value: u64::MAX };
+        let fill = FillParams {
+            ptr: gpu.device_ptr(keys),
+            len: n_points as u64,
+            value: u64::MAX,
+        };
         let fill_cfg = LaunchConfig {
             grid_dim: (n32.div_ceil(256), 1, 1),
             block_dim: (256, 1, 1),
@@ -752,7 +790,12 @@ impl Kernels {
 
     /// The iteration's inertia from the assignment keys, in the contract's order: f64 sums of blocks of
     /// [`INERTIA_BLOCK`] points on the device, the block sums added in order on the host.
-    pub fn kmeans_inertia(&self, gpu: &Gpu, keys: &CudaSlice<u64>, n_points: usize) -> Result<f64, KernelError> {
+    pub fn kmeans_inertia(
+        &self,
+        gpu: &Gpu,
+        keys: &CudaSlice<u64>,
+        n_points: usize,
+    ) -> Result<f64, KernelError> {
         const K: &str = "kmeans_inertia_blocks";
         need_len(K, "keys", keys, n_points)?;
         let n_blocks = n_points.div_ceil(INERTIA_BLOCK);
@@ -788,7 +831,10 @@ impl Kernels {
         centroids: &mut CudaSlice<f32>,
     ) -> Result<(), KernelError> {
         const K: &str = "kmeans_update";
-        let k = offsets.len().checked_sub(1).ok_or_else(|| shape(K, "offsets is empty"))?;
+        let k = offsets
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| shape(K, "offsets is empty"))?;
         need_len(K, "points", points, elems(K, n_points, dim)?)?;
         need_len(K, "centroids", centroids, elems(K, k, dim)?)?;
         let offsets64: Vec<u64> = offsets.iter().map(|&o| u64::from(o)).collect();
@@ -796,7 +842,11 @@ impl Kernels {
         if let Some(bad) = members.iter().find(|&&m| m as usize >= n_points) {
             return Err(shape(K, format!("member {bad} is not a point")));
         }
-        let members_dev = gpu.upload(if members.is_empty() { &[0u32][..] } else { members })?;
+        let members_dev = gpu.upload(if members.is_empty() {
+            &[0u32][..]
+        } else {
+            members
+        })?;
         let offsets_dev = gpu.upload(offsets)?;
         let params = CentroidParams {
             points: gpu.device_ptr(points),

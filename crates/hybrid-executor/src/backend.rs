@@ -77,7 +77,9 @@ pub trait Backend: Send + Sync {
         k: usize,
     ) -> Result<TopK, BackendError> {
         let _ = (queries, corpus, dim, metric, offsets, ids, k);
-        Err(BackendError::Unsupported { op: "score_candidates" })
+        Err(BackendError::Unsupported {
+            op: "score_candidates",
+        })
     }
 
     /// Activation spreading from `seeds` over `graph` (validated inputs).

@@ -317,3 +317,159 @@ mod no_gpu {
 
 #[cfg(not(feature = "gpu"))]
 pub use no_gpu::{copy_gbps, cosine_ms, knn_ms};
+
+#[cfg(feature = "gpu")]
+mod gpu_graph {
+    use super::*;
+    use crate::gpu_backend::GpuBackend;
+    use recall_cpu_simd::{SpreadGraph, kmeans_seed_indices};
+    use recall_gpu_kernels::Segments;
+
+    fn err(e: impl std::fmt::Display) -> String {
+        e.to_string()
+    }
+
+    /// Spreading with the graph resident: (one hop kernel ms, `hops` hops + top-k + activation download ms).
+    #[allow(clippy::too_many_arguments)]
+    pub fn spread_ms(
+        backend: &GpuBackend,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        decay: f32,
+        threshold: f32,
+        hops: usize,
+        k: usize,
+        iters: usize,
+    ) -> Result<(f64, f64), String> {
+        let (g, kern) = backend.parts();
+        let (in_ptr, in_src, in_w) = graph.pull_arrays();
+        let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
+        let dev = kern.upload_graph(g, &in_ptr64, in_src, in_w).map_err(err)?;
+        let n = graph.n_nodes();
+        let run = |h: usize, with_top: bool| -> Result<(), String> {
+            let (total, _) = kern
+                .spread(g, &dev, seeds, decay, threshold, h)
+                .map_err(err)?;
+            if with_top {
+                kern.select_topk(
+                    g,
+                    &total,
+                    None,
+                    Segments::Dense {
+                        n_segments: 1,
+                        seg_len: n,
+                    },
+                    k,
+                    true,
+                )
+                .map_err(err)?;
+                g.download(&total).map_err(err)?;
+            } else {
+                g.synchronize().map_err(err)?;
+            }
+            Ok(())
+        };
+        run(hops, true)?;
+        let mut one = Vec::new();
+        let mut full = Vec::new();
+        for _ in 0..iters.max(1) {
+            // One hop = (1 hop) - (0 hops' fixed costs) is not separable here; time 1 hop and `hops` hops.
+            let t = Instant::now();
+            run(1, false)?;
+            one.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run(hops, true)?;
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok((median(one), median(full)))
+    }
+
+    /// One k-means iteration with the points resident (assignment, inertia, member sort on the host,
+    /// update): median ms.
+    pub fn kmeans_iter_ms(
+        backend: &GpuBackend,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+    ) -> Result<f64, String> {
+        let (g, kern) = backend.parts();
+        let n = points.len() / dim;
+        let mut init = Vec::with_capacity(k * dim);
+        for p in kmeans_seed_indices(n, k, 7) {
+            init.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
+        }
+        let pts = g.upload(points).map_err(err)?;
+        let mut centroids = g.upload(&init).map_err(err)?;
+        let mut keys = g.alloc_zeros::<u64>(n).map_err(err)?;
+        let mut host = vec![0u64; n];
+        let mut one = || -> Result<(), String> {
+            kern.kmeans_assign(g, &pts, n, dim, &centroids, k, &mut keys)
+                .map_err(err)?;
+            kern.kmeans_inertia(g, &keys, n).map_err(err)?;
+            g.download_into(&keys, &mut host).map_err(err)?;
+            let mut counts = vec![0u32; k + 1];
+            for key in &host {
+                counts[*key as u32 as usize + 1] += 1;
+            }
+            for c in 0..k {
+                counts[c + 1] += counts[c];
+            }
+            let mut fill = counts[..k].to_vec();
+            let mut members = vec![0u32; n];
+            for (p, key) in host.iter().enumerate() {
+                let a = *key as u32 as usize;
+                members[fill[a] as usize] = p as u32;
+                fill[a] += 1;
+            }
+            kern.kmeans_update(g, &pts, n, dim, &members, &counts, &mut centroids)
+                .map_err(err)?;
+            g.synchronize().map_err(err)
+        };
+        one()?;
+        let mut times = Vec::new();
+        for _ in 0..iters.max(1) {
+            let t = Instant::now();
+            one()?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(median(times))
+    }
+}
+
+#[cfg(feature = "gpu")]
+pub use gpu_graph::{kmeans_iter_ms, spread_ms};
+
+#[cfg(not(feature = "gpu"))]
+mod no_gpu_graph {
+    use crate::gpu_backend::GpuBackend;
+
+    /// Without GPU support there is nothing to measure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn spread_ms(
+        _: &GpuBackend,
+        _: &recall_cpu_simd::SpreadGraph,
+        _: &[f32],
+        _: f32,
+        _: f32,
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> Result<(f64, f64), String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
+    pub fn kmeans_iter_ms(
+        _: &GpuBackend,
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> Result<f64, String> {
+        Err("this build has no GPU support".into())
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+pub use no_gpu_graph::{kmeans_iter_ms, spread_ms};

@@ -219,7 +219,13 @@ pub fn power_law_graph(
     hub_out: usize,
 ) -> (Vec<usize>, Vec<u32>, Vec<f32>) {
     let mut list: Vec<(u32, u32, f32)> = Vec::with_capacity(edges + hub_in + hub_out);
-    let weight = |rng: &mut SplitMix| if rng.below(16) == 0 { 0.0 } else { (rng.next_f32() + 1.0) * 0.5 };
+    let weight = |rng: &mut SplitMix| {
+        if rng.below(16) == 0 {
+            0.0
+        } else {
+            (rng.next_f32() + 1.0) * 0.5
+        }
+    };
     for _ in 0..edges {
         let src = rng.below(n as u64) as u32;
         let u = (rng.next_f32() + 1.0) * 0.5; // [0, 1)
@@ -240,7 +246,11 @@ pub fn power_law_graph(
     for u in 0..n {
         indptr[u + 1] += indptr[u];
     }
-    (indptr, list.iter().map(|e| e.1).collect(), list.iter().map(|e| e.2).collect())
+    (
+        indptr,
+        list.iter().map(|e| e.1).collect(),
+        list.iter().map(|e| e.2).collect(),
+    )
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -538,7 +548,11 @@ mod run_gpu {
     }
 
     /// Spreading on the GPU backend against the CPU backend: activations bit for bit, identical top-k.
-    fn graph_cases(gpu: &GpuBackend, diffs: &mut Vec<KernelDiff>, quick: bool) -> Result<(), String> {
+    fn graph_cases(
+        gpu: &GpuBackend,
+        diffs: &mut Vec<KernelDiff>,
+        quick: bool,
+    ) -> Result<(), String> {
         use recall_cpu_simd::{SpreadGraph, SpreadParams};
         let cpu = crate::backend::CpuBackend;
         let mut rng = SplitMix::new(0x5EED_0003);
@@ -546,7 +560,13 @@ mod run_gpu {
         let graphs: &[(usize, usize, usize, usize)] = if quick {
             &[(1, 0, 0, 0), (50, 400, 0, 0), (2000, 20_000, 3000, 500)]
         } else {
-            &[(1, 1, 0, 0), (64, 0, 0, 0), (50, 400, 0, 0), (20_000, 200_000, 120_000, 100_000), (200_000, 2_000_000, 150_000, 0)]
+            &[
+                (1, 1, 0, 0),
+                (64, 0, 0, 0),
+                (50, 400, 0, 0),
+                (20_000, 200_000, 120_000, 100_000),
+                (200_000, 2_000_000, 150_000, 0),
+            ]
         };
         for &(n, e, hub_in, hub_out) in graphs {
             let (indptr, indices, weights) = power_law_graph(&mut rng, n, e, hub_in, hub_out);
@@ -556,10 +576,18 @@ mod run_gpu {
                 seeds[rng.below(n as u64) as usize] = (rng.next_f32() + 1.0) * 0.5;
             }
             let zero = vec![0.0f32; n];
-            for (seeds, decay, threshold, hops) in
-                [(&seeds, 0.5f32, 0.01f32, 3usize), (&seeds, 1.0, 0.0, 2), (&seeds, 0.9, 1e-6, 5), (&zero, 0.5, 0.0, 2)]
-            {
-                let params = SpreadParams { decay, threshold, hops, k: n.min(100) };
+            for (seeds, decay, threshold, hops) in [
+                (&seeds, 0.5f32, 0.01f32, 3usize),
+                (&seeds, 1.0, 0.0, 2),
+                (&seeds, 0.9, 1e-6, 5),
+                (&zero, 0.5, 0.0, 2),
+            ] {
+                let params = SpreadParams {
+                    decay,
+                    threshold,
+                    hops,
+                    k: n.min(100),
+                };
                 let a = cpu.spread(&graph, seeds, &params).map_err(e_)?;
                 let b = gpu.spread(&graph, seeds, &params).map_err(e_)?;
                 compare(diff_of(diffs, "spread_hop"), &a.activation, &b.activation);
@@ -571,14 +599,25 @@ mod run_gpu {
 
     /// k-means on the GPU backend against the CPU backend: centroids and inertia bit for bit, identical
     /// assignments.
-    fn kmeans_cases(gpu: &GpuBackend, diffs: &mut Vec<KernelDiff>, quick: bool) -> Result<(), String> {
+    fn kmeans_cases(
+        gpu: &GpuBackend,
+        diffs: &mut Vec<KernelDiff>,
+        quick: bool,
+    ) -> Result<(), String> {
         let cpu = crate::backend::CpuBackend;
         let mut rng = SplitMix::new(0x5EED_0004);
         // (points, dim, k, iterations)
         let shapes: &[(usize, usize, usize, usize)] = if quick {
             &[(1, 3, 1, 1), (300, 16, 7, 3), (257, 33, 257, 2)]
         } else {
-            &[(1, 3, 1, 1), (300, 16, 7, 3), (257, 33, 257, 2), (5000, 128, 64, 4), (20_000, 96, 1024, 2), (3000, 768, 1, 2)]
+            &[
+                (1, 3, 1, 1),
+                (300, 16, 7, 3),
+                (257, 33, 257, 2),
+                (5000, 128, 64, 4),
+                (20_000, 96, 1024, 2),
+                (3000, 768, 1, 2),
+            ]
         };
         for &(n, dim, k, iters) in shapes {
             let mut points = awkward_matrix(&mut rng, n, dim);
@@ -595,8 +634,16 @@ mod run_gpu {
             }
             let a = cpu.kmeans(&points, dim, k, iters, 42).map_err(e_)?;
             let b = gpu.kmeans(&points, dim, k, iters, 42).map_err(e_)?;
-            compare(diff_of(diffs, "kmeans centroids"), &a.centroids, &b.centroids);
-            compare_ids(diff_of(diffs, "kmeans assign"), &a.assignments, &b.assignments);
+            compare(
+                diff_of(diffs, "kmeans centroids"),
+                &a.centroids,
+                &b.centroids,
+            );
+            compare_ids(
+                diff_of(diffs, "kmeans assign"),
+                &a.assignments,
+                &b.assignments,
+            );
             compare_bits_f64(diff_of(diffs, "kmeans inertia"), &a.inertia, &b.inertia);
         }
         Ok(())

@@ -36,6 +36,7 @@ pub mod calibration;
 mod clock;
 mod device;
 pub mod difftest;
+pub use difftest::power_law_graph;
 mod executor;
 mod fault;
 mod gpu_backend;

@@ -9,9 +9,31 @@ use std::process::{Command, ExitCode};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The op to measure: `cosine` (all scores) or `knn` (cosine similarity fused with top-k).
+    /// The op to measure: `cosine` (all scores), `knn` (cosine similarity fused with top-k), `spread`
+    /// (activation spreading over a generated power-law graph) or `kmeans` (one Lloyd iteration).
     #[arg(default_value = "cosine")]
     op: String,
+    /// spread: nodes of the generated graph.
+    #[arg(long, default_value_t = 1_000_000)]
+    nodes: usize,
+    /// spread: edges of the generated graph.
+    #[arg(long, default_value_t = 16_000_000)]
+    edges: usize,
+    /// spread: hops.
+    #[arg(long, default_value_t = 3)]
+    hops: usize,
+    /// spread: decay per hop.
+    #[arg(long, default_value_t = 0.5)]
+    decay: f32,
+    /// spread: threshold.
+    #[arg(long, default_value_t = 0.01)]
+    threshold: f32,
+    /// kmeans: clusters.
+    #[arg(long, default_value_t = 1024)]
+    clusters: usize,
+    /// spread: where the graph is written as .npy for the peer.
+    #[arg(long, default_value = "/tmp/recall-bench-graph")]
+    graph_dir: String,
     /// k for `knn`.
     #[arg(long, default_value_t = 10)]
     k: usize,
@@ -36,12 +58,24 @@ pub struct BenchArgs {
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
+    peer_op(a, "cosine")
+}
+
+fn peer_op(a: &BenchArgs, op: &str) -> Result<serde_free::Json, String> {
     if !std::path::Path::new(&a.peer_script).exists() {
         return Err(format!("{} not found", a.peer_script));
     }
     let out = Command::new("python3")
         .arg(&a.peer_script)
-        .arg("cosine")
+        .arg(op)
+        .args(["--graph-dir", &a.graph_dir, "--hops", &a.hops.to_string()])
+        .args([
+            "--decay",
+            &a.decay.to_string(),
+            "--threshold",
+            &a.threshold.to_string(),
+        ])
+        .args(["--clusters", &a.clusters.to_string()])
         .args(["--k", &a.k.to_string()])
         .args(["--rows", &a.rows.to_string(), "--dim", &a.dim.to_string()])
         .args([
@@ -90,8 +124,17 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     if a.op == "knn" {
         return run_knn(a);
     }
+    if a.op == "spread" {
+        return run_spread(a);
+    }
+    if a.op == "kmeans" {
+        return run_kmeans(a);
+    }
     if a.op != "cosine" {
-        return Err(format!("unknown op {:?} (available: cosine, knn)", a.op));
+        return Err(format!(
+            "unknown op {:?} (available: cosine, knn, spread, kmeans)",
+            a.op
+        ));
     }
     if a.rows == 0 || a.dim == 0 || a.queries == 0 {
         return Err("--rows, --dim and --queries must be at least 1".into());
@@ -420,4 +463,248 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn header(r: &mut String, title: &str, command: String, d: &recall::GpuDescription) {
+    let _ = writeln!(r, "## {title}\n");
+    let _ = writeln!(r, "- date: {} (UTC)", utc_date());
+    let _ = writeln!(
+        r,
+        "- device: {} ({}, {} SMs), driver CUDA {}, kernels {}",
+        d.name, d.sm, d.sm_count, d.driver, d.image
+    );
+    let _ = writeln!(
+        r,
+        "- host CPU: {} ({} threads), SIMD path {}",
+        cpu_model(),
+        threads(),
+        recall::cpu_simd_level()
+    );
+    let _ = writeln!(r, "- recall commit: {COMMIT}");
+    let _ = writeln!(r, "- command: `{command}`\n");
+}
+
+/// `recall bench spread`: a generated power-law graph, resident on the GPU, next to CuPy's cuSPARSE on the
+/// identical graph (handed over as .npy files).
+fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.nodes == 0 || a.hops == 0 || a.k == 0 || a.k > a.nodes {
+        return Err("--nodes and --hops must be at least 1 and 1 <= --k <= --nodes".into());
+    }
+    let engine = Engine::new().map_err(|e| e.to_string())?;
+    let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
+        return Err("recall bench spread needs a GPU".into());
+    };
+    eprintln!(
+        "generating a power-law graph: {} nodes, {} edges",
+        grouped(a.nodes as u64),
+        grouped(a.edges as u64)
+    );
+    let mut rng = recall::diagnostics::SplitMix::new(11);
+    let (indptr, indices, weights) =
+        recall::diagnostics::power_law_graph(&mut rng, a.nodes, a.edges, 0, 0);
+    let graph =
+        recall::SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(|e| e.to_string())?;
+    let mut seeds = vec![0.0f32; a.nodes];
+    for _ in 0..(a.nodes / 1000).max(1) {
+        seeds[rng.below(a.nodes as u64) as usize] = 1.0;
+    }
+    let (ptr, src, w) = graph.pull_arrays();
+    std::fs::create_dir_all(&a.graph_dir).map_err(|e| format!("{}: {e}", a.graph_dir))?;
+    let ptr64: Vec<u64> = ptr.iter().map(|&p| p as u64).collect();
+    crate::util::write_npy(&format!("{}/in_ptr.npy", a.graph_dir), &ptr64)?;
+    crate::util::write_npy(&format!("{}/in_src.npy", a.graph_dir), src)?;
+    crate::util::write_npy(&format!("{}/in_w.npy", a.graph_dir), w)?;
+    crate::util::write_npy(&format!("{}/seeds.npy", a.graph_dir), &seeds)?;
+    let (hop_ms, spread_ms) = recall::diagnostics::bench::spread_ms(
+        gpu,
+        &graph,
+        &seeds,
+        a.decay,
+        a.threshold,
+        a.hops,
+        a.k,
+        a.iters,
+    )?;
+    // Both devices' answers, compared (the CPU's is the reference).
+    let params = recall::SpreadParams {
+        decay: a.decay,
+        threshold: a.threshold,
+        hops: a.hops,
+        k: a.k,
+    };
+    let cpu_engine = Engine::builder()
+        .device(recall::DevicePolicy::Cpu)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let t = std::time::Instant::now();
+    let cpu = cpu_engine
+        .spread(&graph, &seeds, &params)
+        .map_err(|e| e.to_string())?;
+    let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
+    let gpu_engine = Engine::builder()
+        .device(recall::DevicePolicy::Gpu)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let g = gpu_engine
+        .spread(&graph, &seeds, &params)
+        .map_err(|e| e.to_string())?;
+    let same = cpu
+        .activation
+        .iter()
+        .zip(&g.activation)
+        .all(|(x, y)| x.to_bits() == y.to_bits())
+        && cpu.top == g.top;
+    let peer = peer_op(&a, "spread");
+    let mut r = String::new();
+    header(
+        &mut r,
+        &format!(
+            "activation spreading, {} nodes, {} edges (power law), {} hops, top-{}",
+            grouped(a.nodes as u64),
+            grouped(graph.n_edges() as u64),
+            a.hops,
+            a.k
+        ),
+        format!(
+            "recall bench spread --nodes {} --edges {} --hops {} --decay {} --threshold {} --k {} --iters {}",
+            a.nodes, a.edges, a.hops, a.decay, a.threshold, a.k, a.iters
+        ),
+        d,
+    );
+    let _ = writeln!(r, "| what | time | note |");
+    let _ = writeln!(r, "|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| recall GPU: 1 hop (seed upload, one `spread_hop`, synchronise), graph resident | {:.1} us | |",
+        hop_ms * 1e3
+    );
+    let _ = writeln!(
+        r,
+        "| recall GPU: {} hops + exact top-{} + activation download, graph resident | {:.1} us | |",
+        a.hops,
+        a.k,
+        spread_ms * 1e3
+    );
+    match &peer {
+        Ok(p) if p.str("available").as_deref() != Some("false") => {
+            let name = p.str("peer").unwrap_or_default();
+            if let Some(ms) = p.num("hop_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {name}: `{}` | {:.1} us | recall 1 hop / peer = {:.2}x |",
+                    p.str("hop_expr").unwrap_or_default(),
+                    ms * 1e3,
+                    hop_ms / ms
+                );
+            }
+            if let Some(ms) = p.num("spread_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
+                    p.str("spread_expr").unwrap_or_default(),
+                    ms * 1e3,
+                    spread_ms / ms
+                );
+            }
+        }
+        Ok(p) => {
+            let _ = writeln!(
+                r,
+                "| peer | unavailable | {} |",
+                p.str("reason").unwrap_or_default()
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(r, "| peer | unavailable | {e} |");
+        }
+    }
+    let _ = writeln!(
+        r,
+        "| recall CPU ({} threads), {} hops + top-{} | {:.2} ms | |",
+        threads(),
+        a.hops,
+        a.k,
+        cpu_ms
+    );
+    let _ = writeln!(
+        r,
+        "\nGPU and CPU activations and top-{} identical (bits): **{}**",
+        a.k,
+        if same { "yes" } else { "NO" }
+    );
+    print!("{r}");
+    if let Some(path) = &a.out {
+        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(if same {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `recall bench kmeans`: one Lloyd iteration with the points resident, next to PyTorch.
+fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.rows == 0 || a.dim == 0 || a.clusters == 0 || a.clusters > a.rows {
+        return Err("--rows and --dim must be at least 1 and 1 <= --clusters <= --rows".into());
+    }
+    let engine = Engine::new().map_err(|e| e.to_string())?;
+    let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
+        return Err("recall bench kmeans needs a GPU".into());
+    };
+    eprintln!("generating {} x {} points", grouped(a.rows as u64), a.dim);
+    let points = random_matrix(3, a.rows, a.dim);
+    let ms = recall::diagnostics::bench::kmeans_iter_ms(gpu, &points, a.dim, a.clusters, a.iters)?;
+    let peer = peer_op(&a, "kmeans");
+    let mut r = String::new();
+    header(
+        &mut r,
+        &format!(
+            "k-means, one Lloyd iteration, {} x {} points, K = {} (exact f32)",
+            grouped(a.rows as u64),
+            a.dim,
+            a.clusters
+        ),
+        format!(
+            "recall bench kmeans --rows {} --dim {} --clusters {} --iters {}",
+            a.rows, a.dim, a.clusters, a.iters
+        ),
+        d,
+    );
+    let _ = writeln!(r, "| what | time | note |");
+    let _ = writeln!(r, "|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| recall GPU: assignment (GEMM l2 + argmin, fused), inertia, member sort (host), update; points resident | {:.2} ms | |",
+        ms
+    );
+    match &peer {
+        Ok(p) if p.str("available").as_deref() != Some("false") => {
+            if let Some(pm) = p.num("kmeans_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {}: `{}` | {:.2} ms | recall / peer = {:.2}x |",
+                    p.str("peer").unwrap_or_default(),
+                    p.str("kmeans_expr").unwrap_or_default(),
+                    pm,
+                    ms / pm
+                );
+            }
+        }
+        Ok(p) => {
+            let _ = writeln!(
+                r,
+                "| peer | unavailable | {} |",
+                p.str("reason").unwrap_or_default()
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(r, "| peer | unavailable | {e} |");
+        }
+    }
+    print!("{r}");
+    if let Some(path) = &a.out {
+        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

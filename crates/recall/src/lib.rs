@@ -24,9 +24,9 @@
 mod engine;
 mod error;
 
-pub use engine::{Engine, EngineBuilder, Neighbors, Scores};
+pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Scores};
 pub use error::Error;
-pub use recall_cpu_simd::Metric;
+pub use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams, TopK};
 pub use recall_hybrid_executor::{
     Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus,
 };
@@ -42,7 +42,7 @@ pub mod diagnostics {
     pub use recall_hybrid_executor::bench;
     pub use recall_hybrid_executor::bundle_arches;
     pub use recall_hybrid_executor::difftest::{
-        ArchReport, DiffReport, KernelDiff, SplitMix, awkward_matrix,
+        ArchReport, DiffReport, KernelDiff, SplitMix, awkward_matrix, power_law_graph,
     };
 
     /// Compare every GPU kernel with the CPU, bit for bit, for the given arches' code (all the device can

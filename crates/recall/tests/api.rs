@@ -136,3 +136,50 @@ fn knn_and_candidates_rank_best_first_with_ties_to_lower_ids() {
         Err(Error::InvalidInput(_))
     ));
 }
+
+#[test]
+fn spreading_and_kmeans_through_the_facade() {
+    use recall::{SpreadGraph, SpreadParams};
+    let e = cpu_engine();
+    // 0 -> 1 (w 1), 1 -> 2 (w 0.5), 3 isolated.
+    let graph = SpreadGraph::from_csr(&[0, 1, 2, 2, 2], &[1, 2], &[1.0, 0.5]).unwrap();
+    let params = SpreadParams {
+        decay: 0.5,
+        threshold: 0.0,
+        hops: 2,
+        k: 3,
+    };
+    let a = e.spread(&graph, &[1.0, 0.0, 0.0, 0.0], &params).unwrap();
+    assert_eq!(a.activation, vec![1.0, 0.5, 0.125, 0.0]);
+    assert_eq!(a.top.ids, vec![0, 1, 2]);
+    let bad = SpreadParams {
+        decay: 1.5,
+        ..params
+    };
+    assert!(matches!(
+        e.spread(&graph, &[1.0, 0.0, 0.0, 0.0], &bad),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.spread(&graph, &[-1.0, 0.0, 0.0, 0.0], &params),
+        Err(Error::InvalidInput(_))
+    ));
+
+    // Two well separated groups: k-means finds them, and Lloyd never increases the inertia.
+    let points = [
+        0.0, 0.0, 0.1, 0.0, 0.0, 0.1, 10.0, 10.0, 10.1, 10.0, 10.0, 10.1,
+    ];
+    let c = e.kmeans(&points, 2, 2, 4, 7).unwrap();
+    assert_eq!(c.assignments[0], c.assignments[1]);
+    assert_eq!(c.assignments[3], c.assignments[5]);
+    assert_ne!(c.assignments[0], c.assignments[3]);
+    assert!(
+        c.inertia.windows(2).all(|w| w[1] <= w[0]),
+        "{:?}",
+        c.inertia
+    );
+    assert!(matches!(
+        e.kmeans(&points, 2, 7, 1, 0),
+        Err(Error::InvalidInput(_))
+    ));
+}
