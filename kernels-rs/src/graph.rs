@@ -30,11 +30,39 @@ pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
     let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
     let (src, w, prev) = (p.in_src as *const u32, p.in_w as *const f32, p.prev as *const f32);
     let mut acc = 0.0f32;
-    let mut j = start + u64::from(lane);
-    while j < end {
-        // SAFETY: j < end <= number of edges; sources are below n_nodes (validated).
-        acc = unsafe { fma(*w.add(j as usize), *prev.add(*src.add(j as usize) as usize), acc) };
-        j += 32;
+    // Lane `lane` owns positions lane, lane + 32, ... . They are taken 8 at a time: the 8 sources and
+    // weights, then the 8 gathered activations, are all loaded before the 8 FMAs run in position order, so
+    // a hub's long chain waits for memory once per 8 terms instead of once per term.
+    const UNROLL: u64 = 8;
+    let mut j0 = start + u64::from(lane);
+    while j0 < end {
+        let mut sw = [(0u32, 0.0f32); UNROLL as usize];
+        let mut i = 0;
+        while i < UNROLL {
+            let j = j0 + 32 * i;
+            if j < end {
+                // SAFETY: j < end <= number of edges.
+                sw[i as usize] = unsafe { (*src.add(j as usize), *w.add(j as usize)) };
+            }
+            i += 1;
+        }
+        let mut a = [0.0f32; UNROLL as usize];
+        let mut i = 0;
+        while i < UNROLL {
+            if j0 + 32 * i < end {
+                // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
+                a[i as usize] = unsafe { *prev.add(sw[i as usize].0 as usize) };
+            }
+            i += 1;
+        }
+        let mut i = 0;
+        while i < UNROLL {
+            if j0 + 32 * i < end {
+                acc = fma(sw[i as usize].1, a[i as usize], acc);
+            }
+            i += 1;
+        }
+        j0 += 32 * UNROLL;
     }
     // The lanes reconverge here; every lane takes part in the five shuffles.
     let mut off = 16;

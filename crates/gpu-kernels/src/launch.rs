@@ -689,7 +689,8 @@ impl Kernels {
         let a0: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
         let mut prev = gpu.upload(&a0)?;
         let mut next = gpu.alloc_zeros::<f32>(n)?;
-        let total = gpu.upload(&a0)?;
+        let mut total = gpu.alloc_zeros::<f32>(n)?;
+        gpu.copy_dtod(&prev, &mut total)?;
         let flag = gpu.upload(&[u32::MAX])?;
         let cfg = LaunchConfig {
             grid_dim: (
