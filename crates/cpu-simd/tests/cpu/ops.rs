@@ -140,7 +140,7 @@ fn ref_noise(x: &[f32], dim: usize, clip: f32, sigma: f32, seed: u64) -> Vec<f32
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn spread_matches_the_literal_order_and_f64(g in graph_case()) {
