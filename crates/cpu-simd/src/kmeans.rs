@@ -37,8 +37,22 @@ pub fn kmeans(
 }
 
 /// The seeding of `docs/numerics.md`: the first `k` entries of a Philox-driven Fisher-Yates shuffle of
-/// `0 .. n`.
-pub fn kmeans_seed_indices(n: usize, k: usize, seed: u64) -> Vec<u32> {
+/// `0 .. n` (`1 <= k <= n <= u32::MAX`).
+pub fn kmeans_seed_indices(n: usize, k: usize, seed: u64) -> Result<Vec<u32>, CpuError> {
+    if n > u32::MAX as usize {
+        return Err(CpuError::TooLarge {
+            what: "points",
+            len: n,
+            max: u32::MAX as usize,
+        });
+    }
+    if k == 0 || k > n {
+        return Err(CpuError::KOutOfRange { k, n });
+    }
+    Ok(seed_indices(n as u32, k as u32, seed))
+}
+
+fn seed_indices(n: u32, k: u32, seed: u64) -> Vec<u32> {
     let key = philox_key(seed);
     let mut word = 0u64;
     let mut next = || {
@@ -47,9 +61,9 @@ pub fn kmeans_seed_indices(n: usize, k: usize, seed: u64) -> Vec<u32> {
         w
     };
     let mut swapped: HashMap<u32, u32> = HashMap::new();
-    let mut out = Vec::with_capacity(k);
-    for i in 0..k as u32 {
-        let j = i + uniform_below(n as u32 - i, &mut next);
+    let mut out = Vec::with_capacity(k as usize);
+    for i in 0..k {
+        let j = i + uniform_below(n - i, &mut next);
         let at_j = *swapped.get(&j).unwrap_or(&j);
         let at_i = *swapped.get(&i).unwrap_or(&i);
         swapped.insert(j, at_i);
@@ -100,7 +114,7 @@ impl Cpu {
     ) -> Result<KMeans, CpuError> {
         let n = check_kmeans_inputs(points, dim, k, iters)?;
         let mut centroids = Vec::with_capacity(k * dim);
-        for p in kmeans_seed_indices(n, k, seed) {
+        for p in kmeans_seed_indices(n, k, seed)? {
             centroids.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
         }
         let mut assignments = vec![0u32; n];

@@ -14,7 +14,7 @@ pub enum SimdLevel {
     Neon = 2,
     /// x86-64 AVX2 + FMA (8 lanes).
     Avx2 = 3,
-    /// x86-64 AVX-512F (16 lanes).
+    /// x86-64 AVX-512F + AVX-512VL (16 lanes).
     Avx512 = 4,
 }
 
@@ -57,6 +57,7 @@ pub fn detected_level() -> SimdLevel {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
         {

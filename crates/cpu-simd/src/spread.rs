@@ -160,6 +160,9 @@ impl SpreadGraph {
     }
 
     /// The in-edges of `v` in pull order: (source ids, weights).
+    ///
+    /// # Panics
+    /// If `v >= self.n_nodes()`, like slice indexing.
     pub fn in_edges(&self, v: usize) -> (&[u32], &[f32]) {
         let (a, b) = (self.in_ptr[v], self.in_ptr[v + 1]);
         (&self.in_src[a..b], &self.in_w[a..b])

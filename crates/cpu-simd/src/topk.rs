@@ -30,6 +30,9 @@ impl TopK {
     }
 
     /// The pairs of query `q`, best first.
+    ///
+    /// # Panics
+    /// If `q >= self.n_queries()`, like slice indexing.
     pub fn query(&self, q: usize) -> (&[u32], &[f32]) {
         (
             &self.ids[q * self.k..(q + 1) * self.k],

@@ -55,7 +55,7 @@ pub(crate) fn chains(
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => {
             // SAFETY: `Avx2` is only handed out when the CPU reports AVX2 and FMA.
-            unsafe { avx2::chains(mode, queries, rows, dim, out, out_stride) }
+            unsafe { avx2::v3::chains(mode, queries, rows, dim, out, out_stride) }
         }
         _ => chains_scalar(mode, queries, rows, dim, out, out_stride),
     }

@@ -31,7 +31,7 @@ fn coprime_step(n: usize) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn similarity_and_knn_every_level_dtype_metric(case in dense_case()) {

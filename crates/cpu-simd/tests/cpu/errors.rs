@@ -213,6 +213,8 @@ fn every_bad_input_is_a_typed_error() {
             clip_and_noise(&c, 4, 1.0, f32::NAN, 0).unwrap_err(),
         ),
         ("simd name", SimdLevel::parse("sse9").unwrap_err()),
+        ("seed k > n", kmeans_seed_indices(3, 4, 0).unwrap_err()),
+        ("seed k = 0", kmeans_seed_indices(3, 0, 0).unwrap_err()),
     ];
     let text: String = cases
         .iter()

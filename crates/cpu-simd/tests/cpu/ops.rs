@@ -78,6 +78,7 @@ fn ref_kmeans(
 ) -> (Vec<f32>, Vec<u32>, Vec<f64>) {
     let n = points.len() / dim;
     let mut cen: Vec<f32> = kmeans_seed_indices(n, k, seed)
+        .expect("valid k")
         .iter()
         .flat_map(|p| points[*p as usize * dim..(*p as usize + 1) * dim].to_vec())
         .collect();
@@ -140,7 +141,7 @@ fn ref_noise(x: &[f32], dim: usize, clip: f32, sigma: f32, seed: u64) -> Vec<f32
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn spread_matches_the_literal_order_and_f64(g in graph_case()) {
@@ -180,7 +181,7 @@ proptest! {
         }
         // f64: the seeds are distinct points; the first inertia is within the chain's bound of f64.
         let n = points.len() / dim;
-        let seeds = kmeans_seed_indices(n, k, seed);
+        let seeds = kmeans_seed_indices(n, k, seed).expect("valid k");
         let mut sorted = seeds.clone();
         sorted.sort_unstable();
         sorted.dedup();

@@ -90,7 +90,7 @@ fn kmeans_small_fixed_case() {
         .map(|i| ((i * 7) % 11) as f32 - 5.0 + (i / 8) as f32 * 0.25)
         .collect();
     let r = kmeans(&pts, 2, 3, 4, 2026).expect("valid");
-    let seeds = kmeans_seed_indices(1000, 8, 2026);
+    let seeds = kmeans_seed_indices(1000, 8, 2026).expect("valid k");
     insta::assert_snapshot!(format!(
         "seed indices (n = 1000, k = 8): {seeds:?}\ncentroids: {:?}\nassignments: {:?}\ninertia: {:?}",
         r.centroids, r.assignments, r.inertia
