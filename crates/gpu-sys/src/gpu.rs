@@ -172,15 +172,27 @@ impl Gpu {
     }
 
     /// Copy the first `dst.len()` elements of a device buffer into `dst` (waits for the stream).
-    pub fn download_prefix<T: DeviceRepr>(&self, src: &CudaSlice<T>, dst: &mut [T]) -> Result<(), GpuError> {
+    pub fn download_prefix<T: DeviceRepr>(
+        &self,
+        src: &CudaSlice<T>,
+        dst: &mut [T],
+    ) -> Result<(), GpuError> {
         if dst.len() > src.len() {
             return Err(GpuError::Driver {
                 call: "cuMemcpyDtoH",
                 code: 0,
-                name: format!("asked for {} elements of a {}-element buffer", dst.len(), src.len()),
+                name: format!(
+                    "asked for {} elements of a {}-element buffer",
+                    dst.len(),
+                    src.len()
+                ),
             });
         }
-        guard("cuMemcpyDtoH", || self.stream.memcpy_dtoh(&src.slice(0..dst.len()), dst).gpu("cuMemcpyDtoH"))
+        guard("cuMemcpyDtoH", || {
+            self.stream
+                .memcpy_dtoh(&src.slice(0..dst.len()), dst)
+                .gpu("cuMemcpyDtoH")
+        })
     }
 
     /// Wait for all work queued on the handle's stream.

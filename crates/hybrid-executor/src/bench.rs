@@ -396,7 +396,7 @@ mod gpu_graph {
         let (g, kern) = backend.parts();
         let n = points.len() / dim;
         let mut init = Vec::with_capacity(k * dim);
-        for p in kmeans_seed_indices(n, k, 7) {
+        for p in kmeans_seed_indices(n, k, 7).map_err(err)? {
             init.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
         }
         let pts = g.upload(points).map_err(err)?;

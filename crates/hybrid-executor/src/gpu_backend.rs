@@ -338,7 +338,7 @@ mod imp {
             let n = points.len() / dim;
             // Seeding is O(k) and runs on the host for every backend (docs/numerics.md).
             let mut init = Vec::with_capacity(k * dim);
-            for p in kmeans_seed_indices(n, k, seed) {
+            for p in kmeans_seed_indices(n, k, seed)? {
                 init.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
             }
             let pts = g.upload(points).map_err(map_gpu_error)?;
