@@ -21,7 +21,8 @@
 //! `gemm_l2_argmin` (k-means assignment) replaces the store of scores by a per-query minimum of pair keys.
 
 use crate::util::{
-    block_x, block_y, dynamic_shared_f32, fma, score_key, shfl_xor_u64, sqrt, sync_threads, thread_x,
+    block_x, block_y, dynamic_shared_f32, fma, score_key, shfl_xor_u64, sqrt, sync_threads,
+    thread_x,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::math::cosine_from_parts;
@@ -33,14 +34,38 @@ use recall_kernel_shared::{
 /// Repeat a block with `$i` bound to the constants 0..8, so that arrays indexed by `$i` stay in registers.
 macro_rules! unroll8 {
     ($i:ident => $body:block) => {{
-        { const $i: usize = 0; $body }
-        { const $i: usize = 1; $body }
-        { const $i: usize = 2; $body }
-        { const $i: usize = 3; $body }
-        { const $i: usize = 4; $body }
-        { const $i: usize = 5; $body }
-        { const $i: usize = 6; $body }
-        { const $i: usize = 7; $body }
+        {
+            const $i: usize = 0;
+            $body
+        }
+        {
+            const $i: usize = 1;
+            $body
+        }
+        {
+            const $i: usize = 2;
+            $body
+        }
+        {
+            const $i: usize = 3;
+            $body
+        }
+        {
+            const $i: usize = 4;
+            $body
+        }
+        {
+            const $i: usize = 5;
+            $body
+        }
+        {
+            const $i: usize = 6;
+            $body
+        }
+        {
+            const $i: usize = 7;
+            $body
+        }
     }};
 }
 
@@ -64,7 +89,11 @@ fn step<const METRIC: u32>(q: f32, c: f32, acc: f32) -> f32 {
 /// A metric's last step.
 #[inline(always)]
 fn finish<const METRIC: u32>(acc: f32, nq: f32, nc: f32) -> f32 {
-    if METRIC == METRIC_COSINE { cosine_from_parts(acc, nq, nc) } else { acc }
+    if METRIC == METRIC_COSINE {
+        cosine_from_parts(acc, nq, nc)
+    } else {
+        acc
+    }
 }
 
 /// Where thread `t`'s loads of a row tile go: tile row `8 * i + warp`, column `lane`.
@@ -81,7 +110,12 @@ fn tile_slot(i: usize) -> (u32, u32) {
 /// # Safety
 /// `x` points to a `* x dim` f32 matrix holding every row `row_of` returns.
 #[inline(always)]
-unsafe fn load_tile(x: *const f32, dim: u32, k0: u32, row_of: impl Fn(u32) -> Option<u32>) -> [f32; LOADS] {
+unsafe fn load_tile(
+    x: *const f32,
+    dim: u32,
+    k0: u32,
+    row_of: impl Fn(u32) -> Option<u32>,
+) -> [f32; LOADS] {
     let mut v = [0.0f32; LOADS];
     let mut i = 0;
     while i < LOADS {
@@ -109,7 +143,11 @@ unsafe fn load_rows(x: *const f32, n_rows: u32, dim: u32, row0: u32, k0: u32) ->
     let (lane, warp) = (t % 32, t / 32);
     let first = row0 + warp;
     let col = k0 + lane;
-    let valid = if col < dim && first < n_rows { (n_rows - first).div_ceil(8).min(LOADS as u32) } else { 0 };
+    let valid = if col < dim && first < n_rows {
+        (n_rows - first).div_ceil(8).min(LOADS as u32)
+    } else {
+        0
+    };
     let stride = 8 * dim as usize;
     // `wrapping_add`: the address may step past the end after the last valid row; it is not read there.
     let mut ptr = x.wrapping_add(first as usize * dim as usize + col as usize);
@@ -288,7 +326,13 @@ unsafe fn gather<const METRIC: u32>(p: &SimParams) {
     let sids = unsafe { qtile.add(TK) } as *mut u32;
     let j = first + u64::from(t);
     // SAFETY: j < end <= len(ids) when read; t < 256 inside `sids`.
-    unsafe { *sids.add(t as usize) = if j < end { *ids.add(j as usize) } else { u32::MAX } };
+    unsafe {
+        *sids.add(t as usize) = if j < end {
+            *ids.add(j as usize)
+        } else {
+            u32::MAX
+        }
+    };
     sync_threads();
     let row_of = |r: u32| {
         // SAFETY: r < 256; every staged id is below n_rows (launcher contract) or u32::MAX.
@@ -307,7 +351,11 @@ unsafe fn gather<const METRIC: u32>(p: &SimParams) {
         if t < ROW_TILE_K {
             let col = k0 + t;
             // SAFETY: col < dim: inside query q's row.
-            let v = if col < p.dim { unsafe { *query.add(col as usize) } } else { 0.0 };
+            let v = if col < p.dim {
+                unsafe { *query.add(col as usize) }
+            } else {
+                0.0
+            };
             // SAFETY: t < 32: inside the query tile.
             unsafe { *qtile.add(t as usize) = v };
         }
@@ -330,12 +378,20 @@ unsafe fn gather<const METRIC: u32>(p: &SimParams) {
     if let Some(row) = row_of(t) {
         let (nq, nc) = if METRIC == METRIC_COSINE {
             // SAFETY: q < n_queries, row < n_rows; cosine launches pass both norm arrays.
-            unsafe { (*(p.query_norms as *const f32).add(q as usize), *(p.corpus_norms as *const f32).add(row as usize)) }
+            unsafe {
+                (
+                    *(p.query_norms as *const f32).add(q as usize),
+                    *(p.corpus_norms as *const f32).add(row as usize),
+                )
+            }
         } else {
             (0.0, 0.0)
         };
         // SAFETY: first + t < end <= len(out).
-        unsafe { *(p.out as *mut f32).add((first + u64::from(t)) as usize) = finish::<METRIC>(acc, nq, nc) };
+        unsafe {
+            *(p.out as *mut f32).add((first + u64::from(t)) as usize) =
+                finish::<METRIC>(acc, nq, nc)
+        };
     }
 }
 

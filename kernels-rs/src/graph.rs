@@ -28,7 +28,11 @@ pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
     let in_ptr = p.in_ptr as *const u64;
     // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
     let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
-    let (src, w, prev) = (p.in_src as *const u32, p.in_w as *const f32, p.prev as *const f32);
+    let (src, w, prev) = (
+        p.in_src as *const u32,
+        p.in_w as *const f32,
+        p.prev as *const f32,
+    );
     let mut acc = 0.0f32;
     // Lane `lane` owns positions lane, lane + 32, ... . They are taken 8 at a time: the 8 sources and
     // weights, then the 8 gathered activations, are all loaded before the 8 FMAs run in position order, so
@@ -83,7 +87,8 @@ pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
         };
         if !a.is_finite() || !sum.is_finite() {
             // SAFETY: overflow_hop points to one u32 that lives for the launch and is only used atomically.
-            unsafe { AtomicU32::from_ptr(p.overflow_hop as *mut u32) }.fetch_min(p.hop, Ordering::Relaxed);
+            unsafe { AtomicU32::from_ptr(p.overflow_hop as *mut u32) }
+                .fetch_min(p.hop, Ordering::Relaxed);
         }
     }
 }

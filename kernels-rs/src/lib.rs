@@ -7,7 +7,14 @@
 //! and implemented identically in `recall-cpu-simd`: FMA only where the order says FMA (`fma`), IEEE `sqrt`
 //! and division, and no contraction of a separate multiply and add (the link step checks the PTX for it).
 #![no_std]
-#![feature(abi_ptx, stdarch_nvptx, core_intrinsics, gpu_intrinsics, gpu_launch_sized_workgroup_mem, link_llvm_intrinsics)]
+#![feature(
+    abi_ptx,
+    stdarch_nvptx,
+    core_intrinsics,
+    gpu_intrinsics,
+    gpu_launch_sized_workgroup_mem,
+    link_llvm_intrinsics
+)]
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

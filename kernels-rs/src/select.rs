@@ -21,7 +21,6 @@ use recall_kernel_shared::{SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams
 const BINS: usize = SELECT_BINS as usize;
 const SHIFTS: [u32; 6] = [53, 42, 31, 20, 9, 0];
 
-
 /// Segment `s`'s positions `[start, end)` in `scores`.
 ///
 /// # Safety
@@ -52,7 +51,10 @@ unsafe fn key_at(p: &SelectParams, start: u64, j: u64) -> (u64, f32) {
         // SAFETY: caller.
         unsafe { *(p.ids as *const u32).add(j as usize) }
     };
-    ((u64::from(score_key(score, p.higher_first != 0)) << 32) | u64::from(id), score)
+    (
+        (u64::from(score_key(score, p.higher_first != 0)) << 32) | u64::from(id),
+        score,
+    )
 }
 
 #[inline(always)]
@@ -79,7 +81,13 @@ pub unsafe extern "ptx-kernel" fn select_init(p: SelectParams) {
         unsafe { *(p.hist as *mut u32).add(i) = 0 };
     }
     if i < p.n_segments as usize {
-        let st = SelectState { prefix: 0, rank: p.k, done: 0, shift: 64, count: 0 };
+        let st = SelectState {
+            prefix: 0,
+            rank: p.k,
+            done: 0,
+            shift: 64,
+            count: 0,
+        };
         // SAFETY: i < n_segments.
         unsafe { *state_ptr(&p, i as u32) = st };
     }
@@ -101,7 +109,11 @@ pub unsafe extern "ptx-kernel" fn select_histogram(p: SelectParams) {
         return; // Block-uniform.
     }
     let shift = SHIFTS[p.pass as usize % SHIFTS.len()];
-    let hi = if p.pass == 0 { 64 } else { SHIFTS[(p.pass - 1) as usize] };
+    let hi = if p.pass == 0 {
+        64
+    } else {
+        SHIFTS[(p.pass - 1) as usize]
+    };
     let mask = (1u64 << (hi - shift)) - 1;
     let hist = dynamic_shared_f32() as *mut u32;
     let t = thread_x() as usize;
@@ -193,8 +205,16 @@ pub unsafe extern "ptx-kernel" fn select_choose(p: SelectParams) {
     let (owner, cum) = unsafe { (*part.add(256), *part.add(257)) };
     if owner == u32::MAX && t == 0 {
         // Fewer keys than k (the launcher rules this out): take the whole group fixed so far.
-        let hi = if p.pass == 0 { 64 } else { SHIFTS[(p.pass - 1) as usize] };
-        let next = SelectState { shift: hi, done: 1, ..st };
+        let hi = if p.pass == 0 {
+            64
+        } else {
+            SHIFTS[(p.pass - 1) as usize]
+        };
+        let next = SelectState {
+            shift: hi,
+            done: 1,
+            ..st
+        };
         // SAFETY: stp is this segment's state.
         unsafe { *stp = next };
     }
@@ -245,7 +265,11 @@ pub unsafe extern "ptx-kernel" fn select_collect(p: SelectParams) {
         return;
     }
     let shift = st.shift.min(63);
-    let bound = if st.shift >= 64 { u64::MAX } else { st.prefix >> shift };
+    let bound = if st.shift >= 64 {
+        u64::MAX
+    } else {
+        st.prefix >> shift
+    };
     let count = (stp as *mut u32).wrapping_add(5); // SelectState::count: after u64 + 3 u32
     let t = thread_x() as u64;
     let mut i = 0;

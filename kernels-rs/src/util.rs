@@ -70,7 +70,11 @@ pub fn score_key(score: f32, higher_first: bool) -> u32 {
         return u32::MAX;
     }
     let bits = (score + 0.0).to_bits();
-    let ascending = if bits & 0x8000_0000 != 0 { !bits } else { bits | 0x8000_0000 };
+    let ascending = if bits & 0x8000_0000 != 0 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    };
     if higher_first { !ascending } else { ascending }
 }
 
