@@ -29,7 +29,7 @@ def timed(torch, fn, iters):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("op", choices=["cosine", "copy", "spread", "kmeans"])
+    ap.add_argument("op", choices=["cosine", "copy", "spread", "kmeans", "noise"])
     ap.add_argument("--graph-dir", default="")
     ap.add_argument("--hops", type=int, default=3)
     ap.add_argument("--decay", type=float, default=0.5)
@@ -121,6 +121,17 @@ def main():
         out["spread_ms"] = cp_timed(hops, a.iters)
         out["spread_expr"] = f"{a.hops} x (SpMV, *decay, threshold, +=) + argpartition top-{a.k} + download"
         out["edges"] = int(src.shape[0])
+    if a.op == "noise":
+        g = torch.Generator(device=dev).manual_seed(5)
+        x = torch.rand((a.rows, a.dim), device=dev, generator=g) * 2 - 1
+        clip, sigma = 1.0, 0.1
+
+        def noise():
+            scale = (clip / x.norm(dim=1, keepdim=True)).clamp(max=1.0)
+            return x * scale + sigma * torch.randn_like(x)
+
+        out["noise_ms"] = timed(torch, noise, a.iters)
+        out["noise_expr"] = "x * clamp(clip / x.norm(dim=1), max=1) + sigma * randn_like(x)"
     if a.op == "kmeans":
         g = torch.Generator(device=dev).manual_seed(3)
         x = torch.rand((a.rows, a.dim), device=dev, generator=g) * 2 - 1

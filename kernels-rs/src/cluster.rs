@@ -1,8 +1,10 @@
 //! k-means pieces (`docs/numerics.md`, "k-means"): the assignment is `gemm_l2_argmin` in `dense.rs`; here
-//! are the f64 inertia blocks, the centroid update, and a fill used to reset the argmin keys.
+//! are the f64 inertia blocks, the centroid update, and a fill used to reset the argmin keys. Also
+//! clip-and-noise, whose random stream comes from the same shared Philox code as the CPU's.
 
-use crate::util::{block_dim_x, block_x, thread_x};
-use recall_kernel_shared::{CentroidParams, FillParams, InertiaParams};
+use crate::util::{block_dim_x, block_x, fma, thread_x};
+use recall_kernel_shared::math::gaussian4;
+use recall_kernel_shared::{CentroidParams, FillParams, InertiaParams, NoiseParams};
 
 /// `ptr[i] = value` for every `i < len`, one element per thread.
 ///
@@ -74,4 +76,37 @@ pub unsafe extern "ptx-kernel" fn kmeans_update(p: CentroidParams) {
     }
     // SAFETY: idx < n_clusters * dim.
     unsafe { *(p.centroids as *mut f32).add(idx) = sum / ((end - start) as u32) as f32 };
+}
+
+/// Clip-and-noise, one thread per block of 4 values of a row (consecutive threads, consecutive blocks):
+/// the row's norm decides the clip, `gaussian4` (shared with the CPU) gives the 4 noise values.
+///
+/// # Safety
+/// `x` and `out` hold `n_rows * dim` f32 and `norms` `n_rows`; the grid covers `n_rows * ceil(dim / 4)`
+/// threads.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clip_noise(p: NoiseParams) {
+    let idx = block_x() as u64 * block_dim_x() as u64 + thread_x() as u64;
+    let blocks = (p.dim as u64).div_ceil(4);
+    if idx >= p.n_rows as u64 * blocks {
+        return;
+    }
+    let (r, b) = (idx / blocks, (idx % blocks) as u32);
+    // SAFETY: r < n_rows.
+    let nr = unsafe { *(p.norms as *const f32).add(r as usize) };
+    let g = gaussian4(p.key, r, b);
+    let (x, out) = (p.x as *const f32, p.out as *mut f32);
+    let mut j = 0;
+    while j < 4 {
+        let col = 4 * b + j;
+        if col < p.dim {
+            let at = r as usize * p.dim as usize + col as usize;
+            // SAFETY: r < n_rows and col < dim.
+            let v = unsafe { *x.add(at) };
+            let y = if nr > p.clip { v * (p.clip / nr) } else { v };
+            // SAFETY: as above.
+            unsafe { *out.add(at) = fma(p.sigma, g[j as usize], y) };
+        }
+        j += 1;
+    }
 }

@@ -20,6 +20,32 @@ pub fn clip_and_noise(
     Cpu::new().clip_and_noise(x, dim, clip, sigma, seed)
 }
 
+/// The input checks of [`clip_and_noise`] (returns the number of rows), for callers that validate before
+/// choosing a device.
+pub fn check_clip_noise_inputs(
+    x: &[f32],
+    dim: usize,
+    clip: f32,
+    sigma: f32,
+) -> Result<usize, CpuError> {
+    let n = check_matrix("vectors", x, dim)?;
+    if !(clip.is_finite() && clip > 0.0) {
+        return Err(CpuError::ParamOutOfRange {
+            what: "clip",
+            value: clip.to_string(),
+            expected: "finite and > 0",
+        });
+    }
+    if !(sigma.is_finite() && sigma >= 0.0) {
+        return Err(CpuError::ParamOutOfRange {
+            what: "sigma",
+            value: sigma.to_string(),
+            expected: "finite and >= 0",
+        });
+    }
+    Ok(n)
+}
+
 /// Rows per task.
 const ROWS_PER_TASK: usize = 256;
 
@@ -34,21 +60,7 @@ impl Cpu {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, CpuError> {
-        let n = check_matrix("vectors", x, dim)?;
-        if !(clip.is_finite() && clip > 0.0) {
-            return Err(CpuError::ParamOutOfRange {
-                what: "clip",
-                value: clip.to_string(),
-                expected: "finite and > 0",
-            });
-        }
-        if !(sigma.is_finite() && sigma >= 0.0) {
-            return Err(CpuError::ParamOutOfRange {
-                what: "sigma",
-                value: sigma.to_string(),
-                expected: "finite and >= 0",
-            });
-        }
+        let n = check_clip_noise_inputs(x, dim, clip, sigma)?;
         let key = philox_key(seed);
         let level = self.level();
         let mut out = vec![0.0f32; x.len()];

@@ -5,9 +5,9 @@ use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
     CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, GRAPH_BLOCK, InertiaParams,
-    METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K,
-    RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES, SelectParams,
-    SelectState, SimParams, SpreadHopParams,
+    METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK,
+    ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES,
+    SelectParams, SelectState, SimParams, SpreadHopParams,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -75,6 +75,7 @@ pub struct Kernels {
     fill_u64: CudaFunction,
     kmeans_inertia_blocks: CudaFunction,
     kmeans_update: CudaFunction,
+    clip_noise: CudaFunction,
     /// Scratch of `select_topk`, grown on demand and reused (no allocation or memset per call).
     select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
 }
@@ -211,6 +212,7 @@ impl Kernels {
                         fill_u64: f("fill_u64")?,
                         kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
                         kmeans_update: f("kmeans_update")?,
+                        clip_noise: f("clip_noise")?,
                         select_scratch: parking_lot::Mutex::new(None),
                         _module: module,
                     };
@@ -865,6 +867,51 @@ impl Kernels {
         // SAFETY: members (all below n_points) and offsets were validated and uploaded as they are; points
         // and centroids were checked for their sizes; the grid covers k * dim threads.
         unsafe { gpu.launch(&self.kmeans_update, cfg, params) }?;
+        Ok(())
+    }
+}
+
+impl Kernels {
+    /// Clip-and-noise of the `n_rows x dim` rows of `x` into `out` (`docs/numerics.md`): row norms, then
+    /// one thread per 4 values with the shared Philox stream of `seed`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn clip_noise(
+        &self,
+        gpu: &Gpu,
+        x: &CudaSlice<f32>,
+        n_rows: usize,
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(), KernelError> {
+        const K: &str = "clip_noise";
+        if n_rows == 0 || dim == 0 {
+            return Err(shape(K, "n_rows and dim must be at least 1"));
+        }
+        need_len(K, "x", x, elems(K, n_rows, dim)?)?;
+        need_len(K, "out", out, elems(K, n_rows, dim)?)?;
+        let mut norms = gpu.alloc_zeros::<f32>(n_rows)?;
+        self.row_norms_f32(gpu, x, n_rows, dim, &mut norms)?;
+        let threads = elems(K, n_rows, dim.div_ceil(4))?;
+        let params = NoiseParams {
+            x: gpu.device_ptr(x),
+            norms: gpu.device_ptr(&norms),
+            out: gpu.device_ptr(out),
+            n_rows: to_u32(K, "n_rows", n_rows)?,
+            dim: to_u32(K, "dim", dim)?,
+            clip,
+            sigma,
+            key: recall_kernel_shared::math::philox_key(seed),
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", threads.div_ceil(256))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x and out hold n_rows * dim f32, norms n_rows; the grid covers every 4-value block.
+        unsafe { gpu.launch(&self.clip_noise, cfg, params) }?;
         Ok(())
     }
 }

@@ -93,6 +93,21 @@ pub trait Backend: Send + Sync {
         Err(BackendError::Unsupported { op: "spread" })
     }
 
+    /// Clip every row of `x` to L2 norm `clip`, then add `sigma` times Gaussian noise from `seed`'s stream.
+    fn clip_and_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Vec<f32>, BackendError> {
+        let _ = (x, dim, clip, sigma, seed);
+        Err(BackendError::Unsupported {
+            op: "clip_and_noise",
+        })
+    }
+
     /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
     fn kmeans(
         &self,
@@ -184,5 +199,16 @@ impl Backend for CpuBackend {
         seed: u64,
     ) -> Result<KMeans, BackendError> {
         Ok(recall_cpu_simd::kmeans(points, dim, k, iters, seed)?)
+    }
+
+    fn clip_and_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Vec<f32>, BackendError> {
+        Ok(recall_cpu_simd::clip_and_noise(x, dim, clip, sigma, seed)?)
     }
 }

@@ -473,3 +473,41 @@ mod no_gpu_graph {
 
 #[cfg(not(feature = "gpu"))]
 pub use no_gpu_graph::{kmeans_iter_ms, spread_ms};
+
+/// GPU clip-and-noise with the data resident: median ms of the two kernels (row norms, clip_noise).
+#[cfg(feature = "gpu")]
+pub fn noise_ms(
+    backend: &crate::gpu_backend::GpuBackend,
+    x: &[f32],
+    dim: usize,
+    iters: usize,
+) -> Result<f64, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let (g, k) = backend.parts();
+    let xs = g.upload(x).map_err(|e| err(&e))?;
+    let mut out = g.alloc_zeros::<f32>(x.len()).map_err(|e| err(&e))?;
+    let n = x.len() / dim;
+    k.clip_noise(g, &xs, n, dim, 1.0, 0.1, 1, &mut out)
+        .map_err(|e| err(&e))?;
+    g.synchronize().map_err(|e| err(&e))?;
+    let mut times = Vec::new();
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        k.clip_noise(g, &xs, n, dim, 1.0, 0.1, 1, &mut out)
+            .map_err(|e| err(&e))?;
+        g.synchronize().map_err(|e| err(&e))?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(times))
+}
+
+/// Without GPU support there is nothing to measure.
+#[cfg(not(feature = "gpu"))]
+pub fn noise_ms(
+    _: &crate::gpu_backend::GpuBackend,
+    _: &[f32],
+    _: usize,
+    _: usize,
+) -> Result<f64, String> {
+    Err("this build has no GPU support".into())
+}

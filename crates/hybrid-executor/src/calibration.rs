@@ -317,6 +317,7 @@ impl Probe {
                 let k = 8.min(rows);
                 backend.kmeans(c, PROBE_DIM, k, 1, 1).map(drop)
             }
+            OpKind::ClipAndNoise => backend.clip_and_noise(c, PROBE_DIM, 1.0, 0.1, 1).map(drop),
         }
     }
 }

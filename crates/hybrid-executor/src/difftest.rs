@@ -335,6 +335,7 @@ mod run_gpu {
                 let forced = GpuBackend::discover(Some(sm));
                 let result = forced.and_then(|b| {
                     backend_cases(&b, &mut arch.kernels, quick)?;
+                    noise_cases(&b, &mut arch.kernels, quick)?;
                     graph_cases(&b, &mut arch.kernels, quick)?;
                     kmeans_cases(&b, &mut arch.kernels, quick)
                 });
@@ -592,6 +593,34 @@ mod run_gpu {
                 let b = gpu.spread(&graph, seeds, &params).map_err(e_)?;
                 compare(diff_of(diffs, "spread_hop"), &a.activation, &b.activation);
                 compare_topk(diff_of(diffs, "spread top-k"), &a.top, &b.top);
+            }
+        }
+        Ok(())
+    }
+
+    /// Clip-and-noise: the same Philox stream and Box-Muller code on both sides, so the same bits.
+    fn noise_cases(
+        gpu: &GpuBackend,
+        diffs: &mut Vec<KernelDiff>,
+        quick: bool,
+    ) -> Result<(), String> {
+        let cpu = crate::backend::CpuBackend;
+        let mut rng = SplitMix::new(0x5EED_0005);
+        let shapes: &[(usize, usize)] = if quick {
+            &[(1, 1), (7, 5), (300, 33)]
+        } else {
+            &[(1, 1), (7, 5), (300, 33), (20_000, 768), (1000, 1025)]
+        };
+        for &(n, dim) in shapes {
+            let x = awkward_matrix(&mut rng, n, dim);
+            for (clip, sigma, seed) in [
+                (1.0f32, 0.1f32, 1u64),
+                (1e30, 0.0, 2),
+                (1e-3, 2.0, u64::MAX),
+            ] {
+                let a = cpu.clip_and_noise(&x, dim, clip, sigma, seed).map_err(e_)?;
+                let b = gpu.clip_and_noise(&x, dim, clip, sigma, seed).map_err(e_)?;
+                compare(diff_of(diffs, "clip_noise"), &a, &b);
             }
         }
         Ok(())

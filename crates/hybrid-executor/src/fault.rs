@@ -360,4 +360,18 @@ impl<B: Backend> Backend for FaultInjecting<B> {
     ) -> Result<recall_cpu_simd::KMeans, BackendError> {
         self.call(1, || self.inner.kmeans(points, dim, k, iters, seed))
     }
+
+    fn clip_and_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Vec<f32>, BackendError> {
+        let units = x.len().checked_div(dim).unwrap_or(0);
+        self.call(units, || {
+            self.inner.clip_and_noise(x, dim, clip, sigma, seed)
+        })
+    }
 }

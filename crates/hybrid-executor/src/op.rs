@@ -26,17 +26,20 @@ pub enum OpKind {
     Spread,
     /// k-means.
     KMeans,
+    /// Per-row clip plus Gaussian noise.
+    ClipAndNoise,
 }
 
 impl OpKind {
     /// Every kind, in index order.
-    pub const ALL: [OpKind; 6] = [
+    pub const ALL: [OpKind; 7] = [
         OpKind::CosineScores,
         OpKind::Similarity,
         OpKind::Knn,
         OpKind::ScoreCandidates,
         OpKind::Spread,
         OpKind::KMeans,
+        OpKind::ClipAndNoise,
     ];
     /// The number of kinds (length of per-kind tables).
     pub const COUNT: usize = OpKind::ALL.len();
@@ -50,6 +53,7 @@ impl OpKind {
             OpKind::ScoreCandidates => "score_candidates",
             OpKind::Spread => "spread",
             OpKind::KMeans => "kmeans",
+            OpKind::ClipAndNoise => "clip_and_noise",
         }
     }
 
@@ -74,6 +78,8 @@ impl OpKind {
             | OpKind::KMeans => gpu_min_work,
             // Spreading's work unit is an edge visit (edges x hops).
             OpKind::Spread => 1 << 22,
+            // Clip-and-noise's work unit is a value.
+            OpKind::ClipAndNoise => 1 << 22,
         }
     }
 }

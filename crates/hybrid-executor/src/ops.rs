@@ -5,8 +5,8 @@ use crate::backend::{Backend, BackendError};
 use crate::executor::{CallOptions, ExecError, Executor, Outcome, check_matrix};
 use crate::op::{Op, OpKind};
 use recall_cpu_simd::{
-    CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_kmeans_inputs,
-    check_spread_inputs,
+    CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_clip_noise_inputs,
+    check_kmeans_inputs, check_spread_inputs,
 };
 use std::ops::Range;
 
@@ -208,7 +208,59 @@ impl Op for KMeansOp<'_> {
     fn append(&self, _: &mut KMeans, _: KMeans) {}
 }
 
+/// Clip-and-noise. Row `r`'s noise depends on its absolute row number, so the op runs whole (one unit).
+struct NoiseOp<'a> {
+    x: &'a [f32],
+    dim: usize,
+    clip: f32,
+    sigma: f32,
+    seed: u64,
+}
+
+impl Op for NoiseOp<'_> {
+    type Output = Vec<f32>;
+    fn kind(&self) -> OpKind {
+        OpKind::ClipAndNoise
+    }
+    fn work(&self) -> u64 {
+        self.x.len() as u64
+    }
+    fn device_bytes(&self, _: Range<usize>) -> u64 {
+        8 * self.x.len() as u64 + 4 * (self.x.len() / self.dim) as u64
+    }
+    fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<Vec<f32>, BackendError> {
+        backend.clip_and_noise(self.x, self.dim, self.clip, self.sigma, self.seed)
+    }
+    fn append(&self, acc: &mut Vec<f32>, part: Vec<f32>) {
+        acc.extend_from_slice(&part);
+    }
+}
+
 impl Executor {
+    /// Clip each row of `x` (`n x dim`) to L2 norm `clip` (> 0), then add `sigma` (>= 0) times standard
+    /// normal noise from `seed`'s counter-based stream: the same values on every device.
+    pub fn clip_and_noise(
+        &self,
+        opts: &CallOptions,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Outcome<Vec<f32>>, ExecError> {
+        check_clip_noise_inputs(x, dim, clip, sigma)?;
+        self.run_op(
+            &NoiseOp {
+                x,
+                dim,
+                clip,
+                sigma,
+                seed,
+            },
+            opts,
+        )
+    }
+
     /// All `n_queries x n_rows` scores for `metric`, query-major.
     pub fn similarity(
         &self,

@@ -194,6 +194,25 @@ pub struct CentroidParams {
     pub dim: u32,
 }
 
+/// `clip_noise`: `out[r][j] = fma(sigma, g(r, j), y)` with `y = x[r][j] * (clip / norm_r)` when
+/// `norm_r > clip`, else `x[r][j]` (`docs/numerics.md`, "Clip-and-noise"); one thread per block of 4 values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NoiseParams {
+    /// f32 `n_rows * dim`, row-major.
+    pub x: u64,
+    /// f32 row norms (as `row_norms_f32` computes them), `n_rows`.
+    pub norms: u64,
+    /// f32 `n_rows * dim` out.
+    pub out: u64,
+    pub n_rows: u32,
+    pub dim: u32,
+    pub clip: f32,
+    pub sigma: f32,
+    /// The Philox key of the seed (`math::philox_key`).
+    pub key: [u32; 2],
+}
+
 /// Scalar math that the device and the host must evaluate identically: written once, compiled into the
 /// kernels and into `recall-cpu-simd`. See `docs/numerics.md`.
 pub mod math {

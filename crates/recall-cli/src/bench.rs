@@ -130,9 +130,12 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     if a.op == "kmeans" {
         return run_kmeans(a);
     }
+    if a.op == "noise" {
+        return run_noise(a);
+    }
     if a.op != "cosine" {
         return Err(format!(
-            "unknown op {:?} (available: cosine, knn, spread, kmeans)",
+            "unknown op {:?} (available: cosine, knn, spread, kmeans, noise)",
             a.op
         ));
     }
@@ -700,6 +703,82 @@ fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
         }
         Err(e) => {
             let _ = writeln!(r, "| peer | unavailable | {e} |");
+        }
+    }
+    print!("{r}");
+    if let Some(path) = &a.out {
+        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `recall bench noise`: clip-and-noise over resident rows, next to PyTorch, against the copy ceiling.
+fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.rows == 0 || a.dim == 0 {
+        return Err("--rows and --dim must be at least 1".into());
+    }
+    let engine = Engine::new().map_err(|e| e.to_string())?;
+    let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
+        return Err("recall bench noise needs a GPU".into());
+    };
+    let x = random_matrix(5, a.rows, a.dim);
+    let copy = recall::diagnostics::bench::copy_gbps(gpu, 1 << 30, a.iters)?;
+    let ms = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters)?;
+    let bytes = 2.0 * (a.rows * a.dim * 4) as f64;
+    let gbps = bytes / (ms * 1e-3) / 1e9;
+    let peer = peer_op(&a, "noise");
+    let mut r = String::new();
+    header(
+        &mut r,
+        &format!(
+            "clip-and-noise, {} x {} (f32, exact)",
+            grouped(a.rows as u64),
+            a.dim
+        ),
+        format!(
+            "recall bench noise --rows {} --dim {} --iters {}",
+            a.rows, a.dim, a.iters
+        ),
+        d,
+    );
+    let _ = writeln!(
+        r,
+        "| what | time | achieved (bytes read + written) | note |"
+    );
+    let _ = writeln!(r, "|---|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| recall: device copy, 1 GiB | | {copy:.0} GB/s | the ceiling |"
+    );
+    let _ = writeln!(
+        r,
+        "| recall GPU: row norms + clip_noise, data resident | {:.1} us | {gbps:.0} GB/s | {:.0} % of copy |",
+        ms * 1e3,
+        100.0 * gbps / copy
+    );
+    match &peer {
+        Ok(p) if p.str("available").as_deref() != Some("false") => {
+            if let Some(pm) = p.num("noise_ms") {
+                let _ = writeln!(
+                    r,
+                    "| {}: `{}` | {:.1} us | {:.0} GB/s | recall / peer = {:.2}x |",
+                    p.str("peer").unwrap_or_default(),
+                    p.str("noise_expr").unwrap_or_default(),
+                    pm * 1e3,
+                    bytes / (pm * 1e-3) / 1e9,
+                    ms / pm
+                );
+            }
+        }
+        Ok(p) => {
+            let _ = writeln!(
+                r,
+                "| peer | unavailable | | {} |",
+                p.str("reason").unwrap_or_default()
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(r, "| peer | unavailable | | {e} |");
         }
     }
     print!("{r}");

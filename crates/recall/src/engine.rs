@@ -98,6 +98,16 @@ pub struct Activation {
     pub fallback: Option<String>,
 }
 
+/// The result of [`Engine::clip_and_noise`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Noised {
+    /// The clipped, noised rows, row-major like the input.
+    pub values: Vec<f32>,
+    pub dim: usize,
+    pub device: Device,
+    pub fallback: Option<String>,
+}
+
 /// The result of [`Engine::kmeans`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Clusters {
@@ -303,6 +313,27 @@ impl Engine {
             centroids,
             assignments,
             inertia,
+            device: o.device,
+            fallback: o.fallback,
+        })
+    }
+
+    /// Clip each row of `x` (`n x dim`) to L2 norm `clip`, then add `sigma` times Gaussian noise from the
+    /// counter-based stream of `seed` (the same noise on every device, `docs/numerics.md`).
+    pub fn clip_and_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Noised, Error> {
+        let o = self
+            .exec
+            .clip_and_noise(&CallOptions::default(), x, dim, clip, sigma, seed)?;
+        Ok(Noised {
+            values: o.value,
+            dim,
             device: o.device,
             fallback: o.fallback,
         })

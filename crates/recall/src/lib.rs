@@ -24,7 +24,7 @@
 mod engine;
 mod error;
 
-pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Scores};
+pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Noised, Scores};
 pub use error::Error;
 pub use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams, TopK};
 pub use recall_hybrid_executor::{

@@ -183,3 +183,28 @@ fn spreading_and_kmeans_through_the_facade() {
         Err(Error::InvalidInput(_))
     ));
 }
+
+#[test]
+fn clip_and_noise_is_deterministic_and_clips() {
+    let e = cpu_engine();
+    let x = [3.0, 4.0, /* */ 0.3, 0.4];
+    let clipped = e.clip_and_noise(&x, 2, 1.0, 0.0, 9).unwrap();
+    // Row 0 (norm 5) is scaled to norm 1; row 1 (norm 0.5) is left alone; sigma 0 adds nothing.
+    assert_eq!(
+        clipped.values,
+        vec![3.0 * (1.0f32 / 5.0), 4.0 * (1.0f32 / 5.0), 0.3, 0.4]
+    );
+    let a = e.clip_and_noise(&x, 2, 1.0, 0.5, 9).unwrap();
+    let b = e.clip_and_noise(&x, 2, 1.0, 0.5, 9).unwrap();
+    let c = e.clip_and_noise(&x, 2, 1.0, 0.5, 10).unwrap();
+    assert_eq!(a, b, "same seed, same noise");
+    assert_ne!(a.values, c.values, "another seed, other noise");
+    assert!(matches!(
+        e.clip_and_noise(&x, 2, 0.0, 0.5, 9),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.clip_and_noise(&x, 2, 1.0, -1.0, 9),
+        Err(Error::InvalidInput(_))
+    ));
+}
