@@ -610,6 +610,9 @@ impl Kernels {
 #[derive(Debug)]
 pub struct DeviceGraph {
     n_nodes: usize,
+    /// Nodes with at least `SPREAD_HUB_MIN` in-edges (a block each).
+    n_hubs: usize,
+    hubs: CudaSlice<u32>,
     in_ptr: CudaSlice<u64>,
     in_src: CudaSlice<u32>,
     in_w: CudaSlice<f32>,
@@ -662,8 +665,14 @@ impl Kernels {
         } else {
             gpu.upload(in_w)?
         };
+        let hubs: Vec<u32> = (0..n)
+            .filter(|&v| in_ptr[v + 1] - in_ptr[v] >= recall_kernel_shared::SPREAD_HUB_MIN)
+            .map(|v| v as u32)
+            .collect();
         Ok(DeviceGraph {
             n_nodes: n,
+            n_hubs: hubs.len(),
+            hubs: gpu.upload(if hubs.is_empty() { &[0u32][..] } else { &hubs })?,
             in_ptr: gpu.upload(in_ptr)?,
             in_src: in_src_dev,
             in_w: in_w_dev,
@@ -694,14 +703,11 @@ impl Kernels {
         let mut total = gpu.alloc_zeros::<f32>(n)?;
         gpu.copy_dtod(&prev, &mut total)?;
         let flag = gpu.upload(&[u32::MAX])?;
+        let blocks = graph.n_hubs + n.div_ceil((GRAPH_BLOCK / 32) as usize);
         let cfg = LaunchConfig {
-            grid_dim: (
-                to_u32(K, "blocks", n.div_ceil((GRAPH_BLOCK / 32) as usize))?,
-                1,
-                1,
-            ),
+            grid_dim: (to_u32(K, "blocks", blocks)?, 1, 1),
             block_dim: (GRAPH_BLOCK, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: 4 * recall_kernel_shared::SPREAD_HUB_CHUNK * 4,
         };
         for hop in 1..=hops32 {
             let params = SpreadHopParams {
@@ -712,13 +718,17 @@ impl Kernels {
                 next: gpu.device_ptr(&next),
                 total: gpu.device_ptr(&total),
                 overflow_hop: gpu.device_ptr(&flag),
+                hubs: gpu.device_ptr(&graph.hubs),
                 n_nodes: n as u32,
                 hop,
                 decay,
                 threshold,
+                n_hubs: graph.n_hubs as u32,
+                _pad: 0,
             };
-            // SAFETY: the graph was validated by `upload_graph`; prev, next and total hold n values, the flag
-            // one; one warp per node as the kernel documents.
+            // SAFETY: the graph was validated by `upload_graph` (the hubs are its nodes with at least
+            // SPREAD_HUB_MIN in-edges); prev, next and total hold n values, the flag one; one block per hub,
+            // then one warp per node, with the hub blocks' shared memory, as the kernel documents.
             unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
             std::mem::swap(&mut prev, &mut next);
         }

@@ -150,11 +150,20 @@ pub struct SpreadHopParams {
     pub total: u64,
     /// u32: the first hop at which a value became infinite (`atomicMin`), `u32::MAX` if none.
     pub overflow_hop: u64,
+    /// u32 ids of the hubs (nodes with at least `SPREAD_HUB_MIN` in-edges), one block each.
+    pub hubs: u64,
     pub n_nodes: u32,
     pub hop: u32,
     pub decay: f32,
     pub threshold: f32,
+    pub n_hubs: u32,
+    pub _pad: u32,
 }
+
+/// Nodes with at least this many in-edges take the block-staged hub path of `spread_hop`.
+pub const SPREAD_HUB_MIN: u64 = 4096;
+/// In-edge positions a hub block stages per step (a multiple of 32, so lane = position mod 32 holds).
+pub const SPREAD_HUB_CHUNK: u32 = 2048;
 
 /// `fill_u64`: `ptr[i] = value` for `i < len`.
 #[repr(C)]
