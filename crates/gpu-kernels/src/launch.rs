@@ -593,7 +593,19 @@ impl Kernels {
             order.clear();
             order.extend(s * k..(s + 1) * k);
             order.sort_unstable_by_key(|&i| keys[i]);
+            let seg_len = match segments {
+                Segments::Dense { seg_len, .. } => seg_len as u64,
+                Segments::Ragged { .. } => u64::from(u32::MAX) + 1,
+            };
             for &i in &order {
+                // Every selected key names a position of its segment (dense) or a candidate id; a key that
+                // does not is a device fault, reported instead of returned as an answer.
+                if keys[i] == 0 || u64::from(keys[i] as u32) >= seg_len {
+                    return Err(shape(
+                        K,
+                        format!("the device selected an invalid key {:#x}", keys[i]),
+                    ));
+                }
                 ids_out.push(keys[i] as u32);
                 scores_out.push(vals[i]);
             }

@@ -815,7 +815,13 @@ impl Executor {
                 );
             };
             self.metrics.set_gpu_memory_in_use(self.ledger.in_use());
-            let result = op.run(gpu, start..end);
+            // A panic below the GPU backend (a driver binding, a bug) must not reach the caller: it becomes a
+            // lost device, so the call is answered on the CPU and the GPU is taken out of use.
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.run(gpu, start..end)))
+                    .unwrap_or_else(|_| {
+                        Err(BackendError::DeviceLost("the GPU backend panicked".into()))
+                    });
             drop(reservation);
             self.metrics.set_gpu_memory_in_use(self.ledger.in_use());
             match result {

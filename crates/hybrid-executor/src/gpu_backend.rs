@@ -360,7 +360,13 @@ mod imp {
                 counts.iter_mut().for_each(|c| *c = 0);
                 for (a, key) in assignments.iter_mut().zip(&host_keys) {
                     *a = *key as u32;
-                    counts[*a as usize] += 1;
+                    // A device that returned no or a foreign centroid is failing: answer on the CPU.
+                    let Some(c) = counts.get_mut(*a as usize) else {
+                        return Err(BackendError::Gpu(format!(
+                            "the GPU assigned a point to cluster {a} of {k}"
+                        )));
+                    };
+                    *c += 1;
                 }
                 for c in 0..k {
                     offsets[c + 1] = offsets[c] + counts[c];
