@@ -251,49 +251,35 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
             ms * 1e3
         );
     }
-    match &peer {
-        Some(Ok(p)) if p.str("available").as_deref() != Some("false") => {
-            let name = p.str("peer").unwrap_or_default();
-            if let Some(ms) = p.num("copy_gbps") {
-                let _ = writeln!(
-                    r,
-                    "| {name}: `dst.copy_(src)`, 1 GiB | | {ms:.0} GB/s | peer's view of the ceiling |"
-                );
-            }
-            if let Some(ms) = p.num("similarity_ms") {
-                let ratio = f
-                    .gpu_kernel_ms
-                    .map(|k| format!("recall kernel = {:.2}x peer time", k / ms))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    r,
-                    "| {name}: `{}` | {:.1} us | {:.0} GB/s | {ratio} |",
-                    p.str("similarity_expr").unwrap_or_default(),
-                    ms * 1e3,
-                    f.min_bytes() / (ms * 1e-3) / 1e9
-                );
-            }
-            if let Some(ms) = p.num("topk_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {name}: `{}` | {:.1} us | | for reference (top-k comes with issue 4) |",
-                    p.str("topk_expr").unwrap_or_default(),
-                    ms * 1e3
-                );
-            }
-        }
-        Some(Ok(p)) => {
+    peer_rows(&mut r, peer.as_ref(), 1, |r, name, p| {
+        if let Some(ms) = p.num("copy_gbps") {
             let _ = writeln!(
                 r,
-                "| peer | unavailable | | {} |",
-                p.str("reason").unwrap_or_default()
+                "| {name}: `dst.copy_(src)`, 1 GiB | | {ms:.0} GB/s | peer's view of the ceiling |"
             );
         }
-        Some(Err(e)) => {
-            let _ = writeln!(r, "| peer | unavailable | | {e} |");
+        if let Some(ms) = p.num("similarity_ms") {
+            let ratio = f
+                .gpu_kernel_ms
+                .map(|k| format!("recall kernel = {:.2}x peer time", k / ms))
+                .unwrap_or_default();
+            let _ = writeln!(
+                r,
+                "| {name}: `{}` | {:.1} us | {:.0} GB/s | {ratio} |",
+                p.str("similarity_expr").unwrap_or_default(),
+                ms * 1e3,
+                f.min_bytes() / (ms * 1e-3) / 1e9
+            );
         }
-        None => {}
-    }
+        if let Some(ms) = p.num("topk_ms") {
+            let _ = writeln!(
+                r,
+                "| {name}: `{}` | {:.1} us | | for reference (top-k comes with issue 4) |",
+                p.str("topk_expr").unwrap_or_default(),
+                ms * 1e3
+            );
+        }
+    });
     if let Some(ms) = f.cpu_ms {
         let gbps = f.min_bytes() / (ms * 1e-3) / 1e9;
         let _ = writeln!(
@@ -310,10 +296,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
             if same { "yes" } else { "NO" }
         );
     }
-    print!("{r}");
-    if let Some(path) = &a.out {
-        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
-    }
+    emit(&r, &a.out)?;
     Ok(if f.bit_identical == Some(false) {
         ExitCode::FAILURE
     } else {
@@ -357,32 +340,20 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     };
     let peer = peer(&a);
     let mut r = String::new();
-    let _ = writeln!(
-        r,
-        "## knn (cosine, top-{}), {} queries x {} rows x {} dims (f32, exact mode)\n",
-        a.k,
-        a.queries,
-        grouped(a.rows as u64),
-        a.dim
-    );
-    let _ = writeln!(r, "- date: {} (UTC)", utc_date());
-    let _ = writeln!(
-        r,
-        "- device: {} ({}, {} SMs), driver CUDA {}, kernels {}",
-        d.name, d.sm, d.sm_count, d.driver, d.image
-    );
-    let _ = writeln!(
-        r,
-        "- host CPU: {} ({} threads), SIMD path {}",
-        cpu_model(),
-        threads(),
-        recall::cpu_simd_level()
-    );
-    let _ = writeln!(r, "- recall commit: {COMMIT}");
-    let _ = writeln!(
-        r,
-        "- command: `recall bench knn --rows {} --dim {} --queries {} --k {} --iters {}`",
-        a.rows, a.dim, a.queries, a.k, a.iters
+    header(
+        &mut r,
+        &format!(
+            "knn (cosine, top-{}), {} queries x {} rows x {} dims (f32, exact mode)",
+            a.k,
+            a.queries,
+            grouped(a.rows as u64),
+            a.dim
+        ),
+        format!(
+            "recall bench knn --rows {} --dim {} --queries {} --k {} --iters {}",
+            a.rows, a.dim, a.queries, a.k, a.iters
+        ),
+        d,
     );
     let _ = writeln!(
         r,
@@ -403,38 +374,25 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         knn_ms * 1e3,
         100.0 * (knn_ms - sim_ms) / sim_ms
     );
-    match &peer {
-        Ok(p) if p.str("available").as_deref() != Some("false") => {
-            let name = p.str("peer").unwrap_or_default();
-            if let Some(ms) = p.num("topk_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
-                    p.str("topk_expr").unwrap_or_default(),
-                    ms * 1e3,
-                    knn_ms / ms
-                );
-            }
-            if let Some(ms) = p.num("similarity_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {name}: `{}` | {:.1} us | |",
-                    p.str("similarity_expr").unwrap_or_default(),
-                    ms * 1e3
-                );
-            }
-        }
-        Ok(p) => {
+    peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
+        if let Some(ms) = p.num("topk_ms") {
             let _ = writeln!(
                 r,
-                "| peer | unavailable | {} |",
-                p.str("reason").unwrap_or_default()
+                "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
+                p.str("topk_expr").unwrap_or_default(),
+                ms * 1e3,
+                knn_ms / ms
             );
         }
-        Err(e) => {
-            let _ = writeln!(r, "| peer | unavailable | {e} |");
+        if let Some(ms) = p.num("similarity_ms") {
+            let _ = writeln!(
+                r,
+                "| {name}: `{}` | {:.1} us | |",
+                p.str("similarity_expr").unwrap_or_default(),
+                ms * 1e3
+            );
         }
-    }
+    });
     let mut same = None;
     if let Some((ms, cpu_top)) = &cpu {
         let _ = writeln!(
@@ -457,15 +415,49 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             if eq { "yes" } else { "NO" }
         );
     }
-    print!("{r}");
-    if let Some(path) = &a.out {
-        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
-    }
+    emit(&r, &a.out)?;
     Ok(if same == Some(false) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The peer's rows of a report: `rows` when the peer ran, else one row saying why not (`blank` empty cells
+/// keep the table's shape).
+fn peer_rows(
+    r: &mut String,
+    peer: Option<&Result<serde_free::Json, String>>,
+    blank: usize,
+    rows: impl FnOnce(&mut String, &str, &serde_free::Json),
+) {
+    let cells = "| ".repeat(blank);
+    match peer {
+        Some(Ok(p)) if p.str("available").as_deref() != Some("false") => {
+            let name = p.str("peer").unwrap_or_default();
+            rows(r, &name, p);
+        }
+        Some(Ok(p)) => {
+            let _ = writeln!(
+                r,
+                "| peer | unavailable | {cells}{} |",
+                p.str("reason").unwrap_or_default()
+            );
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(r, "| peer | unavailable | {cells}{e} |");
+        }
+        None => {}
+    }
+}
+
+/// Print a report and write it to `--out` when given.
+fn emit(r: &str, out: &Option<String>) -> Result<(), String> {
+    print!("{r}");
+    if let Some(path) = out {
+        std::fs::write(path, r).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
 }
 
 fn header(r: &mut String, title: &str, command: String, d: &recall::GpuDescription) {
@@ -588,39 +580,26 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
         a.k,
         spread_ms * 1e3
     );
-    match &peer {
-        Ok(p) if p.str("available").as_deref() != Some("false") => {
-            let name = p.str("peer").unwrap_or_default();
-            if let Some(ms) = p.num("hop_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {name}: `{}` | {:.1} us | recall 1 hop / peer = {:.2}x |",
-                    p.str("hop_expr").unwrap_or_default(),
-                    ms * 1e3,
-                    hop_ms / ms
-                );
-            }
-            if let Some(ms) = p.num("spread_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
-                    p.str("spread_expr").unwrap_or_default(),
-                    ms * 1e3,
-                    spread_ms / ms
-                );
-            }
-        }
-        Ok(p) => {
+    peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
+        if let Some(ms) = p.num("hop_ms") {
             let _ = writeln!(
                 r,
-                "| peer | unavailable | {} |",
-                p.str("reason").unwrap_or_default()
+                "| {name}: `{}` | {:.1} us | recall 1 hop / peer = {:.2}x |",
+                p.str("hop_expr").unwrap_or_default(),
+                ms * 1e3,
+                hop_ms / ms
             );
         }
-        Err(e) => {
-            let _ = writeln!(r, "| peer | unavailable | {e} |");
+        if let Some(ms) = p.num("spread_ms") {
+            let _ = writeln!(
+                r,
+                "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
+                p.str("spread_expr").unwrap_or_default(),
+                ms * 1e3,
+                spread_ms / ms
+            );
         }
-    }
+    });
     let _ = writeln!(
         r,
         "| recall CPU ({} threads), {} hops + top-{} | {:.2} ms | |",
@@ -635,10 +614,7 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
         a.k,
         if same { "yes" } else { "NO" }
     );
-    print!("{r}");
-    if let Some(path) = &a.out {
-        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
-    }
+    emit(&r, &a.out)?;
     Ok(if same {
         ExitCode::SUCCESS
     } else {
@@ -681,34 +657,19 @@ fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
         "| recall GPU: assignment (GEMM l2 + argmin, fused), inertia, member sort (host), update; points resident | {:.2} ms | |",
         ms
     );
-    match &peer {
-        Ok(p) if p.str("available").as_deref() != Some("false") => {
-            if let Some(pm) = p.num("kmeans_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {}: `{}` | {:.2} ms | recall / peer = {:.2}x |",
-                    p.str("peer").unwrap_or_default(),
-                    p.str("kmeans_expr").unwrap_or_default(),
-                    pm,
-                    ms / pm
-                );
-            }
-        }
-        Ok(p) => {
+    peer_rows(&mut r, Some(&peer), 0, |r, _name, p| {
+        if let Some(pm) = p.num("kmeans_ms") {
             let _ = writeln!(
                 r,
-                "| peer | unavailable | {} |",
-                p.str("reason").unwrap_or_default()
+                "| {}: `{}` | {:.2} ms | recall / peer = {:.2}x |",
+                p.str("peer").unwrap_or_default(),
+                p.str("kmeans_expr").unwrap_or_default(),
+                pm,
+                ms / pm
             );
         }
-        Err(e) => {
-            let _ = writeln!(r, "| peer | unavailable | {e} |");
-        }
-    }
-    print!("{r}");
-    if let Some(path) = &a.out {
-        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
-    }
+    });
+    emit(&r, &a.out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -756,34 +717,19 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
         ms * 1e3,
         100.0 * gbps / copy
     );
-    match &peer {
-        Ok(p) if p.str("available").as_deref() != Some("false") => {
-            if let Some(pm) = p.num("noise_ms") {
-                let _ = writeln!(
-                    r,
-                    "| {}: `{}` | {:.1} us | {:.0} GB/s | recall / peer = {:.2}x |",
-                    p.str("peer").unwrap_or_default(),
-                    p.str("noise_expr").unwrap_or_default(),
-                    pm * 1e3,
-                    bytes / (pm * 1e-3) / 1e9,
-                    ms / pm
-                );
-            }
-        }
-        Ok(p) => {
+    peer_rows(&mut r, Some(&peer), 1, |r, _name, p| {
+        if let Some(pm) = p.num("noise_ms") {
             let _ = writeln!(
                 r,
-                "| peer | unavailable | | {} |",
-                p.str("reason").unwrap_or_default()
+                "| {}: `{}` | {:.1} us | {:.0} GB/s | recall / peer = {:.2}x |",
+                p.str("peer").unwrap_or_default(),
+                p.str("noise_expr").unwrap_or_default(),
+                pm * 1e3,
+                bytes / (pm * 1e-3) / 1e9,
+                ms / pm
             );
         }
-        Err(e) => {
-            let _ = writeln!(r, "| peer | unavailable | | {e} |");
-        }
-    }
-    print!("{r}");
-    if let Some(path) = &a.out {
-        std::fs::write(path, &r).map_err(|e| format!("{path}: {e}"))?;
-    }
+    });
+    emit(&r, &a.out)?;
     Ok(ExitCode::SUCCESS)
 }
