@@ -5,6 +5,7 @@
 mod batching;
 mod calibrate;
 mod faults;
+mod ops;
 mod tenants;
 
 use recall_hybrid_executor::{

@@ -1,0 +1,169 @@
+//! Every op beyond cosine through `run_op`: a fault at any step, of any kind, still gives exactly the CPU's
+//! answer, and OOM splitting by queries (knn, similarity, candidate scoring) gives the unsplit answer.
+
+use super::*;
+use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams};
+use recall_hybrid_executor::{CallOptions, FaultKind, FaultStep, Trigger};
+
+const DIM: usize = 12;
+const NQ: usize = 8;
+
+struct Inputs {
+    queries: Vec<f32>,
+    corpus: Vec<f32>,
+    offsets: Vec<usize>,
+    ids: Vec<u32>,
+    graph: SpreadGraph,
+    seeds: Vec<f32>,
+}
+
+fn inputs() -> Inputs {
+    let corpus = matrix(5, 50, DIM);
+    // Candidate lists of different lengths, distinct ids within each.
+    let mut offsets = vec![0];
+    let mut ids = Vec::new();
+    for q in 0..NQ {
+        ids.extend((0..(5 + q as u32)).map(|i| (i * 7 + q as u32) % 50));
+        offsets.push(ids.len());
+    }
+    // A ring with chords; weights in [0, 1).
+    let n = 40;
+    let indptr: Vec<usize> = (0..=n).map(|u| 3 * u).collect();
+    let indices: Vec<u32> = (0..n)
+        .flat_map(|u| [(u + 1) % n, (u + 7) % n, u].map(|v| v as u32))
+        .collect();
+    let weights: Vec<f32> = matrix(6, 3 * n, 1)
+        .iter()
+        .map(|w| (w + 1.0) * 0.5)
+        .collect();
+    let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).unwrap();
+    let mut seeds = vec![0.0; n];
+    seeds[3] = 1.0;
+    seeds[17] = 0.5;
+    Inputs {
+        queries: matrix(4, NQ, DIM),
+        corpus,
+        offsets,
+        ids,
+        graph,
+        seeds,
+    }
+}
+
+/// Every op's answer, as bits, in one comparable value.
+fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
+    let o = CallOptions::default();
+    let params = SpreadParams {
+        decay: 0.5,
+        threshold: 0.01,
+        hops: 3,
+        k: 5,
+    };
+    let knn = exec
+        .knn(&o, &i.queries, &i.corpus, DIM, Metric::L2, 4)
+        .unwrap()
+        .value;
+    let sim = exec
+        .similarity(&o, &i.queries, &i.corpus, DIM, Metric::Dot)
+        .unwrap()
+        .value;
+    let cand = exec
+        .score_candidates(
+            &o,
+            &i.queries,
+            &i.corpus,
+            DIM,
+            Metric::Cosine,
+            &i.offsets,
+            &i.ids,
+            3,
+        )
+        .unwrap()
+        .value;
+    let spread = exec.spread(&o, &i.graph, &i.seeds, &params).unwrap().value;
+    let km = exec.kmeans(&o, &i.corpus, DIM, 4, 3, 9).unwrap().value;
+    let noise = exec
+        .clip_and_noise(&o, &i.corpus, DIM, 1.0, 0.3, 11)
+        .unwrap()
+        .value;
+    vec![
+        knn.ids.clone(),
+        bits(&knn.scores),
+        bits(&sim),
+        cand.ids.clone(),
+        bits(&cand.scores),
+        bits(&spread.activation),
+        spread.top.ids.clone(),
+        bits(&km.centroids),
+        km.assignments.clone(),
+        km.inertia
+            .iter()
+            .map(|x| x.to_bits() as u32 ^ (x.to_bits() >> 32) as u32)
+            .collect(),
+        bits(&noise),
+    ]
+}
+
+fn cpu_only() -> Executor {
+    Executor::with_backends(
+        ExecutorConfig {
+            policy: DevicePolicy::Cpu,
+            ..config(&ManualClock::new())
+        },
+        Arc::new(CpuBackend),
+        None,
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_op_survives_a_fault_at_every_step() {
+    let i = inputs();
+    let want = answers(&cpu_only(), &i);
+    for step in FaultStep::ALL {
+        for kind in [
+            FaultKind::Gpu,
+            FaultKind::OutOfMemory,
+            FaultKind::DeviceLost,
+        ] {
+            let (exec, gpu, _) = faulty(
+                FaultPlan::new().fail_as(step, Trigger::Always, kind),
+                |_| {},
+            );
+            assert_eq!(answers(&exec, &i), want, "{step:?} {kind:?}");
+            assert!(
+                gpu.stats().injected > 0,
+                "the plan never fired for {step:?} {kind:?}"
+            );
+            let (cpu_calls, _, fallbacks) = exec.counters();
+            assert!(
+                cpu_calls > 0 && fallbacks > 0,
+                "{step:?} {kind:?}: no fallback recorded"
+            );
+        }
+    }
+}
+
+#[test]
+fn without_faults_the_gpu_backend_answers_every_op() {
+    let i = inputs();
+    let (exec, gpu, _) = faulty(FaultPlan::new(), |_| {});
+    assert_eq!(answers(&exec, &i), answers(&cpu_only(), &i));
+    assert_eq!(exec.counters().2, 0, "no fallbacks");
+    assert_eq!(gpu.stats().calls, 6, "one GPU call per op");
+}
+
+#[test]
+fn oom_splitting_by_queries_gives_the_unsplit_answer() {
+    let i = inputs();
+    let want = answers(&cpu_only(), &i);
+    // More than 2 queries at once is "out of memory": splittable ops halve down to 2 and stay on the GPU.
+    let (exec, gpu, _) = faulty(FaultPlan::new().oom_above_units(2), |c| {
+        c.oom_split_floor = 1
+    });
+    assert_eq!(answers(&exec, &i), want);
+    assert!(
+        gpu.stats().calls > 6,
+        "the splittable ops were retried in parts"
+    );
+}
