@@ -622,9 +622,9 @@ impl Kernels {
 #[derive(Debug)]
 pub struct DeviceGraph {
     n_nodes: usize,
-    /// Nodes with at least `SPREAD_HUB_MIN` in-edges (a block each).
-    n_hubs: usize,
-    hubs: CudaSlice<u32>,
+    /// Node ids by in-degree class (hubs, > 16, 9-16, <= 8 in-edges), one list after the other.
+    n_class: [u32; 4],
+    nodes: CudaSlice<u32>,
     in_ptr: CudaSlice<u64>,
     in_src: CudaSlice<u32>,
     in_w: CudaSlice<f32>,
@@ -677,14 +677,23 @@ impl Kernels {
         } else {
             gpu.upload(in_w)?
         };
-        let hubs: Vec<u32> = (0..n)
-            .filter(|&v| in_ptr[v + 1] - in_ptr[v] >= recall_kernel_shared::SPREAD_HUB_MIN)
-            .map(|v| v as u32)
-            .collect();
+        let degree = |v: usize| in_ptr[v + 1] - in_ptr[v];
+        let class = |v: usize| match degree(v) {
+            d if d >= recall_kernel_shared::SPREAD_HUB_MIN => 0,
+            d if d > 16 => 1,
+            d if d > 8 => 2,
+            _ => 3,
+        };
+        let mut lists: [Vec<u32>; 4] = Default::default();
+        for v in 0..n {
+            lists[class(v)].push(v as u32);
+        }
+        let n_class = [0, 1, 2, 3].map(|c| lists[c].len() as u32);
+        let nodes: Vec<u32> = lists.concat();
         Ok(DeviceGraph {
             n_nodes: n,
-            n_hubs: hubs.len(),
-            hubs: gpu.upload(if hubs.is_empty() { &[0u32][..] } else { &hubs })?,
+            n_class,
+            nodes: gpu.upload(&nodes)?,
             in_ptr: gpu.upload(in_ptr)?,
             in_src: in_src_dev,
             in_w: in_w_dev,
@@ -715,7 +724,9 @@ impl Kernels {
         let mut total = gpu.alloc_zeros::<f32>(n)?;
         gpu.copy_dtod(&prev, &mut total)?;
         let flag = gpu.upload(&[u32::MAX])?;
-        let blocks = graph.n_hubs + n.div_ceil((GRAPH_BLOCK / 32) as usize);
+        let warps = (GRAPH_BLOCK / 32) as usize;
+        let [hubs, n32, n16, n8] = graph.n_class.map(|c| c as usize);
+        let blocks = hubs + n32.div_ceil(warps) + n16.div_ceil(2 * warps) + n8.div_ceil(4 * warps);
         let cfg = LaunchConfig {
             grid_dim: (to_u32(K, "blocks", blocks)?, 1, 1),
             block_dim: (GRAPH_BLOCK, 1, 1),
@@ -730,17 +741,16 @@ impl Kernels {
                 next: gpu.device_ptr(&next),
                 total: gpu.device_ptr(&total),
                 overflow_hop: gpu.device_ptr(&flag),
-                hubs: gpu.device_ptr(&graph.hubs),
+                nodes: gpu.device_ptr(&graph.nodes),
                 n_nodes: n as u32,
                 hop,
                 decay,
                 threshold,
-                n_hubs: graph.n_hubs as u32,
-                _pad: 0,
+                n_class: graph.n_class,
             };
-            // SAFETY: the graph was validated by `upload_graph` (the hubs are its nodes with at least
-            // SPREAD_HUB_MIN in-edges); prev, next and total hold n values, the flag one; one block per hub,
-            // then one warp per node, with the hub blocks' shared memory, as the kernel documents.
+            // SAFETY: the graph was validated by `upload_graph`, which also binned every node into exactly
+            // one in-degree class; prev, next and total hold n values, the flag one; the grid covers the four
+            // classes and the hub blocks get their shared memory, as the kernel documents.
             unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
             std::mem::swap(&mut prev, &mut next);
         }

@@ -150,14 +150,16 @@ pub struct SpreadHopParams {
     pub total: u64,
     /// u32: the first hop at which a value became infinite (`atomicMin`), `u32::MAX` if none.
     pub overflow_hop: u64,
-    /// u32 ids of the hubs (nodes with at least `SPREAD_HUB_MIN` in-edges), one block each.
-    pub hubs: u64,
+    /// u32 node ids by in-degree class, one list after the other: the hubs (at least `SPREAD_HUB_MIN`
+    /// in-edges, a block each), then nodes with more than 16 in-edges (a warp each), then 9 to 16 (two per
+    /// warp), then at most 8 (four per warp).
+    pub nodes: u64,
     pub n_nodes: u32,
     pub hop: u32,
     pub decay: f32,
     pub threshold: f32,
-    pub n_hubs: u32,
-    pub _pad: u32,
+    /// Lengths of the four lists in `nodes`: hubs, 32-lane, 16-lane, 8-lane.
+    pub n_class: [u32; 4],
 }
 
 /// Nodes with at least this many in-edges take the block-staged hub path of `spread_hop`.
