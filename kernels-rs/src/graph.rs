@@ -253,23 +253,48 @@ unsafe fn hub(p: &SpreadHopParams, b: u32) {
         p.prev as *const f32,
     );
     let loaders = GRAPH_BLOCK as usize - 32;
-    // Warps 1..8 stage chunk c into buffer c % 2.
+    // Warps 1..8 stage chunk c into buffer c % 2. Each loader owns positions `t - 32 + loaders * m`: all
+    // its sources and weights are loaded, then all gathers issued, then all stores done, so a chunk costs
+    // about two memory latencies instead of two per position.
+    const PER: usize = CHUNK.div_ceil(GRAPH_BLOCK as usize - 32);
     let stage = |c: usize| {
         if warp == 0 || c >= n_chunks {
             return;
         }
         let base = c * CHUNK;
         let (wb, ab) = (buf(c % 2, 0), buf(c % 2, 1));
-        let mut i = t - 32;
-        while i < CHUNK && base + i < len {
-            let j = start as usize + base + i;
-            // SAFETY: j < end; sources are below n_nodes; i < CHUNK inside the buffers.
-            unsafe {
-                let s = *src.add(j);
-                *wb.add(i) = *w.add(j);
-                *ab.add(i) = *prev.add(s as usize);
+        let here = (len - base).min(CHUNK);
+        let mut sw = [(0u32, 0.0f32); PER];
+        let mut m = 0;
+        while m < PER {
+            let i = t - 32 + loaders * m;
+            if i < here {
+                let j = start as usize + base + i;
+                // SAFETY: j < end.
+                sw[m] = unsafe { (*src.add(j), *w.add(j)) };
             }
-            i += loaders;
+            m += 1;
+        }
+        let mut a = [0.0f32; PER];
+        let mut m = 0;
+        while m < PER {
+            if t - 32 + loaders * m < here {
+                // SAFETY: sources are below n_nodes.
+                a[m] = unsafe { *prev.add(sw[m].0 as usize) };
+            }
+            m += 1;
+        }
+        let mut m = 0;
+        while m < PER {
+            let i = t - 32 + loaders * m;
+            if i < here {
+                // SAFETY: i < CHUNK: inside the buffers.
+                unsafe {
+                    *wb.add(i) = sw[m].1;
+                    *ab.add(i) = a[m];
+                }
+            }
+            m += 1;
         }
     };
     let mut acc = 0.0f32;
