@@ -13,6 +13,16 @@ pub enum MetricArg {
     L2,
 }
 
+impl MetricArg {
+    fn name(self) -> &'static str {
+        match self {
+            MetricArg::Cosine => "cosine",
+            MetricArg::Dot => "dot",
+            MetricArg::L2 => "l2",
+        }
+    }
+}
+
 impl From<MetricArg> for recall::Metric {
     fn from(m: MetricArg) -> Self {
         match m {
@@ -136,11 +146,11 @@ pub fn knn(a: KnnArgs) -> Result<ExitCode, String> {
     save(&a.out, "ids.npy", &hits.ids, &[n_q, hits.k])?;
     save(&a.out, "scores.npy", &hits.scores, &[n_q, hits.k])?;
     println!(
-        "knn: {n_q} queries x {} rows, dim {}, k {}, {:?}: {} in {took}{} -> {}",
+        "knn: {n_q} queries x {} rows, dim {}, k {}, {}: {} in {took}{} -> {}",
         corpus.n_rows,
         corpus.dim,
         hits.k,
-        a.metric,
+        a.metric.name(),
         hits.device,
         fallback_note(&hits.fallback),
         a.out.display()

@@ -362,8 +362,23 @@ fn read_elements<T: NpyElement, R: Read>(
     if known {
         reserve(&mut out, count, path)?;
     }
+    append_elements(r, count, &mut out, &mut Vec::new(), path)?;
+    Ok(out)
+}
+
+/// Append `count` elements to `out`, reading through `buf` (at most [`CHUNK`] bytes, reused).
+fn append_elements<T: NpyElement, R: Read>(
+    r: &mut R,
+    count: usize,
+    out: &mut Vec<T>,
+    buf: &mut Vec<u8>,
+    path: &str,
+) -> Result<(), IoError> {
     let per_chunk = (CHUNK / T::SIZE).max(1);
-    let mut buf = vec![0u8; per_chunk.min(count).saturating_mul(T::SIZE)];
+    let want = per_chunk.min(count).saturating_mul(T::SIZE);
+    if buf.len() < want {
+        buf.resize(want, 0);
+    }
     let mut left = count;
     while left > 0 {
         let n = left.min(per_chunk);
@@ -372,7 +387,7 @@ fn read_elements<T: NpyElement, R: Read>(
         out.extend(bytes.chunks_exact(T::SIZE).map(T::from_le));
         left -= n;
     }
-    Ok(out)
+    Ok(())
 }
 
 fn read_elements_u8<R: Read>(
@@ -876,7 +891,7 @@ impl NpyArray {
         let NpyData::Text(raw) = &self.data else {
             return Err(self.wrong_dtype("a string"));
         };
-        if self.shape.iter().product::<u64>() != 1 {
+        if self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)) != Some(1) {
             return Err(self.wrong_shape("a single string"));
         }
         let s: String = match self.dtype {
@@ -1038,6 +1053,7 @@ fn read_fvecs_stream<R: Read>(
         expected_rows = Some(rows);
     }
     let mut n_rows = 0usize;
+    let mut buf = Vec::new();
     loop {
         if n_rows > 0 {
             if !read_full_or_eof(r, &mut b, path, "a vector's dimension")? {
@@ -1053,11 +1069,10 @@ fn read_fvecs_stream<R: Read>(
                 ));
             }
         }
-        let row = read_elements::<f32, _>(r, dim, false, path).map_err(|e| match e {
+        append_elements::<f32, _>(r, dim, &mut data, &mut buf, path).map_err(|e| match e {
             IoError::Truncated { .. } => fvecs_err(path, format!("vector {n_rows} is truncated")),
             other => other,
         })?;
-        data.extend_from_slice(&row);
         n_rows += 1;
         if expected_rows == Some(n_rows as u64) {
             expect_eof(r, path)?;

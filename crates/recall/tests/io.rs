@@ -640,6 +640,45 @@ fn seeds_npy() -> Vec<Vec<u8>> {
     ]
 }
 
+const HEADER_TOKENS: &[&str] = &[
+    "{",
+    "}",
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (",
+    "'descr'",
+    "'shape'",
+    "'fortran_order'",
+    ":",
+    ": ",
+    ",",
+    ", ",
+    "(",
+    ")",
+    "'<f4'",
+    "'<i8'",
+    "'>f4'",
+    "'|S3'",
+    "'<U2'",
+    "'<f'",
+    "''",
+    "'",
+    "True",
+    "False",
+    "0",
+    "1",
+    "2",
+    "3",
+    "16",
+    "L",
+    "18446744073709551615",
+    "99999999999999999999",
+    " ",
+    "\n",
+    "\"",
+    "\\",
+    "\x00",
+    "é",
+];
+
 fn check_npy(b: &[u8]) {
     // Every entry point: a typed result either way.
     let _ = io::npy_from_bytes(b).map(|a| {
@@ -667,6 +706,31 @@ proptest! {
     fn hostile_npy(seed in 0usize..6, (e, cut) in edits()) {
         let b = mutate(seeds_npy()[seed].clone(), &e, cut);
         check_npy(&b);
+    }
+
+    /// Headers assembled from the dict's own tokens, in any order, reach deep into the parser.
+    #[test]
+    fn hostile_npy_headers(
+        version in 1u8..4,
+        tokens in prop::collection::vec(prop::sample::select(HEADER_TOKENS), 0..24),
+        data_len in 0usize..64,
+    ) {
+        let text: String = tokens.concat();
+        let b = npy_raw(version, &text, &vec![0x3f; data_len]);
+        check_npy(&b);
+        if let Ok(a) = io::npy_from_bytes(&b) {
+            let count = a.shape.iter().product::<u64>() as usize;
+            let len = match &a.data {
+                NpyData::F32(v) => v.len(),
+                NpyData::F64(v) => v.len(),
+                NpyData::I32(v) => v.len(),
+                NpyData::I64(v) => v.len(),
+                NpyData::U32(v) => v.len(),
+                NpyData::U64(v) => v.len(),
+                NpyData::Text(_) => count,
+            };
+            prop_assert_eq!(len, count);
+        }
     }
 
     #[test]
