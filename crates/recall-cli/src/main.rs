@@ -1,8 +1,10 @@
-//! `recall`: the command-line tool. `recall info`, `recall demo`, `recall diff-test`, `recall bench`.
+//! `recall`: the command-line tool. `recall info`, `recall demo`, `recall diff-test`, `recall bench`,
+//! and the ops on files: `recall knn`, `recall spread`, `recall kmeans`.
 
 mod bench;
 mod demo;
 mod info;
+mod ops;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +31,12 @@ enum Command {
     DiffTest(DiffTestArgs),
     /// Measure the ops on the GPU and the CPU, next to PyTorch when it is installed.
     Bench(bench::BenchArgs),
+    /// The k nearest corpus rows of each query (.npy or .fvecs in, ids.npy and scores.npy out).
+    Knn(ops::KnnArgs),
+    /// Activation spreading over a SciPy CSR .npz graph (activation.npy, top_ids.npy, top_scores.npy out).
+    Spread(ops::SpreadArgs),
+    /// k-means of the rows of a .npy or .fvecs file (centroids.npy, assignments.npy, inertia.npy out).
+    Kmeans(ops::KmeansArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -60,6 +68,9 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::DiffTest(a) => diff_test(a),
         Command::Bench(a) => bench::run(a),
+        Command::Knn(a) => ops::knn(a),
+        Command::Spread(a) => ops::spread(a),
+        Command::Kmeans(a) => ops::kmeans(a),
     };
     match result {
         Ok(code) => code,

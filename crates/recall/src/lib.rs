@@ -23,6 +23,7 @@
 
 mod engine;
 mod error;
+pub mod io;
 
 pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Noised, Scores};
 pub use error::Error;
