@@ -59,56 +59,6 @@ pub fn gib(bytes: usize) -> String {
 
 pub const COMMIT: &str = env!("RECALL_GIT_COMMIT");
 
-/// Plain numbers that `.npy` files hold, with their NumPy type strings.
-pub trait NpyScalar: Copy {
-    const DESCR: &'static str;
-    fn write_le(self, out: &mut Vec<u8>);
-}
-
-impl NpyScalar for f32 {
-    const DESCR: &'static str = "<f4";
-    fn write_le(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl NpyScalar for u32 {
-    const DESCR: &'static str = "<u4";
-    fn write_le(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl NpyScalar for u64 {
-    const DESCR: &'static str = "<u8";
-    fn write_le(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-/// Write a one-dimensional `.npy` file (format 1.0) that NumPy reads as it is.
-pub fn write_npy<T: NpyScalar>(path: &str, values: &[T]) -> Result<(), String> {
-    let dict = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': ({},), }}",
-        T::DESCR,
-        values.len()
-    );
-    // Magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64, ending in \n.
-    let unpadded = 10 + dict.len() + 1;
-    let header = format!(
-        "{dict}{}\n",
-        " ".repeat(unpadded.next_multiple_of(64) - unpadded)
-    );
-    let mut out = Vec::with_capacity(10 + header.len() + std::mem::size_of_val(values));
-    out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    for v in values {
-        v.write_le(&mut out);
-    }
-    std::fs::write(path, out).map_err(|e| format!("{path}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,32 +69,6 @@ mod tests {
         assert_eq!(grouped(999), "999");
         assert_eq!(grouped(1000), "1,000");
         assert_eq!(grouped(1_000_000), "1,000,000");
-    }
-
-    #[test]
-    fn npy_files_have_numpys_layout() {
-        let path = std::env::temp_dir().join(format!("recall-npy-{}.npy", std::process::id()));
-        let p = path.to_string_lossy().into_owned();
-        write_npy(&p, &[1.5f32, -2.0]).unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
-        let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-        assert_eq!(
-            (10 + header_len) % 64,
-            0,
-            "data starts on a 64-byte boundary"
-        );
-        let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-        assert!(
-            header.contains("'descr': '<f4'")
-                && header.contains("'shape': (2,)")
-                && header.ends_with('\n')
-        );
-        assert_eq!(
-            &bytes[10 + header_len..],
-            &[1.5f32.to_le_bytes(), (-2.0f32).to_le_bytes()].concat()[..]
-        );
     }
 
     #[test]
