@@ -508,21 +508,17 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
     std::fs::create_dir_all(&a.graph_dir).map_err(|e| format!("{}: {e}", a.graph_dir))?;
     let ptr64: Vec<u64> = ptr.iter().map(|&p| p as u64).collect();
     recall::io::write_npy(
-        &format!("{}/in_ptr.npy", a.graph_dir),
+        format!("{}/in_ptr.npy", a.graph_dir),
         &ptr64,
         &[ptr64.len()],
     )
     .map_err(|e| e.to_string())?;
-    recall::io::write_npy(&format!("{}/in_src.npy", a.graph_dir), src, &[src.len()])
+    recall::io::write_npy(format!("{}/in_src.npy", a.graph_dir), src, &[src.len()])
         .map_err(|e| e.to_string())?;
-    recall::io::write_npy(&format!("{}/in_w.npy", a.graph_dir), w, &[w.len()])
+    recall::io::write_npy(format!("{}/in_w.npy", a.graph_dir), w, &[w.len()])
         .map_err(|e| e.to_string())?;
-    recall::io::write_npy(
-        &format!("{}/seeds.npy", a.graph_dir),
-        &seeds,
-        &[seeds.len()],
-    )
-    .map_err(|e| e.to_string())?;
+    recall::io::write_npy(format!("{}/seeds.npy", a.graph_dir), &seeds, &[seeds.len()])
+        .map_err(|e| e.to_string())?;
     let (hop_ms, spread_ms) = recall::diagnostics::bench::spread_ms(
         gpu,
         &graph,
