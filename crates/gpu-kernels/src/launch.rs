@@ -948,6 +948,78 @@ impl Kernels {
     }
 }
 
+/// Host buffers one k-means iteration reuses (sized for `n` points and `k` clusters).
+#[derive(Debug, Clone, Default)]
+pub struct KMeansScratch {
+    keys: Vec<u64>,
+    counts: Vec<u32>,
+    offsets: Vec<u32>,
+    members: Vec<u32>,
+}
+
+impl Kernels {
+    /// One Lloyd iteration (`docs/numerics.md`, "k-means"): assignment (`gemm_l2_argmin`), the iteration's
+    /// inertia, the members of each cluster in point order (a counting sort on the host, O(n)), and the
+    /// centroid update. Writes each point's cluster into `assignments`; returns the inertia. A device answer
+    /// that names no valid cluster is an error, not an answer.
+    #[allow(clippy::too_many_arguments)]
+    pub fn kmeans_iteration(
+        &self,
+        gpu: &Gpu,
+        points: &CudaSlice<f32>,
+        n_points: usize,
+        dim: usize,
+        centroids: &mut CudaSlice<f32>,
+        k: usize,
+        keys: &mut CudaSlice<u64>,
+        assignments: &mut [u32],
+        scratch: &mut KMeansScratch,
+    ) -> Result<f64, KernelError> {
+        const K: &str = "kmeans_iteration";
+        if assignments.len() != n_points {
+            return Err(shape(K, "one assignment per point"));
+        }
+        self.kmeans_assign(gpu, points, n_points, dim, centroids, k, keys)?;
+        let inertia = self.kmeans_inertia(gpu, keys, n_points)?;
+        scratch.keys.resize(n_points, 0);
+        gpu.download_prefix(keys, &mut scratch.keys)?;
+        scratch.counts.clear();
+        scratch.counts.resize(k, 0);
+        for (a, key) in assignments.iter_mut().zip(&scratch.keys) {
+            *a = *key as u32;
+            let Some(c) = scratch.counts.get_mut(*a as usize) else {
+                return Err(shape(
+                    K,
+                    format!("the device assigned a point to cluster {a} of {k}"),
+                ));
+            };
+            *c += 1;
+        }
+        scratch.offsets.clear();
+        scratch.offsets.push(0);
+        for c in 0..k {
+            let next = scratch.offsets[c] + scratch.counts[c];
+            scratch.offsets.push(next);
+        }
+        let mut fill = scratch.offsets[..k].to_vec();
+        scratch.members.resize(n_points, 0);
+        for (p, &a) in assignments.iter().enumerate() {
+            scratch.members[fill[a as usize] as usize] = p as u32;
+            fill[a as usize] += 1;
+        }
+        self.kmeans_update(
+            gpu,
+            points,
+            n_points,
+            dim,
+            &scratch.members,
+            &scratch.offsets,
+            centroids,
+        )?;
+        Ok(inertia)
+    }
+}
+
 /// Device addresses of the norms a metric needs (cosine), checked for length; 0 for the others.
 fn norm_ptrs(
     gpu: &Gpu,

@@ -15,5 +15,6 @@ mod launch;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use launch::{
-    KernelError, Kernels, LoadedImage, SCAN_MAX_QUERIES, Segments, SimMetric, TopKResult,
+    DeviceGraph, INERTIA_BLOCK, KMeansScratch, KernelError, Kernels, LoadedImage, SCAN_MAX_QUERIES,
+    Segments, SimMetric, TopKResult,
 };

@@ -402,28 +402,21 @@ mod gpu_graph {
         let pts = g.upload(points).map_err(err)?;
         let mut centroids = g.upload(&init).map_err(err)?;
         let mut keys = g.alloc_zeros::<u64>(n).map_err(err)?;
-        let mut host = vec![0u64; n];
+        let mut assignments = vec![0u32; n];
+        let mut scratch = recall_gpu_kernels::KMeansScratch::default();
         let mut one = || -> Result<(), String> {
-            kern.kmeans_assign(g, &pts, n, dim, &centroids, k, &mut keys)
-                .map_err(err)?;
-            kern.kmeans_inertia(g, &keys, n).map_err(err)?;
-            g.download_into(&keys, &mut host).map_err(err)?;
-            let mut counts = vec![0u32; k + 1];
-            for key in &host {
-                counts[*key as u32 as usize + 1] += 1;
-            }
-            for c in 0..k {
-                counts[c + 1] += counts[c];
-            }
-            let mut fill = counts[..k].to_vec();
-            let mut members = vec![0u32; n];
-            for (p, key) in host.iter().enumerate() {
-                let a = *key as u32 as usize;
-                members[fill[a] as usize] = p as u32;
-                fill[a] += 1;
-            }
-            kern.kmeans_update(g, &pts, n, dim, &members, &counts, &mut centroids)
-                .map_err(err)?;
+            kern.kmeans_iteration(
+                g,
+                &pts,
+                n,
+                dim,
+                &mut centroids,
+                k,
+                &mut keys,
+                &mut assignments,
+                &mut scratch,
+            )
+            .map_err(err)?;
             g.synchronize().map_err(err)
         };
         one()?;

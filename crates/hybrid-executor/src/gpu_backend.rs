@@ -10,7 +10,9 @@ mod imp {
     use recall_cpu_simd::{
         KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
-    use recall_gpu_kernels::{KernelError, Kernels, Segments, SimMetric, TopKResult};
+    use recall_gpu_kernels::{
+        KMeansScratch, KernelError, Kernels, Segments, SimMetric, TopKResult,
+    };
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
 
@@ -344,40 +346,24 @@ mod imp {
             let pts = g.upload(points).map_err(map_gpu_error)?;
             let mut centroids = g.upload(&init).map_err(map_gpu_error)?;
             let mut keys = g.alloc_zeros::<u64>(n).map_err(map_gpu_error)?;
-            let mut host_keys = vec![0u64; n];
             let mut assignments = vec![0u32; n];
             let mut inertia = Vec::with_capacity(iters);
-            let mut counts = vec![0u32; k];
-            let mut offsets = vec![0u32; k + 1];
-            let mut members = vec![0u32; n];
+            let mut scratch = KMeansScratch::default();
             for _ in 0..iters {
-                kern.kmeans_assign(g, &pts, n, dim, &centroids, k, &mut keys)
+                let it = kern
+                    .kmeans_iteration(
+                        g,
+                        &pts,
+                        n,
+                        dim,
+                        &mut centroids,
+                        k,
+                        &mut keys,
+                        &mut assignments,
+                        &mut scratch,
+                    )
                     .map_err(map_kernel_error)?;
-                inertia.push(kern.kmeans_inertia(g, &keys, n).map_err(map_kernel_error)?);
-                g.download_into(&keys, &mut host_keys)
-                    .map_err(map_gpu_error)?;
-                // Members of each cluster in point order: a counting sort on the host (O(n)).
-                counts.iter_mut().for_each(|c| *c = 0);
-                for (a, key) in assignments.iter_mut().zip(&host_keys) {
-                    *a = *key as u32;
-                    // A device that returned no or a foreign centroid is failing: answer on the CPU.
-                    let Some(c) = counts.get_mut(*a as usize) else {
-                        return Err(BackendError::Gpu(format!(
-                            "the GPU assigned a point to cluster {a} of {k}"
-                        )));
-                    };
-                    *c += 1;
-                }
-                for c in 0..k {
-                    offsets[c + 1] = offsets[c] + counts[c];
-                }
-                let mut fill = offsets[..k].to_vec();
-                for (p, &a) in assignments.iter().enumerate() {
-                    members[fill[a as usize] as usize] = p as u32;
-                    fill[a as usize] += 1;
-                }
-                kern.kmeans_update(g, &pts, n, dim, &members, &offsets, &mut centroids)
-                    .map_err(map_kernel_error)?;
+                inertia.push(it);
             }
             let centroids = g.download(&centroids).map_err(map_gpu_error)?;
             Ok(KMeans {
