@@ -1,4 +1,5 @@
 use crate::device::Device;
+use crate::shared_corpus::SharedCorpus;
 use recall_cpu_simd::{Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 use thiserror::Error;
 
@@ -62,6 +63,18 @@ pub trait Backend: Send + Sync {
     ) -> Result<TopK, BackendError> {
         let _ = (queries, corpus, dim, metric, k);
         Err(BackendError::Unsupported { op: "knn" })
+    }
+
+    /// [`Backend::knn`] against a [`SharedCorpus`]. A backend may keep the corpus resident between calls
+    /// (the GPU backend does); the default runs the slice path.
+    fn knn_shared(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.knn(queries, corpus.data(), corpus.dim(), metric, k)
     }
 
     /// The `k` best of each query's candidate rows `ids[offsets[q] .. offsets[q + 1]]`.

@@ -707,6 +707,20 @@ mod run_gpu {
                 let a = cpu.knn(&queries, &corpus, dim, metric, kk).map_err(e)?;
                 let b = gpu.knn(&queries, &corpus, dim, metric, kk).map_err(e)?;
                 compare_topk(diff_of(diffs, "backend knn"), &a, &b);
+                // The same through a shared corpus: uploaded on the first call, resident for the second.
+                let shared =
+                    crate::shared_corpus::SharedCorpus::new(corpus.clone(), dim).map_err(e)?;
+                for _ in 0..2 {
+                    let c = gpu.knn_shared(&queries, &shared, metric, kk).map_err(e)?;
+                    compare_topk(diff_of(diffs, "knn resident"), &a, &c);
+                }
+                if gpu.resident_corpora() == 0 {
+                    return Err("a live shared corpus is not resident on the GPU".into());
+                }
+                drop(shared);
+                if gpu.resident_corpora() != 0 {
+                    return Err("a dropped shared corpus is still resident on the GPU".into());
+                }
                 let (offsets, ids) = candidate_lists(&mut rng, nq, n, kk, 3000);
                 let a = cpu
                     .score_candidates(&queries, &corpus, dim, metric, &offsets, &ids, kk)

@@ -6,6 +6,7 @@
 mod imp {
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
+    use crate::shared_corpus::SharedCorpus;
     use parking_lot::Mutex;
     use recall_cpu_simd::{
         KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
@@ -45,6 +46,17 @@ mod imp {
         kernels: Kernels,
         description: GpuDescription,
         lock: Mutex<()>,
+        /// Device copies of shared corpora, kept while the corpus lives (checked on every shared call).
+        resident: Mutex<Vec<Resident>>,
+    }
+
+    /// A shared corpus on the device: its rows and, once a cosine call needed them, its norms.
+    #[derive(Debug)]
+    struct Resident {
+        id: u64,
+        alive: std::sync::Weak<crate::shared_corpus::Inner>,
+        rows: CudaSlice<f32>,
+        norms: Option<CudaSlice<f32>>,
     }
 
     pub(crate) fn map_gpu_error(e: GpuError) -> BackendError {
@@ -114,6 +126,7 @@ mod imp {
                 kernels,
                 description,
                 lock: Mutex::new(()),
+                resident: Mutex::new(Vec::new()),
             })
         }
 
@@ -145,6 +158,66 @@ mod imp {
                 None
             };
             Ok((rows, norms))
+        }
+    }
+
+    impl GpuBackend {
+        /// knn of `queries` against rows already on the device: queries in chunks so that the score buffer
+        /// stays under `SCORE_CHUNK_BYTES` (never the whole Q x N matrix), each chunk's top-k by radix select.
+        #[allow(clippy::too_many_arguments)]
+        fn knn_on(
+            &self,
+            queries: &[f32],
+            c: &CudaSlice<f32>,
+            cn: Option<&CudaSlice<f32>>,
+            n: usize,
+            dim: usize,
+            metric: Metric,
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let nq = queries.len() / dim;
+            let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
+            let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(map_gpu_error)?;
+            let mut result = TopK {
+                k,
+                ids: Vec::with_capacity(nq * k),
+                scores: Vec::with_capacity(nq * k),
+            };
+            for q0 in (0..nq).step_by(chunk) {
+                let m = chunk.min(nq - q0);
+                let (q, qn) = self.upload_rows(&queries[q0 * dim..(q0 + m) * dim], dim, metric)?;
+                kern.similarity(
+                    g,
+                    sim_metric(metric),
+                    &q,
+                    qn.as_ref(),
+                    c,
+                    cn,
+                    m,
+                    n,
+                    dim,
+                    &mut scores,
+                )
+                .map_err(map_kernel_error)?;
+                let segs = Segments::Dense {
+                    n_segments: m,
+                    seg_len: n,
+                };
+                let part = kern
+                    .select_topk(g, &scores, None, segs, k, sim_metric(metric).higher_first())
+                    .map_err(map_kernel_error)?;
+                result.ids.extend(part.ids);
+                result.scores.extend(part.scores);
+            }
+            Ok(result)
+        }
+
+        /// How many shared corpora are on the device now (after dropping those that no longer exist).
+        pub fn resident_corpora(&self) -> usize {
+            let mut resident = self.resident.lock();
+            resident.retain(|r| r.alive.strong_count() > 0);
+            resident.len()
         }
     }
 
@@ -193,44 +266,57 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
-            let (g, kern) = (&self.gpu, &self.kernels);
-            let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            // Queries go in chunks so that the score buffer stays bounded (no Q x N matrix for large N).
-            let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
-            let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(map_gpu_error)?;
-            let mut result = TopK {
-                k,
-                ids: Vec::with_capacity(nq * k),
-                scores: Vec::with_capacity(nq * k),
-            };
-            for q0 in (0..nq).step_by(chunk) {
-                let m = chunk.min(nq - q0);
-                let (q, qn) = self.upload_rows(&queries[q0 * dim..(q0 + m) * dim], dim, metric)?;
-                kern.similarity(
-                    g,
-                    sim_metric(metric),
-                    &q,
-                    qn.as_ref(),
-                    &c,
-                    cn.as_ref(),
-                    m,
-                    n,
-                    dim,
-                    &mut scores,
-                )
-                .map_err(map_kernel_error)?;
-                let segs = Segments::Dense {
-                    n_segments: m,
-                    seg_len: n,
+            self.knn_on(queries, &c, cn.as_ref(), corpus.len() / dim, dim, metric, k)
+        }
+
+        fn knn_shared(
+            &self,
+            queries: &[f32],
+            corpus: &SharedCorpus,
+            metric: Metric,
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (n, dim) = (corpus.n_rows(), corpus.dim());
+            let mut resident = self.resident.lock();
+            // Free the device copies of corpora that no longer exist.
+            resident.retain(|r| r.alive.strong_count() > 0);
+            if !resident.iter().any(|r| r.id == corpus.id()) {
+                let rows = match g.upload(corpus.data()) {
+                    Ok(rows) => rows,
+                    Err(e) if e.is_out_of_memory() => {
+                        // Make room: drop the other corpora's copies (they are uploaded again when used).
+                        resident.clear();
+                        g.upload(corpus.data()).map_err(map_gpu_error)?
+                    }
+                    Err(e) => return Err(map_gpu_error(e)),
                 };
-                let part = kern
-                    .select_topk(g, &scores, None, segs, k, sim_metric(metric).higher_first())
-                    .map_err(map_kernel_error)?;
-                result.ids.extend(part.ids);
-                result.scores.extend(part.scores);
+                resident.push(Resident {
+                    id: corpus.id(),
+                    alive: corpus.weak(),
+                    rows,
+                    norms: None,
+                });
             }
-            Ok(result)
+            let Some(entry) = resident.iter_mut().find(|r| r.id == corpus.id()) else {
+                return Err(BackendError::Gpu(
+                    "resident corpus missing after upload".into(),
+                ));
+            };
+            if metric == Metric::Cosine && entry.norms.is_none() {
+                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
+                kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
+                    .map_err(map_kernel_error)?;
+                entry.norms = Some(norms);
+            }
+            let norms = if metric == Metric::Cosine {
+                entry.norms.as_ref()
+            } else {
+                None
+            };
+            self.knn_on(queries, &entry.rows, norms, n, dim, metric, k)
         }
 
         fn score_candidates(

@@ -43,6 +43,7 @@ mod gpu_backend;
 mod metrics;
 mod op;
 mod ops;
+mod shared_corpus;
 mod tenant;
 
 pub use backend::{Backend, BackendError, CpuBackend};
@@ -58,6 +59,7 @@ pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, Fau
 pub use gpu_backend::{GpuBackend, bundle_arches};
 pub use metrics::{FallbackReason, LogHistogram, Metrics, Pow2Histogram, TenantCounters};
 pub use op::{Op, OpKind};
+pub use shared_corpus::SharedCorpus;
 pub use tenant::{TenantConfig, TenantContext, TenantId, VramLedger, Wait, current_tenant};
 
 /// True when this build contains the GPU backend (cargo feature `gpu`).

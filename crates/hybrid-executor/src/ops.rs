@@ -4,6 +4,7 @@
 use crate::backend::{Backend, BackendError};
 use crate::executor::{CallOptions, ExecError, Executor, Outcome, check_matrix};
 use crate::op::{Op, OpKind};
+use crate::shared_corpus::SharedCorpus;
 use recall_cpu_simd::{
     CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_clip_noise_inputs,
     check_kmeans_inputs, check_spread_inputs,
@@ -70,6 +71,8 @@ struct KnnOp<'a> {
     dim: usize,
     metric: Metric,
     k: usize,
+    /// Set when the corpus is a shared one (the backend may keep it resident).
+    shared: Option<&'a SharedCorpus>,
 }
 
 impl Op for KnnOp<'_> {
@@ -93,13 +96,11 @@ impl Op for KnnOp<'_> {
         4 * (q * d + n * d + q + n) + (4 * q * n).min(1 << 30)
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
-        backend.knn(
-            &self.queries[range.start * self.dim..range.end * self.dim],
-            self.corpus,
-            self.dim,
-            self.metric,
-            self.k,
-        )
+        let q = &self.queries[range.start * self.dim..range.end * self.dim];
+        match self.shared {
+            Some(c) => backend.knn_shared(q, c, self.metric, self.k),
+            None => backend.knn(q, self.corpus, self.dim, self.metric, self.k),
+        }
     }
     fn append(&self, acc: &mut TopK, part: TopK) {
         append_topk(acc, part);
@@ -303,6 +304,33 @@ impl Executor {
                 dim,
                 metric,
                 k,
+                shared: None,
+            },
+            opts,
+        )
+    }
+
+    /// [`Executor::knn`] against a [`SharedCorpus`] (validated when it was made): on the GPU the corpus is
+    /// uploaded once and stays on the device while the corpus lives.
+    pub fn knn_shared(
+        &self,
+        opts: &CallOptions,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+    ) -> Result<Outcome<TopK>, ExecError> {
+        let dim = corpus.dim();
+        check_matrix("queries", queries, dim)?;
+        check_k(k, corpus.n_rows())?;
+        self.run_op(
+            &KnnOp {
+                queries,
+                corpus: corpus.data(),
+                dim,
+                metric,
+                k,
+                shared: Some(corpus),
             },
             opts,
         )

@@ -2,6 +2,7 @@ use crate::Error;
 use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
 use recall_hybrid_executor::{
     CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Outcome,
+    SharedCorpus as Corpus,
 };
 
 /// The entry point: owns the backends and answers every op.
@@ -240,6 +241,31 @@ impl Engine {
             queries,
             corpus,
             dim,
+            metric,
+            k,
+        )?))
+    }
+
+    /// Validate `data` (`n_rows x dim`, row-major) once and keep it for repeated searches with
+    /// [`Engine::knn_in`]: on the GPU the rows are uploaded on first use and stay on the device until the
+    /// last clone of the returned [`Corpus`] is dropped.
+    pub fn corpus(&self, data: Vec<f32>, dim: usize) -> Result<Corpus, Error> {
+        Ok(Corpus::new(data, dim)?)
+    }
+
+    /// [`Engine::knn`] against a [`Corpus`] made by [`Engine::corpus`]: the same answer, without moving or
+    /// re-checking the corpus on every call.
+    pub fn knn_in(
+        &self,
+        queries: &[f32],
+        corpus: &Corpus,
+        metric: Metric,
+        k: usize,
+    ) -> Result<Neighbors, Error> {
+        Ok(Neighbors::from_outcome(self.exec.knn_shared(
+            &CallOptions::default(),
+            queries,
+            corpus,
             metric,
             k,
         )?))

@@ -208,3 +208,36 @@ fn clip_and_noise_is_deterministic_and_clips() {
         Err(Error::InvalidInput(_))
     ));
 }
+
+#[test]
+fn a_corpus_handle_gives_the_same_neighbours() {
+    use recall::Metric;
+    let e = cpu_engine();
+    let data: Vec<f32> = (0..60)
+        .map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0)
+        .collect();
+    let corpus = e.corpus(data.clone(), 4).unwrap();
+    assert_eq!((corpus.n_rows(), corpus.dim()), (15, 4));
+    let q = [0.5, -1.0, 2.0, 0.25, /* */ 1.0, 1.0, 1.0, 1.0];
+    for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+        let a = e.knn(&q, &data, 4, metric, 5).unwrap();
+        let b = e.knn_in(&q, &corpus, metric, 5).unwrap();
+        assert_eq!((a.ids, a.scores), (b.ids, b.scores), "{metric:?}");
+    }
+    assert!(matches!(
+        e.corpus(vec![1.0; 7], 4),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.corpus(vec![f32::NAN; 8], 4),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.knn_in(&q, &corpus, Metric::Dot, 16),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        e.knn_in(&q[..3], &corpus, Metric::Dot, 1),
+        Err(Error::InvalidInput(_))
+    ));
+}

@@ -86,6 +86,11 @@ fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
         .clip_and_noise(&o, &i.corpus, DIM, 1.0, 0.3, 11)
         .unwrap()
         .value;
+    let shared = recall_hybrid_executor::SharedCorpus::new(i.corpus.clone(), DIM).unwrap();
+    let knn_shared = exec
+        .knn_shared(&o, &i.queries, &shared, Metric::L2, 4)
+        .unwrap()
+        .value;
     vec![
         knn.ids.clone(),
         bits(&knn.scores),
@@ -101,6 +106,8 @@ fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
             .map(|x| x.to_bits() as u32 ^ (x.to_bits() >> 32) as u32)
             .collect(),
         bits(&noise),
+        knn_shared.ids.clone(),
+        bits(&knn_shared.scores),
     ]
 }
 
@@ -150,7 +157,7 @@ fn without_faults_the_gpu_backend_answers_every_op() {
     let (exec, gpu, _) = faulty(FaultPlan::new(), |_| {});
     assert_eq!(answers(&exec, &i), answers(&cpu_only(), &i));
     assert_eq!(exec.counters().2, 0, "no fallbacks");
-    assert_eq!(gpu.stats().calls, 6, "one GPU call per op");
+    assert_eq!(gpu.stats().calls, 7, "one GPU call per op");
 }
 
 #[test]
