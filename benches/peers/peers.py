@@ -69,6 +69,16 @@ def main():
         out["similarity_expr"] = "normalize(q) @ corpus.T (fp32, TF32 off)"
         out["topk_ms"] = timed(torch, lambda: torch.topk(nf.normalize(q) @ corpus.T, a.k), a.iters)
         out["topk_expr"] = f"torch.topk(normalize(q) @ corpus.T, {a.k})"
+        if a.queries > 8:
+            # The fast-mode peers: fp16 operands (corpus converted once, outside the timing), and TF32.
+            c16, q16 = corpus.half(), q.half()
+            out["topk_fp16_ms"] = timed(torch, lambda: torch.topk(nf.normalize(q16) @ c16.T, a.k), a.iters)
+            out["topk_fp16_expr"] = f"torch.topk(normalize(q16) @ corpus16.T, {a.k}) (fp16)"
+            del c16, q16
+            torch.backends.cuda.matmul.allow_tf32 = True
+            out["topk_tf32_ms"] = timed(torch, lambda: torch.topk(nf.normalize(q) @ corpus.T, a.k), a.iters)
+            out["topk_tf32_expr"] = f"torch.topk(normalize(q) @ corpus.T, {a.k}) (TF32 on)"
+            torch.backends.cuda.matmul.allow_tf32 = False
     if a.op == "spread":
         try:
             import cupy as cp

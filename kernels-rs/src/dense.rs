@@ -27,8 +27,8 @@ use crate::util::{
 use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::math::cosine_from_parts;
 use recall_kernel_shared::{
-    GEMM_TILE, GEMM_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK, ROW_QUERIES_PER_BLOCK,
-    ROW_TILE_K, RowNormsParams, SimParams,
+    GEMM_TILE, GEMM_TILE_K, HalfRowsParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, ROW_BLOCK,
+    ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SimParams,
 };
 
 /// Repeat a block with `$i` bound to the constants 0..8, so that arrays indexed by `$i` stay in registers.
@@ -603,4 +603,34 @@ kernels! {
     gemm_cosine => gemm::<METRIC_COSINE, false>;
     gemm_l2 => gemm::<METRIC_L2, false>;
     gemm_l2_argmin => gemm::<METRIC_L2, true>;
+}
+
+/// `dst[i] = src[i]` widened from f16 or bf16 to f32 (exact), for `n_rows * dim` values, grid-stride: how a
+/// 16-bit corpus becomes the f32 rows the exact kernels read (`docs/numerics.md`: 16-bit corpora are widened
+/// to f32, then scored as f32).
+///
+/// # Safety
+/// Buffers as `HalfRowsParams` documents for `widen_half_rows`; any grid of 256-thread blocks.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn widen_half_rows(p: HalfRowsParams) {
+    let total = u64::from(p.n_rows) * u64::from(p.dim);
+    let stride = u64::from(crate::util::grid_dim_x()) * 256;
+    let mut i = u64::from(block_x()) * 256 + u64::from(thread_x());
+    while i < total {
+        // SAFETY: i < n_rows * dim.
+        let h = unsafe { *(p.src as *const u16).add(i as usize) };
+        let v = if p.bf16 != 0 {
+            f32::from_bits(u32::from(h) << 16)
+        } else {
+            let f: f32;
+            // SAFETY: a register-only conversion, exact for every f16 (PTX `cvt.f32.f16`).
+            unsafe {
+                core::arch::asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(pure, nomem, nostack));
+            }
+            f
+        };
+        // SAFETY: i < n_rows * dim.
+        unsafe { *(p.dst as *mut f32).add(i as usize) = v };
+        i += stride;
+    }
 }

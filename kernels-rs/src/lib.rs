@@ -13,7 +13,8 @@
     core_intrinsics,
     gpu_intrinsics,
     gpu_launch_sized_workgroup_mem,
-    link_llvm_intrinsics
+    link_llvm_intrinsics,
+    asm_experimental_arch
 )]
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -22,6 +23,7 @@ mod cluster;
 mod dense;
 mod graph;
 mod select;
+mod tensor;
 mod util;
 
 #[panic_handler]

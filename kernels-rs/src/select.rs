@@ -14,9 +14,13 @@
 //! `(ceil(longest segment / 4096), n_segments)`; thread `t` of block `x` reads positions
 //! `4096 * x + 256 * i + t` (i < 16) of its segment, coalesced. `select_choose` runs one block per segment.
 
-use crate::util::{block_x, block_y, dynamic_shared_f32, score_key, sync_threads, thread_x};
+use crate::util::{
+    block_x, block_y, dynamic_shared_f32, score_key, shfl_xor_u64, sync_threads, thread_x,
+};
 use core::sync::atomic::{AtomicU32, Ordering};
-use recall_kernel_shared::{SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams, SelectState};
+use recall_kernel_shared::{
+    SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams, SelectState, TopkSmallParams,
+};
 
 const BINS: usize = SELECT_BINS as usize;
 const SHIFTS: [u32; 6] = [53, 42, 31, 20, 9, 0];
@@ -292,4 +296,153 @@ pub unsafe extern "ptx-kernel" fn select_collect(p: SelectParams) {
         }
         i += 1;
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One-pass selection for small k (k <= SMALL_K_MAX) over dense segments.
+//
+// Radix select reads every score seven times (six histogram passes and the collect); for the k of a search
+// (10, 100 at most 32 here) one read is enough. Block (x, y) reads slice x of segment y, 256 * items inputs,
+// coalesced (thread t reads positions slice_start + 256 * i + t). Each thread keeps its SLOTS smallest keys in
+// a sorted register array (insertion by a fixed min/max ladder, only when the key beats the thread's worst),
+// then the block extracts its k smallest keys in k rounds: every thread offers its head, a warp and then a
+// block minimum finds the winner, and the thread holding it pops its head (keys are unique, so exactly one
+// thread does). The k keys go out ascending. Levels repeat over the slices' keys until one slice is left; the
+// last level also writes each key's score, read from the scores at the key's position (so -0.0 is kept).
+// The result is the k smallest keys: the same set and order as radix select and as the CPU.
+// ---------------------------------------------------------------------------------------------------------
+
+/// Insert `key` into the ascending array `a` (dropping its largest entry).
+#[inline(always)]
+fn insert_sorted<const SLOTS: usize>(a: &mut [u64; SLOTS], key: u64) {
+    let mut x = key;
+    let mut i = 0;
+    while i < SLOTS {
+        let lo = if a[i] < x { a[i] } else { x };
+        x = if a[i] < x { x } else { a[i] };
+        a[i] = lo;
+        i += 1;
+    }
+}
+
+/// See the comment block above.
+///
+/// # Safety
+/// Grid `(n_slices, n_segments)`, 256 threads, 64 bytes of dynamic shared memory; `input` holds
+/// `n_segments * seg_len` values of its kind, `out_keys` `n_segments * n_slices * k` u64, and when
+/// `out_scores != 0`: `n_slices == 1`, `out_scores` holds `n_segments * k` f32 and `scores`
+/// `n_segments * score_seg_len` f32, every key's low half is a position below `score_seg_len`;
+/// `1 <= k <= SLOTS`.
+#[inline(always)]
+unsafe fn topk_small<const SLOTS: usize>(p: &TopkSmallParams) {
+    let s = block_y() as u64;
+    let slice = block_x() as u64;
+    let t = thread_x() as u64;
+    let seg_len = u64::from(p.seg_len);
+    let start = slice * 256 * u64::from(p.items);
+    let mut a = [u64::MAX; SLOTS];
+    // Eight loads in flight per thread, then their insertions.
+    let mut i = 0;
+    while i < u64::from(p.items) {
+        let mut keys = [u64::MAX; 8];
+        let mut u = 0;
+        while u < 8 {
+            let j = start + 256 * (i + u) + t;
+            if i + u < u64::from(p.items) && j < seg_len {
+                let at = (s * seg_len + j) as usize;
+                keys[u as usize] = if p.keys_in != 0 {
+                    // SAFETY: j < seg_len: inside segment s of the input keys.
+                    unsafe { *(p.input as *const u64).add(at) }
+                } else {
+                    // SAFETY: as above, for f32 scores.
+                    let score = unsafe { *(p.input as *const f32).add(at) };
+                    (u64::from(score_key(score, p.higher_first != 0)) << 32) | j
+                };
+            }
+            u += 1;
+        }
+        let mut u = 0;
+        while u < 8 {
+            if keys[u] < a[SLOTS - 1] {
+                insert_sorted(&mut a, keys[u]);
+            }
+            u += 1;
+        }
+        i += 8;
+    }
+    let warp_min = dynamic_shared_f32() as *mut u64;
+    let (lane, warp) = (t % 32, t / 32);
+    let out = (p.out_keys as *mut u64)
+        .wrapping_add(((s * u64::from(p.n_slices) + slice) * u64::from(p.k)) as usize);
+    let mut r = 0;
+    // Block-uniform loop: every thread runs k rounds and reaches both barriers of each.
+    while r < p.k {
+        let head = a[0];
+        let mut m = head;
+        m = m.min(shfl_xor_u64(m, 16));
+        m = m.min(shfl_xor_u64(m, 8));
+        m = m.min(shfl_xor_u64(m, 4));
+        m = m.min(shfl_xor_u64(m, 2));
+        m = m.min(shfl_xor_u64(m, 1));
+        if lane == 0 {
+            // SAFETY: warp < 8: inside the 8 u64 of shared memory.
+            unsafe { *warp_min.add(warp as usize) = m };
+        }
+        sync_threads();
+        // SAFETY: the 8 slots were written before the barrier.
+        let mut best = unsafe { *warp_min };
+        let mut w = 1;
+        while w < 8 {
+            // SAFETY: w < 8.
+            best = best.min(unsafe { *warp_min.add(w) });
+            w += 1;
+        }
+        if head == best && best != u64::MAX {
+            let mut i = 0;
+            while i + 1 < SLOTS {
+                a[i] = a[i + 1];
+                i += 1;
+            }
+            a[SLOTS - 1] = u64::MAX;
+        }
+        if t == 0 {
+            // SAFETY: r < k: inside this block's k output keys.
+            unsafe { *out.add(r as usize) = best };
+            if p.out_scores != 0 {
+                let pos = u64::from(best as u32).min(u64::from(p.score_seg_len).saturating_sub(1));
+                // SAFETY: the launcher guarantees positions below score_seg_len; clamped all the same.
+                let score = unsafe {
+                    *(p.scores as *const f32).add((s * u64::from(p.score_seg_len) + pos) as usize)
+                };
+                // SAFETY: n_slices == 1 on the last level, so s * k + r < n_segments * k.
+                unsafe {
+                    *(p.out_scores as *mut f32).add((s * u64::from(p.k) + u64::from(r)) as usize) =
+                        score
+                };
+            }
+        }
+        // No thread rewrites the minima before every thread has read them.
+        sync_threads();
+        r += 1;
+    }
+}
+
+/// `topk_small` with 16 slots per thread (k <= 16).
+///
+/// # Safety
+/// Launched only through `Kernels::select_topk` in `recall-gpu-kernels`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn topk_small_16(p: TopkSmallParams) {
+    // SAFETY: forwarded launcher contract.
+    unsafe { topk_small::<16>(&p) }
+}
+
+/// `topk_small` with 32 slots per thread (k <= 32).
+///
+/// # Safety
+/// Launched only through `Kernels::select_topk` in `recall-gpu-kernels`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn topk_small_32(p: TopkSmallParams) {
+    // SAFETY: forwarded launcher contract.
+    unsafe { topk_small::<32>(&p) }
 }

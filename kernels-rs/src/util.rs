@@ -83,3 +83,9 @@ pub fn block_dim_x() -> u32 {
     // SAFETY: reads a special register; always defined inside a kernel.
     unsafe { core::arch::nvptx::_block_dim_x() as u32 }
 }
+
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
+}

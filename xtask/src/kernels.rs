@@ -237,15 +237,34 @@ pub fn build(args: &[String]) -> Result<(), String> {
         ptxas_version.trim()
     ));
     manifest.push_str(&format!("kernels: {}\n", kernels.join(" ")));
+    // Below sm_80 the tensor-core kernels (`tc_*`) are left out: their PTX needs sm_80. Deleting their
+    // definitions and then every function only they used gives the module those SMs lower.
+    let pre_ampere = work.join("recall_kernels.pre_sm80.ll");
+    let without_tc = work.join("recall_kernels.pre_sm80.bc");
+    fs::write(
+        &pre_ampere,
+        drop_functions(&strip_arch_attributes(&ll), TC_PREFIX),
+    )
+    .map_err(|e| e.to_string())?;
+    run(Command::new(llvm_bin.join("opt"))
+        .args(["-passes=globaldce"])
+        .arg(&pre_ampere)
+        .arg("-o")
+        .arg(&without_tc))?;
     for (sm, isa) in ARCHES {
         let ptx_path = work.join(format!("sm_{sm}.ptx"));
+        let module = if sm >= TC_MIN_SM {
+            &stripped
+        } else {
+            &without_tc
+        };
         run(Command::new(llvm_bin.join("llc"))
             .args([
                 "-O3",
                 &format!("-mcpu=sm_{sm}"),
                 &format!("-mattr=+ptx{isa}"),
             ])
-            .arg(&stripped)
+            .arg(module)
             .arg("-o")
             .arg(&ptx_path))?;
         let ptx = fs::read_to_string(&ptx_path).map_err(|e| e.to_string())?;
@@ -305,6 +324,32 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
             problems.join("\n  ")
         ))
     }
+}
+
+/// Kernels whose names start with this use tensor cores and exist only in images for [`TC_MIN_SM`] and newer.
+const TC_PREFIX: &str = "tc_";
+const TC_MIN_SM: u32 = 80;
+
+/// `ll` without the definitions of the functions whose names start with `prefix` (a `define` line up to its
+/// closing `}` line).
+fn drop_functions(ll: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(ll.len());
+    let mut skipping = false;
+    for line in ll.lines() {
+        if skipping {
+            if line == "}" {
+                skipping = false;
+            }
+            continue;
+        }
+        if line.starts_with("define") && line.contains(&format!("@{prefix}")) {
+            skipping = !line.trim_end().ends_with('}');
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Remove `"target-cpu"="…"` and `"target-features"="…"` from the textual IR.

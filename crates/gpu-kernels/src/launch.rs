@@ -4,10 +4,11 @@ use crate::bundle::{ImageKind, image, select_image};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
-    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, GRAPH_BLOCK, InertiaParams,
-    METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK,
-    ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES,
-    SelectParams, SelectState, SimParams, SpreadHopParams,
+    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, GRAPH_BLOCK, HalfRowsParams,
+    InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
+    ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
+    SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, SpreadHopParams,
+    TC_LD_ALIGN, TC_TILE, TcGemmParams, TopkSmallParams,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -76,8 +77,56 @@ pub struct Kernels {
     kmeans_inertia_blocks: CudaFunction,
     kmeans_update: CudaFunction,
     clip_noise: CudaFunction,
+    widen_half_rows: CudaFunction,
+    /// Fast mode (tensor cores), only in images for sm_80 and newer.
+    tc: Option<TcKernels>,
+    /// `[16 slots, 32 slots]`: one-pass selection for small k.
+    topk_small: [CudaFunction; 2],
     /// Scratch of `select_topk`, grown on demand and reused (no allocation or memset per call).
     select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
+}
+
+/// The tensor-core kernels of fast mode.
+#[derive(Debug)]
+struct TcKernels {
+    to_half_rows: CudaFunction,
+    /// `[f16, bf16]` x `[dot, cosine, l2]`.
+    gemm: [[CudaFunction; 3]; 2],
+}
+
+/// The oldest SM whose images hold the tensor-core kernels (`tc_*`).
+pub const TC_MIN_SM: u32 = 80;
+
+/// A 16-bit floating-point format of fast mode and of 16-bit corpora.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HalfKind {
+    /// IEEE binary16: 11 significant bits, range up to 65504.
+    F16,
+    /// bfloat16: 8 significant bits, the range of f32.
+    Bf16,
+}
+
+impl HalfKind {
+    fn index(self) -> usize {
+        match self {
+            HalfKind::F16 => 0,
+            HalfKind::Bf16 => 1,
+        }
+    }
+}
+
+/// Where [`Kernels::to_half_rows`] reads from.
+#[derive(Debug, Clone, Copy)]
+pub enum HalfSource<'a> {
+    /// f32 rows, rounded to the target format (nearest even).
+    F32(&'a CudaSlice<f32>),
+    /// Rows already in the target format (copied, padded).
+    Half(&'a CudaSlice<u16>),
+}
+
+/// The row stride, in 16-bit values, of fast mode's padded operands for rows of `dim` values.
+pub fn half_ld(dim: usize) -> usize {
+    dim.div_ceil(TC_LD_ALIGN as usize) * TC_LD_ALIGN as usize
 }
 
 /// Device scratch of the radix select: per-segment state and histograms, and the output region (keys, then
@@ -89,6 +138,9 @@ struct SelectScratch {
     state: CudaSlice<u8>,
     hist: CudaSlice<u32>,
     out: CudaSlice<u64>,
+    /// The small-k levels' keys, two halves used in turn (`small_len` u64 each).
+    small: Option<CudaSlice<u64>>,
+    small_len: usize,
 }
 
 /// A similarity metric as the kernels implement it (`docs/numerics.md`, "Scores by metric").
@@ -172,6 +224,8 @@ const ROW_TILE_BYTES: u32 = ROW_BLOCK * (ROW_TILE_K + 1) * 4;
 const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
 /// Shared memory of the GEMM kernels: two buffers of two 8 x 132 tiles.
 const GEMM_SMEM_BYTES: u32 = 2 * 2 * GEMM_TILE_K * (GEMM_TILE + 4) * 4;
+/// Shared memory of the tensor-core GEMM: two stages of two 128 x 40 tiles of 16-bit values.
+const TC_SMEM_BYTES: u32 = 2 * 2 * TC_TILE * 40 * 2;
 /// Up to this many queries the row scan (memory-bound) beats the GEMM kernel.
 pub const SCAN_MAX_QUERIES: usize = 8;
 /// CUDA's limit on `gridDim.x`.
@@ -213,6 +267,27 @@ impl Kernels {
                         kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
+                        topk_small: [f("topk_small_16")?, f("topk_small_32")?],
+                        widen_half_rows: f("widen_half_rows")?,
+                        tc: if sm >= TC_MIN_SM {
+                            Some(TcKernels {
+                                to_half_rows: f("tc_to_half_rows")?,
+                                gemm: [
+                                    [
+                                        f("tc_gemm_f16_dot")?,
+                                        f("tc_gemm_f16_cosine")?,
+                                        f("tc_gemm_f16_l2")?,
+                                    ],
+                                    [
+                                        f("tc_gemm_bf16_dot")?,
+                                        f("tc_gemm_bf16_cosine")?,
+                                        f("tc_gemm_bf16_l2")?,
+                                    ],
+                                ],
+                            })
+                        } else {
+                            None
+                        },
                         select_scratch: parking_lot::Mutex::new(None),
                         _module: module,
                     };
@@ -514,11 +589,263 @@ impl Kernels {
                 hist: gpu.alloc_zeros::<u32>(segs * SELECT_BINS as usize)?,
                 // keys (u64 each) followed by scores (f32 each, two per u64)
                 out: gpu.alloc_zeros::<u64>(outs + outs.div_ceil(2))?,
+                small: None,
+                small_len: 0,
             });
+        }
+        let small_k = matches!(segments, Segments::Dense { .. })
+            && ids.is_none()
+            && k <= SMALL_K_MAX as usize;
+        if small_k {
+            let Some(sc) = scratch.as_mut() else {
+                return Err(shape(K, "select scratch missing"));
+            };
+            self.topk_small_levels(gpu, sc, scores, n_segments, seg_len, k, higher_first)?;
+        } else {
+            let Some(sc) = scratch.as_ref() else {
+                return Err(shape(K, "select scratch missing"));
+            };
+            self.radix_select(
+                gpu,
+                sc,
+                scores,
+                ids,
+                offsets_ptr,
+                n_segments,
+                seg_len,
+                longest,
+                k,
+                higher_first,
+            )?;
         }
         let Some(sc) = scratch.as_ref() else {
             return Err(shape(K, "select scratch missing"));
         };
+        // One download: the n_out keys, then the n_out scores packed two to a u64.
+        let words = n_out + n_out.div_ceil(2);
+        let mut region = vec![0u64; words];
+        gpu.download_prefix(&sc.out, &mut region)?;
+        let keys = &region[..n_out];
+        let vals: Vec<f32> = region[n_out..words]
+            .iter()
+            .flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)])
+            .take(n_out)
+            .collect();
+        let mut ids_out = Vec::with_capacity(n_segments * k);
+        let mut scores_out = Vec::with_capacity(n_segments * k);
+        let mut order: Vec<usize> = Vec::with_capacity(k);
+        for s in 0..n_segments {
+            order.clear();
+            order.extend(s * k..(s + 1) * k);
+            order.sort_unstable_by_key(|&i| keys[i]);
+            let seg_len = match segments {
+                Segments::Dense { seg_len, .. } => seg_len as u64,
+                Segments::Ragged { .. } => u64::from(u32::MAX) + 1,
+            };
+            for &i in &order {
+                // Every selected key names a position of its segment (dense) or a candidate id; a key that
+                // does not is a device fault, reported instead of returned as an answer.
+                if keys[i] == 0 || u64::from(keys[i] as u32) >= seg_len {
+                    return Err(shape(
+                        K,
+                        format!("the device selected an invalid key {:#x}", keys[i]),
+                    ));
+                }
+                ids_out.push(keys[i] as u32);
+                scores_out.push(vals[i]);
+            }
+        }
+        Ok(TopKResult {
+            k,
+            ids: ids_out,
+            scores: scores_out,
+        })
+    }
+    /// Whether fast mode (tensor cores) runs here: the loaded image is for sm_80 or newer.
+    pub fn fast_mode_available(&self) -> bool {
+        self.tc.is_some()
+    }
+
+    /// `out` = the `n_rows x dim` rows of `src` as 16-bit `kind` values, each row zero-padded to
+    /// [`half_ld`]`(dim)` values: the operand layout of [`Kernels::similarity_fast`].
+    pub fn to_half_rows(
+        &self,
+        gpu: &Gpu,
+        src: HalfSource<'_>,
+        kind: HalfKind,
+        n_rows: usize,
+        dim: usize,
+        out: &mut CudaSlice<u16>,
+    ) -> Result<(), KernelError> {
+        const K: &str = "to_half_rows";
+        let Some(tc) = &self.tc else {
+            return Err(shape(K, "fast mode needs sm_80 or newer"));
+        };
+        if n_rows == 0 || dim == 0 {
+            return Err(shape(K, "n_rows and dim must be at least 1"));
+        }
+        let ld = half_ld(dim);
+        let (ptr, src_f32) = match src {
+            HalfSource::F32(x) => {
+                need_len(K, "src", x, elems(K, n_rows, dim)?)?;
+                (gpu.device_ptr(x), 1)
+            }
+            HalfSource::Half(x) => {
+                need_len(K, "src", x, elems(K, n_rows, dim)?)?;
+                (gpu.device_ptr(x), 0)
+            }
+        };
+        let total = elems(K, n_rows, ld)?;
+        need_len(K, "out", out, total)?;
+        let params = HalfRowsParams {
+            src: ptr,
+            dst: gpu.device_ptr(out),
+            n_rows: to_u32(K, "n_rows", n_rows)?,
+            dim: to_u32(K, "dim", dim)?,
+            ld: to_u32(K, "ld", ld)?,
+            src_f32,
+            bf16: u32::from(kind == HalfKind::Bf16),
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (total.div_ceil(256).min(65_536) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: src holds n_rows * dim values of its kind and out n_rows * ld (checked above); the kernel
+        // is grid-stride over exactly n_rows * ld outputs.
+        unsafe { gpu.launch(&tc.to_half_rows, cfg, params) }?;
+        Ok(())
+    }
+
+    /// `out` = the `n_rows x dim` 16-bit `kind` values of `src` widened to f32 (exact): how a 16-bit corpus
+    /// reaches the exact kernels.
+    pub fn widen_half_rows(
+        &self,
+        gpu: &Gpu,
+        src: &CudaSlice<u16>,
+        kind: HalfKind,
+        n_rows: usize,
+        dim: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(), KernelError> {
+        const K: &str = "widen_half_rows";
+        let total = elems(K, n_rows, dim)?;
+        if total == 0 {
+            return Err(shape(K, "n_rows and dim must be at least 1"));
+        }
+        need_len(K, "src", src, total)?;
+        need_len(K, "out", out, total)?;
+        let params = HalfRowsParams {
+            src: gpu.device_ptr(src),
+            dst: gpu.device_ptr(out),
+            n_rows: to_u32(K, "n_rows", n_rows)?,
+            dim: to_u32(K, "dim", dim)?,
+            ld: 0,
+            src_f32: 0,
+            bf16: u32::from(kind == HalfKind::Bf16),
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (total.div_ceil(256).min(65_536) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: src and out hold n_rows * dim values (checked above); the kernel is grid-stride over them.
+        unsafe { gpu.launch(&self.widen_half_rows, cfg, params) }?;
+        Ok(())
+    }
+
+    /// Fast mode: scores of every query against every row on tensor cores, `out[q * n_rows + r]`, from
+    /// operands laid out by [`Kernels::to_half_rows`] (row stride `ld` = [`half_ld`]`(dim)`). Cosine and l2
+    /// need the f32 norms of the original rows. Not bit-exact: the bound is in `docs/numerics.md`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn similarity_fast(
+        &self,
+        gpu: &Gpu,
+        kind: HalfKind,
+        metric: SimMetric,
+        queries: &CudaSlice<u16>,
+        query_norms: Option<&CudaSlice<f32>>,
+        corpus: &CudaSlice<u16>,
+        corpus_norms: Option<&CudaSlice<f32>>,
+        n_queries: usize,
+        n_rows: usize,
+        ld: usize,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(), KernelError> {
+        const K: &str = "similarity_fast";
+        let Some(tc) = &self.tc else {
+            return Err(shape(K, "fast mode needs sm_80 or newer"));
+        };
+        if n_queries == 0 || n_rows == 0 || ld == 0 || !ld.is_multiple_of(TC_LD_ALIGN as usize) {
+            return Err(shape(
+                K,
+                "n_queries and n_rows must be at least 1 and ld a positive multiple of 32",
+            ));
+        }
+        need_len(K, "queries", queries, elems(K, n_queries, ld)?)?;
+        need_len(K, "corpus", corpus, elems(K, n_rows, ld)?)?;
+        need_len(K, "out", out, elems(K, n_queries, n_rows)?)?;
+        let (qn, cn) = match (metric, query_norms, corpus_norms) {
+            (SimMetric::Dot, _, _) => (0, 0),
+            (_, Some(qn), Some(cn)) => {
+                need_len(K, "query_norms", qn, n_queries)?;
+                need_len(K, "corpus_norms", cn, n_rows)?;
+                (gpu.device_ptr(qn), gpu.device_ptr(cn))
+            }
+            _ => return Err(shape(K, "cosine and l2 need query and corpus norms")),
+        };
+        let n_rows32 = to_u32(K, "n_rows", n_rows)?;
+        let ld32 = to_u32(K, "ld", ld)?;
+        to_u32(K, "n_queries", n_queries)?;
+        let per_launch = MAX_GRID_Y * TC_TILE as usize;
+        let mut q0 = 0;
+        while q0 < n_queries {
+            let nq = per_launch.min(n_queries - q0);
+            let params = TcGemmParams {
+                queries: gpu.device_ptr(queries) + (q0 * ld * 2) as u64,
+                query_norms: if qn == 0 { 0 } else { qn + (q0 * 4) as u64 },
+                corpus: gpu.device_ptr(corpus),
+                corpus_norms: cn,
+                out: gpu.device_ptr(out) + (q0 * n_rows * 4) as u64,
+                n_queries: nq as u32,
+                n_rows: n_rows32,
+                ld: ld32,
+                _pad: 0,
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (n_rows32.div_ceil(TC_TILE), (nq as u32).div_ceil(TC_TILE), 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: TC_SMEM_BYTES,
+            };
+            // SAFETY: every buffer was checked above for queries q0 .. q0 + nq with row stride ld (a
+            // multiple of 32, as the kernel's column tiles need); the image is sm_80+ (tc present); grid,
+            // block and shared memory are as the kernel documents.
+            unsafe { gpu.launch(&tc.gemm[kind.index()][metric.index()], cfg, params) }?;
+            q0 += nq;
+        }
+        Ok(())
+    }
+
+    /// The radix-select passes (any k, dense or ragged segments): the k smallest keys of every segment, in
+    /// any order, with their scores, into `sc.out`.
+    #[allow(clippy::too_many_arguments)]
+    fn radix_select(
+        &self,
+        gpu: &Gpu,
+        sc: &SelectScratch,
+        scores: &CudaSlice<f32>,
+        ids: Option<&CudaSlice<u32>>,
+        offsets_ptr: u64,
+        n_segments: usize,
+        seg_len: usize,
+        longest: usize,
+        k: usize,
+        higher_first: bool,
+    ) -> Result<(), KernelError> {
+        const K: &str = "select_topk";
+        let n_out = n_segments * k;
         let out_base = gpu.device_ptr(&sc.out);
         let mut params = SelectParams {
             scores: gpu.device_ptr(scores),
@@ -576,45 +903,85 @@ impl Kernels {
         }
         // SAFETY: see above.
         unsafe { gpu.launch(&self.select_collect, collect, params) }?;
-        // One download: the n_out keys, then the n_out scores packed two to a u64.
-        let words = n_out + n_out.div_ceil(2);
-        let mut region = vec![0u64; words];
-        gpu.download_prefix(&sc.out, &mut region)?;
-        let keys = &region[..n_out];
-        let vals: Vec<f32> = region[n_out..words]
-            .iter()
-            .flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)])
-            .take(n_out)
-            .collect();
-        let mut ids_out = Vec::with_capacity(n_segments * k);
-        let mut scores_out = Vec::with_capacity(n_segments * k);
-        let mut order: Vec<usize> = Vec::with_capacity(k);
-        for s in 0..n_segments {
-            order.clear();
-            order.extend(s * k..(s + 1) * k);
-            order.sort_unstable_by_key(|&i| keys[i]);
-            let seg_len = match segments {
-                Segments::Dense { seg_len, .. } => seg_len as u64,
-                Segments::Ragged { .. } => u64::from(u32::MAX) + 1,
-            };
-            for &i in &order {
-                // Every selected key names a position of its segment (dense) or a candidate id; a key that
-                // does not is a device fault, reported instead of returned as an answer.
-                if keys[i] == 0 || u64::from(keys[i] as u32) >= seg_len {
-                    return Err(shape(
-                        K,
-                        format!("the device selected an invalid key {:#x}", keys[i]),
-                    ));
-                }
-                ids_out.push(keys[i] as u32);
-                scores_out.push(vals[i]);
-            }
+        Ok(())
+    }
+
+    /// The one-pass small-k selection over dense segments (`k <= SMALL_K_MAX`), in levels until one slice
+    /// per segment is left; the last level writes the keys (ascending) and scores into `sc.out`.
+    #[allow(clippy::too_many_arguments)]
+    fn topk_small_levels(
+        &self,
+        gpu: &Gpu,
+        sc: &mut SelectScratch,
+        scores: &CudaSlice<f32>,
+        n_segments: usize,
+        seg_len: usize,
+        k: usize,
+        higher_first: bool,
+    ) -> Result<(), KernelError> {
+        const K: &str = "select_topk";
+        // Items per thread and slices for `len` inputs per segment: enough blocks to fill the device, at
+        // least 8 items per thread so that the threshold filters, at most 64 so that few keys move on.
+        let plan = |len: usize| -> (usize, usize) {
+            let target = (2048 / n_segments).max(1);
+            let items = len.div_ceil(256 * target).clamp(8, 64);
+            (items, len.div_ceil(256 * items))
+        };
+        let (_, first_slices) = plan(seg_len);
+        let need = elems(K, elems(K, n_segments, first_slices)?, k)?;
+        if first_slices > 1 && (sc.small.is_none() || sc.small_len < need) {
+            sc.small = Some(gpu.alloc_zeros::<u64>(2 * need)?);
+            sc.small_len = need;
         }
-        Ok(TopKResult {
-            k,
-            ids: ids_out,
-            scores: scores_out,
-        })
+        let n_out = n_segments * k;
+        let out_base = gpu.device_ptr(&sc.out);
+        let small_base = sc.small.as_ref().map_or(0, |b| gpu.device_ptr(b));
+        let func = &self.topk_small[usize::from(k > SMALL_K_16 as usize)];
+        let mut input = gpu.device_ptr(scores);
+        let mut len = seg_len;
+        let mut keys_in = 0;
+        let mut half = 0;
+        loop {
+            let (items, n_slices) = plan(len);
+            let last = n_slices == 1;
+            let out_keys = if last {
+                out_base
+            } else {
+                small_base + (half * sc.small_len * 8) as u64
+            };
+            let params = TopkSmallParams {
+                input,
+                out_keys,
+                out_scores: if last { out_base + 8 * n_out as u64 } else { 0 },
+                scores: gpu.device_ptr(scores),
+                n_segments: to_u32(K, "segments", n_segments)?,
+                seg_len: to_u32(K, "segment length", len)?,
+                score_seg_len: to_u32(K, "segment length", seg_len)?,
+                k: to_u32(K, "k", k)?,
+                items: items as u32,
+                n_slices: to_u32(K, "slices", n_slices)?,
+                keys_in,
+                higher_first: u32::from(higher_first),
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (params.n_slices, params.n_segments, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 64,
+            };
+            // SAFETY: the input holds n_segments * len values (the scores, checked by the caller, or the
+            // previous level's n_segments * n_slices * k keys); the output half holds `small_len >=
+            // n_segments * n_slices * k` keys (the first level has the most slices), or on the last level
+            // `sc.out` holds n_segments * k keys and as many scores; every key's position is below
+            // seg_len; k <= 32 and the 16-slot variant runs only for k <= 16.
+            unsafe { gpu.launch(func, cfg, params) }?;
+            if last {
+                return Ok(());
+            }
+            input = out_keys;
+            len = n_slices * k;
+            keys_in = 1;
+            half ^= 1;
+        }
     }
 }
 

@@ -3,6 +3,15 @@ use crate::shared_corpus::SharedCorpus;
 use recall_cpu_simd::{Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 use thiserror::Error;
 
+/// The 16-bit operand format of fast mode (`docs/numerics.md`, "Fast mode").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FastFormat {
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
 /// A backend's failure. Only the GPU backend fails for reasons other than the input.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -75,6 +84,34 @@ pub trait Backend: Send + Sync {
         k: usize,
     ) -> Result<TopK, BackendError> {
         self.knn(queries, corpus.data(), corpus.dim(), metric, k)
+    }
+
+    /// [`Backend::knn`] in fast mode (`docs/numerics.md`, "Fast mode"): a backend without a fast path
+    /// returns the exact answer, which is within fast mode's bound.
+    fn knn_fast(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+        format: FastFormat,
+    ) -> Result<TopK, BackendError> {
+        let _ = format;
+        self.knn(queries, corpus, dim, metric, k)
+    }
+
+    /// [`Backend::knn_shared`] in fast mode (see [`Backend::knn_fast`]).
+    fn knn_shared_fast(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+        format: FastFormat,
+    ) -> Result<TopK, BackendError> {
+        let _ = format;
+        self.knn_shared(queries, corpus, metric, k)
     }
 
     /// The `k` best of each query's candidate rows `ids[offsets[q] .. offsets[q + 1]]`.

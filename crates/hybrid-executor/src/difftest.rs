@@ -295,6 +295,15 @@ mod run_gpu {
     }
 
     /// Compare two top-k lists: ids must be equal and scores bit-identical.
+    /// Which selection `select_topk` runs for dense segments and this `k`.
+    fn select_label(k: usize) -> &'static str {
+        if k <= recall_gpu_kernels::SMALL_K_MAX as usize {
+            "topk_small"
+        } else {
+            "select_radix"
+        }
+    }
+
     fn compare_topk(diff: &mut KernelDiff, cpu: &TopK, gpu: &TopK) {
         diff.cases += 1;
         diff.values += cpu.ids.len() as u64;
@@ -361,7 +370,11 @@ mod run_gpu {
             }
         };
         let image = kernels.image().to_string();
-        match kernel_cases(gpu, &kernels, quick) {
+        let cases = kernel_cases(gpu, &kernels, quick).and_then(|mut k| {
+            k.extend(fast_cases(gpu, &kernels, quick)?);
+            Ok(k)
+        });
+        match cases {
             Ok(k) => ArchReport {
                 sm,
                 image,
@@ -455,7 +468,7 @@ mod run_gpu {
                 let gpu_scores = gpu.download(&out).map_err(e)?;
                 compare(diff_of(&mut diffs, kernel), &cpu, &gpu_scores);
                 // Top-k over those scores, for a few k (k = N included when N is small).
-                for kk in [1usize, 10, 100, 1000, n] {
+                for kk in [1usize, 10, 16, 17, 32, 33, 100, 1000, n] {
                     if kk > n || (kk == n && n > 5000) {
                         continue;
                     }
@@ -474,7 +487,7 @@ mod run_gpu {
                         )
                         .map_err(e)?;
                     compare_topk(
-                        diff_of(&mut diffs, "select_topk"),
+                        diff_of(&mut diffs, select_label(kk)),
                         &cpu_top,
                         &TopK {
                             k: r.k,
@@ -493,7 +506,7 @@ mod run_gpu {
             let cpu =
                 recall_cpu_simd::similarity(&row, &Corpus::f32(&corpus, 64), metric).map_err(e)?;
             let dev = gpu.upload(&cpu).map_err(e)?;
-            for kk in [1, 7, 4999, 5000] {
+            for kk in [1, 7, 16, 32, 4999, 5000] {
                 let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
                 let higher = metric != Metric::L2;
                 let r = k
@@ -510,13 +523,241 @@ mod run_gpu {
                     )
                     .map_err(e)?;
                 compare_topk(
-                    diff_of(&mut diffs, "select_topk"),
+                    diff_of(&mut diffs, select_label(kk)),
                     &cpu_top,
                     &TopK {
                         k: r.k,
                         ids: r.ids,
                         scores: r.scores,
                     },
+                );
+            }
+        }
+        Ok(diffs)
+    }
+
+    /// Fast mode (tensor cores; sm_80+ images only) against an f64 reference within the bound of
+    /// `docs/numerics.md`, "Fast mode" (a score outside it counts as a mismatch); the exact widening of
+    /// 16-bit rows bit for bit; and fast top-k, where every returned id's exact score must be within twice
+    /// the bound of the exact k-th score (its recall against exact top-k is printed).
+    fn fast_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
+        use recall_gpu_kernels::{HalfKind, HalfSource, half_ld};
+        let mut rng = SplitMix::new(0x5EED_FA57);
+        let mut diffs = Vec::new();
+        // Widening: every finite 16-bit pattern of both formats, bit for bit.
+        for (kind, name) in [(HalfKind::F16, "widen_f16"), (HalfKind::Bf16, "widen_bf16")] {
+            let bits: Vec<u16> = (0..=u16::MAX)
+                .filter(|&b| match kind {
+                    HalfKind::F16 => half::f16::from_bits(b).is_finite(),
+                    HalfKind::Bf16 => half::bf16::from_bits(b).is_finite(),
+                })
+                .collect();
+            let want: Vec<f32> = bits
+                .iter()
+                .map(|&b| match kind {
+                    HalfKind::F16 => half::f16::from_bits(b).to_f32(),
+                    HalfKind::Bf16 => half::bf16::from_bits(b).to_f32(),
+                })
+                .collect();
+            let src = gpu.upload(&bits).map_err(e)?;
+            let mut out = gpu.alloc_zeros::<f32>(bits.len()).map_err(e)?;
+            k.widen_half_rows(gpu, &src, kind, bits.len() / 64, 64, &mut out)
+                .map_err(e)?;
+            let got = gpu.download(&out).map_err(e)?;
+            let n = bits.len() / 64 * 64;
+            compare(diff_of(&mut diffs, name), &want[..n], &got[..n]);
+        }
+        if !k.fast_mode_available() {
+            return Ok(diffs);
+        }
+        let mut shapes = vec![
+            (9, 517, 33),
+            (130, 3000, 768),
+            (200, 1000, 1),
+            (256, 4096, 100),
+        ];
+        if !quick {
+            shapes.push((512, 8000, 768));
+        }
+        for (nq, n, dim) in shapes {
+            let uniform = |rng: &mut SplitMix, len: usize| -> Vec<f32> {
+                (0..len).map(|_| rng.next_f32() * 2.0 - 1.0).collect()
+            };
+            let queries = uniform(&mut rng, nq * dim);
+            let corpus = uniform(&mut rng, n * dim);
+            let ld = half_ld(dim);
+            let q = gpu.upload(&queries).map_err(e)?;
+            let c = gpu.upload(&corpus).map_err(e)?;
+            let mut qn = gpu.alloc_zeros::<f32>(nq).map_err(e)?;
+            let mut cn = gpu.alloc_zeros::<f32>(n).map_err(e)?;
+            k.row_norms_f32(gpu, &q, nq, dim, &mut qn).map_err(e)?;
+            k.row_norms_f32(gpu, &c, n, dim, &mut cn).map_err(e)?;
+            let (qn_h, cn_h) = (gpu.download(&qn).map_err(e)?, gpu.download(&cn).map_err(e)?);
+            // f64 references: dot, sum |q c|, l1 norms, max magnitudes.
+            let mut dot = vec![0f64; nq * n];
+            let mut absdot = vec![0f64; nq * n];
+            for i in 0..nq {
+                for j in 0..n {
+                    let (a, b) = (
+                        &queries[i * dim..(i + 1) * dim],
+                        &corpus[j * dim..(j + 1) * dim],
+                    );
+                    let (mut d, mut ad) = (0f64, 0f64);
+                    for t in 0..dim {
+                        let p = f64::from(a[t]) * f64::from(b[t]);
+                        d += p;
+                        ad += p.abs();
+                    }
+                    dot[i * n + j] = d;
+                    absdot[i * n + j] = ad;
+                }
+            }
+            let l1 = |x: &[f32]| -> Vec<f64> {
+                x.chunks(dim)
+                    .map(|r| r.iter().map(|v| f64::from(v.abs())).sum())
+                    .collect()
+            };
+            let linf = |x: &[f32]| -> Vec<f64> {
+                x.chunks(dim)
+                    .map(|r| r.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))))
+                    .collect()
+            };
+            let (q1, qi, c1, ci) = (l1(&queries), linf(&queries), l1(&corpus), linf(&corpus));
+            for (kind, name, u) in [
+                (HalfKind::F16, "tc_gemm_f16", 2f64.powi(-11)),
+                (HalfKind::Bf16, "tc_gemm_bf16", 2f64.powi(-8)),
+            ] {
+                let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
+                let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
+                k.to_half_rows(gpu, HalfSource::F32(&q), kind, nq, dim, &mut qh)
+                    .map_err(e)?;
+                k.to_half_rows(gpu, HalfSource::F32(&c), kind, n, dim, &mut ch)
+                    .map_err(e)?;
+                let tiny = if kind == HalfKind::F16 {
+                    2f64.powi(-25)
+                } else {
+                    0.0
+                };
+                let eps = 2f64.powi(-24);
+                for (metric, sim, _) in METRICS {
+                    let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
+                    k.similarity_fast(
+                        gpu,
+                        kind,
+                        sim,
+                        &qh,
+                        Some(&qn),
+                        &ch,
+                        Some(&cn),
+                        nq,
+                        n,
+                        ld,
+                        &mut out,
+                    )
+                    .map_err(e)?;
+                    let got = gpu.download(&out).map_err(e)?;
+                    let d = diff_of(&mut diffs, name);
+                    d.cases += 1;
+                    d.values += got.len() as u64;
+                    for i in 0..nq {
+                        for j in 0..n {
+                            let at = i * n + j;
+                            // The bound on the dot product (docs/numerics.md, "Fast mode").
+                            let bd = (2.0 * u + u * u + dim as f64 * 2f64.powi(-23)) * absdot[at]
+                                + tiny * (q1[i] * ci[j] + c1[j] * qi[i]);
+                            let (nq64, nc64) = (f64::from(qn_h[i]), f64::from(cn_h[j]));
+                            let (want, bound) = match metric {
+                                Metric::Dot => (dot[at], bd + 4.0 * eps * absdot[at]),
+                                Metric::Cosine => {
+                                    let s = if nq64 == 0.0 || nc64 == 0.0 {
+                                        0.0
+                                    } else {
+                                        dot[at] / (nq64 * nc64)
+                                    };
+                                    (
+                                        s,
+                                        bd / (nq64 * nc64).max(f64::MIN_POSITIVE)
+                                            + 8.0 * eps * s.abs().max(eps),
+                                    )
+                                }
+                                Metric::L2 => {
+                                    let s = (nq64 * nq64 + nc64 * nc64 - 2.0 * dot[at]).max(0.0);
+                                    (s, 2.0 * bd + 8.0 * eps * (nq64 * nq64 + nc64 * nc64))
+                                }
+                            };
+                            let err = (f64::from(got[at]) - want).abs();
+                            d.max_abs_diff = d.max_abs_diff.max(err);
+                            if err > bound || got[at].is_nan() {
+                                d.mismatches += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            // Fast top-10 (cosine) against exact: every id within twice the bound of the exact 10th score.
+            if nq > SCAN_MAX_QUERIES && n >= 10 {
+                let kk = 10;
+                let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
+                let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
+                k.to_half_rows(gpu, HalfSource::F32(&q), HalfKind::F16, nq, dim, &mut qh)
+                    .map_err(e)?;
+                k.to_half_rows(gpu, HalfSource::F32(&c), HalfKind::F16, n, dim, &mut ch)
+                    .map_err(e)?;
+                let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
+                k.similarity_fast(
+                    gpu,
+                    HalfKind::F16,
+                    SimMetric::Cosine,
+                    &qh,
+                    Some(&qn),
+                    &ch,
+                    Some(&cn),
+                    nq,
+                    n,
+                    ld,
+                    &mut out,
+                )
+                .map_err(e)?;
+                let r = k
+                    .select_topk(
+                        gpu,
+                        &out,
+                        None,
+                        Segments::Dense {
+                            n_segments: nq,
+                            seg_len: n,
+                        },
+                        kk,
+                        true,
+                    )
+                    .map_err(e)?;
+                let d = diff_of(&mut diffs, "tc_knn_f16");
+                d.cases += 1;
+                let mut hits = 0usize;
+                for i in 0..nq {
+                    let cos = |j: usize| dot[i * n + j] / (f64::from(qn_h[i]) * f64::from(cn_h[j]));
+                    let mut exact: Vec<usize> = (0..n).collect();
+                    exact.sort_by(|&x, &y| cos(y).total_cmp(&cos(x)).then(x.cmp(&y)));
+                    let kth = cos(exact[kk - 1]);
+                    let worst_bound = (0..n)
+                        .map(|j| {
+                            (2.0 * 2f64.powi(-11) + dim as f64 * 2f64.powi(-23)) * absdot[i * n + j]
+                                / (f64::from(qn_h[i]) * f64::from(cn_h[j]))
+                        })
+                        .fold(0f64, f64::max);
+                    for &id in &r.ids[i * kk..(i + 1) * kk] {
+                        d.values += 1;
+                        if exact[..kk].contains(&(id as usize)) {
+                            hits += 1;
+                        }
+                        if cos(id as usize) < kth - 2.0 * worst_bound - 1e-6 {
+                            d.mismatches += 1;
+                        }
+                    }
+                }
+                eprintln!(
+                    "fast mode f16 cosine top-{kk} recall against exact: {:.4} ({nq} queries x {n} rows x {dim})",
+                    hits as f64 / (nq * kk) as f64
                 );
             }
         }

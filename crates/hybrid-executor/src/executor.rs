@@ -148,6 +148,20 @@ impl ExecutorConfig {
     }
 }
 
+/// Exact or fast arithmetic (`docs/numerics.md`, "Fast mode").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mode {
+    /// The numerics contract's order in f32: the same bits on every device. The default.
+    #[default]
+    Exact,
+    /// Batch knn (more than 8 queries) on tensor cores from f16 operands with f32 accumulation, within the
+    /// documented bound. Where no tensor cores run (CPU, GPUs older than sm_80, small batches) the exact
+    /// answer is returned, which is within the bound too.
+    FastF16,
+    /// As [`Mode::FastF16`] from bf16 operands: 8 significant bits instead of 11, the range of f32.
+    FastBf16,
+}
+
 /// Options of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CallOptions {
@@ -155,6 +169,8 @@ pub struct CallOptions {
     pub tenant: Option<TenantId>,
     /// What to do when the tenant's queue is full.
     pub wait: Wait,
+    /// Exact (default) or fast arithmetic, for the ops that have a fast mode (batch knn).
+    pub mode: Mode,
 }
 
 impl CallOptions {
@@ -163,7 +179,14 @@ impl CallOptions {
         CallOptions {
             tenant: Some(tenant),
             wait: Wait::Reject,
+            mode: Mode::Exact,
         }
+    }
+
+    /// Run with `mode` (exact or fast arithmetic).
+    pub fn mode(mut self, mode: Mode) -> CallOptions {
+        self.mode = mode;
+        self
     }
 
     /// Wait for room and a turn at most `timeout`.

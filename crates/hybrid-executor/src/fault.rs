@@ -324,6 +324,21 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         self.call(units, || self.inner.knn(queries, corpus, dim, metric, k))
     }
 
+    fn knn_fast(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: recall_cpu_simd::Metric,
+        k: usize,
+        format: crate::backend::FastFormat,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        let units = queries.len().checked_div(dim).unwrap_or(0);
+        self.call(units, || {
+            self.inner.knn_fast(queries, corpus, dim, metric, k, format)
+        })
+    }
+
     fn score_candidates(
         &self,
         queries: &[f32],

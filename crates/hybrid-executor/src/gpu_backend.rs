@@ -4,6 +4,7 @@
 
 #[cfg(feature = "gpu")]
 mod imp {
+    use crate::backend::FastFormat;
     use crate::backend::{Backend, BackendError};
     use crate::device::{Device, GpuDescription};
     use crate::shared_corpus::SharedCorpus;
@@ -12,7 +13,8 @@ mod imp {
         KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
     use recall_gpu_kernels::{
-        KMeansScratch, KernelError, Kernels, Segments, SimMetric, TopKResult,
+        HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, SCAN_MAX_QUERIES, Segments,
+        SimMetric, TopKResult, half_ld,
     };
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
@@ -57,6 +59,20 @@ mod imp {
         alive: std::sync::Weak<crate::shared_corpus::Inner>,
         rows: CudaSlice<f32>,
         norms: Option<CudaSlice<f32>>,
+        /// Fast mode's padded 16-bit copy, made by the first fast call in that format.
+        half: Option<(HalfKind, CudaSlice<u16>)>,
+    }
+
+    fn half_kind(f: FastFormat) -> HalfKind {
+        match f {
+            FastFormat::F16 => HalfKind::F16,
+            FastFormat::Bf16 => HalfKind::Bf16,
+        }
+    }
+
+    /// Whether fast mode can take these values: f16 holds magnitudes up to 65504 (bf16 has f32's range).
+    fn fits_format(x: &[f32], f: FastFormat) -> bool {
+        f == FastFormat::Bf16 || x.iter().all(|v| v.abs() <= 65504.0)
     }
 
     pub(crate) fn map_gpu_error(e: GpuError) -> BackendError {
@@ -213,6 +229,119 @@ mod imp {
             Ok(result)
         }
 
+        /// Fast-mode knn of `queries` against padded 16-bit rows on the device (`ch`, row stride
+        /// `half_ld(dim)`), with the rows' f32 norms for cosine and l2; query chunks as in `knn_on`.
+        #[allow(clippy::too_many_arguments)]
+        fn knn_on_fast(
+            &self,
+            queries: &[f32],
+            ch: &CudaSlice<u16>,
+            cn: Option<&CudaSlice<f32>>,
+            n: usize,
+            dim: usize,
+            metric: Metric,
+            k: usize,
+            kind: HalfKind,
+        ) -> Result<TopK, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let nq = queries.len() / dim;
+            let ld = half_ld(dim);
+            let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
+            let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(map_gpu_error)?;
+            let mut qh = g.alloc_zeros::<u16>(chunk * ld).map_err(map_gpu_error)?;
+            let norm_metric = if metric == Metric::Dot {
+                Metric::Dot
+            } else {
+                Metric::Cosine
+            };
+            let mut result = TopK {
+                k,
+                ids: Vec::with_capacity(nq * k),
+                scores: Vec::with_capacity(nq * k),
+            };
+            for q0 in (0..nq).step_by(chunk) {
+                let m = chunk.min(nq - q0);
+                // norms for cosine and l2 (upload_rows computes them for "cosine")
+                let (q, qn) =
+                    self.upload_rows(&queries[q0 * dim..(q0 + m) * dim], dim, norm_metric)?;
+                kern.to_half_rows(g, HalfSource::F32(&q), kind, m, dim, &mut qh)
+                    .map_err(map_kernel_error)?;
+                kern.similarity_fast(
+                    g,
+                    kind,
+                    sim_metric(metric),
+                    &qh,
+                    qn.as_ref(),
+                    ch,
+                    cn,
+                    m,
+                    n,
+                    ld,
+                    &mut scores,
+                )
+                .map_err(map_kernel_error)?;
+                let segs = Segments::Dense {
+                    n_segments: m,
+                    seg_len: n,
+                };
+                let part = kern
+                    .select_topk(g, &scores, None, segs, k, sim_metric(metric).higher_first())
+                    .map_err(map_kernel_error)?;
+                result.ids.extend(part.ids);
+                result.scores.extend(part.scores);
+            }
+            Ok(result)
+        }
+
+        /// The device copy of `corpus` (uploaded on first use, dropping other corpora's copies if memory is
+        /// short), with its norms once `metric` is cosine. The caller holds `self.lock`.
+        fn resident_entry<'r>(
+            &self,
+            resident: &'r mut Vec<Resident>,
+            corpus: &SharedCorpus,
+            metric: Metric,
+        ) -> Result<&'r mut Resident, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (n, dim) = (corpus.n_rows(), corpus.dim());
+            // Free the device copies of corpora that no longer exist.
+            resident.retain(|r| r.alive.strong_count() > 0);
+            if !resident.iter().any(|r| r.id == corpus.id()) {
+                let rows = match g.upload(corpus.data()) {
+                    Ok(rows) => rows,
+                    Err(e) if e.is_out_of_memory() => {
+                        // Make room: drop the other corpora's copies (they are uploaded again when used).
+                        resident.clear();
+                        g.upload(corpus.data()).map_err(map_gpu_error)?
+                    }
+                    Err(e) => return Err(map_gpu_error(e)),
+                };
+                resident.push(Resident {
+                    id: corpus.id(),
+                    alive: corpus.weak(),
+                    rows,
+                    norms: None,
+                    half: None,
+                });
+            }
+            let Some(entry) = resident.iter_mut().find(|r| r.id == corpus.id()) else {
+                return Err(BackendError::Gpu(
+                    "resident corpus missing after upload".into(),
+                ));
+            };
+            if metric == Metric::Cosine && entry.norms.is_none() {
+                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
+                kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
+                    .map_err(map_kernel_error)?;
+                entry.norms = Some(norms);
+            }
+            Ok(entry)
+        }
+
+        /// Whether a fast-mode call of `n_queries` runs on tensor cores here (else it runs exact).
+        fn runs_fast(&self, n_queries: usize) -> bool {
+            self.kernels.fast_mode_available() && n_queries > SCAN_MAX_QUERIES
+        }
+
         /// How many shared corpora are on the device now (after dropping those that no longer exist).
         pub fn resident_corpora(&self) -> usize {
             let mut resident = self.resident.lock();
@@ -278,45 +407,96 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
-            let (g, kern) = (&self.gpu, &self.kernels);
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             let mut resident = self.resident.lock();
-            // Free the device copies of corpora that no longer exist.
-            resident.retain(|r| r.alive.strong_count() > 0);
-            if !resident.iter().any(|r| r.id == corpus.id()) {
-                let rows = match g.upload(corpus.data()) {
-                    Ok(rows) => rows,
-                    Err(e) if e.is_out_of_memory() => {
-                        // Make room: drop the other corpora's copies (they are uploaded again when used).
-                        resident.clear();
-                        g.upload(corpus.data()).map_err(map_gpu_error)?
-                    }
-                    Err(e) => return Err(map_gpu_error(e)),
-                };
-                resident.push(Resident {
-                    id: corpus.id(),
-                    alive: corpus.weak(),
-                    rows,
-                    norms: None,
-                });
-            }
-            let Some(entry) = resident.iter_mut().find(|r| r.id == corpus.id()) else {
-                return Err(BackendError::Gpu(
-                    "resident corpus missing after upload".into(),
-                ));
-            };
-            if metric == Metric::Cosine && entry.norms.is_none() {
-                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
-                kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
-                    .map_err(map_kernel_error)?;
-                entry.norms = Some(norms);
-            }
+            let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let norms = if metric == Metric::Cosine {
                 entry.norms.as_ref()
             } else {
                 None
             };
             self.knn_on(queries, &entry.rows, norms, n, dim, metric, k)
+        }
+
+        fn knn_fast(
+            &self,
+            queries: &[f32],
+            corpus: &[f32],
+            dim: usize,
+            metric: Metric,
+            k: usize,
+            format: FastFormat,
+        ) -> Result<TopK, BackendError> {
+            if !self.runs_fast(queries.len() / dim)
+                || !fits_format(queries, format)
+                || !fits_format(corpus, format)
+            {
+                return self.knn(queries, corpus, dim, metric, k);
+            }
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let n = corpus.len() / dim;
+            let norm_metric = if metric == Metric::Dot {
+                Metric::Dot
+            } else {
+                Metric::Cosine
+            };
+            let (c, cn) = self.upload_rows(corpus, dim, norm_metric)?;
+            let kind = half_kind(format);
+            let mut ch = g
+                .alloc_zeros::<u16>(n * half_ld(dim))
+                .map_err(map_gpu_error)?;
+            kern.to_half_rows(g, HalfSource::F32(&c), kind, n, dim, &mut ch)
+                .map_err(map_kernel_error)?;
+            drop(c);
+            self.knn_on_fast(queries, &ch, cn.as_ref(), n, dim, metric, k, kind)
+        }
+
+        fn knn_shared_fast(
+            &self,
+            queries: &[f32],
+            corpus: &SharedCorpus,
+            metric: Metric,
+            k: usize,
+            format: FastFormat,
+        ) -> Result<TopK, BackendError> {
+            let dim = corpus.dim();
+            if !self.runs_fast(queries.len() / dim)
+                || !fits_format(queries, format)
+                || !fits_format(corpus.data(), format)
+            {
+                return self.knn_shared(queries, corpus, metric, k);
+            }
+            // The corpus resident as for exact calls, with its norms for cosine and l2.
+            let norm_metric = if metric == Metric::Dot {
+                Metric::Dot
+            } else {
+                Metric::Cosine
+            };
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let n = corpus.n_rows();
+            let kind = half_kind(format);
+            let mut resident = self.resident.lock();
+            let entry = self.resident_entry(&mut resident, corpus, norm_metric)?;
+            if !matches!(&entry.half, Some((kd, _)) if *kd == kind) {
+                entry.half = None; // one 16-bit copy at a time
+                let mut ch = g
+                    .alloc_zeros::<u16>(n * half_ld(dim))
+                    .map_err(map_gpu_error)?;
+                kern.to_half_rows(g, HalfSource::F32(&entry.rows), kind, n, dim, &mut ch)
+                    .map_err(map_kernel_error)?;
+                entry.half = Some((kind, ch));
+            }
+            let Some((_, ch)) = entry.half.as_ref() else {
+                return Err(BackendError::Gpu("16-bit corpus copy missing".into()));
+            };
+            let norms = if metric == Metric::Dot {
+                None
+            } else {
+                entry.norms.as_ref()
+            };
+            self.knn_on_fast(queries, ch, norms, n, dim, metric, k, kind)
         }
 
         fn score_candidates(

@@ -46,14 +46,14 @@ mod ops;
 mod shared_corpus;
 mod tenant;
 
-pub use backend::{Backend, BackendError, CpuBackend};
+pub use backend::{Backend, BackendError, CpuBackend, FastFormat};
 pub use batching::BatchConfig;
 pub use breaker::{Admission, BreakerConfig, BreakerState, CircuitBreaker, Transition};
 pub use calibration::{Calibration, CalibrationConfig, LinearModel, ThresholdSource};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{Device, DevicePolicy, GpuDescription, GpuStatus};
 pub use executor::{
-    CallOptions, CorpusRef, Decision, ExecError, Executor, ExecutorConfig, Outcome, Reason,
+    CallOptions, CorpusRef, Decision, ExecError, Executor, ExecutorConfig, Mode, Outcome, Reason,
 };
 pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, FaultStep, Trigger};
 pub use gpu_backend::{GpuBackend, bundle_arches};

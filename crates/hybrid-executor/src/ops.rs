@@ -1,8 +1,8 @@
 //! The ops beyond cosine scores, as [`Op`]s: each validates once, then goes through `Executor::run_op`
 //! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
-use crate::backend::{Backend, BackendError};
-use crate::executor::{CallOptions, ExecError, Executor, Outcome, check_matrix};
+use crate::backend::{Backend, BackendError, FastFormat};
+use crate::executor::{CallOptions, ExecError, Executor, Mode, Outcome, check_matrix};
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
 use recall_cpu_simd::{
@@ -73,6 +73,7 @@ struct KnnOp<'a> {
     k: usize,
     /// Set when the corpus is a shared one (the backend may keep it resident).
     shared: Option<&'a SharedCorpus>,
+    mode: Mode,
 }
 
 impl Op for KnnOp<'_> {
@@ -97,9 +98,16 @@ impl Op for KnnOp<'_> {
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
         let q = &self.queries[range.start * self.dim..range.end * self.dim];
-        match self.shared {
-            Some(c) => backend.knn_shared(q, c, self.metric, self.k),
-            None => backend.knn(q, self.corpus, self.dim, self.metric, self.k),
+        let fast = match self.mode {
+            Mode::Exact => None,
+            Mode::FastF16 => Some(FastFormat::F16),
+            Mode::FastBf16 => Some(FastFormat::Bf16),
+        };
+        match (self.shared, fast) {
+            (Some(c), None) => backend.knn_shared(q, c, self.metric, self.k),
+            (None, None) => backend.knn(q, self.corpus, self.dim, self.metric, self.k),
+            (Some(c), Some(f)) => backend.knn_shared_fast(q, c, self.metric, self.k, f),
+            (None, Some(f)) => backend.knn_fast(q, self.corpus, self.dim, self.metric, self.k, f),
         }
     }
     fn append(&self, acc: &mut TopK, part: TopK) {
@@ -305,6 +313,7 @@ impl Executor {
                 metric,
                 k,
                 shared: None,
+                mode: opts.mode,
             },
             opts,
         )
@@ -331,6 +340,7 @@ impl Executor {
                 metric,
                 k,
                 shared: Some(corpus),
+                mode: opts.mode,
             },
             opts,
         )

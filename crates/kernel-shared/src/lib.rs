@@ -128,6 +128,88 @@ pub struct SelectParams {
     pub _pad: u32,
 }
 
+/// The largest `k` the one-pass small-k selection (`topk_small_*`) handles; larger `k` use radix select.
+pub const SMALL_K_MAX: u32 = 32;
+/// Up to this `k` the 16-slot variant (`topk_small_16`) runs, above it the 32-slot one.
+pub const SMALL_K_16: u32 = 16;
+
+/// One level of the small-k selection (`topk_small_16`, `topk_small_32`): block `(x, y)` reads slice `x`
+/// (`256 * items` consecutive inputs) of dense segment `y`, each thread keeps its best keys in registers,
+/// and the block writes its `k` smallest pair keys, ascending, to `out_keys[(y * n_slices + x) * k ..]`.
+/// Inputs are f32 scores (key `score_key(score) << 32 | position`) or, for later levels, such keys.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopkSmallParams {
+    /// `n_segments * seg_len` f32 scores (`keys_in == 0`) or u64 keys (`keys_in == 1`).
+    pub input: u64,
+    /// `n_segments * n_slices * k` u64 keys out.
+    pub out_keys: u64,
+    /// 0, or (last level, `n_slices == 1`) `n_segments * k` f32: the score of each selected key, read from
+    /// `scores` at the key's position.
+    pub out_scores: u64,
+    /// The first level's f32 scores, `n_segments * score_seg_len` (read only when `out_scores != 0`).
+    pub scores: u64,
+    pub n_segments: u32,
+    /// Inputs per segment.
+    pub seg_len: u32,
+    pub score_seg_len: u32,
+    pub k: u32,
+    /// Inputs per thread: a block covers `256 * items` inputs of its segment.
+    pub items: u32,
+    pub n_slices: u32,
+    pub keys_in: u32,
+    /// 1: higher scores first (cosine, dot); 0: lower first (l2).
+    pub higher_first: u32,
+}
+
+/// Tensor-core tile of the fast-mode GEMM (`tc_gemm_*`): 128 queries x 128 rows per block of 256 threads,
+/// 32 columns per step.
+pub const TC_TILE: u32 = 128;
+pub const TC_TILE_K: u32 = 32;
+/// Fast-mode operands are 16-bit rows padded with zeros to a multiple of this many columns.
+pub const TC_LD_ALIGN: u32 = 32;
+
+/// Fast mode (`tc_gemm_{f16,bf16}_{dot,cosine,l2}`, sm_80 and newer): scores of every query against every
+/// row from 16-bit operands on tensor cores with f32 accumulation, `out[q * n_rows + r]`. Cosine and l2 use
+/// the f32 norms of the original rows: `dot / (nq * nc)` and `max(nq * nq + nc * nc - 2 * dot, 0)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcGemmParams {
+    /// `n_queries * ld` 16-bit values (f16 or bf16 as the kernel's name says), zero-padded rows.
+    pub queries: u64,
+    /// `n_queries` f32 (cosine and l2, else 0).
+    pub query_norms: u64,
+    /// `n_rows * ld` 16-bit values, zero-padded rows.
+    pub corpus: u64,
+    /// `n_rows` f32 (cosine and l2, else 0).
+    pub corpus_norms: u64,
+    /// `n_queries * n_rows` f32.
+    pub out: u64,
+    pub n_queries: u32,
+    pub n_rows: u32,
+    /// Row stride of both operands in 16-bit values, a multiple of [`TC_LD_ALIGN`].
+    pub ld: u32,
+    pub _pad: u32,
+}
+
+/// `to_half_rows` (f32 or 16-bit rows to zero-padded 16-bit rows) and `widen_half_rows` (16-bit rows to
+/// f32 rows, exact).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HalfRowsParams {
+    /// `to_half_rows`: `n_rows * dim` f32 (`src_f32 == 1`) or 16-bit values; `widen_half_rows`: 16-bit.
+    pub src: u64,
+    /// `to_half_rows`: `n_rows * ld` 16-bit values; `widen_half_rows`: `n_rows * dim` f32.
+    pub dst: u64,
+    pub n_rows: u32,
+    pub dim: u32,
+    pub ld: u32,
+    pub src_f32: u32,
+    /// 1: the 16-bit values are bf16; 0: f16.
+    pub bf16: u32,
+    pub _pad: u32,
+}
+
 /// Threads per block of the graph and clustering kernels.
 pub const GRAPH_BLOCK: u32 = 256;
 

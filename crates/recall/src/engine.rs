@@ -1,7 +1,7 @@
 use crate::Error;
 use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
 use recall_hybrid_executor::{
-    CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Outcome,
+    CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Mode, Outcome,
     SharedCorpus as Corpus,
 };
 
@@ -11,6 +11,7 @@ use recall_hybrid_executor::{
 #[derive(Debug)]
 pub struct Engine {
     exec: Executor,
+    mode: Mode,
 }
 
 /// Options for an [`Engine`]; [`Engine::new`] uses the defaults and the environment.
@@ -19,6 +20,7 @@ pub struct EngineBuilder {
     device: Option<DevicePolicy>,
     force_sm: Option<u32>,
     gpu_min_work: Option<u64>,
+    mode: Mode,
 }
 
 impl EngineBuilder {
@@ -42,6 +44,14 @@ impl EngineBuilder {
         self
     }
 
+    /// Exact (the default: the same bits on every device) or fast arithmetic for batch knn
+    /// (`Engine::knn`, `Engine::knn_in` with more than 8 queries, on GPUs of sm_80 and newer): tensor
+    /// cores from f16 or bf16 operands, within the bound of `docs/numerics.md`, "Fast mode".
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
     pub fn build(self) -> Result<Engine, Error> {
         let policy = match self.device {
             Some(p) => p,
@@ -58,6 +68,7 @@ impl EngineBuilder {
         }
         Ok(Engine {
             exec: Executor::new(config)?,
+            mode: self.mode,
         })
     }
 }
@@ -237,7 +248,7 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbors, Error> {
         Ok(Neighbors::from_outcome(self.exec.knn(
-            &CallOptions::default(),
+            &CallOptions::default().mode(self.mode),
             queries,
             corpus,
             dim,
@@ -263,7 +274,7 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbors, Error> {
         Ok(Neighbors::from_outcome(self.exec.knn_shared(
-            &CallOptions::default(),
+            &CallOptions::default().mode(self.mode),
             queries,
             corpus,
             metric,

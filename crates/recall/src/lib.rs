@@ -29,7 +29,7 @@ pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Noised,
 pub use error::Error;
 pub use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams, TopK};
 pub use recall_hybrid_executor::{
-    Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus, SharedCorpus as Corpus,
+    Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus, Mode, SharedCorpus as Corpus,
 };
 
 /// The CPU SIMD path in use: `avx512`, `avx2`, `neon` or `scalar` (`RECALL_CPU_SIMD` can lower it).

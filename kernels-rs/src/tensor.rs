@@ -1,0 +1,361 @@
+//! Fast mode: similarity on tensor cores (sm_80 and newer), from f16 or bf16 operands with f32 accumulation.
+//!
+//! Every kernel here is named `tc_*`: `cargo xtask build-kernels` leaves them out of the images for SMs
+//! below 80, whose PTX has no `mma.sync ... f16/bf16` with f32 accumulation of this shape, `cp.async` or
+//! `cvt.rn.bf16.f32`. The launcher falls back to the exact kernels there.
+//!
+//! Fast mode does not follow the exact order of `docs/numerics.md`: the operands are rounded to 16 bits and
+//! the tensor cores sum in their own order. Its error bound is written in `docs/numerics.md`, "Fast mode".
+//!
+//! `tc_gemm_*` thread mapping: a block of 256 threads (8 warps) computes a 128 (queries) x 128 (rows) tile.
+//! Warp `w` owns queries `64 * (w % 2) ..` (four m16 tiles) and rows `32 * (w / 2) ..` (four n8 tiles): 16
+//! `mma.sync.m16n8k16` per 16 columns, 64 f32 accumulators per thread. Operand tiles of 128 rows x 32
+//! columns are copied global -> shared with `cp.async` (16 bytes per copy, rows past the end zero-filled),
+//! two stages, so the next tile's copy runs under this tile's math. Shared rows are padded to 40 values (80
+//! bytes): the eight 16-byte row pieces that one `ldmatrix` phase reads fall in eight different bank groups.
+//! Fragments come from `ldmatrix.x4`: both operands are K-major, which is what `mma .row.col` wants.
+
+use crate::util::{block_x, block_y, dynamic_shared_f32, thread_x};
+use core::arch::asm;
+use recall_kernel_shared::math::cosine_from_parts;
+use recall_kernel_shared::{
+    HalfRowsParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, TC_TILE, TC_TILE_K, TcGemmParams,
+};
+
+/// Repeat a block with `$i` bound to the constants `0..$n` (2 or 4), so that arrays indexed by `$i` stay in
+/// registers.
+macro_rules! unroll {
+    (2, $i:ident => $body:block) => {{
+        {
+            const $i: u32 = 0;
+            $body
+        }
+        {
+            const $i: u32 = 1;
+            $body
+        }
+    }};
+    (4, $i:ident => $body:block) => {{
+        {
+            const $i: u32 = 0;
+            $body
+        }
+        {
+            const $i: u32 = 1;
+            $body
+        }
+        {
+            const $i: u32 = 2;
+            $body
+        }
+        {
+            const $i: u32 = 3;
+            $body
+        }
+    }};
+}
+
+/// Shared row stride in 16-bit values (32 columns + 8 of padding).
+const SROW: u32 = 40;
+/// Bytes of one operand tile in shared memory.
+const TILE_BYTES: u32 = TC_TILE * SROW * 2;
+
+/// The shared-window address of a generic pointer into shared memory.
+#[inline(always)]
+fn shared_addr(p: *mut f32) -> u32 {
+    let out: u64;
+    // SAFETY: `cvta.to.shared` only converts an address; `p` points into this block's shared memory.
+    unsafe {
+        asm!("cvta.to.shared.u64 {o}, {p};", o = out(reg64) out, p = in(reg64) p as u64, options(pure, nomem, nostack));
+    }
+    out as u32
+}
+
+/// Copy 16 bytes from global `src` to shared `dst` asynchronously; with `bytes == 0` the 16 bytes are zeros
+/// and `src` is not read.
+///
+/// # Safety
+/// `dst` is a 16-byte aligned shared address of this block; `src` is 16-byte aligned and, when `bytes` is
+/// 16, points to 16 readable bytes.
+#[inline(always)]
+unsafe fn cp_async16(dst: u32, src: u64, bytes: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, options(nostack));
+    }
+}
+
+#[inline(always)]
+fn cp_async_commit() {
+    // SAFETY: closes the thread's group of pending copies; no memory is accessed.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) }
+}
+
+/// Wait until at most `N` of this thread's copy groups are pending.
+#[inline(always)]
+fn cp_async_wait<const N: u32>() {
+    // SAFETY: waits for this thread's own copies.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
+}
+
+/// Four 8x8 16-bit matrices from shared memory, one row address per lane (`ldmatrix.x4`).
+///
+/// # Safety
+/// `addr` is a 16-byte aligned shared address with 16 readable bytes; all 32 lanes call it together.
+#[inline(always)]
+unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: caller.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            p = in(reg32) addr,
+            options(nostack)
+        );
+    }
+    [a, b, c, d]
+}
+
+/// `acc += A (16x16) * B (16x8)` on tensor cores, f32 accumulators as bits.
+#[inline(always)]
+fn mma<const BF16: bool>(acc: &mut [u32; 4], a: &[u32; 4], b0: u32, b1: u32) {
+    // SAFETY: a register-only warp-wide instruction; every lane of the warp executes it together.
+    unsafe {
+        if BF16 {
+            asm!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{c0}, {c1}, {c2}, {c3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+                c0 = inout(reg32) acc[0], c1 = inout(reg32) acc[1], c2 = inout(reg32) acc[2], c3 = inout(reg32) acc[3],
+                a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                b0 = in(reg32) b0, b1 = in(reg32) b1,
+                options(pure, nomem, nostack)
+            );
+        } else {
+            asm!(
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{c0}, {c1}, {c2}, {c3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{c0}, {c1}, {c2}, {c3}}};",
+                c0 = inout(reg32) acc[0], c1 = inout(reg32) acc[1], c2 = inout(reg32) acc[2], c3 = inout(reg32) acc[3],
+                a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
+                b0 = in(reg32) b0, b1 = in(reg32) b1,
+                options(pure, nomem, nostack)
+            );
+        }
+    }
+}
+
+/// Queue the copies of one 128 x 32 operand tile (rows `r0 ..`, columns `k0 ..`) into shared `dst`.
+///
+/// # Safety
+/// `x` holds `n * ld` 16-bit values, `ld` a multiple of 32 and `k0 + 32 <= ld`; `dst` is a tile of this
+/// block's shared memory.
+#[inline(always)]
+unsafe fn load_tile(dst: u32, x: u64, n: u32, ld: u32, r0: u32, k0: u32) {
+    let t = thread_x();
+    let mut i = 0;
+    while i < 2 {
+        let c = t + 256 * i;
+        let (row, piece) = (c / 4, c % 4);
+        let r = r0 + row;
+        let (src, bytes) = if r < n {
+            (
+                x + 2 * (u64::from(r) * u64::from(ld) + u64::from(k0 + 8 * piece)),
+                16,
+            )
+        } else {
+            (x, 0)
+        };
+        // SAFETY: row < 128 and piece < 4: inside the tile; the source is in bounds when copied.
+        unsafe { cp_async16(dst + row * SROW * 2 + piece * 16, src, bytes) };
+        i += 1;
+    }
+}
+
+/// See the module documentation.
+///
+/// # Safety
+/// Grid `(ceil(n_rows / 128), ceil(n_queries / 128))`, 256 threads, `4 * 128 * 40 * 2` bytes of dynamic
+/// shared memory; buffers as [`TcGemmParams`] documents; sm_80 or newer.
+#[inline(always)]
+unsafe fn tc_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
+    let smem = shared_addr(dynamic_shared_f32());
+    let t = thread_x();
+    let (lane, warp) = (t % 32, t / 32);
+    let (wm, wn) = (warp % 2, warp / 2);
+    let q0 = block_y() * TC_TILE;
+    let r0 = block_x() * TC_TILE;
+    let tile = |stage: u32, operand: u32| smem + (2 * stage + operand) * TILE_BYTES;
+    let mut acc = [[[0u32; 4]; 4]; 4];
+    let steps = p.ld / TC_TILE_K;
+    // SAFETY: ld is a multiple of 32 and at least 32, so column tile 0 exists.
+    unsafe {
+        load_tile(tile(0, 0), p.queries, p.n_queries, p.ld, q0, 0);
+        load_tile(tile(0, 1), p.corpus, p.n_rows, p.ld, r0, 0);
+    }
+    cp_async_commit();
+    let mut step = 0;
+    // Block-uniform loop: the barriers are reached by every thread.
+    while step < steps {
+        let stage = step % 2;
+        if step + 1 < steps {
+            let next = (step + 1) % 2;
+            // SAFETY: (step + 1) * 32 + 32 <= ld.
+            unsafe {
+                load_tile(
+                    tile(next, 0),
+                    p.queries,
+                    p.n_queries,
+                    p.ld,
+                    q0,
+                    (step + 1) * TC_TILE_K,
+                );
+                load_tile(
+                    tile(next, 1),
+                    p.corpus,
+                    p.n_rows,
+                    p.ld,
+                    r0,
+                    (step + 1) * TC_TILE_K,
+                );
+            }
+            cp_async_commit();
+            cp_async_wait::<1>();
+        } else {
+            cp_async_wait::<0>();
+        }
+        crate::util::sync_threads();
+        let (sa, sb) = (tile(stage, 0), tile(stage, 1));
+        unroll!(2, KK => {
+            let mut a = [[0u32; 4]; 4];
+            unroll!(4, I => {
+                let row = wm * 64 + I * 16 + lane % 16;
+                let col = KK * 16 + (lane / 16) * 8;
+                // SAFETY: row < 128, col + 8 <= 32: inside the tile, 16-byte aligned.
+                a[I as usize] = unsafe { ldmatrix_x4(sa + (row * SROW + col) * 2) };
+            });
+            unroll!(2, JP => {
+                let n = wn * 32 + JP * 16 + lane % 8 + 8 * (lane / 16);
+                let col = KK * 16 + 8 * ((lane / 8) % 2);
+                // SAFETY: n < 128, col + 8 <= 32.
+                let b = unsafe { ldmatrix_x4(sb + (n * SROW + col) * 2) };
+                unroll!(4, I => {
+                    mma::<BF16>(&mut acc[I as usize][(2 * JP) as usize], &a[I as usize], b[0], b[1]);
+                    mma::<BF16>(&mut acc[I as usize][(2 * JP + 1) as usize], &a[I as usize], b[2], b[3]);
+                });
+            });
+        });
+        // The next step's copies overwrite the stage read here.
+        crate::util::sync_threads();
+        step += 1;
+    }
+    // Epilogue: acc[i][j] holds rows (queries) g and g + 8, columns (rows) c and c + 1 of its 16 x 8 tile.
+    let g = lane / 4;
+    let c = 2 * (lane % 4);
+    unroll!(4, J => {
+        let r = r0 + wn * 32 + J * 8 + c;
+        let mut nc = [0.0f32; 2];
+        if METRIC != METRIC_DOT {
+            unroll!(2, E => {
+                if r + E < p.n_rows {
+                    // SAFETY: r + E < n_rows.
+                    nc[E as usize] = unsafe { *(p.corpus_norms as *const f32).add((r + E) as usize) };
+                }
+            });
+        }
+        unroll!(4, I => {
+            unroll!(2, H => {
+                let q = q0 + wm * 64 + I * 16 + g + 8 * H;
+                if q < p.n_queries {
+                    let nq = if METRIC != METRIC_DOT {
+                        // SAFETY: q < n_queries.
+                        unsafe { *(p.query_norms as *const f32).add(q as usize) }
+                    } else {
+                        0.0
+                    };
+                    let out = (p.out as *mut f32).wrapping_add(q as usize * p.n_rows as usize);
+                    unroll!(2, E => {
+                        if r + E < p.n_rows {
+                            let dot = f32::from_bits(acc[I as usize][J as usize][(2 * H + E) as usize]);
+                            let s = if METRIC == METRIC_COSINE {
+                                cosine_from_parts(dot, nq, nc[E as usize])
+                            } else if METRIC == METRIC_L2 {
+                                let d = nq * nq + nc[E as usize] * nc[E as usize] - 2.0 * dot;
+                                if d > 0.0 { d } else { 0.0 }
+                            } else {
+                                dot
+                            };
+                            // SAFETY: q < n_queries and r + E < n_rows: inside the output.
+                            unsafe { *out.add((r + E) as usize) = s };
+                        }
+                    });
+                }
+            });
+        });
+    });
+}
+
+macro_rules! tc_kernels {
+    ($($name:ident => $metric:ident, $bf16:literal;)*) => {$(
+        /// Fast-mode similarity; see the module documentation.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: TcGemmParams) {
+            // SAFETY: forwarded launcher contract.
+            unsafe { tc_gemm::<$metric, $bf16>(&p) }
+        }
+    )*};
+}
+
+tc_kernels! {
+    tc_gemm_f16_dot => METRIC_DOT, false;
+    tc_gemm_f16_cosine => METRIC_COSINE, false;
+    tc_gemm_f16_l2 => METRIC_L2, false;
+    tc_gemm_bf16_dot => METRIC_DOT, true;
+    tc_gemm_bf16_cosine => METRIC_COSINE, true;
+    tc_gemm_bf16_l2 => METRIC_L2, true;
+}
+
+/// f32 to f16 or bf16, round to nearest even.
+#[inline(always)]
+fn round_half(x: f32, bf16: bool) -> u16 {
+    let h: u16;
+    // SAFETY: register-only conversions.
+    unsafe {
+        if bf16 {
+            asm!("cvt.rn.bf16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack));
+        } else {
+            asm!("cvt.rn.f16.f32 {h}, {x};", h = out(reg16) h, x = in(reg32) x, options(pure, nomem, nostack));
+        }
+    }
+    h
+}
+
+/// `dst[r * ld + c]` = row `r`, column `c` of `src` rounded to 16 bits (or copied, when `src` already
+/// holds 16-bit values), and 0 for `dim <= c < ld`. One thread per output value, grid-stride.
+///
+/// # Safety
+/// Buffers as [`HalfRowsParams`] documents; any grid of 256-thread blocks.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn tc_to_half_rows(p: HalfRowsParams) {
+    let total = u64::from(p.n_rows) * u64::from(p.ld);
+    let stride = u64::from(crate::util::grid_dim_x()) * 256;
+    let mut i = u64::from(block_x()) * 256 + u64::from(thread_x());
+    while i < total {
+        let (r, c) = (i / u64::from(p.ld), i % u64::from(p.ld));
+        let v = if c < u64::from(p.dim) {
+            let at = (r * u64::from(p.dim) + c) as usize;
+            if p.src_f32 != 0 {
+                // SAFETY: r < n_rows and c < dim.
+                round_half(unsafe { *(p.src as *const f32).add(at) }, p.bf16 != 0)
+            } else {
+                // SAFETY: as above.
+                unsafe { *(p.src as *const u16).add(at) }
+            }
+        } else {
+            0
+        };
+        // SAFETY: i < n_rows * ld.
+        unsafe { *(p.dst as *mut u16).add(i as usize) = v };
+        i += stride;
+    }
+}
