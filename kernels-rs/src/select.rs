@@ -19,7 +19,8 @@ use crate::util::{
 };
 use core::sync::atomic::{AtomicU32, Ordering};
 use recall_kernel_shared::{
-    SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams, SelectState, TopkSmallParams,
+    SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SelectParams, SelectState, TopkFilterParams,
+    TopkSmallParams,
 };
 
 const BINS: usize = SELECT_BINS as usize;
@@ -338,7 +339,14 @@ unsafe fn topk_small<const SLOTS: usize>(p: &TopkSmallParams) {
     let s = block_y() as u64;
     let slice = block_x() as u64;
     let t = thread_x() as u64;
-    let seg_len = u64::from(p.seg_len);
+    let stride = u64::from(p.seg_len);
+    let (seg_len, overflow) = if p.counts == 0 {
+        (stride, false)
+    } else {
+        // SAFETY: counts holds n_segments u32 when set.
+        let c = u64::from(unsafe { *(p.counts as *const u32).add(s as usize) });
+        (c.min(stride), c > stride)
+    };
     let start = slice * 256 * u64::from(p.items);
     let mut a = [u64::MAX; SLOTS];
     // Eight loads in flight per thread, then their insertions.
@@ -349,7 +357,7 @@ unsafe fn topk_small<const SLOTS: usize>(p: &TopkSmallParams) {
         while u < 8 {
             let j = start + 256 * (i + u) + t;
             if i + u < u64::from(p.items) && j < seg_len {
-                let at = (s * seg_len + j) as usize;
+                let at = (s * stride + j) as usize;
                 keys[u as usize] = if p.keys_in != 0 {
                     // SAFETY: j < seg_len: inside segment s of the input keys.
                     unsafe { *(p.input as *const u64).add(at) }
@@ -407,7 +415,7 @@ unsafe fn topk_small<const SLOTS: usize>(p: &TopkSmallParams) {
         }
         if t == 0 {
             // SAFETY: r < k: inside this block's k output keys.
-            unsafe { *out.add(r as usize) = best };
+            unsafe { *out.add(r as usize) = if overflow { 0 } else { best } };
             if p.out_scores != 0 {
                 let pos = u64::from(best as u32).min(u64::from(p.score_seg_len).saturating_sub(1));
                 // SAFETY: the launcher guarantees positions below score_seg_len; clamped all the same.
@@ -445,4 +453,91 @@ pub unsafe extern "ptx-kernel" fn topk_small_16(p: TopkSmallParams) {
 pub unsafe extern "ptx-kernel" fn topk_small_32(p: TopkSmallParams) {
     // SAFETY: forwarded launcher contract.
     unsafe { topk_small::<32>(&p) }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Threshold selection for small k over long dense segments: two reads of the scores.
+//
+// 1. `topk_group_min`: every warp reduces a group of `group_len` consecutive scores to its smallest pair key.
+// 2. `topk_small` over the group minima gives, per segment, the k smallest minima; the k-th of them, T, is a
+//    bound: k groups hold a key at or below T, so at least k keys are <= T, and the k smallest keys of the
+//    segment are all <= T.
+// 3. `topk_filter`: every key <= T is appended to the segment's candidates (an atomic counter; at most `cap`
+//    are stored, the count goes on).
+// 4. `topk_small` over the candidates (their count per segment) gives the k smallest, ascending, with their
+//    scores. A count above `cap` makes it write zero keys: the host then selects by radix instead.
+// The result is the set and order of the k smallest keys: the same as radix select and the CPU.
+// ---------------------------------------------------------------------------------------------------------
+
+/// The pair key of position `j` of segment `s`.
+///
+/// # Safety
+/// `j < seg_len`, `s < n_segments`.
+#[inline(always)]
+unsafe fn filter_key(p: &TopkFilterParams, s: u64, j: u64) -> u64 {
+    // SAFETY: caller.
+    let score = unsafe { *(p.scores as *const f32).add((s * u64::from(p.seg_len) + j) as usize) };
+    (u64::from(score_key(score, p.higher_first != 0)) << 32) | j
+}
+
+/// Step 1; see above.
+///
+/// # Safety
+/// Grid `(ceil(n_groups / 8), n_segments)`, 256 threads; `group_min` holds `n_segments * n_groups` u64.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn topk_group_min(p: TopkFilterParams) {
+    let s = u64::from(block_y());
+    let t = thread_x();
+    let (lane, warp) = (u64::from(t % 32), t / 32);
+    let g = block_x() * 8 + warp;
+    if g >= p.n_groups {
+        return; // Warp-uniform: the shuffles below involve whole warps only.
+    }
+    let start = u64::from(g) * u64::from(p.group_len);
+    let end = (start + u64::from(p.group_len)).min(u64::from(p.seg_len));
+    let mut m = u64::MAX;
+    let mut j = start + lane;
+    while j < end {
+        // SAFETY: j < seg_len.
+        m = m.min(unsafe { filter_key(&p, s, j) });
+        j += 32;
+    }
+    m = m.min(shfl_xor_u64(m, 16));
+    m = m.min(shfl_xor_u64(m, 8));
+    m = m.min(shfl_xor_u64(m, 4));
+    m = m.min(shfl_xor_u64(m, 2));
+    m = m.min(shfl_xor_u64(m, 1));
+    if lane == 0 {
+        // SAFETY: g < n_groups.
+        unsafe { *(p.group_min as *mut u64).add((s * u64::from(p.n_groups) + u64::from(g)) as usize) = m };
+    }
+}
+
+/// Step 3; see above.
+///
+/// # Safety
+/// Grid `(ceil(seg_len / 4096), n_segments)`, 256 threads; buffers as [`TopkFilterParams`] documents.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn topk_filter(p: TopkFilterParams) {
+    let s = u64::from(block_y());
+    // SAFETY: threshold holds n_segments * k keys, k >= 1.
+    let bound = unsafe { *(p.threshold as *const u64).add((s * u64::from(p.k) + u64::from(p.k) - 1) as usize) };
+    let base = u64::from(block_x()) * 4096 + u64::from(thread_x());
+    let count = (p.counts as *mut u32).wrapping_add(s as usize);
+    let mut i = 0;
+    while i < 16 {
+        let j = base + 256 * i;
+        if j < u64::from(p.seg_len) {
+            // SAFETY: j < seg_len.
+            let key = unsafe { filter_key(&p, s, j) };
+            if key <= bound {
+                let at = atomic_add(count, 1);
+                if at < p.cap {
+                    // SAFETY: at < cap: inside segment s's candidates.
+                    unsafe { *(p.cand as *mut u64).add((s * u64::from(p.cap) + u64::from(at)) as usize) = key };
+                }
+            }
+        }
+        i += 1;
+    }
 }

@@ -8,7 +8,7 @@ use recall_kernel_shared::{
     InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
     SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, SpreadHopParams,
-    TC_LD_ALIGN, TC_TILE, TcGemmParams, TopkSmallParams,
+    TC_LD_ALIGN, TC_TILE, TcGemmParams, TopkFilterParams, TopkSmallParams,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -82,6 +82,8 @@ pub struct Kernels {
     tc: Option<TcKernels>,
     /// `[16 slots, 32 slots]`: one-pass selection for small k.
     topk_small: [CudaFunction; 2],
+    topk_group_min: CudaFunction,
+    topk_filter: CudaFunction,
     /// Scratch of `select_topk`, grown on demand and reused (no allocation or memset per call).
     select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
 }
@@ -141,6 +143,8 @@ struct SelectScratch {
     /// The small-k levels' keys, two halves used in turn (`small_len` u64 each).
     small: Option<CudaSlice<u64>>,
     small_len: usize,
+    /// The threshold filter's group minima, thresholds, candidates and counters.
+    filter: Option<CudaSlice<u64>>,
 }
 
 /// A similarity metric as the kernels implement it (`docs/numerics.md`, "Scores by metric").
@@ -268,6 +272,8 @@ impl Kernels {
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
                         topk_small: [f("topk_small_16")?, f("topk_small_32")?],
+                        topk_group_min: f("topk_group_min")?,
+                        topk_filter: f("topk_filter")?,
                         widen_half_rows: f("widen_half_rows")?,
                         tc: if sm >= TC_MIN_SM {
                             Some(TcKernels {
@@ -591,6 +597,7 @@ impl Kernels {
                 out: gpu.alloc_zeros::<u64>(outs + outs.div_ceil(2))?,
                 small: None,
                 small_len: 0,
+                filter: None,
             });
         }
         let small_k = matches!(segments, Segments::Dense { .. })
@@ -600,7 +607,7 @@ impl Kernels {
             let Some(sc) = scratch.as_mut() else {
                 return Err(shape(K, "select scratch missing"));
             };
-            self.topk_small_levels(gpu, sc, scores, n_segments, seg_len, k, higher_first)?;
+            self.topk_small_select(gpu, sc, scores, n_segments, seg_len, k, higher_first)?;
         } else {
             let Some(sc) = scratch.as_ref() else {
                 return Err(shape(K, "select scratch missing"));
@@ -625,6 +632,24 @@ impl Kernels {
         let words = n_out + n_out.div_ceil(2);
         let mut region = vec![0u64; words];
         gpu.download_prefix(&sc.out, &mut region)?;
+        if small_k && region[..n_out].contains(&0) {
+            // The threshold filter's candidates overflowed (the sizing rules it out; defence in depth):
+            // select again by radix.
+            tracing::warn!("small-k candidates overflowed; selecting by radix");
+            self.radix_select(
+                gpu,
+                sc,
+                scores,
+                ids,
+                offsets_ptr,
+                n_segments,
+                seg_len,
+                longest,
+                k,
+                higher_first,
+            )?;
+            gpu.download_prefix(&sc.out, &mut region)?;
+        }
         let keys = &region[..n_out];
         let vals: Vec<f32> = region[n_out..words]
             .iter()
@@ -661,6 +686,7 @@ impl Kernels {
             scores: scores_out,
         })
     }
+
     /// Whether fast mode (tensor cores) runs here: the loaded image is for sm_80 or newer.
     pub fn fast_mode_available(&self) -> bool {
         self.tc.is_some()
@@ -906,10 +932,10 @@ impl Kernels {
         Ok(())
     }
 
-    /// The one-pass small-k selection over dense segments (`k <= SMALL_K_MAX`), in levels until one slice
-    /// per segment is left; the last level writes the keys (ascending) and scores into `sc.out`.
+    /// Small-k selection over dense segments (`k <= SMALL_K_MAX`) into `sc.out` (keys ascending, then
+    /// scores): the threshold filter for long segments, else `topk_small` levels over the scores.
     #[allow(clippy::too_many_arguments)]
-    fn topk_small_levels(
+    fn topk_small_select(
         &self,
         gpu: &Gpu,
         sc: &mut SelectScratch,
@@ -920,6 +946,151 @@ impl Kernels {
         higher_first: bool,
     ) -> Result<(), KernelError> {
         const K: &str = "select_topk";
+        let n_out = n_segments * k;
+        let out_base = gpu.device_ptr(&sc.out);
+        let final_out = (out_base, out_base + 8 * n_out as u64);
+        let scores_ptr = gpu.device_ptr(scores);
+        if seg_len < FILTER_MIN_LEN {
+            let src = LevelInput {
+                ptr: scores_ptr,
+                keys: false,
+                len: seg_len,
+                counts: 0,
+            };
+            return self.topk_levels(
+                gpu,
+                sc,
+                src,
+                scores_ptr,
+                n_segments,
+                seg_len,
+                k,
+                higher_first,
+                final_out,
+            );
+        }
+        // Groups of 32 * items scores per warp, about 4k groups per segment (at most 1024 scores each).
+        let group_len = 32 * (seg_len / (4 * k * 32)).clamp(1, 32);
+        let n_groups = seg_len.div_ceil(group_len);
+        let cap = (k * group_len).min(seg_len);
+        let need = elems(K, n_segments, n_groups + k + cap)? + n_segments.div_ceil(2);
+        if sc.filter.as_ref().is_none_or(|b| b.len() < need) {
+            sc.filter = Some(gpu.alloc_zeros::<u64>(need)?);
+        }
+        let Some(buf) = sc.filter.as_mut() else {
+            return Err(shape(K, "filter scratch missing"));
+        };
+        let base = gpu.device_ptr(buf);
+        let group_min = base;
+        let threshold = group_min + 8 * (n_segments * n_groups) as u64;
+        let cand = threshold + 8 * n_out as u64;
+        let counts = cand + 8 * (n_segments * cap) as u64;
+        let mut params = TopkFilterParams {
+            scores: scores_ptr,
+            group_min,
+            threshold,
+            cand,
+            counts,
+            n_segments: to_u32(K, "segments", n_segments)?,
+            seg_len: to_u32(K, "segment length", seg_len)?,
+            group_len: group_len as u32,
+            n_groups: to_u32(K, "groups", n_groups)?,
+            k: to_u32(K, "k", k)?,
+            cap: to_u32(K, "cap", cap)?,
+            higher_first: u32::from(higher_first),
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(K, "blocks", n_groups.div_ceil(8))?,
+                params.n_segments,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `scores` holds n_segments * seg_len f32 (checked by the caller); group_min has room for
+        // n_segments * n_groups keys (the scratch was sized above); the grid has one warp per group.
+        unsafe { gpu.launch(&self.topk_group_min, cfg, params) }?;
+        let minima = LevelInput {
+            ptr: group_min,
+            keys: true,
+            len: n_groups,
+            counts: 0,
+        };
+        self.topk_levels(
+            gpu,
+            sc,
+            minima,
+            scores_ptr,
+            n_segments,
+            seg_len,
+            k,
+            higher_first,
+            (threshold, 0),
+        )?;
+        // Zero the counters (they follow the candidates, n_segments u32).
+        let fill = FillParams {
+            ptr: counts,
+            len: n_segments.div_ceil(2) as u64,
+            value: 0,
+        };
+        let fill_cfg = LaunchConfig {
+            grid_dim: (fill.len.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the counters occupy ceil(n_segments / 2) u64 of the scratch, after the candidates.
+        unsafe { gpu.launch(&self.fill_u64, fill_cfg, fill) }?;
+        params.threshold = threshold;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(K, "blocks", seg_len.div_ceil(4096))?,
+                params.n_segments,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: threshold holds n_segments * k keys (written by the levels above), cand n_segments * cap
+        // keys and counts n_segments zeroed u32; positions below seg_len only.
+        unsafe { gpu.launch(&self.topk_filter, cfg, params) }?;
+        let candidates = LevelInput {
+            ptr: cand,
+            keys: true,
+            len: cap,
+            counts,
+        };
+        self.topk_levels(
+            gpu,
+            sc,
+            candidates,
+            scores_ptr,
+            n_segments,
+            seg_len,
+            k,
+            higher_first,
+            final_out,
+        )
+    }
+
+    /// `topk_small` in levels over `src` until one slice per segment is left; the last level writes each
+    /// segment's k keys, ascending, to `out.0` and, when `out.1 != 0`, their scores (read from `scores`,
+    /// `n_segments x seg_len`) to `out.1`.
+    #[allow(clippy::too_many_arguments)]
+    fn topk_levels(
+        &self,
+        gpu: &Gpu,
+        sc: &mut SelectScratch,
+        src: LevelInput,
+        scores: u64,
+        n_segments: usize,
+        seg_len: usize,
+        k: usize,
+        higher_first: bool,
+        out: (u64, u64),
+    ) -> Result<(), KernelError> {
+        const K: &str = "select_topk";
         // Items per thread and slices for `len` inputs per segment: enough blocks to fill the device, at
         // least 8 items per thread so that the threshold filters, at most 64 so that few keys move on.
         let plan = |len: usize| -> (usize, usize) {
@@ -927,63 +1098,76 @@ impl Kernels {
             let items = len.div_ceil(256 * target).clamp(8, 64);
             (items, len.div_ceil(256 * items))
         };
-        let (_, first_slices) = plan(seg_len);
+        let (_, first_slices) = plan(src.len);
         let need = elems(K, elems(K, n_segments, first_slices)?, k)?;
         if first_slices > 1 && (sc.small.is_none() || sc.small_len < need) {
             sc.small = Some(gpu.alloc_zeros::<u64>(2 * need)?);
             sc.small_len = need;
         }
-        let n_out = n_segments * k;
-        let out_base = gpu.device_ptr(&sc.out);
         let small_base = sc.small.as_ref().map_or(0, |b| gpu.device_ptr(b));
         let func = &self.topk_small[usize::from(k > SMALL_K_16 as usize)];
-        let mut input = gpu.device_ptr(scores);
-        let mut len = seg_len;
-        let mut keys_in = 0;
+        let mut input = src;
         let mut half = 0;
         loop {
-            let (items, n_slices) = plan(len);
+            let (items, n_slices) = plan(input.len);
             let last = n_slices == 1;
             let out_keys = if last {
-                out_base
+                out.0
             } else {
                 small_base + (half * sc.small_len * 8) as u64
             };
             let params = TopkSmallParams {
-                input,
+                input: input.ptr,
                 out_keys,
-                out_scores: if last { out_base + 8 * n_out as u64 } else { 0 },
-                scores: gpu.device_ptr(scores),
+                out_scores: if last { out.1 } else { 0 },
+                scores,
                 n_segments: to_u32(K, "segments", n_segments)?,
-                seg_len: to_u32(K, "segment length", len)?,
+                seg_len: to_u32(K, "segment length", input.len)?,
                 score_seg_len: to_u32(K, "segment length", seg_len)?,
                 k: to_u32(K, "k", k)?,
                 items: items as u32,
                 n_slices: to_u32(K, "slices", n_slices)?,
-                keys_in,
+                keys_in: u32::from(input.keys),
                 higher_first: u32::from(higher_first),
+                counts: input.counts,
             };
             let cfg = LaunchConfig {
                 grid_dim: (params.n_slices, params.n_segments, 1),
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 64,
             };
-            // SAFETY: the input holds n_segments * len values (the scores, checked by the caller, or the
-            // previous level's n_segments * n_slices * k keys); the output half holds `small_len >=
-            // n_segments * n_slices * k` keys (the first level has the most slices), or on the last level
-            // `sc.out` holds n_segments * k keys and as many scores; every key's position is below
+            // SAFETY: the input holds n_segments * len values of its kind (scores checked by the caller,
+            // or keys sized by the caller or by the previous level: n_segments * n_slices * k); the output
+            // half holds `small_len >= n_segments * n_slices * k` keys (the first level has the most
+            // slices), the last level's `out` n_segments * k keys and scores; every key's position is below
             // seg_len; k <= 32 and the 16-slot variant runs only for k <= 16.
             unsafe { gpu.launch(func, cfg, params) }?;
             if last {
                 return Ok(());
             }
-            input = out_keys;
-            len = n_slices * k;
-            keys_in = 1;
+            input = LevelInput {
+                ptr: out_keys,
+                keys: true,
+                len: n_slices * k,
+                counts: 0,
+            };
             half ^= 1;
         }
     }
 }
+
+/// The input of one `topk_small` level: f32 scores or u64 keys, `len` per segment (or fewer: `counts`).
+#[derive(Debug, Clone, Copy)]
+struct LevelInput {
+    ptr: u64,
+    keys: bool,
+    len: usize,
+    counts: u64,
+}
+
+/// From this segment length on, small-k selection filters by a threshold (two reads of the scores) instead
+/// of running `topk_small` levels over the scores.
+pub const FILTER_MIN_LEN: usize = 65_536;
 
 /// A spreading graph on the device: the transposed (pull-order) CSR arrays.
 #[derive(Debug)]

@@ -122,6 +122,31 @@ impl Gpu {
         })
     }
 
+    /// Copy `data` into the front of the existing buffer `dst` (ordered on the handle's stream; `data` may
+    /// be reused as soon as this returns).
+    pub fn upload_into<T: DeviceRepr>(
+        &self,
+        data: &[T],
+        dst: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        if dst.len() < data.len() {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyHtoDAsync",
+                code: 0,
+                name: format!(
+                    "destination holds {} elements, source {}",
+                    dst.len(),
+                    data.len()
+                ),
+            });
+        }
+        guard("cuMemcpyHtoDAsync", || {
+            self.stream
+                .memcpy_htod(data, &mut dst.slice_mut(0..data.len()))
+                .gpu("cuMemcpyHtoDAsync")
+        })
+    }
+
     /// A new zeroed device buffer of `len` elements.
     pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,

@@ -296,8 +296,11 @@ mod run_gpu {
 
     /// Compare two top-k lists: ids must be equal and scores bit-identical.
     /// Which selection `select_topk` runs for dense segments and this `k`.
-    fn select_label(k: usize) -> &'static str {
-        if k <= recall_gpu_kernels::SMALL_K_MAX as usize {
+    fn select_label(k: usize, n: usize) -> &'static str {
+        if k <= recall_gpu_kernels::SMALL_K_MAX as usize && n >= recall_gpu_kernels::FILTER_MIN_LEN
+        {
+            "topk_filter"
+        } else if k <= recall_gpu_kernels::SMALL_K_MAX as usize {
             "topk_small"
         } else {
             "select_radix"
@@ -487,7 +490,7 @@ mod run_gpu {
                         )
                         .map_err(e)?;
                     compare_topk(
-                        diff_of(&mut diffs, select_label(kk)),
+                        diff_of(&mut diffs, select_label(kk, n)),
                         &cpu_top,
                         &TopK {
                             k: r.k,
@@ -498,39 +501,41 @@ mod run_gpu {
                 }
             }
         }
-        // Heavy ties: every row identical, so the top k are ids 0..k by the id rule.
-        let n = 5000;
-        let row = awkward_matrix(&mut rng, 1, 64);
-        let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
-        for (metric, _, _) in METRICS {
-            let cpu =
-                recall_cpu_simd::similarity(&row, &Corpus::f32(&corpus, 64), metric).map_err(e)?;
-            let dev = gpu.upload(&cpu).map_err(e)?;
-            for kk in [1, 7, 16, 32, 4999, 5000] {
-                let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
-                let higher = metric != Metric::L2;
-                let r = k
-                    .select_topk(
-                        gpu,
-                        &dev,
-                        None,
-                        Segments::Dense {
-                            n_segments: 1,
-                            seg_len: n,
-                        },
-                        kk,
-                        higher,
-                    )
+        // Heavy ties: every row identical, so the top k are ids 0..k by the id rule (also through the
+        // threshold filter, where ties are its worst case).
+        for n in [5000, 70_000] {
+            let row = awkward_matrix(&mut rng, 1, 64);
+            let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
+            for (metric, _, _) in METRICS {
+                let cpu = recall_cpu_simd::similarity(&row, &Corpus::f32(&corpus, 64), metric)
                     .map_err(e)?;
-                compare_topk(
-                    diff_of(&mut diffs, select_label(kk)),
-                    &cpu_top,
-                    &TopK {
-                        k: r.k,
-                        ids: r.ids,
-                        scores: r.scores,
-                    },
-                );
+                let dev = gpu.upload(&cpu).map_err(e)?;
+                for kk in [1, 7, 16, 32, 4999, 5000] {
+                    let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                    let higher = metric != Metric::L2;
+                    let r = k
+                        .select_topk(
+                            gpu,
+                            &dev,
+                            None,
+                            Segments::Dense {
+                                n_segments: 1,
+                                seg_len: n,
+                            },
+                            kk,
+                            higher,
+                        )
+                        .map_err(e)?;
+                    compare_topk(
+                        diff_of(&mut diffs, select_label(kk, n)),
+                        &cpu_top,
+                        &TopK {
+                            k: r.k,
+                            ids: r.ids,
+                            scores: r.scores,
+                        },
+                    );
+                }
             }
         }
         Ok(diffs)

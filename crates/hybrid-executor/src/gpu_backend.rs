@@ -50,6 +50,8 @@ mod imp {
         lock: Mutex<()>,
         /// Device copies of shared corpora, kept while the corpus lives (checked on every shared call).
         resident: Mutex<Vec<Resident>>,
+        /// knn's query, norm and score buffers, reused between calls (no allocation or free per call).
+        scratch: Mutex<Scratch>,
     }
 
     /// A shared corpus on the device: its rows and, once a cosine call needed them, its norms.
@@ -72,7 +74,40 @@ mod imp {
 
     /// Whether fast mode can take these values: f16 holds magnitudes up to 65504 (bf16 has f32's range).
     fn fits_format(x: &[f32], f: FastFormat) -> bool {
-        f == FastFormat::Bf16 || x.iter().all(|v| v.abs() <= 65504.0)
+        f == FastFormat::Bf16 || x.iter().all(|v| v.abs() <= F16_MAX)
+    }
+
+    /// The largest finite f16.
+    const F16_MAX: f32 = 65504.0;
+
+    /// Device buffers reused by every knn call (grown on demand; the score buffer is kept only up to
+    /// `KEEP_SCORES_BYTES`).
+    #[derive(Debug, Default)]
+    struct Scratch {
+        q: Option<CudaSlice<f32>>,
+        qn: Option<CudaSlice<f32>>,
+        qh: Option<CudaSlice<u16>>,
+        scores: Option<CudaSlice<f32>>,
+    }
+
+    /// Score buffers up to this size stay allocated between calls.
+    const KEEP_SCORES_BYTES: usize = 64 << 20;
+
+    /// `slot`'s buffer, replaced by a new one of `len` elements if it is missing or shorter.
+    fn grown<
+        's,
+        T: recall_gpu_sys::driver::DeviceRepr + recall_gpu_sys::driver::ValidAsZeroBits,
+    >(
+        g: &Gpu,
+        slot: &'s mut Option<CudaSlice<T>>,
+        len: usize,
+    ) -> Result<&'s mut CudaSlice<T>, BackendError> {
+        if slot.as_ref().is_none_or(|b| b.len() < len) {
+            *slot = None; // free first: the old buffer's memory may be needed for the new one
+            *slot = Some(g.alloc_zeros::<T>(len.max(1)).map_err(map_gpu_error)?);
+        }
+        slot.as_mut()
+            .ok_or_else(|| BackendError::Gpu("scratch buffer missing".into()))
     }
 
     pub(crate) fn map_gpu_error(e: GpuError) -> BackendError {
@@ -143,6 +178,7 @@ mod imp {
                 description,
                 lock: Mutex::new(()),
                 resident: Mutex::new(Vec::new()),
+                scratch: Mutex::new(Scratch::default()),
             })
         }
 
@@ -194,7 +230,11 @@ mod imp {
             let (g, kern) = (&self.gpu, &self.kernels);
             let nq = queries.len() / dim;
             let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
-            let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(map_gpu_error)?;
+            let mut sc = self.scratch.lock();
+            let Scratch { q, qn, scores, .. } = &mut *sc;
+            let q = grown(g, q, chunk * dim)?;
+            let qn = grown(g, qn, chunk)?;
+            let scores_buf = grown(g, scores, chunk * n)?;
             let mut result = TopK {
                 k,
                 ids: Vec::with_capacity(nq * k),
@@ -202,18 +242,23 @@ mod imp {
             };
             for q0 in (0..nq).step_by(chunk) {
                 let m = chunk.min(nq - q0);
-                let (q, qn) = self.upload_rows(&queries[q0 * dim..(q0 + m) * dim], dim, metric)?;
+                g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
+                    .map_err(map_gpu_error)?;
+                if metric == Metric::Cosine {
+                    kern.row_norms_f32(g, q, m, dim, qn)
+                        .map_err(map_kernel_error)?;
+                }
                 kern.similarity(
                     g,
                     sim_metric(metric),
-                    &q,
-                    qn.as_ref(),
+                    q,
+                    (metric == Metric::Cosine).then_some(&*qn),
                     c,
                     cn,
                     m,
                     n,
                     dim,
-                    &mut scores,
+                    scores_buf,
                 )
                 .map_err(map_kernel_error)?;
                 let segs = Segments::Dense {
@@ -221,10 +266,20 @@ mod imp {
                     seg_len: n,
                 };
                 let part = kern
-                    .select_topk(g, &scores, None, segs, k, sim_metric(metric).higher_first())
+                    .select_topk(
+                        g,
+                        scores_buf,
+                        None,
+                        segs,
+                        k,
+                        sim_metric(metric).higher_first(),
+                    )
                     .map_err(map_kernel_error)?;
                 result.ids.extend(part.ids);
                 result.scores.extend(part.scores);
+            }
+            if chunk * n * 4 > KEEP_SCORES_BYTES {
+                *scores = None;
             }
             Ok(result)
         }
@@ -247,13 +302,12 @@ mod imp {
             let nq = queries.len() / dim;
             let ld = half_ld(dim);
             let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
-            let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(map_gpu_error)?;
-            let mut qh = g.alloc_zeros::<u16>(chunk * ld).map_err(map_gpu_error)?;
-            let norm_metric = if metric == Metric::Dot {
-                Metric::Dot
-            } else {
-                Metric::Cosine
-            };
+            let mut sc = self.scratch.lock();
+            let Scratch { q, qn, qh, scores } = &mut *sc;
+            let q = grown(g, q, chunk * dim)?;
+            let qn = grown(g, qn, chunk)?;
+            let qh = grown(g, qh, chunk * ld)?;
+            let scores_buf = grown(g, scores, chunk * n)?;
             let mut result = TopK {
                 k,
                 ids: Vec::with_capacity(nq * k),
@@ -261,23 +315,26 @@ mod imp {
             };
             for q0 in (0..nq).step_by(chunk) {
                 let m = chunk.min(nq - q0);
-                // norms for cosine and l2 (upload_rows computes them for "cosine")
-                let (q, qn) =
-                    self.upload_rows(&queries[q0 * dim..(q0 + m) * dim], dim, norm_metric)?;
-                kern.to_half_rows(g, HalfSource::F32(&q), kind, m, dim, &mut qh)
+                g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
+                    .map_err(map_gpu_error)?;
+                if metric != Metric::Dot {
+                    kern.row_norms_f32(g, q, m, dim, qn)
+                        .map_err(map_kernel_error)?;
+                }
+                kern.to_half_rows(g, HalfSource::F32(q), kind, m, dim, qh)
                     .map_err(map_kernel_error)?;
                 kern.similarity_fast(
                     g,
                     kind,
                     sim_metric(metric),
-                    &qh,
-                    qn.as_ref(),
+                    qh,
+                    (metric != Metric::Dot).then_some(&*qn),
                     ch,
                     cn,
                     m,
                     n,
                     ld,
-                    &mut scores,
+                    scores_buf,
                 )
                 .map_err(map_kernel_error)?;
                 let segs = Segments::Dense {
@@ -285,10 +342,20 @@ mod imp {
                     seg_len: n,
                 };
                 let part = kern
-                    .select_topk(g, &scores, None, segs, k, sim_metric(metric).higher_first())
+                    .select_topk(
+                        g,
+                        scores_buf,
+                        None,
+                        segs,
+                        k,
+                        sim_metric(metric).higher_first(),
+                    )
                     .map_err(map_kernel_error)?;
                 result.ids.extend(part.ids);
                 result.scores.extend(part.scores);
+            }
+            if chunk * n * 4 > KEEP_SCORES_BYTES {
+                *scores = None;
             }
             Ok(result)
         }
@@ -463,7 +530,7 @@ mod imp {
             let dim = corpus.dim();
             if !self.runs_fast(queries.len() / dim)
                 || !fits_format(queries, format)
-                || !fits_format(corpus.data(), format)
+                || (format == FastFormat::F16 && corpus.max_abs() > F16_MAX)
             {
                 return self.knn_shared(queries, corpus, metric, k);
             }

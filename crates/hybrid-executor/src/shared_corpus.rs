@@ -18,6 +18,8 @@ pub(crate) struct Inner {
     id: u64,
     data: Vec<f32>,
     dim: usize,
+    /// The largest magnitude, computed on first use (fast mode's f16 range check).
+    max_abs: std::sync::OnceLock<f32>,
 }
 
 impl SharedCorpus {
@@ -26,7 +28,12 @@ impl SharedCorpus {
         check_matrix("corpus", &data, dim)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         Ok(SharedCorpus {
-            inner: Arc::new(Inner { id, data, dim }),
+            inner: Arc::new(Inner {
+                id,
+                data,
+                dim,
+                max_abs: std::sync::OnceLock::new(),
+            }),
         })
     }
 
@@ -41,6 +48,14 @@ impl SharedCorpus {
 
     pub fn n_rows(&self) -> usize {
         self.inner.data.len() / self.inner.dim
+    }
+
+    /// The largest magnitude of any value (computed once, on first use).
+    pub fn max_abs(&self) -> f32 {
+        *self
+            .inner
+            .max_abs
+            .get_or_init(|| self.inner.data.iter().fold(0.0f32, |m, v| m.max(v.abs())))
     }
 
     /// Unique per corpus created in this process.

@@ -160,6 +160,36 @@ pub struct TopkSmallParams {
     pub keys_in: u32,
     /// 1: higher scores first (cosine, dot); 0: lower first (l2).
     pub higher_first: u32,
+    /// 0, or `n_segments` u32: segment `s` holds only its first `min(counts[s], seg_len)` inputs, and a
+    /// count above `seg_len` (the filter's candidates overflowed) makes the block write zero keys, which the
+    /// host takes as "select again by radix".
+    pub counts: u64,
+}
+
+/// Threshold selection for small k over long dense segments (`topk_group_min`, then `topk_small` over the
+/// group minima, then `topk_filter`, then `topk_small` over the candidates; `docs/numerics.md`, "Top-k").
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopkFilterParams {
+    /// `n_segments * seg_len` f32 scores.
+    pub scores: u64,
+    /// `topk_group_min`: out, `n_segments * n_groups` u64, the smallest pair key of each group.
+    pub group_min: u64,
+    /// `topk_filter`: in, `n_segments * k` u64, ascending; the last of each segment's is its threshold.
+    pub threshold: u64,
+    /// `topk_filter`: out, `n_segments * cap` u64 candidate keys (every key at or below the threshold).
+    pub cand: u64,
+    /// `topk_filter`: `n_segments` u32 counters, zero before the launch.
+    pub counts: u64,
+    pub n_segments: u32,
+    pub seg_len: u32,
+    /// Scores per warp-group (a multiple of 32); groups per segment `ceil(seg_len / group_len)`.
+    pub group_len: u32,
+    pub n_groups: u32,
+    pub k: u32,
+    pub cap: u32,
+    pub higher_first: u32,
+    pub _pad: u32,
 }
 
 /// Tensor-core tile of the fast-mode GEMM (`tc_gemm_*`): 128 queries x 128 rows per block of 256 threads,
