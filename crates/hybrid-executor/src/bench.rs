@@ -183,6 +183,86 @@ mod gpu_knn {
     use recall_cpu_simd::{Metric, TopK};
     use recall_gpu_kernels::{Segments, SimMetric};
 
+    /// Where the time of one small knn call goes: each step of the kernel-level path, timed alone with a
+    /// stream synchronise after it (median over `iters`, in microseconds), with the corpus resident.
+    pub fn knn_latency_parts(
+        backend: &GpuBackend,
+        query: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+    ) -> Result<Vec<(&'static str, f64)>, String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let (g, kern) = backend.parts();
+        let n = corpus.len() / dim;
+        let c = g.upload(corpus).map_err(|x| err(&x))?;
+        let mut cn = g.alloc_zeros::<f32>(n).map_err(|x| err(&x))?;
+        kern.row_norms_f32(g, &c, n, dim, &mut cn)
+            .map_err(|x| err(&x))?;
+        let mut q = g.alloc_zeros::<f32>(dim).map_err(|x| err(&x))?;
+        let mut qn = g.alloc_zeros::<f32>(1).map_err(|x| err(&x))?;
+        let mut scores = g.alloc_zeros::<f32>(n).map_err(|x| err(&x))?;
+        let mut back = vec![0f32; 32.min(n)];
+        g.synchronize().map_err(|x| err(&x))?;
+        let mut parts = Vec::new();
+        let mut time =
+            |name: &'static str, f: &mut dyn FnMut() -> Result<(), String>| -> Result<(), String> {
+                f()?;
+                let mut t = Vec::with_capacity(iters);
+                for _ in 0..iters.max(1) {
+                    let s = Instant::now();
+                    f()?;
+                    g.synchronize().map_err(|x| err(&x))?;
+                    t.push(s.elapsed().as_secs_f64() * 1e6);
+                }
+                parts.push((name, median(t)));
+                Ok(())
+            };
+        time("stream synchronise (idle)", &mut || Ok(()))?;
+        time("query upload (pageable, into a reused buffer)", &mut || {
+            g.upload_into(query, &mut q).map_err(|x| err(&x))
+        })?;
+        time("query norm kernel", &mut || {
+            kern.row_norms_f32(g, &q, 1, dim, &mut qn)
+                .map_err(|x| err(&x))
+        })?;
+        time("scan kernel (cosine, 1 query)", &mut || {
+            kern.similarity(
+                g,
+                SimMetric::Cosine,
+                &q,
+                Some(&qn),
+                &c,
+                Some(&cn),
+                1,
+                n,
+                dim,
+                &mut scores,
+            )
+            .map_err(|x| err(&x))
+        })?;
+        time("top-k select incl. its download", &mut || {
+            kern.select_topk(
+                g,
+                &scores,
+                None,
+                Segments::Dense {
+                    n_segments: 1,
+                    seg_len: n,
+                },
+                k,
+                true,
+            )
+            .map(|_| ())
+            .map_err(|x| err(&x))
+        })?;
+        time("download of 32 floats (pageable)", &mut || {
+            g.download_prefix(&scores, &mut back).map_err(|x| err(&x))
+        })?;
+        Ok(parts)
+    }
+
     /// GPU knn with the corpus resident (what a corpus handle gives): queries in chunks whose score buffer
     /// stays under 1 GiB, as the backend does. Returns (similarity-only ms, knn ms, result of the last run).
     pub fn knn_ms(
@@ -280,7 +360,7 @@ mod gpu_knn {
 #[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
 #[cfg(feature = "gpu")]
-pub use gpu_knn::knn_ms;
+pub use gpu_knn::{knn_latency_parts, knn_ms};
 
 #[cfg(not(feature = "gpu"))]
 mod no_gpu {
@@ -288,6 +368,18 @@ mod no_gpu {
 
     /// Without GPU support there is nothing to measure.
     pub fn copy_gbps(_: &GpuBackend, _: usize, _: usize) -> Result<f64, String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
+    pub fn knn_latency_parts(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> Result<Vec<(&'static str, f64)>, String> {
         Err("this build has no GPU support".into())
     }
 
@@ -316,7 +408,7 @@ mod no_gpu {
 }
 
 #[cfg(not(feature = "gpu"))]
-pub use no_gpu::{copy_gbps, cosine_ms, knn_ms};
+pub use no_gpu::{copy_gbps, cosine_ms, knn_latency_parts, knn_ms};
 
 #[cfg(feature = "gpu")]
 mod gpu_graph {

@@ -402,6 +402,18 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             ));
         }
     }
+    let parts = if a.queries == 1 && a.rows <= 100_000 {
+        recall::diagnostics::bench::knn_latency_parts(
+            gpu,
+            &queries,
+            &corpus,
+            a.dim,
+            a.k,
+            a.iters.max(50),
+        )?
+    } else {
+        Vec::new()
+    };
     let peer = peer(&a);
     let mut r = String::new();
     header(
@@ -486,6 +498,18 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             );
         }
     });
+    if !parts.is_empty() {
+        let _ = writeln!(
+            r,
+            "\nWhere one small call's time goes (each step alone, then a stream synchronise; median):\n"
+        );
+        let _ = writeln!(r, "| step | time |");
+        let _ = writeln!(r, "|---|---|");
+        for (name, us) in &parts {
+            let _ = writeln!(r, "| {name} | {us:.1} us |");
+        }
+        let _ = writeln!(r);
+    }
     let mut same = None;
     if let Some((ms, cpu_top)) = &cpu {
         let _ = writeln!(
