@@ -179,26 +179,40 @@ unsafe fn store_tile(v: &[f32; LOADS], tile: *mut f32) {
     }
 }
 
-/// Squared-norm chain then IEEE sqrt, one row per thread.
+/// Squared-norm chain then IEEE sqrt, one row per thread. `PREFETCH`: the next column tile's loads are
+/// issued before this tile's arithmetic (latency hidden within the thread, at the cost of registers: for
+/// launches of few blocks, where occupancy cannot hide it).
 ///
 /// # Safety
 /// Launched by `recall-gpu-kernels` with `ROW_BLOCK` threads, `ceil(n_rows / 256)` blocks and
 /// `256 * 33 * 4` bytes of dynamic shared memory; pointers as `RowNormsParams` documents.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
+#[inline(always)]
+unsafe fn row_norms<const PREFETCH: bool>(p: &RowNormsParams) {
     let tile = dynamic_shared_f32();
     let t = thread_x();
     let row0 = block_x() * ROW_BLOCK;
     let x = p.x as *const f32;
     let mut acc = 0.0f32;
     let mut k0 = 0;
+    let mut v = if PREFETCH {
+        // SAFETY: `x` holds n_rows * dim f32.
+        unsafe { load_rows(x, p.n_rows, p.dim, row0, 0) }
+    } else {
+        [0.0; LOADS]
+    };
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
-        // SAFETY: `x` holds n_rows * dim f32.
-        let v = unsafe { load_rows(x, p.n_rows, p.dim, row0, k0) };
+        if !PREFETCH {
+            // SAFETY: as above.
+            v = unsafe { load_rows(x, p.n_rows, p.dim, row0, k0) };
+        }
         // SAFETY: the launcher sized the shared memory for the tile.
         unsafe { store_tile(&v, tile) };
         sync_threads();
+        if PREFETCH && k0 + ROW_TILE_K < p.dim {
+            // SAFETY: as above.
+            v = unsafe { load_rows(x, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
+        }
         let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
         let mut k = 0;
         while k < kn {
@@ -216,13 +230,33 @@ pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
     }
 }
 
+/// [`row_norms`] without prefetch (large launches).
+///
+/// # Safety
+/// As `row_norms`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn row_norms_f32(p: RowNormsParams) {
+    // SAFETY: forwarded launcher contract.
+    unsafe { row_norms::<false>(&p) }
+}
+
+/// [`row_norms`] with prefetch (launches of few blocks).
+///
+/// # Safety
+/// As `row_norms`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn row_norms_f32_pf(p: RowNormsParams) {
+    // SAFETY: forwarded launcher contract.
+    unsafe { row_norms::<true>(&p) }
+}
+
 /// Row scan for up to 4 queries (blockIdx.y selects them) against 256 rows (blockIdx.x).
 ///
 /// # Safety
 /// Grid `(ceil(n_rows / 256), ceil(n_queries / 4))`, `ROW_BLOCK` threads, `(256 * 33 + 4 * 32) * 4` bytes
 /// of dynamic shared memory; pointers as `SimParams` documents for dense kernels.
 #[inline(always)]
-unsafe fn scan<const METRIC: u32>(p: &SimParams) {
+unsafe fn scan<const METRIC: u32, const PREFETCH: bool>(p: &SimParams) {
     let smem = dynamic_shared_f32();
     let tile = smem;
     // SAFETY: the launcher allocates the query tile right after the row tile.
@@ -234,25 +268,42 @@ unsafe fn scan<const METRIC: u32>(p: &SimParams) {
     let queries = p.queries as *const f32;
     let mut acc = [0.0f32; QB];
     let mut k0 = 0;
+    // Thread t < 128 stages query t / 32, column t % 32 of each column tile.
+    let query_value = |k0: u32| -> f32 {
+        let (qj, kk) = (t / ROW_TILE_K, t % ROW_TILE_K);
+        let (q, col) = (q0 + qj, k0 + kk);
+        if t < ROW_QUERIES_PER_BLOCK * ROW_TILE_K && q < p.n_queries && col < p.dim {
+            // SAFETY: q < n_queries and col < dim.
+            unsafe { *queries.add(q as usize * p.dim as usize + col as usize) }
+        } else {
+            0.0
+        }
+    };
+    let (mut v, mut qv) = if PREFETCH {
+        // SAFETY: `corpus` holds n_rows * dim f32.
+        (unsafe { load_rows(corpus, p.n_rows, p.dim, row0, 0) }, query_value(0))
+    } else {
+        ([0.0; LOADS], 0.0)
+    };
     // Block-uniform loop: every thread runs the same iterations, so the barriers are reached by all.
     while k0 < p.dim {
-        // SAFETY: `corpus` holds n_rows * dim f32.
-        let v = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0) };
+        if !PREFETCH {
+            // SAFETY: as above.
+            v = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0) };
+            qv = query_value(k0);
+        }
         // SAFETY: the launcher sized the shared memory for both tiles.
         unsafe { store_tile(&v, tile) };
         if t < ROW_QUERIES_PER_BLOCK * ROW_TILE_K {
-            let (qj, kk) = (t / ROW_TILE_K, t % ROW_TILE_K);
-            let (q, col) = (q0 + qj, k0 + kk);
-            let v = if q < p.n_queries && col < p.dim {
-                // SAFETY: q < n_queries and col < dim.
-                unsafe { *queries.add(q as usize * p.dim as usize + col as usize) }
-            } else {
-                0.0
-            };
             // SAFETY: t < 128: inside the 4 x 32 query tile.
-            unsafe { *qtile.add(t as usize) = v };
+            unsafe { *qtile.add(t as usize) = qv };
         }
         sync_threads();
+        if PREFETCH && k0 + ROW_TILE_K < p.dim {
+            // SAFETY: as above.
+            v = unsafe { load_rows(corpus, p.n_rows, p.dim, row0, k0 + ROW_TILE_K) };
+            qv = query_value(k0 + ROW_TILE_K);
+        }
         let kn = (p.dim - k0).min(ROW_TILE_K) as usize;
         let mut k = 0;
         while k < kn {
@@ -593,9 +644,12 @@ macro_rules! kernels {
 }
 
 kernels! {
-    scan_dot => scan::<METRIC_DOT>;
-    scan_cosine => scan::<METRIC_COSINE>;
-    scan_l2 => scan::<METRIC_L2>;
+    scan_dot => scan::<METRIC_DOT, false>;
+    scan_cosine => scan::<METRIC_COSINE, false>;
+    scan_l2 => scan::<METRIC_L2, false>;
+    scan_pf_dot => scan::<METRIC_DOT, true>;
+    scan_pf_cosine => scan::<METRIC_COSINE, true>;
+    scan_pf_l2 => scan::<METRIC_L2, true>;
     gather_dot => gather::<METRIC_DOT>;
     gather_cosine => gather::<METRIC_COSINE>;
     gather_l2 => gather::<METRIC_L2>;

@@ -63,8 +63,12 @@ pub struct Kernels {
     image: LoadedImage,
     _module: Arc<CudaModule>,
     row_norms_f32: CudaFunction,
+    /// The row-norm kernel with register prefetch, for launches of few blocks.
+    row_norms_f32_pf: CudaFunction,
     /// `[dot, cosine, l2]` for each family.
     scan: [CudaFunction; 3],
+    /// The row scan with register prefetch, for launches of few blocks.
+    scan_pf: [CudaFunction; 3],
     gather: [CudaFunction; 3],
     gemm: [CudaFunction; 3],
     select_init: CudaFunction,
@@ -230,6 +234,10 @@ const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
 const GEMM_SMEM_BYTES: u32 = 2 * 2 * GEMM_TILE_K * (GEMM_TILE + 4) * 4;
 /// Shared memory of the tensor-core GEMM: two stages of two 128 x 40 tiles of 16-bit values.
 const TC_SMEM_BYTES: u32 = 2 * 2 * TC_TILE * 40 * 2;
+/// Up to this many rows the row kernels (norms, scan) run their register-prefetch variant: a launch of at
+/// most 512 blocks cannot hide a tile's load latency by occupancy, so each thread hides it itself. Above it,
+/// the variant without prefetch (fewer registers, more blocks per SM) was measured faster.
+pub const PREFETCH_MAX_ROWS: usize = 131_072;
 /// Up to this many queries the row scan (memory-bound) beats the GEMM kernel.
 pub const SCAN_MAX_QUERIES: usize = 8;
 /// CUDA's limit on `gridDim.x`.
@@ -258,7 +266,9 @@ impl Kernels {
                     let kernels = Kernels {
                         image: LoadedImage { sm, kind },
                         row_norms_f32: f("row_norms_f32")?,
+                        row_norms_f32_pf: f("row_norms_f32_pf")?,
                         scan: [f("scan_dot")?, f("scan_cosine")?, f("scan_l2")?],
+                        scan_pf: [f("scan_pf_dot")?, f("scan_pf_cosine")?, f("scan_pf_l2")?],
                         gather: [f("gather_dot")?, f("gather_cosine")?, f("gather_l2")?],
                         gemm: [f("gemm_dot")?, f("gemm_cosine")?, f("gemm_l2")?],
                         select_init: f("select_init")?,
@@ -343,9 +353,14 @@ impl Kernels {
             block_dim: (ROW_BLOCK, 1, 1),
             shared_mem_bytes: ROW_TILE_BYTES,
         };
+        let func = if n_rows <= PREFETCH_MAX_ROWS {
+            &self.row_norms_f32_pf
+        } else {
+            &self.row_norms_f32
+        };
         // SAFETY: `x` holds n_rows * dim f32 and `out` n_rows f32 (checked above); the grid covers every
         // row with ROW_BLOCK threads per block and the shared memory the kernel documents.
-        unsafe { gpu.launch(&self.row_norms_f32, cfg, params) }?;
+        unsafe { gpu.launch(func, cfg, params) }?;
         Ok(())
     }
 
@@ -388,7 +403,11 @@ impl Kernels {
                 n_rows32.div_ceil(ROW_BLOCK),
                 ROW_BLOCK,
                 ROW_TILE_BYTES + QUERY_TILE_BYTES,
-                &self.scan[metric.index()],
+                if n_rows <= PREFETCH_MAX_ROWS {
+                    &self.scan_pf[metric.index()]
+                } else {
+                    &self.scan[metric.index()]
+                },
             )
         } else {
             (

@@ -16,7 +16,8 @@ mod launch;
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use launch::{
     DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,
-    Kernels, LoadedImage, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM, TopKResult, half_ld,
+    Kernels, LoadedImage, PREFETCH_MAX_ROWS, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM,
+    TopKResult, half_ld,
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;

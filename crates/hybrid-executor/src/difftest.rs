@@ -429,7 +429,14 @@ mod run_gpu {
                 &gpu.download(&qn).map_err(e)?,
             );
             compare(
-                diff_of(&mut diffs, "row_norms_f32"),
+                diff_of(
+                    &mut diffs,
+                    if n <= recall_gpu_kernels::PREFETCH_MAX_ROWS {
+                        "row_norms_f32_pf"
+                    } else {
+                        "row_norms_f32"
+                    },
+                ),
                 &cpu_cn,
                 &gpu.download(&cn).map_err(e)?,
             );
@@ -460,7 +467,11 @@ mod run_gpu {
                     &mut out,
                 )
                 .map_err(e)?;
+                let pf = n <= recall_gpu_kernels::PREFETCH_MAX_ROWS;
                 let kernel = match (nq <= SCAN_MAX_QUERIES, name) {
+                    (true, "dot") if pf => "scan_pf_dot",
+                    (true, "cosine") if pf => "scan_pf_cosine",
+                    (true, _) if pf => "scan_pf_l2",
                     (true, "dot") => "scan_dot",
                     (true, "cosine") => "scan_cosine",
                     (true, _) => "scan_l2",

@@ -7,10 +7,11 @@ use crate::device::{Device, DevicePolicy, GpuDescription, GpuStatus};
 use crate::gpu_backend::GpuBackend;
 use crate::metrics::{FallbackReason, Metrics};
 use crate::op::{CosineOp, Op, OpKind};
+use crate::shared_corpus::SharedCorpus;
 use crate::tenant::{
     AdmissionError, ContextGuard, Scheduler, TenantConfig, TenantId, TenantInfo, VramLedger, Wait,
 };
-use recall_cpu_simd::{CpuError, check_finite};
+use recall_cpu_simd::{CpuError, Metric, TopK, check_finite};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -349,6 +350,9 @@ pub struct Executor {
     scheduler: Scheduler,
     ledger: VramLedger,
     cosine_batcher: Batcher<Vec<f32>>,
+    knn_batcher: Batcher<(Vec<u32>, Vec<f32>)>,
+    /// Single-query knn calls in flight (a lone caller runs at once instead of waiting for a batch).
+    knn_single_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl fmt::Debug for Executor {
@@ -492,6 +496,8 @@ impl Executor {
             scheduler,
             ledger: VramLedger::default(),
             cosine_batcher: Batcher::default(),
+            knn_batcher: Batcher::default(),
+            knn_single_in_flight: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -953,6 +959,83 @@ impl Executor {
                 let rows = out.value.chunks(n_rows).map(<[f32]>::to_vec).collect();
                 Ok((rows, out.device, out.fallback))
             })
+    }
+}
+
+impl Executor {
+    /// [`Executor::knn_shared`] for one query (`dim` values). Concurrent single-query calls against the same
+    /// corpus (same tenant, metric, k and mode) are coalesced into one batched call ([`BatchConfig`]), and
+    /// each caller gets its own k neighbours; a caller with no other single-query call in flight runs at
+    /// once, without waiting for a batch to fill.
+    pub fn knn_shared_single(
+        &self,
+        opts: &CallOptions,
+        query: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+    ) -> Result<Outcome<TopK>, ExecError> {
+        use std::sync::atomic::Ordering;
+        let dim = corpus.dim();
+        if query.len() != dim {
+            return Err(CpuError::LengthMismatch {
+                what: "query",
+                expected: dim,
+                got: query.len(),
+            }
+            .into());
+        }
+        struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let others = self.knn_single_in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&self.knn_single_in_flight);
+        if others == 0 || self.config.batching.max_batch <= 1 {
+            return self.knn_shared(opts, query, corpus, metric, k);
+        }
+        if !all_finite(query) {
+            check_finite("query", query)?;
+        }
+        let metric_code = match metric {
+            Metric::Dot => 0u64,
+            Metric::Cosine => 1,
+            Metric::L2 => 2,
+        };
+        let mode_code = match opts.mode {
+            Mode::Exact => 0u64,
+            Mode::FastF16 => 1,
+            Mode::FastBf16 => 2,
+        };
+        let key = BatchKey {
+            // An explicit corpus id (never an address: this batcher only sees shared corpora).
+            corpus: (corpus.id() as usize, usize::MAX),
+            dim,
+            params: (k as u64) | (metric_code << 40) | (mode_code << 48),
+            tenant: opts.tenant.map(|t| t.0),
+        };
+        let out =
+            self.knn_batcher
+                .submit(key, query, self.config.batching, |queries, members| {
+                    self.metrics.record_batch(members);
+                    let out = self.knn_shared(opts, queries, corpus, metric, k)?;
+                    let answers = out
+                        .value
+                        .ids
+                        .chunks(k)
+                        .zip(out.value.scores.chunks(k))
+                        .map(|(i, s)| (i.to_vec(), s.to_vec()))
+                        .collect();
+                    Ok((answers, out.device, out.fallback))
+                })?;
+        let (ids, scores) = out.value;
+        Ok(Outcome {
+            value: TopK { k, ids, scores },
+            device: out.device,
+            fallback: out.fallback,
+        })
     }
 }
 

@@ -273,13 +273,15 @@ impl Engine {
         metric: Metric,
         k: usize,
     ) -> Result<Neighbors, Error> {
-        Ok(Neighbors::from_outcome(self.exec.knn_shared(
-            &CallOptions::default().mode(self.mode),
-            queries,
-            corpus,
-            metric,
-            k,
-        )?))
+        let opts = CallOptions::default().mode(self.mode);
+        // One query: concurrent single-query calls on this corpus are coalesced into batches.
+        let out = if queries.len() == corpus.dim() {
+            self.exec
+                .knn_shared_single(&opts, queries, corpus, metric, k)?
+        } else {
+            self.exec.knn_shared(&opts, queries, corpus, metric, k)?
+        };
+        Ok(Neighbors::from_outcome(out))
     }
 
     /// Re-score candidate lists (e.g. an HNSW search's candidates): query `q` ranks the corpus rows

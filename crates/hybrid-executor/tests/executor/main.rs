@@ -5,6 +5,7 @@
 mod batching;
 mod calibrate;
 mod faults;
+mod knn_batching;
 mod ops;
 mod tenants;
 

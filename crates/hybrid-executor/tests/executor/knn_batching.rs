@@ -1,0 +1,167 @@
+//! Single-query knn against a shared corpus: concurrent calls are coalesced, a lone call is not held back,
+//! and every caller gets exactly its own neighbours.
+
+use super::*;
+use recall_cpu_simd::{Metric, TopK};
+use recall_hybrid_executor::{BatchConfig, CallOptions, SharedCorpus};
+use std::sync::Barrier;
+use std::sync::mpsc;
+
+const DIM: usize = 16;
+const K: usize = 5;
+
+/// A "GPU" that answers like the CPU and records each knn call's query count; its first call blocks
+/// until released, so that a test can hold one call in flight.
+struct Gate {
+    sizes: parking_lot::Mutex<Vec<usize>>,
+    entered: parking_lot::Mutex<Option<mpsc::Sender<()>>>,
+    release: parking_lot::Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+impl Backend for Gate {
+    fn device(&self) -> Device {
+        GPU
+    }
+    fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.sizes.lock().push(queries.len() / dim);
+        let first = self.entered.lock().take(); // the guard is dropped here, before any waiting
+        if let Some(tx) = first {
+            tx.send(()).unwrap();
+            let rx = self.release.lock().take().unwrap();
+            rx.recv().unwrap();
+        }
+        CpuBackend.knn(queries, corpus, dim, metric, k)
+    }
+}
+
+fn expected(q: &[f32], corpus: &SharedCorpus) -> TopK {
+    CpuBackend
+        .knn(q, corpus.data(), DIM, Metric::Cosine, K)
+        .unwrap()
+}
+
+#[test]
+fn single_knn_calls_in_flight_together_share_a_batch() {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let gate = Arc::new(Gate {
+        sizes: parking_lot::Mutex::new(Vec::new()),
+        entered: parking_lot::Mutex::new(Some(entered_tx)),
+        release: parking_lot::Mutex::new(Some(release_rx)),
+    });
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        batching: BatchConfig {
+            max_batch: 3,
+            max_wait: Duration::from_secs(600),
+        },
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
+    let barrier = Barrier::new(3);
+    std::thread::scope(|s| {
+        let (exec, corpus) = (&exec, &corpus);
+        // A lone caller runs at once (no batch to wait for) and is held inside the backend.
+        let lone = s.spawn(move || {
+            let q = matrix(100, 1, DIM);
+            let out = exec
+                .knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Cosine, K)
+                .unwrap();
+            assert_eq!(out.value, expected(&q, corpus));
+        });
+        entered_rx.recv().unwrap();
+        // Three callers arrive while it is in flight: one batch of three.
+        let followers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let q = matrix(200 + t, 1, DIM);
+                    barrier.wait();
+                    let out = exec
+                        .knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Cosine, K)
+                        .unwrap();
+                    assert_eq!(out.device, GPU);
+                    assert_eq!(out.value, expected(&q, corpus));
+                })
+            })
+            .collect();
+        for f in followers {
+            f.join().unwrap();
+        }
+        release_tx.send(()).unwrap();
+        lone.join().unwrap();
+    });
+    assert_eq!(*gate.sizes.lock(), vec![1, 3]);
+    let h = exec.metrics().batch_sizes();
+    assert_eq!((h.count(), h.sum()), (1, 3));
+}
+
+#[test]
+fn concurrent_single_knn_calls_lose_and_duplicate_nothing() {
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        batching: BatchConfig {
+            max_batch: 8,
+            max_wait: Duration::from_micros(300),
+        },
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(
+        cfg,
+        Arc::new(CpuBackend),
+        Some(Arc::new(FaultInjecting::new(CpuBackend, FaultPlan::new()))),
+    )
+    .unwrap();
+    let corpora = [
+        SharedCorpus::new(matrix(2, 120, DIM), DIM).unwrap(),
+        SharedCorpus::new(matrix(3, 77, DIM), DIM).unwrap(),
+    ];
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (exec, corpora) = (&exec, &corpora);
+            s.spawn(move || {
+                for i in 0..60u64 {
+                    let corpus = &corpora[((t + i) % 2) as usize];
+                    let q = matrix(1000 + t * 100 + i, 1, DIM);
+                    let out = exec
+                        .knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Cosine, K)
+                        .unwrap();
+                    assert_eq!(out.value, expected(&q, corpus), "thread {t} call {i}");
+                }
+            });
+        }
+    });
+    let h = exec.metrics().batch_sizes();
+    assert!(h.sum() <= 8 * 60, "more batched answers than calls");
+}
+
+#[test]
+fn a_wrong_length_query_is_a_typed_error() {
+    let exec = Executor::with_backends(
+        ExecutorConfig {
+            ..config(&ManualClock::new())
+        },
+        Arc::new(CpuBackend),
+        None,
+    )
+    .unwrap();
+    let corpus = SharedCorpus::new(matrix(4, 10, DIM), DIM).unwrap();
+    let err = exec
+        .knn_shared_single(
+            &CallOptions::default(),
+            &[0.0; 3],
+            &corpus,
+            Metric::Cosine,
+            K,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("query"), "{err}");
+}
