@@ -161,8 +161,21 @@ macro_rules! lanes8 {
             let qp = q.as_ptr();
             let mut acc = [[_mm256_setzero_ps(); G]; NT];
             let full = dim - dim % 4;
+            // Streaming (several tiles, one query): the `NT * LANES` rows read here are as many
+            // interleaved 16-byte streams, more than the hardware prefetcher follows, so each step also
+            // prefetches (into L2) its share of the rows that come next in memory, in address order: the
+            // next tile group, or the caller's next block. A prefetch is only a hint: it never faults
+            // and changes no value; the address is formed with `wrapping_add` and never dereferenced.
+            let ahead = bp.wrapping_add(NT * LANES * dim).cast::<i8>();
+            let lines_per_step = NT * LANES / 4;
             let mut k = 0;
             while k < full {
+                if NT > 1 {
+                    let first = k / 4 * lines_per_step;
+                    for i in 0..lines_per_step {
+                        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add((first + i) * 64));
+                    }
+                }
                 for (t, acc_t) in acc.iter_mut().enumerate() {
                     let base = t * LANES * dim;
                     let mut v = [_mm256_setzero_ps(); 4];
