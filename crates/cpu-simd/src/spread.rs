@@ -20,6 +20,9 @@ pub struct SpreadGraph {
     out_ptr: Vec<usize>,
     out_dst: Vec<u32>,
     out_pos: Vec<u32>,
+    /// The weight of each out-edge (the same value as its in-edge's), so the push form reads weights in
+    /// edge order instead of one random `in_ptr` and `in_w` read per edge.
+    out_w: Vec<f32>,
 }
 
 /// How a hop is computed. Both give the same bits (see `docs/numerics.md`); `Auto` picks per hop.
@@ -140,6 +143,7 @@ impl SpreadGraph {
             out_ptr: indptr.to_vec(),
             out_dst: indices.to_vec(),
             out_pos,
+            out_w: weights.to_vec(),
         })
     }
 
@@ -169,7 +173,7 @@ impl SpreadGraph {
     }
 
     /// The pulled sum `s` of target `v` in the documented lane order.
-    #[inline]
+    #[inline(always)]
     fn pull(&self, v: usize, prev: &[f32]) -> f32 {
         let (src, w) = self.in_edges(v);
         let mut lane = [0.0f32; SPREAD_LANES];
@@ -192,7 +196,7 @@ impl SpreadGraph {
 
 /// [`tree`] when only lanes `0 .. m` can be non-zero (the rest are `+0.0` and every value is `>= +0.0`):
 /// the same result with the identity adds left out.
-#[inline]
+#[inline(always)]
 fn tree_prefix(lane: &mut [f32; SPREAD_LANES], mut m: usize) -> f32 {
     let mut off = SPREAD_LANES / 2;
     while off > 0 {
@@ -208,7 +212,7 @@ fn tree_prefix(lane: &mut [f32; SPREAD_LANES], mut m: usize) -> f32 {
 }
 
 /// The fixed tree: for off in 16, 8, 4, 2, 1: lane[l] = lane[l] + lane[l + off] for l < off.
-#[inline]
+#[inline(always)]
 pub(crate) fn tree(lane: &mut [f32; SPREAD_LANES]) -> f32 {
     let mut off = SPREAD_LANES / 2;
     while off > 0 {
@@ -229,13 +233,115 @@ pub fn spread(
     spread_with_mode(graph, seeds, params, SpreadMode::Auto)
 }
 
+/// The pull form of one hop for targets `v0 .. v0 + out.len()`.
+#[inline(always)]
+fn pull_targets(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    decay: f32,
+    threshold: f32,
+    v0: usize,
+    out: &mut [f32],
+) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let x = graph.pull(v0 + i, prev) * decay;
+        *o = if x < threshold { 0.0 } else { x };
+    }
+}
+
+/// The hop loops compiled twice: as they are (a baseline x86-64 build turns `mul_add` into a call to
+/// libm's `fmaf`), and, on x86-64, with FMA enabled so that every `mul_add` is one `vfmadd` instruction.
+/// Both round once per `fma`, as the order says: the same bits, the second several times faster.
+#[derive(Clone, Copy)]
+struct Hop {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fma: bool,
+}
+
+impl Hop {
+    fn new() -> Hop {
+        Hop {
+            fma: crate::simd::simd_level() >= crate::SimdLevel::Avx2,
+        }
+    }
+
+    fn pull(self, graph: &SpreadGraph, prev: &[f32], p: (f32, f32), v0: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.fma {
+            // SAFETY: `fma` is set only at the `Avx2` level or above, which is handed out only when
+            // the CPU reports AVX2 and FMA.
+            unsafe { pull_targets_fma(graph, prev, p.0, p.1, v0, out) };
+            return;
+        }
+        pull_targets(graph, prev, p.0, p.1, v0, out);
+    }
+
+    /// `active_edges`: the number of out-edges of the active sources (sizes the scratch once).
+    fn push(
+        self,
+        graph: &SpreadGraph,
+        prev: &[f32],
+        active_edges: usize,
+        p: (f32, f32),
+        next: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.fma {
+            // SAFETY: as in `Hop::pull`.
+            unsafe { push_hop_fma(graph, prev, active_edges, p.0, p.1, next) };
+            return;
+        }
+        push_hop(graph, prev, active_edges, p.0, p.1, next);
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pull_targets_fma(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    decay: f32,
+    threshold: f32,
+    v0: usize,
+    out: &mut [f32],
+) {
+    pull_targets(graph, prev, decay, threshold, v0, out)
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn push_hop_fma(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    active_edges: usize,
+    decay: f32,
+    threshold: f32,
+    next: &mut [f32],
+) {
+    push_hop(graph, prev, active_edges, decay, threshold, next)
+}
+
 /// The push form of one hop: only active sources, ascending, each out-edge adding into lane `pos % 32`
 /// of its target. In-lists are sorted by (source, position), so every lane receives its terms in the
 /// same ascending order as the pull form, and skipped (inactive) terms are exact identities.
-fn push_hop(graph: &SpreadGraph, prev: &[f32], decay: f32, threshold: f32, next: &mut [f32]) {
+#[inline(always)]
+fn push_hop(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    active_edges: usize,
+    decay: f32,
+    threshold: f32,
+    next: &mut [f32],
+) {
     let mut slot = vec![u32::MAX; graph.n];
-    let mut touched: Vec<u32> = Vec::new();
-    let mut lanes: Vec<[f32; SPREAD_LANES]> = Vec::new();
+    // At most one slot per active edge (and per node): reserved once, no regrowth copies.
+    let cap = active_edges.min(graph.n);
+    let mut touched: Vec<u32> = Vec::with_capacity(cap);
+    let mut lanes: Vec<[f32; SPREAD_LANES]> = Vec::with_capacity(cap);
     for (u, a) in prev.iter().enumerate() {
         if *a == 0.0 {
             continue;
@@ -248,7 +354,7 @@ fn push_hop(graph: &SpreadGraph, prev: &[f32], decay: f32, threshold: f32, next:
                 lanes.push([0.0; SPREAD_LANES]);
                 touched.push(v as u32);
             }
-            let w = graph.in_w[graph.in_ptr[v] + j];
+            let w = graph.out_w[e];
             let l = &mut lanes[slot[v] as usize][j % SPREAD_LANES];
             *l = w.mul_add(*a, *l);
         }
@@ -336,6 +442,7 @@ pub fn spread_with_mode(
     let mut prev = total.clone();
     let mut next = vec![0.0f32; n];
     const CHUNK: usize = 4096;
+    let hop_code = Hop::new();
     for hop in 1..=hops {
         let active_edges: usize = match mode {
             SpreadMode::Pull => usize::MAX,
@@ -353,13 +460,10 @@ pub fn spread_with_mode(
         let use_push = mode == SpreadMode::Push
             || (mode == SpreadMode::Auto && active_edges <= graph.n_edges() / 16);
         if use_push {
-            push_hop(graph, &prev, decay, threshold, &mut next);
+            hop_code.push(graph, &prev, active_edges, (decay, threshold), &mut next);
         } else {
             let work = |(c, out): (usize, &mut [f32])| {
-                for (i, o) in out.iter_mut().enumerate() {
-                    let x = graph.pull(c * CHUNK + i, &prev) * decay;
-                    *o = if x < threshold { 0.0 } else { x };
-                }
+                hop_code.pull(graph, &prev, (decay, threshold), c * CHUNK, out);
             };
             if graph.n_edges() + n >= PAR_MIN_WORK {
                 next.par_chunks_mut(CHUNK).enumerate().for_each(work);

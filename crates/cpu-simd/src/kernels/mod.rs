@@ -12,6 +12,8 @@ use crate::simd::{SimdLevel, record};
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 /// Which chain a kernel computes.
 pub(crate) const DOT: u8 = 0;
@@ -44,20 +46,32 @@ pub(crate) fn chains(
         out_stride >= nr && out.len() >= (nq - 1) * out_stride + nr,
         "chains: output too small"
     );
-    record(level);
+    // Each arm counts the level whose code it runs, so `kernel_runs` shows which path really ran.
     match level {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx512 => {
+            record(SimdLevel::Avx512);
             // SAFETY: `Cpu::with_level` and `simd_level` only hand out `Avx512` when the CPU reports
             // AVX-512F, AVX2 and FMA.
             unsafe { avx512::chains(mode, queries, rows, dim, out, out_stride) }
         }
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Avx2 => {
+            record(SimdLevel::Avx2);
             // SAFETY: `Avx2` is only handed out when the CPU reports AVX2 and FMA.
             unsafe { avx2::v3::chains(mode, queries, rows, dim, out, out_stride) }
         }
-        _ => chains_scalar(mode, queries, rows, dim, out, out_stride),
+        #[cfg(target_arch = "aarch64")]
+        SimdLevel::Neon => {
+            record(SimdLevel::Neon);
+            // SAFETY: `Neon` is only handed out when `is_aarch64_feature_detected!("neon")` holds
+            // (always, on the aarch64 targets that have `std`: NEON is part of their baseline).
+            unsafe { neon::chains(mode, queries, rows, dim, out, out_stride) }
+        }
+        _ => {
+            record(SimdLevel::Scalar);
+            chains_scalar(mode, queries, rows, dim, out, out_stride)
+        }
     }
 }
 
