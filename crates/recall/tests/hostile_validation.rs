@@ -163,8 +163,8 @@ fn candidates_are_valid(c: &Cand, whole_corpus: bool) -> bool {
     if d == 0
         || c.queries.is_empty()
         || c.corpus.is_empty()
-        || c.queries.len() % d != 0
-        || c.corpus.len() % d != 0
+        || !c.queries.len().is_multiple_of(d)
+        || !c.corpus.len().is_multiple_of(d)
         || !c.queries.iter().all(|x| x.is_finite())
         || (whole_corpus && !c.corpus.iter().all(|x| x.is_finite()))
     {
