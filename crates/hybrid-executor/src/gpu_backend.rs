@@ -191,6 +191,13 @@ mod imp {
             (&self.gpu, &self.kernels)
         }
 
+        /// (free, total) device memory now, in bytes, as the driver reports it (every process's
+        /// allocations count); `None` if the driver could not say.
+        pub fn memory_info(&self) -> Option<(u64, u64)> {
+            let (free, total) = self.gpu.memory_info().ok()?;
+            Some((free as u64, total as u64))
+        }
+
         /// Upload a row-major matrix and, for cosine, compute its row norms on the device.
         fn upload_rows(
             &self,
@@ -749,6 +756,11 @@ mod imp {
 
         pub fn description(&self) -> &GpuDescription {
             &self.description
+        }
+
+        /// Never known without a GPU.
+        pub fn memory_info(&self) -> Option<(u64, u64)> {
+            None
         }
     }
 

@@ -1,9 +1,10 @@
 //! `recall`: the command-line tool. `recall info`, `recall demo`, `recall diff-test`, `recall bench`,
-//! and the ops on files: `recall knn`, `recall spread`, `recall kmeans`.
+//! the ops on files: `recall knn`, `recall spread`, `recall kmeans`; and `recall load`.
 
 mod bench;
 mod demo;
 mod info;
+mod load;
 mod ops;
 mod util;
 
@@ -37,6 +38,8 @@ enum Command {
     Spread(ops::SpreadArgs),
     /// k-means of the rows of a .npy or .fvecs file (centroids.npy, assignments.npy, inertia.npy out).
     Kmeans(ops::KmeansArgs),
+    /// Sustained multi-tenant load (knn, candidate scoring, spreading), answers checked against the CPU.
+    Load(load::LoadArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Knn(a) => ops::knn(a),
         Command::Spread(a) => ops::spread(a),
         Command::Kmeans(a) => ops::kmeans(a),
+        Command::Load(a) => load::run(a),
     };
     match result {
         Ok(code) => code,

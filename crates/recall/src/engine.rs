@@ -211,6 +211,13 @@ impl Engine {
         })
     }
 
+    /// The executor behind this engine: tenants, per-call options, metrics. For the load generator
+    /// (`recall load`) and the acceptance tests, until the builder grows tenants.
+    #[doc(hidden)]
+    pub fn executor(&self) -> &recall_hybrid_executor::Executor {
+        &self.exec
+    }
+
     /// The GPU backend in use, for the benchmark harness and self-tests.
     #[doc(hidden)]
     pub fn gpu_backend(&self) -> Option<&recall_hybrid_executor::GpuBackend> {

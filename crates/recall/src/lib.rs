@@ -32,6 +32,11 @@ pub use recall_hybrid_executor::{
     Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus, Mode, SharedCorpus as Corpus,
 };
 
+/// The executor's own types (tenants, call options, metrics), for [`Engine::executor`]: the load generator
+/// and the acceptance tests use them; applications use [`Engine`].
+#[doc(hidden)]
+pub use recall_hybrid_executor as executor;
+
 /// The CPU SIMD path in use: `avx512`, `avx2`, `neon` or `scalar` (`RECALL_CPU_SIMD` can lower it).
 pub fn cpu_simd_level() -> String {
     recall_cpu_simd::simd_level().name().to_string()

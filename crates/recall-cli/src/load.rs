@@ -1,0 +1,1384 @@
+//! `recall load`: sustained, mixed, multi-tenant load against one engine, the acceptance test of issue 10.
+//!
+//! N tenants (each with its own queue in the executor) run on their own threads for a duration, each
+//! thread issuing a random mix of single-query knn and batch knn against a resident corpus handle
+//! (`Engine::corpus`, searched with `knn_shared`), candidate scoring, and activation spreading over a
+//! power-law graph. It reports calls per second (over the run and its slowest whole second), latency
+//! quantiles per op kind, errors, fallbacks, the devices that answered, and host and device memory
+//! before and after; then it re-runs a sample of the calls on the CPU and compares the answers bit for
+//! bit. Any error, mismatch, or memory that does not come back makes it exit non-zero.
+//!
+//! Every call's inputs derive from (tenant, thread, call number), so a sampled call is re-created for
+//! verification from those three numbers; only a digest of its answer is kept during the run.
+
+use crate::ops::MetricArg;
+use crate::util::{COMMIT, cpu_model, grouped, threads, utc_date};
+use recall::diagnostics::{SplitMix, power_law_graph};
+use recall::executor::{CallOptions, Device, FallbackReason, OpKind, TenantConfig, TenantId, Wait};
+use recall::{Corpus, DevicePolicy, Engine, GpuStatus, Metric, SpreadGraph, SpreadParams};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum DeviceArg {
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LoadArgs {
+    /// Corpus rows (a GPU acceptance run uses 1000000).
+    #[arg(long, default_value_t = 20_000)]
+    rows: usize,
+    /// Values per row (a GPU acceptance run uses 768).
+    #[arg(long, default_value_t = 128)]
+    dim: usize,
+    /// Tenants, each with its own queue.
+    #[arg(long, default_value_t = 8)]
+    tenants: usize,
+    /// Threads issuing calls per tenant.
+    #[arg(long, default_value_t = 2)]
+    threads_per_tenant: usize,
+    /// Seconds of load, after a warm-up call of each kind.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Neighbours per query (knn and candidate scoring).
+    #[arg(short, long, default_value_t = 10)]
+    k: usize,
+    /// Queries per batch knn call.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Queries per candidate-scoring call.
+    #[arg(long, default_value_t = 8)]
+    cand_queries: usize,
+    /// Candidate ids per query (at most the corpus rows).
+    #[arg(long, default_value_t = 1000)]
+    candidates: usize,
+    /// Nodes of the spreading graph (default: as many as corpus rows).
+    #[arg(long)]
+    graph_nodes: Option<usize>,
+    /// Average out-degree of the spreading graph.
+    #[arg(long, default_value_t = 8)]
+    graph_degree: usize,
+    /// Spreading hops.
+    #[arg(long, default_value_t = 3)]
+    hops: usize,
+    /// Relative weights of the call kinds: single-query knn, batch knn, candidate scoring, spreading.
+    #[arg(long, default_value = "70,10,15,5")]
+    mix: String,
+    #[arg(long, value_enum, default_value = "cosine")]
+    metric: MetricArg,
+    /// Calls to re-run on the CPU after the load and compare bit for bit (spread over the run and the kinds).
+    #[arg(long, default_value_t = 64)]
+    verify: usize,
+    /// Device policy; default: `RECALL_DEVICE`, else auto.
+    #[arg(long, value_enum)]
+    device: Option<DeviceArg>,
+    /// Per-tenant VRAM quota in MiB (default: none).
+    #[arg(long)]
+    vram_quota_mib: Option<u64>,
+    /// How far host RSS and device memory may end above where they started, in MiB.
+    #[arg(long, default_value_t = 64)]
+    mem_tolerance_mib: u64,
+    /// Seed of the generated corpus, graph and calls.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write the summary here: `.md` as markdown, anything else as JSON.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// The kinds of call in the mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Single,
+    Batch,
+    Candidates,
+    Spread,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Single, Kind::Batch, Kind::Candidates, Kind::Spread];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Single => "knn_single",
+            Kind::Batch => "knn_batch",
+            Kind::Candidates => "score_candidates",
+            Kind::Spread => "spread",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Latency histogram
+
+const SUB_BITS: u32 = 5;
+const SUB: usize = 1 << SUB_BITS;
+const BUCKETS: usize = 64 * SUB;
+
+/// Nanoseconds in log-linear buckets (32 per doubling: quantiles within about 3 %), one per thread and
+/// kind, merged at the end: recording allocates nothing.
+#[derive(Clone)]
+struct Histogram {
+    counts: Vec<u64>,
+    n: u64,
+    max: u64,
+}
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram {
+            counts: vec![0; BUCKETS],
+            n: 0,
+            max: 0,
+        }
+    }
+
+    fn index(v: u64) -> usize {
+        let v = v.max(1);
+        let e = 63 - v.leading_zeros();
+        if e < SUB_BITS {
+            v as usize
+        } else {
+            (e - SUB_BITS + 1) as usize * SUB + ((v >> (e - SUB_BITS)) as usize & (SUB - 1))
+        }
+    }
+
+    /// The largest value of bucket `i`.
+    fn upper(i: usize) -> u64 {
+        if i < SUB {
+            return i as u64;
+        }
+        let e = (i / SUB) as u32 - 1 + SUB_BITS;
+        let sub = (i % SUB) as u64;
+        let next = u128::from(SUB as u64 + sub + 1) << (e - SUB_BITS);
+        u64::try_from(next - 1).unwrap_or(u64::MAX)
+    }
+
+    fn record(&mut self, ns: u64) {
+        self.counts[Self::index(ns)] += 1;
+        self.n += 1;
+        self.max = self.max.max(ns);
+    }
+
+    fn merge(&mut self, o: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&o.counts) {
+            *a += b;
+        }
+        self.n += o.n;
+        self.max = self.max.max(o.max);
+    }
+
+    fn quantile(&self, q: f64) -> Option<u64> {
+        if self.n == 0 {
+            return None;
+        }
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(Self::upper(i).min(self.max));
+            }
+        }
+        Some(self.max)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Inputs, derived from (tenant, thread, call)
+
+struct Setup {
+    rows: usize,
+    dim: usize,
+    k: usize,
+    batch: usize,
+    cand_queries: usize,
+    candidates: usize,
+    graph_nodes: usize,
+    spread: SpreadParams,
+    metric: Metric,
+    seed: u64,
+}
+
+fn call_seed(setup: &Setup, tenant: usize, thread: usize, call: u64) -> u64 {
+    let mut r = SplitMix::new(setup.seed ^ ((tenant as u64) << 48) ^ ((thread as u64) << 40));
+    r.next_u64() ^ call.wrapping_mul(0xD1B5_4A32_D192_ED03)
+}
+
+fn queries(rng: &mut SplitMix, n: usize, dim: usize) -> Vec<f32> {
+    (0..n * dim).map(|_| rng.next_f32()).collect()
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `n_queries` lists of `per` distinct row ids: an arithmetic progression modulo `rows` with a step
+/// coprime to it.
+fn candidate_lists(rng: &mut SplitMix, n_queries: usize, per: usize, rows: usize) -> Vec<u32> {
+    let n = rows as u64;
+    let mut ids = Vec::with_capacity(n_queries * per);
+    for _ in 0..n_queries {
+        let start = rng.below(n);
+        let mut step = 1 + rng.below(n.saturating_sub(1).max(1));
+        while gcd(step, n) != 1 {
+            step = 1 + rng.below(n.saturating_sub(1).max(1));
+        }
+        ids.extend((0..per as u64).map(|i| ((start + i * step) % n) as u32));
+    }
+    ids
+}
+
+/// A call's inputs.
+enum Inputs {
+    Knn(Vec<f32>),
+    Candidates {
+        queries: Vec<f32>,
+        offsets: Vec<usize>,
+        ids: Vec<u32>,
+    },
+    Spread(Vec<f32>),
+}
+
+fn inputs(setup: &Setup, kind: Kind, seed: u64) -> Inputs {
+    let mut rng = SplitMix::new(seed);
+    match kind {
+        Kind::Single => Inputs::Knn(queries(&mut rng, 1, setup.dim)),
+        Kind::Batch => Inputs::Knn(queries(&mut rng, setup.batch, setup.dim)),
+        Kind::Candidates => {
+            let q = queries(&mut rng, setup.cand_queries, setup.dim);
+            let ids = candidate_lists(&mut rng, setup.cand_queries, setup.candidates, setup.rows);
+            let offsets = (0..=setup.cand_queries)
+                .map(|i| i * setup.candidates)
+                .collect();
+            Inputs::Candidates {
+                queries: q,
+                offsets,
+                ids,
+            }
+        }
+        Kind::Spread => {
+            let mut seeds = vec![0.0f32; setup.graph_nodes];
+            for _ in 0..8 {
+                seeds[rng.below(setup.graph_nodes as u64) as usize] = 1.0;
+            }
+            Inputs::Spread(seeds)
+        }
+    }
+}
+
+/// FNV-1a over the answer's ids and value bits: what is kept of a sampled answer.
+fn digest(ids: &[u32], values: &[f32]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for w in ids
+        .iter()
+        .copied()
+        .chain(values.iter().map(|v| v.to_bits()))
+    {
+        for b in w.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// What one call returned: a digest of the answer, where it ran, whether it fell back.
+struct Answer {
+    digest: u64,
+    gpu: bool,
+    fallback: bool,
+}
+
+/// The data every call reads.
+struct World<'a> {
+    engine: &'a Engine,
+    corpus: &'a Corpus,
+    graph: &'a SpreadGraph,
+    setup: &'a Setup,
+}
+
+fn run_call(
+    w: &World<'_>,
+    opts: &CallOptions,
+    kind: Kind,
+    inputs: &Inputs,
+) -> Result<Answer, String> {
+    let exec = w.engine.executor();
+    let s = w.setup;
+    let on_gpu = |d: Device| matches!(d, Device::Gpu { .. });
+    match inputs {
+        Inputs::Knn(q) => exec
+            .knn_shared(opts, q, w.corpus, s.metric, s.k)
+            .map(|o| Answer {
+                digest: digest(&o.value.ids, &o.value.scores),
+                gpu: on_gpu(o.device),
+                fallback: o.fallback.is_some(),
+            }),
+        Inputs::Candidates {
+            queries,
+            offsets,
+            ids,
+        } => exec
+            .score_candidates(
+                opts,
+                queries,
+                w.corpus.data(),
+                s.dim,
+                s.metric,
+                offsets,
+                ids,
+                s.k,
+            )
+            .map(|o| Answer {
+                digest: digest(&o.value.ids, &o.value.scores),
+                gpu: on_gpu(o.device),
+                fallback: o.fallback.is_some(),
+            }),
+        Inputs::Spread(seeds) => exec
+            .spread(opts, w.graph, seeds, &s.spread)
+            .map(|o| Answer {
+                digest: digest(&o.value.top.ids, &o.value.activation)
+                    ^ digest(&[], &o.value.top.scores).rotate_left(1),
+                gpu: on_gpu(o.device),
+                fallback: o.fallback.is_some(),
+            }),
+    }
+    .map_err(|e| format!("{} ({}): {e}", kind.name(), kind_op(kind)))
+}
+
+fn kind_op(kind: Kind) -> OpKind {
+    match kind {
+        Kind::Single | Kind::Batch => OpKind::Knn,
+        Kind::Candidates => OpKind::ScoreCandidates,
+        Kind::Spread => OpKind::Spread,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Per-thread accounts
+
+/// A sampled call: enough to re-create it, and the digest of its answer.
+#[derive(Clone, Copy)]
+struct Sample {
+    kind: Kind,
+    tenant: usize,
+    thread: usize,
+    call: u64,
+    digest: u64,
+}
+
+struct ThreadStats {
+    latency: Vec<Histogram>,
+    calls: [u64; 4],
+    errors: [u64; 4],
+    fallbacks: [u64; 4],
+    gpu: [u64; 4],
+    first_errors: Vec<String>,
+    /// Reservoir of samples per kind.
+    samples: Vec<Vec<Sample>>,
+    seen: [u64; 4],
+}
+
+impl ThreadStats {
+    fn new() -> ThreadStats {
+        ThreadStats {
+            latency: vec![Histogram::new(); 4],
+            calls: [0; 4],
+            errors: [0; 4],
+            fallbacks: [0; 4],
+            gpu: [0; 4],
+            first_errors: Vec::new(),
+            samples: vec![Vec::new(); 4],
+            seen: [0; 4],
+        }
+    }
+}
+
+fn parse_mix(s: &str) -> Result<[u64; 4], String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let bad = || {
+        format!(
+            "--mix {s:?}: expected four weights, e.g. 70,10,15,5 (single,batch,candidates,spread)"
+        )
+    };
+    let [a, b, c, d] = parts[..] else {
+        return Err(bad());
+    };
+    let mut w = [0u64; 4];
+    for (slot, p) in w.iter_mut().zip([a, b, c, d]) {
+        *slot = p.parse().map_err(|_| bad())?;
+    }
+    if w.iter().sum::<u64>() == 0 {
+        return Err(format!("--mix {s:?}: at least one weight must be above 0"));
+    }
+    Ok(w)
+}
+
+fn pick(rng: &mut SplitMix, mix: &[u64; 4]) -> Kind {
+    let total: u64 = mix.iter().sum();
+    let mut r = rng.below(total);
+    for (i, w) in mix.iter().enumerate() {
+        if r < *w {
+            return Kind::ALL[i];
+        }
+        r -= w;
+    }
+    Kind::Spread
+}
+
+/// One thread's loop: calls until `stop`, each timed, a reservoir of `per_kind` samples per kind.
+#[allow(clippy::too_many_arguments)]
+fn worker(
+    w: &World<'_>,
+    tenant: TenantId,
+    t_idx: usize,
+    thread: usize,
+    mix: &[u64; 4],
+    per_kind: usize,
+    stop: &AtomicBool,
+    total: &AtomicU64,
+) -> ThreadStats {
+    let mut st = ThreadStats::new();
+    let mut rng = SplitMix::new(call_seed(w.setup, t_idx, thread, u64::MAX));
+    let opts = CallOptions {
+        tenant: Some(tenant),
+        wait: Wait::Timeout(Duration::from_secs(60)),
+    };
+    let mut call = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let kind = pick(&mut rng, mix);
+        let seed = call_seed(w.setup, t_idx, thread, call);
+        let inp = inputs(w.setup, kind, seed);
+        let t0 = Instant::now();
+        let result = run_call(w, &opts, kind, &inp);
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let i = kind.index();
+        st.latency[i].record(ns);
+        st.calls[i] += 1;
+        total.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(a) => {
+                st.gpu[i] += u64::from(a.gpu);
+                st.fallbacks[i] += u64::from(a.fallback);
+                // Reservoir sampling (algorithm R) per kind.
+                st.seen[i] += 1;
+                let s = Sample {
+                    kind,
+                    tenant: t_idx,
+                    thread,
+                    call,
+                    digest: a.digest,
+                };
+                if st.samples[i].len() < per_kind {
+                    st.samples[i].push(s);
+                } else {
+                    let j = rng.below(st.seen[i]) as usize;
+                    if j < per_kind {
+                        st.samples[i][j] = s;
+                    }
+                }
+            }
+            Err(e) => {
+                st.errors[i] += 1;
+                if st.first_errors.len() < 5 {
+                    st.first_errors.push(e);
+                }
+            }
+        }
+        call += 1;
+    }
+    st
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Memory
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Memory {
+    /// Resident set of this process (`/proc/self/statm`), bytes.
+    rss: Option<u64>,
+    /// Device memory in use on the GPU (every process's, from the driver), bytes.
+    gpu_used: Option<u64>,
+    /// Device memory the executor holds against tenant quotas now, bytes.
+    ledger: u64,
+    /// Corpora resident on the GPU.
+    resident: Option<usize>,
+}
+
+/// Resident pages times the page size, from `/proc/self/statm` and `/proc/self/smaps_rollup`'s unit.
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}
+
+/// The page size: `KernelPageSize` of `/proc/self/smaps` (first mapping), else 4 KiB.
+fn page_size() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("KernelPageSize:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(4096, |kb| kb * 1024)
+}
+
+fn memory(engine: &Engine) -> Memory {
+    let gpu = engine.gpu_backend();
+    Memory {
+        rss: rss_bytes(),
+        gpu_used: gpu
+            .and_then(|g| g.memory_info())
+            .map(|(free, total)| total.saturating_sub(free)),
+        ledger: engine.executor().vram_in_use(),
+        resident: gpu.map(resident_corpora),
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn resident_corpora(g: &recall::diagnostics::GpuBackend) -> usize {
+    g.resident_corpora()
+}
+
+#[cfg(not(feature = "gpu"))]
+fn resident_corpora(_: &recall::diagnostics::GpuBackend) -> usize {
+    0
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("n/a".into(), |b| {
+        format!("{:.1}", b as f64 / (1u64 << 20) as f64)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The run
+
+struct KindFigures {
+    calls: u64,
+    errors: u64,
+    fallbacks: u64,
+    gpu: u64,
+    p50_us: Option<f64>,
+    p95_us: Option<f64>,
+    p99_us: Option<f64>,
+    max_us: f64,
+    verified: usize,
+    mismatches: usize,
+}
+
+struct MemCheck {
+    name: &'static str,
+    before: Option<u64>,
+    after: Option<u64>,
+    ok: bool,
+}
+
+struct Report {
+    command: String,
+    date: String,
+    device: String,
+    cpu: String,
+    policy: String,
+    args: Vec<(&'static str, String)>,
+    elapsed_s: f64,
+    calls: u64,
+    calls_per_s: f64,
+    slowest_second: Option<u64>,
+    fastest_second: Option<u64>,
+    kinds: Vec<(Kind, KindFigures)>,
+    errors: u64,
+    first_errors: Vec<String>,
+    mismatches: usize,
+    verified: usize,
+    fallbacks_by_reason: Vec<(&'static str, u64)>,
+    gpu_calls: u64,
+    memory: Vec<(&'static str, Memory)>,
+    checks: Vec<MemCheck>,
+    max_in_flight: usize,
+}
+
+impl Report {
+    fn passed(&self) -> bool {
+        self.errors == 0
+            && self.mismatches == 0
+            && self.calls > 0
+            && self.checks.iter().all(|c| c.ok)
+    }
+}
+
+pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
+    let mix = parse_mix(&a.mix)?;
+    if a.rows == 0 || a.dim == 0 {
+        return Err("--rows and --dim must be at least 1".into());
+    }
+    if a.tenants == 0 || a.threads_per_tenant == 0 {
+        return Err("--tenants and --threads-per-tenant must be at least 1".into());
+    }
+    if !(a.duration.is_finite() && a.duration > 0.0) {
+        return Err(format!(
+            "--duration {}: expected seconds above 0",
+            a.duration
+        ));
+    }
+    let graph_nodes = a.graph_nodes.unwrap_or(a.rows);
+    if a.k == 0 || a.k > a.rows || a.k > a.candidates || a.k > graph_nodes {
+        return Err(format!(
+            "-k {}: must be between 1 and the smallest of --rows, --candidates and the graph's nodes",
+            a.k
+        ));
+    }
+    if a.candidates > a.rows {
+        return Err(format!(
+            "--candidates {} is more than the corpus's {} rows",
+            a.candidates, a.rows
+        ));
+    }
+    if a.batch == 0 || a.cand_queries == 0 || a.hops == 0 {
+        return Err("--batch, --cand-queries and --hops must be at least 1".into());
+    }
+    let mut builder = Engine::builder();
+    if let Some(d) = a.device {
+        builder = builder.device(match d {
+            DeviceArg::Auto => DevicePolicy::Auto,
+            DeviceArg::Cpu => DevicePolicy::Cpu,
+            DeviceArg::Gpu => DevicePolicy::Gpu,
+        });
+    }
+    let engine = builder.build().map_err(|e| e.to_string())?;
+    let device = match engine.gpu_status() {
+        GpuStatus::Ready(d) => format!(
+            "{} ({}, {} SMs, {}), driver CUDA {}, kernels {}",
+            d.name,
+            d.sm,
+            d.sm_count,
+            crate::util::gib(d.total_memory),
+            d.driver,
+            d.image
+        ),
+        GpuStatus::Unavailable(why) => format!("no GPU ({why})"),
+    };
+    let cpu = format!(
+        "{}, {} threads, SIMD {}",
+        cpu_model(),
+        threads(),
+        recall::cpu_simd_level()
+    );
+    eprintln!("recall load: {device}; {cpu}");
+    let m_start = memory(&engine);
+
+    // The data: corpus rows in parallel blocks (1,000,000 x 768 is 3 GiB), a power-law graph.
+    let setup = Setup {
+        rows: a.rows,
+        dim: a.dim,
+        k: a.k,
+        batch: a.batch,
+        cand_queries: a.cand_queries,
+        candidates: a.candidates,
+        graph_nodes,
+        spread: SpreadParams {
+            decay: 0.5,
+            threshold: 0.01,
+            hops: a.hops,
+            k: a.k,
+        },
+        metric: a.metric.into(),
+        seed: a.seed,
+    };
+    let t_gen = Instant::now();
+    let data = generate_rows(a.seed, a.rows, a.dim);
+    let corpus = engine.corpus(data, a.dim).map_err(|e| e.to_string())?;
+    let mut grng = SplitMix::new(a.seed ^ 0x6A09_E667_F3BC_C908);
+    let edges = graph_nodes.saturating_mul(a.graph_degree);
+    let hubs = (graph_nodes / 100).min(10_000);
+    let (indptr, indices, weights) = power_law_graph(&mut grng, graph_nodes, edges, hubs, hubs);
+    let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(|e| e.to_string())?;
+    drop((indptr, indices, weights));
+    let edges = graph.n_edges();
+    eprintln!(
+        "recall load: {} x {} corpus, graph of {} nodes and {} edges, generated in {:.1} s",
+        grouped(a.rows as u64),
+        a.dim,
+        grouped(graph_nodes as u64),
+        grouped(graph.n_edges() as u64),
+        t_gen.elapsed().as_secs_f64()
+    );
+
+    let exec = engine.executor();
+    let tenants: Vec<TenantId> = (0..a.tenants)
+        .map(|i| {
+            let mut c =
+                TenantConfig::new(format!("t{i}")).queue_capacity(a.threads_per_tenant.max(1) * 2);
+            if let Some(q) = a.vram_quota_mib {
+                c = c.vram_quota(q << 20);
+            }
+            exec.add_tenant(c)
+        })
+        .collect();
+    let world = World {
+        engine: &engine,
+        corpus: &corpus,
+        graph: &graph,
+        setup: &setup,
+    };
+    // Warm-up: one call of each kind (calibration on a GPU's first use, the corpus upload).
+    let t_warm = Instant::now();
+    let warm_opts = CallOptions::tenant(tenants[0]).wait(Duration::from_secs(600));
+    for kind in Kind::ALL {
+        let inp = inputs(&setup, kind, call_seed(&setup, usize::MAX, 0, 0));
+        run_call(&world, &warm_opts, kind, &inp).map_err(|e| format!("warm-up: {e}"))?;
+    }
+    eprintln!(
+        "recall load: warm-up took {:.1} s; {} tenants x {} threads for {} s",
+        t_warm.elapsed().as_secs_f64(),
+        a.tenants,
+        a.threads_per_tenant,
+        a.duration
+    );
+    trim_heap();
+    let m_loaded = memory(&engine);
+
+    // The load.
+    let n_threads = a.tenants * a.threads_per_tenant;
+    let per_kind = a
+        .verify
+        .div_ceil(n_threads * 4)
+        .max(usize::from(a.verify > 0));
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    let per_second = Mutex::new(Vec::new());
+    let t0 = Instant::now();
+    let stats = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n_threads)
+            .map(|th| {
+                let (world, stop, total, mix) = (&world, &stop, &total, &mix);
+                let (t_idx, thread) = (th % a.tenants, th / a.tenants);
+                let tenant = tenants[t_idx];
+                s.spawn(move || worker(world, tenant, t_idx, thread, mix, per_kind, stop, total))
+            })
+            .collect();
+        let end = t0 + Duration::from_secs_f64(a.duration);
+        let (mut tick, mut last) = (t0, 0);
+        loop {
+            let next = tick + Duration::from_secs(1);
+            if next > end {
+                std::thread::sleep(end.saturating_duration_since(Instant::now()));
+                break;
+            }
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            let c = total.load(Ordering::Relaxed);
+            if let Ok(mut v) = per_second.lock() {
+                v.push(c - last);
+            }
+            (tick, last) = (next, c);
+        }
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| h.join().ok())
+            .collect::<Vec<_>>()
+    });
+    let panicked = stats.iter().filter(|s| s.is_none()).count();
+    let stats: Vec<ThreadStats> = stats.into_iter().flatten().collect();
+    let elapsed = t0.elapsed().as_secs_f64();
+    trim_heap();
+    let m_after_load = memory(&engine);
+
+    // Merge.
+    let mut latency = vec![Histogram::new(); 4];
+    let (mut calls, mut errors, mut fallbacks, mut gpu) =
+        ([0u64; 4], [0u64; 4], [0u64; 4], [0u64; 4]);
+    let mut first_errors = Vec::new();
+    let mut samples = Vec::new();
+    for st in &stats {
+        for i in 0..4 {
+            latency[i].merge(&st.latency[i]);
+            calls[i] += st.calls[i];
+            errors[i] += st.errors[i];
+            fallbacks[i] += st.fallbacks[i];
+            gpu[i] += st.gpu[i];
+            samples.extend_from_slice(&st.samples[i]);
+        }
+        first_errors.extend(st.first_errors.iter().cloned());
+    }
+    first_errors.truncate(5);
+    if panicked > 0 {
+        first_errors.push(format!("{panicked} load threads panicked"));
+    }
+
+    // Verification on the CPU, after the load (so it does not compete with it).
+    let t_verify = Instant::now();
+    let cpu_engine = Engine::builder()
+        .device(DevicePolicy::Cpu)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let cpu_world = World {
+        engine: &cpu_engine,
+        corpus: &corpus,
+        graph: &graph,
+        setup: &setup,
+    };
+    let mut verified = [0usize; 4];
+    let mut mismatched = [0usize; 4];
+    for s in &samples {
+        let inp = inputs(
+            &setup,
+            s.kind,
+            call_seed(&setup, s.tenant, s.thread, s.call),
+        );
+        let i = s.kind.index();
+        verified[i] += 1;
+        match run_call(&cpu_world, &CallOptions::default(), s.kind, &inp) {
+            Ok(ans) if ans.digest == s.digest => {}
+            Ok(_) => {
+                mismatched[i] += 1;
+                if first_errors.len() < 10 {
+                    first_errors.push(format!(
+                        "{} call {} of tenant {} thread {}: the answer differs from the CPU's",
+                        s.kind.name(),
+                        s.call,
+                        s.tenant,
+                        s.thread
+                    ));
+                }
+            }
+            Err(e) => {
+                mismatched[i] += 1;
+                first_errors.push(format!("verification on the CPU failed: {e}"));
+            }
+        }
+    }
+    eprintln!(
+        "recall load: verified {} answers on the CPU in {:.1} s",
+        samples.len(),
+        t_verify.elapsed().as_secs_f64()
+    );
+    drop(cpu_engine);
+
+    // Release everything the load made; the GPU frees a corpus's device copy once its handle is gone.
+    let metrics = engine.executor().metrics();
+    let fallbacks_by_reason: Vec<(&'static str, u64)> = FallbackReason::ALL
+        .iter()
+        .map(|r| (r.name(), metrics.fallbacks(*r)))
+        .collect();
+    let gpu_calls: u64 = OpKind::ALL
+        .iter()
+        .map(|op| metrics.calls(*op, Device::Gpu { ordinal: 0 }))
+        .sum();
+    drop(corpus);
+    drop(graph);
+    drop(samples);
+    trim_heap();
+    let m_end = memory(&engine);
+
+    let tol = a.mem_tolerance_mib << 20;
+    let within = |before: Option<u64>, after: Option<u64>| match (before, after) {
+        (Some(b), Some(a)) => a <= b.saturating_add(tol),
+        _ => true,
+    };
+    let mut checks = vec![
+        MemCheck {
+            name: "host RSS under load (loaded -> after load)",
+            before: m_loaded.rss,
+            after: m_after_load.rss,
+            ok: within(m_loaded.rss, m_after_load.rss),
+        },
+        MemCheck {
+            name: "host RSS released (start -> end)",
+            before: m_start.rss,
+            after: m_end.rss,
+            ok: within(m_start.rss, m_end.rss),
+        },
+        MemCheck {
+            name: "executor VRAM ledger back to 0",
+            before: Some(m_start.ledger),
+            after: Some(m_end.ledger),
+            ok: m_end.ledger == 0,
+        },
+    ];
+    if m_start.gpu_used.is_some() {
+        checks.push(MemCheck {
+            name: "GPU memory under load (loaded -> after load)",
+            before: m_loaded.gpu_used,
+            after: m_after_load.gpu_used,
+            ok: within(m_loaded.gpu_used, m_after_load.gpu_used),
+        });
+        checks.push(MemCheck {
+            name: "GPU memory released (start -> end)",
+            before: m_start.gpu_used,
+            after: m_end.gpu_used,
+            ok: within(m_start.gpu_used, m_end.gpu_used),
+        });
+        checks.push(MemCheck {
+            name: "resident corpora on the GPU back to 0",
+            before: m_start.resident.map(|r| r as u64),
+            after: m_end.resident.map(|r| r as u64),
+            ok: m_end.resident.unwrap_or(0) == 0,
+        });
+    }
+
+    let secs = per_second.into_inner().unwrap_or_default();
+    let all_calls: u64 = calls.iter().sum();
+    let us = |ns: Option<u64>| ns.map(|v| v as f64 / 1e3);
+    let kinds = Kind::ALL
+        .iter()
+        .map(|&k| {
+            let i = k.index();
+            let h = &latency[i];
+            (
+                k,
+                KindFigures {
+                    calls: calls[i],
+                    errors: errors[i],
+                    fallbacks: fallbacks[i],
+                    gpu: gpu[i],
+                    p50_us: us(h.quantile(0.50)),
+                    p95_us: us(h.quantile(0.95)),
+                    p99_us: us(h.quantile(0.99)),
+                    max_us: h.max as f64 / 1e3,
+                    verified: verified[i],
+                    mismatches: mismatched[i],
+                },
+            )
+        })
+        .collect();
+    let report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        date: utc_date(),
+        device,
+        cpu,
+        policy: engine.device_policy().to_string(),
+        args: vec![
+            ("rows", a.rows.to_string()),
+            ("dim", a.dim.to_string()),
+            ("tenants", a.tenants.to_string()),
+            ("threads_per_tenant", a.threads_per_tenant.to_string()),
+            ("duration_s", a.duration.to_string()),
+            ("k", a.k.to_string()),
+            ("batch", a.batch.to_string()),
+            ("cand_queries", a.cand_queries.to_string()),
+            ("candidates", a.candidates.to_string()),
+            ("graph_nodes", graph_nodes.to_string()),
+            ("graph_edges", edges.to_string()),
+            ("hops", a.hops.to_string()),
+            ("mix", a.mix.clone()),
+            ("metric", format!("{:?}", a.metric).to_lowercase()),
+            ("seed", a.seed.to_string()),
+        ],
+        elapsed_s: elapsed,
+        calls: all_calls,
+        calls_per_s: all_calls as f64 / elapsed.max(1e-9),
+        slowest_second: secs.iter().copied().min(),
+        fastest_second: secs.iter().copied().max(),
+        kinds,
+        errors: errors.iter().sum::<u64>() + panicked as u64,
+        first_errors,
+        mismatches: mismatched.iter().sum(),
+        verified: verified.iter().sum(),
+        fallbacks_by_reason,
+        gpu_calls,
+        memory: vec![
+            ("start", m_start),
+            ("loaded", m_loaded),
+            ("after load", m_after_load),
+            ("end", m_end),
+        ],
+        checks,
+        max_in_flight: engine.executor().config().max_in_flight,
+    };
+    let md = render_markdown(&report);
+    print!("{md}");
+    if let Some(out) = &a.out {
+        let is_md = out
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("md"));
+        let text = if is_md { md } else { render_json(&report) };
+        std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
+    if report.passed() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "recall load: FAILED ({} errors, {} mismatches, {} memory checks failed)",
+            report.errors,
+            report.mismatches,
+            report.checks.iter().filter(|c| !c.ok).count()
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// `rows x dim` values in [-1, 1), generated in parallel blocks (each block its own stream, so the result
+/// does not depend on the thread count).
+fn generate_rows(seed: u64, rows: usize, dim: usize) -> Vec<f32> {
+    const BLOCK: usize = 4096;
+    let mut data = vec![0.0f32; rows * dim];
+    let blocks: Vec<(usize, &mut [f32])> = data.chunks_mut(BLOCK * dim).enumerate().collect();
+    let n_threads = threads().max(1);
+    let per = blocks.len().div_ceil(n_threads).max(1);
+    let mut blocks = blocks;
+    std::thread::scope(|s| {
+        while !blocks.is_empty() {
+            let take = per.min(blocks.len());
+            let mine: Vec<(usize, &mut [f32])> = blocks.drain(..take).collect();
+            s.spawn(move || {
+                for (b, chunk) in mine {
+                    let mut rng =
+                        SplitMix::new(seed ^ (b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    for v in chunk.iter_mut() {
+                        *v = rng.next_f32();
+                    }
+                }
+            });
+        }
+    });
+    data
+}
+
+/// Return freed heap pages to the operating system (glibc keeps them per thread arena), so that RSS
+/// measures live memory rather than the allocator's caches.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    unsafe extern "C" {
+        fn malloc_trim(pad: usize) -> i32;
+    }
+    // SAFETY: glibc's malloc_trim(3) takes a byte count, touches only the allocator's own free lists, and
+    // is safe to call at any time from any thread.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}
+
+// ---------------------------------------------------------------------------------------------------
+// Output
+
+fn fmt_us(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| {
+        if v >= 1000.0 {
+            format!("{:.2} ms", v / 1000.0)
+        } else {
+            format!("{v:.0} us")
+        }
+    })
+}
+
+fn render_markdown(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "## recall load: {}\n",
+        if r.passed() { "PASSED" } else { "FAILED" }
+    );
+    let _ = writeln!(o, "- date: {} (UTC), commit {}", r.date, COMMIT);
+    let _ = writeln!(o, "- device: {}; policy {}", r.device, r.policy);
+    let _ = writeln!(o, "- cpu: {}", r.cpu);
+    let _ = writeln!(o, "- command: `{}`", r.command);
+    let args: Vec<String> = r.args.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(
+        o,
+        "- settings: {}; executor permits (max in flight): {}",
+        args.join(", "),
+        r.max_in_flight
+    );
+    let _ = writeln!(
+        o,
+        "- {} calls in {:.1} s: **{:.0} calls/s** (whole seconds: slowest {}, fastest {}); {} on the GPU",
+        grouped(r.calls),
+        r.elapsed_s,
+        r.calls_per_s,
+        r.slowest_second.map_or("-".into(), grouped),
+        r.fastest_second.map_or("-".into(), grouped),
+        grouped(r.gpu_calls)
+    );
+    let _ = writeln!(
+        o,
+        "- errors: {}; answers verified on the CPU bit for bit: {} ({} mismatches)",
+        r.errors, r.verified, r.mismatches
+    );
+    let fb: Vec<String> = r
+        .fallbacks_by_reason
+        .iter()
+        .map(|(n, v)| format!("{n} {v}"))
+        .collect();
+    let _ = writeln!(o, "- fallbacks to the CPU by reason: {}\n", fb.join(", "));
+    let _ = writeln!(
+        o,
+        "| op | calls | on GPU | fallbacks | errors | p50 | p95 | p99 | max | verified | mismatches |"
+    );
+    let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (k, f) in &r.kinds {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            k.name(),
+            grouped(f.calls),
+            grouped(f.gpu),
+            f.fallbacks,
+            f.errors,
+            fmt_us(f.p50_us),
+            fmt_us(f.p95_us),
+            fmt_us(f.p99_us),
+            fmt_us(Some(f.max_us)),
+            f.verified,
+            f.mismatches
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n| memory (MiB) | host RSS | GPU used (all processes) | executor ledger | resident corpora |"
+    );
+    let _ = writeln!(o, "|---|---:|---:|---:|---:|");
+    for (name, m) in &r.memory {
+        let _ = writeln!(
+            o,
+            "| {name} | {} | {} | {} | {} |",
+            mib(m.rss),
+            mib(m.gpu_used),
+            mib(Some(m.ledger)),
+            m.resident.map_or("n/a".into(), |v| v.to_string())
+        );
+    }
+    let _ = writeln!(o);
+    for c in &r.checks {
+        let _ = writeln!(
+            o,
+            "- {}: {} -> {} MiB: {}",
+            c.name,
+            mib(c.before),
+            mib(c.after),
+            if c.ok { "ok" } else { "FAILED" }
+        );
+    }
+    for e in &r.first_errors {
+        let _ = writeln!(o, "- error: {e}");
+    }
+    o
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn json_opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("null".into(), |v| v.to_string())
+}
+
+fn json_f(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.3}")
+    } else {
+        "null".into()
+    }
+}
+
+fn render_json(r: &Report) -> String {
+    let mut o = String::from("{\n");
+    let _ = writeln!(o, "  \"passed\": {},", r.passed());
+    let _ = writeln!(o, "  \"date\": {},", json_str(&r.date));
+    let _ = writeln!(o, "  \"commit\": {},", json_str(COMMIT));
+    let _ = writeln!(o, "  \"command\": {},", json_str(&r.command));
+    let _ = writeln!(o, "  \"device\": {},", json_str(&r.device));
+    let _ = writeln!(o, "  \"cpu\": {},", json_str(&r.cpu));
+    let _ = writeln!(o, "  \"policy\": {},", json_str(&r.policy));
+    let _ = writeln!(o, "  \"max_in_flight\": {},", r.max_in_flight);
+    let args: Vec<String> = r
+        .args
+        .iter()
+        .map(|(k, v)| format!("{}: {}", json_str(k), json_str(v)))
+        .collect();
+    let _ = writeln!(o, "  \"settings\": {{{}}},", args.join(", "));
+    let _ = writeln!(o, "  \"elapsed_s\": {},", json_f(r.elapsed_s));
+    let _ = writeln!(o, "  \"calls\": {},", r.calls);
+    let _ = writeln!(o, "  \"calls_per_s\": {},", json_f(r.calls_per_s));
+    let _ = writeln!(
+        o,
+        "  \"slowest_second_calls\": {},",
+        json_opt(r.slowest_second)
+    );
+    let _ = writeln!(
+        o,
+        "  \"fastest_second_calls\": {},",
+        json_opt(r.fastest_second)
+    );
+    let _ = writeln!(o, "  \"gpu_calls\": {},", r.gpu_calls);
+    let _ = writeln!(o, "  \"errors\": {},", r.errors);
+    let _ = writeln!(o, "  \"verified\": {},", r.verified);
+    let _ = writeln!(o, "  \"mismatches\": {},", r.mismatches);
+    let fb: Vec<String> = r
+        .fallbacks_by_reason
+        .iter()
+        .map(|(n, v)| format!("{}: {v}", json_str(n)))
+        .collect();
+    let _ = writeln!(o, "  \"fallbacks_by_reason\": {{{}}},", fb.join(", "));
+    let kinds: Vec<String> = r
+        .kinds
+        .iter()
+        .map(|(k, f)| {
+            format!(
+                "    {}: {{\"calls\": {}, \"gpu\": {}, \"fallbacks\": {}, \"errors\": {}, \"p50_us\": {}, \"p95_us\": {}, \"p99_us\": {}, \"max_us\": {}, \"verified\": {}, \"mismatches\": {}}}",
+                json_str(k.name()),
+                f.calls,
+                f.gpu,
+                f.fallbacks,
+                f.errors,
+                json_opt(f.p50_us.map(json_f)),
+                json_opt(f.p95_us.map(json_f)),
+                json_opt(f.p99_us.map(json_f)),
+                json_f(f.max_us),
+                f.verified,
+                f.mismatches
+            )
+        })
+        .collect();
+    let _ = writeln!(o, "  \"ops\": {{\n{}\n  }},", kinds.join(",\n"));
+    let mem: Vec<String> = r
+        .memory
+        .iter()
+        .map(|(n, m)| {
+            format!(
+                "    {}: {{\"host_rss_bytes\": {}, \"gpu_used_bytes\": {}, \"ledger_bytes\": {}, \"resident_corpora\": {}}}",
+                json_str(n),
+                json_opt(m.rss),
+                json_opt(m.gpu_used),
+                m.ledger,
+                json_opt(m.resident)
+            )
+        })
+        .collect();
+    let _ = writeln!(o, "  \"memory\": {{\n{}\n  }},", mem.join(",\n"));
+    let checks: Vec<String> = r
+        .checks
+        .iter()
+        .map(|c| {
+            format!(
+                "    {{\"check\": {}, \"before_bytes\": {}, \"after_bytes\": {}, \"ok\": {}}}",
+                json_str(c.name),
+                json_opt(c.before),
+                json_opt(c.after),
+                c.ok
+            )
+        })
+        .collect();
+    let _ = writeln!(o, "  \"memory_checks\": [\n{}\n  ],", checks.join(",\n"));
+    let errs: Vec<String> = r.first_errors.iter().map(|e| json_str(e)).collect();
+    let _ = writeln!(o, "  \"first_errors\": [{}]", errs.join(", "));
+    o.push_str("}\n");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles_are_within_a_bucket() {
+        let mut h = Histogram::new();
+        for v in 1..=10_000u64 {
+            h.record(v * 1000);
+        }
+        for (q, want) in [
+            (0.5, 5_000_000f64),
+            (0.95, 9_500_000.0),
+            (0.99, 9_900_000.0),
+        ] {
+            let got = h.quantile(q).unwrap() as f64;
+            assert!(got >= want && got <= want * 1.04, "q {q}: {got} vs {want}");
+        }
+        assert_eq!(h.quantile(1.0), Some(10_000_000));
+        for v in [0u64, 1, 31, 32, 33, 1 << 40, u64::MAX] {
+            let i = Histogram::index(v);
+            assert!(i < BUCKETS, "{v}");
+            assert!(Histogram::upper(i) >= v.max(1), "{v}");
+            if i > 0 {
+                assert!(Histogram::upper(i - 1) < v.max(1), "{v}");
+            }
+        }
+        assert_eq!(Histogram::new().quantile(0.5), None);
+    }
+
+    #[test]
+    fn candidate_lists_are_distinct_and_in_range() {
+        let mut rng = SplitMix::new(3);
+        for rows in [1usize, 2, 7, 12, 1000] {
+            let per = rows.min(50);
+            let ids = candidate_lists(&mut rng, 4, per, rows);
+            for list in ids.chunks(per) {
+                let mut l = list.to_vec();
+                l.sort_unstable();
+                l.dedup();
+                assert_eq!(l.len(), per, "rows {rows}");
+                assert!(l.iter().all(|&i| (i as usize) < rows));
+            }
+        }
+    }
+
+    #[test]
+    fn mix_parsing() {
+        assert_eq!(parse_mix("70,10,15,5"), Ok([70, 10, 15, 5]));
+        assert_eq!(parse_mix(" 1, 0,0 ,0"), Ok([1, 0, 0, 0]));
+        assert!(parse_mix("0,0,0,0").is_err());
+        assert!(parse_mix("1,2,3").is_err());
+        assert!(parse_mix("a,b,c,d").is_err());
+        let mut rng = SplitMix::new(1);
+        assert!((0..100).all(|_| pick(&mut rng, &[0, 0, 1, 0]) == Kind::Candidates));
+    }
+
+    #[test]
+    fn a_digest_sees_every_bit() {
+        let (ids, scores) = (vec![3u32, 1, 2], vec![0.5f32, 0.25, -1.0]);
+        let d = digest(&ids, &scores);
+        assert_eq!(d, digest(&ids.clone(), &scores.clone()));
+        assert_ne!(d, digest(&[3, 2, 1], &scores));
+        let mut s = scores.clone();
+        s[2] = f32::from_bits(s[2].to_bits() ^ 1);
+        assert_ne!(d, digest(&ids, &s));
+        assert_ne!(digest(&[], &[0.0]), digest(&[], &[-0.0]));
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_str("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+    }
+
+    #[test]
+    fn generated_rows_do_not_depend_on_threads() {
+        let a = generate_rows(5, 9000, 3);
+        assert_eq!(a.len(), 27_000);
+        let mut rng = SplitMix::new(5);
+        assert_eq!(a[0].to_bits(), rng.next_f32().to_bits());
+        assert!(a.iter().all(|v| (-1.0..1.0).contains(v)));
+    }
+}
