@@ -2,7 +2,7 @@ use crate::Error;
 use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
 use recall_hybrid_executor::{
     CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Outcome,
-    SharedCorpus as Corpus,
+    SharedCorpus as Corpus, SharedGraph as Graph,
 };
 
 /// The entry point: owns the backends and answers every op.
@@ -309,6 +309,39 @@ impl Engine {
         let o = self
             .exec
             .spread(&CallOptions::default(), graph, seeds, params)?;
+        Ok(Activation {
+            activation: o.value.activation,
+            top: o.value.top,
+            device: o.device,
+            fallback: o.fallback,
+        })
+    }
+
+    /// Validate a CSR graph once (`indptr` has `n_nodes + 1` entries; edge `e` in `indptr[u] .. indptr[u + 1]`
+    /// goes from `u` to `indices[e]` with weight `weights[e]`), transpose it for the pull order, and keep it
+    /// for repeated [`Engine::spread_in`] calls: on the GPU it is uploaded on first use and stays on the device
+    /// until the last clone of the returned [`Graph`] is dropped. [`crate::io::read_graph`] makes one from a
+    /// SciPy `.npz` file.
+    pub fn graph(
+        &self,
+        indptr: &[usize],
+        indices: &[u32],
+        weights: &[f32],
+    ) -> Result<Graph, Error> {
+        Ok(Graph::from_csr(indptr, indices, weights)?)
+    }
+
+    /// [`Engine::spread`] over a [`Graph`] made by [`Engine::graph`]: the same answer, without validating,
+    /// transposing or uploading the graph on every call.
+    pub fn spread_in(
+        &self,
+        graph: &Graph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Activation, Error> {
+        let o = self
+            .exec
+            .spread_shared(&CallOptions::default(), graph, seeds, params)?;
         Ok(Activation {
             activation: o.value.activation,
             top: o.value.top,

@@ -27,7 +27,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::SpreadGraph;
+use crate::{Corpus, Graph, SpreadGraph};
 
 /// The longest `.npy` header text accepted (NumPy itself refuses more than 10,000 bytes by default).
 pub const MAX_HEADER_LEN: usize = 65_536;
@@ -115,6 +115,13 @@ pub enum IoError {
     /// The CSR arrays were read but do not form a valid graph ([`SpreadGraph::from_csr`] said why).
     #[error("{path}: invalid graph: {source}")]
     Graph {
+        path: String,
+        #[source]
+        source: crate::Error,
+    },
+    /// The matrix was read but is not a valid corpus (NaN or infinity, no rows, zero dimension).
+    #[error("{path}: invalid corpus: {source}")]
+    Corpus {
         path: String,
         #[source]
         source: crate::Error,
@@ -273,6 +280,14 @@ impl CsrGraph {
                 source: e.into(),
             }
         })
+    }
+}
+
+impl CsrGraph {
+    /// Validate and transpose once into a [`Graph`] handle for repeated [`crate::Engine::spread_in`] calls
+    /// (on a GPU it stays on the device while the handle lives).
+    pub fn to_graph(&self) -> Result<Graph, IoError> {
+        Ok(Graph::new(self.to_spread_graph()?))
     }
 }
 
@@ -1116,6 +1131,18 @@ pub fn read_matrix(path: impl AsRef<Path>) -> Result<Matrix, IoError> {
     }
 }
 
+/// Read a corpus file by extension (`.npy`, 2-D float32, or `.fvecs`; see [`read_matrix`]) and validate it
+/// once into a [`Corpus`] handle for repeated [`crate::Engine::knn_in`] calls (on a GPU it stays on the
+/// device while the handle lives).
+pub fn read_corpus(path: impl AsRef<Path>) -> Result<Corpus, IoError> {
+    let p = path.as_ref();
+    let m = read_matrix(p)?;
+    Corpus::new(m.data, m.dim).map_err(|e| IoError::Corpus {
+        path: p.display().to_string(),
+        source: e.into(),
+    })
+}
+
 // ---------------------------------------------------------------------------------------------------
 // SciPy CSR .npz
 
@@ -1249,4 +1276,10 @@ pub fn npz_csr_from_reader<R: Read + Seek>(reader: R) -> Result<CsrGraph, IoErro
 pub fn read_spread_graph(path: impl AsRef<Path>) -> Result<(SpreadGraph, usize), IoError> {
     let csr = read_npz_csr(path)?;
     Ok((csr.to_spread_graph()?, csr.n_nodes))
+}
+
+/// Read a SciPy CSR `.npz` ([`read_npz_csr`]) and validate and transpose it once into a [`Graph`] handle
+/// for repeated [`crate::Engine::spread_in`] calls.
+pub fn read_graph(path: impl AsRef<Path>) -> Result<Graph, IoError> {
+    read_npz_csr(path)?.to_graph()
 }

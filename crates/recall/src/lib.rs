@@ -30,6 +30,7 @@ pub use error::Error;
 pub use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams, TopK};
 pub use recall_hybrid_executor::{
     Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus, SharedCorpus as Corpus,
+    SharedGraph as Graph,
 };
 
 /// The CPU SIMD path in use: `avx512`, `avx2`, `neon` or `scalar` (`RECALL_CPU_SIMD` can lower it).
