@@ -13,7 +13,7 @@ fn cpu_engine() -> Engine {
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("recall-handles-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
 
@@ -189,7 +189,7 @@ fn corpus_handle_from_an_npy_file_matches_the_slice_call() {
 fn npy_bytes_s3(s: &[u8]) -> Vec<u8> {
     let dict = "{'descr': '|S3', 'fortran_order': False, 'shape': (), }";
     let mut header = dict.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
@@ -206,8 +206,61 @@ fn zip_stored(members: &[(String, Vec<u8>)]) -> Vec<u8> {
     let opts =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, bytes) in members {
-        w.start_file(name.as_str(), opts).unwrap();
-        w.write_all(bytes).unwrap();
+        w.start_file(name.as_str(), opts).expect("zip member");
+        w.write_all(bytes).expect("zip write");
     }
-    w.finish().unwrap().into_inner()
+    w.finish().expect("zip finish").into_inner()
+}
+
+#[test]
+fn npz_writer_round_trips_through_the_reader() {
+    let (p, i, w) = csr(30);
+    let bytes = io::npz_csr_to_bytes(&p, &i, &w, 30).unwrap();
+    let back = io::npz_csr_from_bytes(&bytes).unwrap();
+    assert_eq!(
+        (back.indptr, back.indices, back.weights, back.n_nodes),
+        (p.clone(), i.clone(), w.clone(), 30)
+    );
+    // Shapes that do not fit together are refused before anything is written.
+    assert!(matches!(
+        io::npz_csr_to_bytes(&p, &i, &w, 31),
+        Err(IoError::BadWrite { .. })
+    ));
+    assert!(matches!(
+        io::npz_csr_to_bytes(&p, &i, &w[1..], 30),
+        Err(IoError::BadWrite { .. })
+    ));
+}
+
+/// When python3 with SciPy is installed, `scipy.sparse.load_npz` reads what we wrote.
+#[test]
+fn scipy_reads_our_npz_when_installed() {
+    let has_scipy = std::process::Command::new("python3")
+        .args(["-c", "import scipy.sparse"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !has_scipy {
+        eprintln!(
+            "skipping scipy_reads_our_npz_when_installed: python3 with scipy is not available"
+        );
+        return;
+    }
+    let dir = temp_dir("scipy");
+    let path = dir.join("g.npz");
+    io::write_npz_csr(&path, &[0, 2, 3, 3], &[1, 2, 0], &[0.5, 1.0, 0.25], 3).unwrap();
+    let script = "import scipy.sparse as sp, sys\n\
+        m = sp.load_npz(sys.argv[1]); assert m.format == 'csr' and m.shape == (3, 3)\n\
+        assert list(m.indptr) == [0, 2, 3, 3] and list(m.indices) == [1, 2, 0]\n\
+        assert list(m.data) == [0.5, 1.0, 0.25]\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
