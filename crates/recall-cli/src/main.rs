@@ -5,6 +5,8 @@ mod bench;
 mod demo;
 mod info;
 mod ops;
+mod svg;
+mod sweep;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -29,7 +31,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Compare every GPU kernel with the CPU engine, bit for bit, on this machine's GPU.
     DiffTest(DiffTestArgs),
-    /// Measure the ops on the GPU and the CPU, next to PyTorch when it is installed.
+    /// Measure the ops on the GPU and the CPU, next to PyTorch when it is installed (`bench sweep`: every
+    /// op over a ladder of sizes, break-even sizes, a report directory with plots).
     Bench(bench::BenchArgs),
     /// The k nearest corpus rows of each query (.npy or .fvecs in, ids.npy and scores.npy out).
     Knn(ops::KnnArgs),
