@@ -154,7 +154,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     }
     if a.op != "cosine" {
         return Err(format!(
-            "unknown op {:?} (available: cosine, knn, spread, kmeans, noise)",
+            "unknown op {:?} (available: cosine, knn, spread, kmeans, noise, sweep)",
             a.op
         ));
     }
@@ -330,7 +330,7 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench knn needs a GPU".into());
+        return Err(format!("bench knn needs a GPU: {}", gpu_reason(&engine)));
     };
     eprintln!(
         "generating {} x {} corpus and {} queries",
@@ -535,7 +535,7 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench spread needs a GPU".into());
+        return Err(format!("bench spread needs a GPU: {}", gpu_reason(&engine)));
     };
     eprintln!(
         "generating a power-law graph: {} nodes, {} edges",
@@ -685,7 +685,7 @@ fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench kmeans needs a GPU".into());
+        return Err(format!("bench kmeans needs a GPU: {}", gpu_reason(&engine)));
     };
     eprintln!("generating {} x {} points", grouped(a.rows as u64), a.dim);
     let points = random_matrix(3, a.rows, a.dim);
@@ -736,7 +736,7 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench noise needs a GPU".into());
+        return Err(format!("bench noise needs a GPU: {}", gpu_reason(&engine)));
     };
     let x = random_matrix(5, a.rows, a.dim);
     let copy = recall::diagnostics::bench::copy_gbps(gpu, 1 << 30, a.iters)?;
@@ -821,4 +821,12 @@ fn run_sweep(a: BenchArgs) -> Result<ExitCode, String> {
         no_peer: a.no_peer,
         command,
     })
+}
+
+/// Why `engine` has no GPU, in words.
+fn gpu_reason(engine: &Engine) -> String {
+    match engine.gpu_status() {
+        GpuStatus::Unavailable(why) => why.clone(),
+        GpuStatus::Ready(_) => "the GPU was taken out of use after a failure".into(),
+    }
 }
