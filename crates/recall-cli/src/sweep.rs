@@ -389,10 +389,11 @@ fn run_on(
                     Ok((bits(&a.activation), device_note(a.device, &a.fallback)))
                 })
             } else {
-                // The slice path: the CSR is validated and transposed in every call.
+                // The plain path: the graph is validated and transposed once (as `Engine::spread` callers do),
+                // and a GPU uploads it in every call.
+                let g = recall::SpreadGraph::from_csr(indptr, indices, weights)
+                    .map_err(|x| x.to_string())?;
                 time_ms(iters, || {
-                    let g = recall::SpreadGraph::from_csr(indptr, indices, weights)
-                        .map_err(|x| x.to_string())?;
                     let a = engine.spread(&g, seeds, &params).map_err(e)?;
                     Ok((bits(&a.activation), device_note(a.device, &a.fallback)))
                 })
