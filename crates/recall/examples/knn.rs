@@ -34,7 +34,7 @@ fn main() -> Result<(), recall::Error> {
             "a handle gives the same answer as the slices"
         );
         println!(
-            "knn_in round {round} ran on {} ({} rows resident)",
+            "knn_in round {round} ran on {} ({} rows in the handle)",
             again.device,
             store.n_rows()
         );
