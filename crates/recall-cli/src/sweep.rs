@@ -31,6 +31,10 @@ const HOPS: usize = 3;
 const DECAY: f32 = 0.5;
 const THRESHOLD: f32 = 0.01;
 
+/// The smallest size swept: above `K`, so that every op has more rows (nodes, points) than it selects, as
+/// the peers' `argpartition` needs.
+const MIN_SIZE: usize = 16;
+
 /// The sizes swept by default and with `--quick`.
 pub const DEFAULT_SIZES: [usize; 5] = [1_000, 4_000, 16_000, 64_000, 256_000];
 pub const QUICK_SIZES: [usize; 3] = [256, 1_024, 4_096];
@@ -597,9 +601,9 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, String> {
         None if a.quick => QUICK_SIZES.to_vec(),
         None => DEFAULT_SIZES.to_vec(),
     };
-    if sizes.is_empty() || sizes.iter().any(|&n| n < K) {
+    if sizes.is_empty() || sizes.iter().any(|&n| n < MIN_SIZE) {
         return Err(format!(
-            "--sizes: give at least one size, each at least {K}"
+            "--sizes: give at least one size, each at least {MIN_SIZE}"
         ));
     }
     let ops = a.ops.clone().unwrap_or_else(|| SweepOp::ALL.to_vec());
