@@ -1,5 +1,6 @@
 use crate::device::Device;
 use crate::shared_corpus::SharedCorpus;
+use crate::shared_graph::SharedGraph;
 use recall_cpu_simd::{Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 use thiserror::Error;
 
@@ -141,6 +142,17 @@ pub trait Backend: Send + Sync {
     ) -> Result<Spread, BackendError> {
         let _ = (graph, seeds, params);
         Err(BackendError::Unsupported { op: "spread" })
+    }
+
+    /// [`Backend::spread`] over a [`SharedGraph`]. A backend may keep the graph resident between calls (the
+    /// GPU backend does); the default runs the plain path.
+    fn spread_shared(
+        &self,
+        graph: &SharedGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        self.spread(graph.graph(), seeds, params)
     }
 
     /// Clip every row of `x` to L2 norm `clip`, then add `sigma` times Gaussian noise from `seed`'s stream.

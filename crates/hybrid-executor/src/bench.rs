@@ -596,3 +596,34 @@ pub fn noise_ms(
 ) -> Result<f64, String> {
     Err("this build has no GPU support".into())
 }
+
+/// Host-to-device copy of `bytes` (an ordinary host buffer, as the backend's uploads use): median GB/s.
+/// The ceiling of a call whose inputs are uploaded with it.
+#[cfg(feature = "gpu")]
+pub fn upload_gbps(
+    backend: &crate::gpu_backend::GpuBackend,
+    bytes: usize,
+    iters: usize,
+) -> Result<f64, String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let (g, _) = backend.parts();
+    let host = vec![0.5f32; (bytes / 4).max(1)];
+    let first = g.upload(&host).map_err(|e| err(&e))?;
+    drop(first);
+    g.synchronize().map_err(|e| err(&e))?;
+    let mut times = Vec::new();
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        let dev = g.upload(&host).map_err(|e| err(&e))?;
+        g.synchronize().map_err(|e| err(&e))?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(dev);
+    }
+    Ok((host.len() * 4) as f64 / (median(times) * 1e-3) / 1e9)
+}
+
+/// Without GPU support there is nothing to measure.
+#[cfg(not(feature = "gpu"))]
+pub fn upload_gbps(_: &crate::gpu_backend::GpuBackend, _: usize, _: usize) -> Result<f64, String> {
+    Err("this build has no GPU support".into())
+}

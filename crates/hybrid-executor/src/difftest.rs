@@ -349,6 +349,7 @@ mod run_gpu {
                     backend_cases(&b, &mut arch.kernels, quick)?;
                     noise_cases(&b, &mut arch.kernels, quick)?;
                     graph_cases(&b, &mut arch.kernels, quick)?;
+                    graph_handle_cases(&b, &mut arch.kernels, quick)?;
                     kmeans_cases(&b, &mut arch.kernels, quick)
                 });
                 if let Err(e) = result {
@@ -850,6 +851,66 @@ mod run_gpu {
                 let b = gpu.spread(&graph, seeds, &params).map_err(e_)?;
                 compare(diff_of(diffs, "spread_hop"), &a.activation, &b.activation);
                 compare_topk(diff_of(diffs, "spread top-k"), &a.top, &b.top);
+            }
+        }
+        Ok(())
+    }
+
+    /// Spreading over a shared graph (uploaded on the first call, resident for the next ones) against the
+    /// CPU's plain spreading, and the device copy freed once the last handle is dropped.
+    fn graph_handle_cases(
+        gpu: &GpuBackend,
+        diffs: &mut Vec<KernelDiff>,
+        quick: bool,
+    ) -> Result<(), String> {
+        use crate::shared_graph::SharedGraph;
+        use recall_cpu_simd::SpreadParams;
+        let cpu = crate::backend::CpuBackend;
+        let mut rng = SplitMix::new(0x5EED_0006);
+        let graphs: &[(usize, usize, usize, usize)] = if quick {
+            &[(1, 0, 0, 0), (2000, 20_000, 5000, 500)]
+        } else {
+            &[
+                (1, 1, 0, 0),
+                (50, 400, 0, 0),
+                (200_000, 2_000_000, 150_000, 0),
+            ]
+        };
+        for &(n, e, hub_in, hub_out) in graphs {
+            let (indptr, indices, weights) = power_law_graph(&mut rng, n, e, hub_in, hub_out);
+            let shared = SharedGraph::from_csr(&indptr, &indices, &weights).map_err(e_)?;
+            let before = gpu.resident_graphs();
+            // Several seed sets and parameters against one upload.
+            for (decay, threshold, hops) in
+                [(0.5f32, 0.01f32, 3usize), (1.0, 0.0, 2), (0.9, 1e-6, 5)]
+            {
+                let mut seeds = vec![0.0f32; n];
+                for _ in 0..(n / 100).max(1) {
+                    seeds[rng.below(n as u64) as usize] = (rng.next_f32() + 1.0) * 0.5;
+                }
+                let params = SpreadParams {
+                    decay,
+                    threshold,
+                    hops,
+                    k: n.min(100),
+                };
+                let a = cpu.spread(shared.graph(), &seeds, &params).map_err(e_)?;
+                let b = gpu.spread_shared(&shared, &seeds, &params).map_err(e_)?;
+                compare(
+                    diff_of(diffs, "spread resident"),
+                    &a.activation,
+                    &b.activation,
+                );
+                compare_topk(diff_of(diffs, "spread resident top-k"), &a.top, &b.top);
+            }
+            if gpu.resident_graphs() != before + 1 {
+                return Err(
+                    "a live shared graph is not resident on the GPU (or was uploaded twice)".into(),
+                );
+            }
+            drop(shared);
+            if gpu.resident_graphs() != before {
+                return Err("a dropped shared graph is still resident on the GPU".into());
             }
         }
         Ok(())

@@ -52,6 +52,8 @@ mod imp {
         resident: Mutex<Vec<Resident>>,
         /// knn's query, norm and score buffers, reused between calls (no allocation or free per call).
         scratch: Mutex<Scratch>,
+        /// Device copies of shared graphs, kept while the graph lives (`gpu_shared_graph.rs`).
+        graphs: crate::gpu_shared_graph::GraphCache,
     }
 
     /// A shared corpus on the device: its rows and, once a cosine call needed them, its norms.
@@ -179,6 +181,7 @@ mod imp {
                 lock: Mutex::new(()),
                 resident: Mutex::new(Vec::new()),
                 scratch: Mutex::new(Scratch::default()),
+                graphs: Default::default(),
             })
         }
 
@@ -422,6 +425,11 @@ mod imp {
             resident.retain(|r| r.alive.strong_count() > 0);
             resident.len()
         }
+
+        /// How many shared graphs are on the device now (after dropping those that no longer exist).
+        pub fn resident_graphs(&self) -> usize {
+            self.graphs.len()
+        }
     }
 
     impl Backend for GpuBackend {
@@ -633,38 +641,25 @@ mod imp {
         ) -> Result<Spread, BackendError> {
             let _serial = self.lock.lock();
             let (g, kern) = (&self.gpu, &self.kernels);
-            let (in_ptr, in_src, in_w) = graph.pull_arrays();
-            let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
-            let dev = kern
-                .upload_graph(g, &in_ptr64, in_src, in_w)
-                .map_err(map_kernel_error)?;
-            let (total, overflow) = kern
-                .spread(g, &dev, seeds, params.decay, params.threshold, params.hops)
-                .map_err(map_kernel_error)?;
-            if let Some(hop) = overflow {
-                return Err(BackendError::Input(
-                    recall_cpu_simd::CpuError::ActivationOverflow { hop: hop as usize },
-                ));
-            }
-            let n = graph.n_nodes();
-            let top = kern
-                .select_topk(
-                    g,
-                    &total,
-                    None,
-                    Segments::Dense {
-                        n_segments: 1,
-                        seg_len: n,
-                    },
-                    params.k,
-                    true,
-                )
-                .map_err(map_kernel_error)?;
-            let activation = g.download(&total).map_err(map_gpu_error)?;
-            Ok(Spread {
-                activation,
-                top: topk(top),
-            })
+            let dev = crate::gpu_shared_graph::upload(g, kern, graph)?;
+            crate::gpu_shared_graph::spread_on(g, kern, &dev, seeds, params)
+        }
+
+        fn spread_shared(
+            &self,
+            graph: &crate::shared_graph::SharedGraph,
+            seeds: &[f32],
+            params: &SpreadParams,
+        ) -> Result<Spread, BackendError> {
+            let _serial = self.lock.lock();
+            crate::gpu_shared_graph::spread_resident(
+                &self.gpu,
+                &self.kernels,
+                &self.graphs,
+                graph,
+                seeds,
+                params,
+            )
         }
 
         fn kmeans(
@@ -832,3 +827,5 @@ mod imp {
 }
 
 pub use imp::{GpuBackend, bundle_arches};
+#[cfg(feature = "gpu")]
+pub(crate) use imp::{map_gpu_error, map_kernel_error};

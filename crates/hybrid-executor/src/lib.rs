@@ -40,10 +40,13 @@ pub use difftest::power_law_graph;
 mod executor;
 mod fault;
 mod gpu_backend;
+#[cfg(feature = "gpu")]
+mod gpu_shared_graph;
 mod metrics;
 mod op;
 mod ops;
 mod shared_corpus;
+mod shared_graph;
 mod tenant;
 
 pub use backend::{Backend, BackendError, CpuBackend, FastFormat};
@@ -60,6 +63,7 @@ pub use gpu_backend::{GpuBackend, bundle_arches};
 pub use metrics::{FallbackReason, LogHistogram, Metrics, Pow2Histogram, TenantCounters};
 pub use op::{Op, OpKind};
 pub use shared_corpus::SharedCorpus;
+pub use shared_graph::SharedGraph;
 pub use tenant::{TenantConfig, TenantContext, TenantId, VramLedger, Wait, current_tenant};
 
 /// True when this build contains the GPU backend (cargo feature `gpu`).

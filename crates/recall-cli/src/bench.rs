@@ -10,9 +10,25 @@ use std::process::{Command, ExitCode};
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// The op to measure: `cosine` (all scores), `knn` (cosine similarity fused with top-k), `spread`
-    /// (activation spreading over a generated power-law graph) or `kmeans` (one Lloyd iteration).
+    /// (activation spreading over a generated power-law graph), `kmeans` (one Lloyd iteration), `noise`
+    /// (clip-and-noise), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
+    /// break-even sizes, written to a report directory (`--out`, default `bench-report`).
     #[arg(default_value = "cosine")]
     op: String,
+    /// sweep: small sizes and few repetitions (seconds on a laptop).
+    #[arg(long)]
+    quick: bool,
+    /// sweep: the sizes to measure, comma-separated (default 1000,4000,16000,64000,256000; with --quick
+    /// 256,1024,4096).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// sweep: the ops to measure, comma-separated (default all: similarity, knn, score_candidates, spread,
+    /// kmeans, clip_and_noise).
+    #[arg(long, value_delimiter = ',')]
+    ops: Option<Vec<String>>,
+    /// sweep: do not run the PyTorch/CuPy peers.
+    #[arg(long)]
+    no_peer: bool,
     /// spread: nodes of the generated graph.
     #[arg(long, default_value_t = 1_000_000)]
     nodes: usize,
@@ -52,7 +68,7 @@ pub struct BenchArgs {
     /// Skip the CPU measurement.
     #[arg(long)]
     no_cpu: bool,
-    /// Also write the report to this file.
+    /// Also write the report to this file (sweep: the report directory).
     #[arg(long)]
     out: Option<String>,
 }
@@ -98,7 +114,7 @@ fn peer_op(a: &BenchArgs, op: &str) -> Result<serde_free::Json, String> {
 }
 
 /// Just enough JSON reading for the peer's flat object of numbers and strings (no serde dependency).
-mod serde_free {
+pub(crate) mod serde_free {
     pub struct Json(pub String);
     impl Json {
         fn raw(&self, key: &str) -> Option<&str> {
@@ -121,6 +137,9 @@ mod serde_free {
 }
 
 pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.op == "sweep" {
+        return run_sweep(a);
+    }
     if a.op == "knn" {
         return run_knn(a);
     }
@@ -135,7 +154,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     }
     if a.op != "cosine" {
         return Err(format!(
-            "unknown op {:?} (available: cosine, knn, spread, kmeans, noise)",
+            "unknown op {:?} (available: cosine, knn, spread, kmeans, noise, sweep)",
             a.op
         ));
     }
@@ -311,7 +330,7 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench knn needs a GPU".into());
+        return Err(format!("bench knn needs a GPU: {}", gpu_reason(&engine)));
     };
     eprintln!(
         "generating {} x {} corpus and {} queries",
@@ -604,7 +623,7 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench spread needs a GPU".into());
+        return Err(format!("bench spread needs a GPU: {}", gpu_reason(&engine)));
     };
     eprintln!(
         "generating a power-law graph: {} nodes, {} edges",
@@ -754,7 +773,7 @@ fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench kmeans needs a GPU".into());
+        return Err(format!("bench kmeans needs a GPU: {}", gpu_reason(&engine)));
     };
     eprintln!("generating {} x {} points", grouped(a.rows as u64), a.dim);
     let points = random_matrix(3, a.rows, a.dim);
@@ -805,7 +824,7 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
     }
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
-        return Err("recall bench noise needs a GPU".into());
+        return Err(format!("bench noise needs a GPU: {}", gpu_reason(&engine)));
     };
     let x = random_matrix(5, a.rows, a.dim);
     let copy = recall::diagnostics::bench::copy_gbps(gpu, 1 << 30, a.iters)?;
@@ -857,4 +876,45 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
     });
     emit(&r, &a.out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `recall bench sweep`: see `crate::sweep`.
+fn run_sweep(a: BenchArgs) -> Result<ExitCode, String> {
+    let ops = match &a.ops {
+        None => None,
+        Some(names) => Some(
+            names
+                .iter()
+                .map(|n| {
+                    crate::sweep::SweepOp::from_name(n).ok_or_else(|| {
+                        format!(
+                            "--ops: unknown op {n:?} (available: similarity, knn, score_candidates, spread, kmeans, clip_and_noise)"
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+        ),
+    };
+    let command = std::iter::once("recall".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    crate::sweep::run(crate::sweep::SweepArgs {
+        quick: a.quick,
+        sizes: a.sizes,
+        ops,
+        out: a.out.unwrap_or_else(|| "bench-report".into()).into(),
+        iters: a.iters,
+        peer_script: a.peer_script,
+        no_peer: a.no_peer,
+        command,
+    })
+}
+
+/// Why `engine` has no GPU, in words.
+fn gpu_reason(engine: &Engine) -> String {
+    match engine.gpu_status() {
+        GpuStatus::Unavailable(why) => why.clone(),
+        GpuStatus::Ready(_) => "the GPU was taken out of use after a failure".into(),
+    }
 }

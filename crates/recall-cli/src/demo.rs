@@ -112,9 +112,10 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         || a.k > a.rows
         || a.anchors == 0
         || a.anchors > a.rows
+        || a.iters == 0
     {
         return Err(
-            "--rows, --dim, --queries must be at least 1, and --k and --anchors at most --rows"
+            "--rows, --dim, --queries, -k, --anchors and --iters must be at least 1, and -k and --anchors at most --rows"
                 .into(),
         );
     }

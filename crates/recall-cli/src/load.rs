@@ -14,7 +14,7 @@
 use crate::ops::MetricArg;
 use crate::util::{COMMIT, cpu_model, grouped, threads, utc_date};
 use recall::diagnostics::{SplitMix, power_law_graph};
-use recall::executor::{CallOptions, Device, FallbackReason, OpKind, TenantConfig, TenantId, Wait};
+use recall::executor::{CallOptions, Device, FallbackReason, OpKind, TenantConfig, TenantId};
 use recall::{Corpus, DevicePolicy, Engine, GpuStatus, Metric, SpreadGraph, SpreadParams};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -321,6 +321,15 @@ fn run_call(
     let s = w.setup;
     let on_gpu = |d: Device| matches!(d, Device::Gpu { .. });
     match inputs {
+        // One query goes through the batcher (concurrent single-query calls are coalesced), as
+        // `Engine::knn_in` does.
+        Inputs::Knn(q) if q.len() == s.dim => exec
+            .knn_shared_single(opts, q, w.corpus, s.metric, s.k)
+            .map(|o| Answer {
+                digest: digest(&o.value.ids, &o.value.scores),
+                gpu: on_gpu(o.device),
+                fallback: o.fallback.is_some(),
+            }),
         Inputs::Knn(q) => exec
             .knn_shared(opts, q, w.corpus, s.metric, s.k)
             .map(|o| Answer {
@@ -454,10 +463,7 @@ fn worker(
 ) -> ThreadStats {
     let mut st = ThreadStats::new();
     let mut rng = SplitMix::new(call_seed(w.setup, t_idx, thread, u64::MAX));
-    let opts = CallOptions {
-        tenant: Some(tenant),
-        wait: Wait::Timeout(Duration::from_secs(60)),
-    };
+    let opts = CallOptions::tenant(tenant).wait(Duration::from_secs(60));
     let mut call = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let kind = pick(&mut rng, mix);

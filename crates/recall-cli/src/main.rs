@@ -6,9 +6,11 @@ mod demo;
 mod info;
 mod load;
 mod ops;
+mod svg;
+mod sweep;
 mod util;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -30,7 +32,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Compare every GPU kernel with the CPU engine, bit for bit, on this machine's GPU.
     DiffTest(DiffTestArgs),
-    /// Measure the ops on the GPU and the CPU, next to PyTorch when it is installed.
+    /// Measure the ops on the GPU and the CPU, next to PyTorch when it is installed (`bench sweep`: every
+    /// op over a ladder of sizes, break-even sizes, a report directory with plots).
     Bench(bench::BenchArgs),
     /// The k nearest corpus rows of each query (.npy or .fvecs in, ids.npy and scores.npy out).
     Knn(ops::KnnArgs),
@@ -57,8 +60,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            // clap prints help and version on stdout and exits 0; errors are one clear message.
-            let _ = e.print();
+            use clap::error::ErrorKind;
+            // Help and version go to stdout with exit 0. `recall` alone (or `recall bench` without what it
+            // needs to know) prints the help; every other argument error is one line on stderr, exit 2.
+            if !e.use_stderr() || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+            } else {
+                eprintln!("recall: {}", one_line(&e.to_string()));
+            }
             return if e.use_stderr() {
                 ExitCode::from(2)
             } else {
@@ -83,6 +92,39 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// clap's multi-line error as one line: the message and its list (missing arguments, say), without the
+/// usage block, and where to look for more.
+fn one_line(clap_message: &str) -> String {
+    let mut parts = Vec::new();
+    for line in clap_message.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            break;
+        }
+        parts.push(line.trim_start_matches("error: ").to_string());
+    }
+    let usage = clap_message
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+        .and_then(|u| {
+            // `recall knn --corpus ...` -> `recall knn --help`
+            let words: Vec<&str> = u
+                .split_whitespace()
+                .take_while(|w| !w.starts_with(['-', '<', '[']))
+                .collect();
+            (!words.is_empty()).then(|| words.join(" "))
+        })
+        .or_else(|| {
+            // No usage block (an invalid value): the subcommand named on the command line, if any.
+            let sub = std::env::args().nth(1).filter(|a| !a.starts_with('-'))?;
+            Cli::command()
+                .find_subcommand(&sub)
+                .map(|_| format!("recall {sub}"))
+        })
+        .unwrap_or_else(|| "recall".into());
+    format!("{} (see `{usage} --help`)", parts.join(" "))
 }
 
 fn parse_arch(s: &str) -> Result<u32, String> {

@@ -2,12 +2,19 @@ use crate::Error;
 use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
 use recall_hybrid_executor::{
     CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Mode, Outcome,
-    SharedCorpus as Corpus,
+    SharedCorpus as Corpus, SharedGraph as Graph,
 };
 
 /// The entry point: owns the backends and answers every op.
 ///
 /// Create one per process (it opens the GPU and loads the kernels once) and share it; it is `Send + Sync`.
+///
+/// ```
+/// let engine = recall::Engine::new()?; // never fails for lack of a GPU
+/// let s = engine.cosine_similarity(&[1.0, 0.0], &[1.0, 0.0, 0.0, 1.0], 2)?;
+/// assert_eq!(s.values, [1.0, 0.0]);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Engine {
     exec: Executor,
@@ -15,6 +22,13 @@ pub struct Engine {
 }
 
 /// Options for an [`Engine`]; [`Engine::new`] uses the defaults and the environment.
+///
+/// ```
+/// use recall::{DevicePolicy, Engine};
+/// let engine = Engine::builder().device(DevicePolicy::Cpu).build()?;
+/// assert_eq!(engine.device_policy(), DevicePolicy::Cpu);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct EngineBuilder {
     device: Option<DevicePolicy>,
@@ -25,13 +39,27 @@ pub struct EngineBuilder {
 
 impl EngineBuilder {
     /// Which devices calls may use. Overrides `RECALL_DEVICE`.
+    ///
+    /// ```
+    /// use recall::{Device, DevicePolicy, Engine};
+    /// let engine = Engine::builder().device(DevicePolicy::Cpu).build()?;
+    /// let s = engine.cosine_similarity(&[1.0], &[2.0], 1)?;
+    /// assert_eq!(s.device, Device::Cpu);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn device(mut self, policy: DevicePolicy) -> Self {
         self.device = Some(policy);
         self
     }
 
     /// Run one arch's kernel code only (e.g. `86` for sm_86 PTX, JIT-compiled for the device at hand).
-    /// For differential testing; normal use lets the loader pick.
+    /// For differential testing; normal use lets the loader pick. Without a GPU it changes nothing.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().force_arch(86).build()?;
+    /// # let _ = engine;
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn force_arch(mut self, sm: u32) -> Self {
         self.force_sm = Some(sm);
         self
@@ -39,6 +67,13 @@ impl EngineBuilder {
 
     /// Under the `auto` policy, calls with fewer multiply-adds than this run on the CPU. Setting it turns
     /// off the measured break-even sizes (calibration) in favour of this one.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().gpu_min_work(1 << 30).build()?;
+    /// let (device, _why) = engine.explain(1000);
+    /// assert_eq!(device, recall::Device::Cpu); // far below the threshold
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn gpu_min_work(mut self, multiply_adds: u64) -> Self {
         self.gpu_min_work = Some(multiply_adds);
         self
@@ -47,11 +82,26 @@ impl EngineBuilder {
     /// Exact (the default: the same bits on every device) or fast arithmetic for batch knn
     /// (`Engine::knn`, `Engine::knn_in` with more than 8 queries, on GPUs of sm_80 and newer): tensor
     /// cores from f16 or bf16 operands, within the bound of `docs/numerics.md`, "Fast mode".
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().mode(recall::Mode::FastF16).build()?;
+    /// let hits = engine.knn(&[1.0, 0.0], &[0.0, 1.0, 1.0, 0.0], 2, recall::Metric::Dot, 1)?;
+    /// assert_eq!(hits.ids, [1]);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
 
+    /// Open the engine: find a GPU if the policy allows one (a missing GPU is an error only under
+    /// [`DevicePolicy::Gpu`]).
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().build()?;
+    /// println!("GPU: {:?}", engine.gpu_status());
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn build(self) -> Result<Engine, Error> {
         let policy = match self.device {
             Some(p) => p,
@@ -74,12 +124,23 @@ impl EngineBuilder {
 }
 
 /// A score matrix and where it was computed.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let s = engine.similarity(&[1.0, 2.0], &[3.0, 4.0, 5.0, 6.0], 2, recall::Metric::Dot)?;
+/// assert_eq!((s.n_queries, s.n_rows), (1, 2));
+/// assert_eq!(s.values, [11.0, 17.0]);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scores {
     /// Row-major `n_queries x n_rows`: `values[q * n_rows + r]`.
     pub values: Vec<f32>,
+    /// Number of queries.
     pub n_queries: usize,
+    /// Number of corpus rows.
     pub n_rows: usize,
+    /// The device that computed the scores.
     pub device: Device,
     /// Set when the GPU was chosen, failed, and the CPU answered instead.
     pub fallback: Option<String>,
@@ -87,40 +148,87 @@ pub struct Scores {
 
 /// The `k` best (id, score) pairs of each query, best first (ties to the lower id), and where they were
 /// computed.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let corpus = [0.0, 1.0, 2.0, 3.0]; // four 1-d rows
+/// let hits = engine.knn(&[2.1, 0.4], &corpus, 1, recall::Metric::L2, 2)?;
+/// assert_eq!(hits.k, 2);
+/// assert_eq!(hits.query(0).0, [2, 3]);
+/// assert_eq!(hits.query(1).0, [0, 1]);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Neighbors {
+    /// Neighbours per query.
     pub k: usize,
     /// `ids[q * k .. (q + 1) * k]` are query `q`'s neighbours, best first.
     pub ids: Vec<u32>,
     /// The scores of those neighbours (for `l2`, squared distances).
     pub scores: Vec<f32>,
+    /// The device that computed them.
     pub device: Device,
     /// Set when the GPU was chosen, failed, and the CPU answered instead.
     pub fallback: Option<String>,
 }
 
-/// The result of [`Engine::spread`].
+/// The result of [`Engine::spread`] and [`Engine::spread_in`].
+///
+/// ```
+/// use recall::SpreadParams;
+/// let engine = recall::Engine::new()?;
+/// let graph = engine.graph(&[0, 1, 1], &[1], &[0.5])?; // one edge, 0 -> 1, weight 0.5
+/// let params = SpreadParams { decay: 1.0, threshold: 0.0, hops: 1, k: 2 };
+/// let a = engine.spread_in(&graph, &[1.0, 0.0], &params)?;
+/// assert_eq!(a.activation, [1.0, 0.5]);
+/// assert_eq!(a.top.ids, [0, 1]);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activation {
     /// Per node: its seed plus the activation it received over all hops.
     pub activation: Vec<f32>,
     /// The most activated nodes, best first (ties to the lower node id).
     pub top: TopK,
+    /// The device that spread.
     pub device: Device,
+    /// Set when the GPU was chosen, failed, and the CPU answered instead.
     pub fallback: Option<String>,
 }
 
 /// The result of [`Engine::clip_and_noise`].
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let n = engine.clip_and_noise(&[3.0, 4.0], 2, 1.0, 0.0, 1)?; // clip to norm 1, no noise
+/// assert_eq!(n.dim, 2);
+/// assert!((n.values[0] - 0.6).abs() < 1e-6 && (n.values[1] - 0.8).abs() < 1e-6);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Noised {
     /// The clipped, noised rows, row-major like the input.
     pub values: Vec<f32>,
+    /// Values per row.
     pub dim: usize,
+    /// The device that ran it.
     pub device: Device,
+    /// Set when the GPU was chosen, failed, and the CPU answered instead.
     pub fallback: Option<String>,
 }
 
 /// The result of [`Engine::kmeans`].
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let points = [0.0, 0.1, 10.0, 10.1]; // four 1-d points in two groups
+/// let c = engine.kmeans(&points, 1, 2, 5, 42)?;
+/// assert_eq!(c.centroids.len(), 2);
+/// assert_eq!(c.assignments[0], c.assignments[1]);
+/// assert_ne!(c.assignments[0], c.assignments[2]);
+/// assert_eq!(c.inertia.len(), 5);
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Clusters {
     /// `k * dim` values, row-major.
@@ -129,7 +237,9 @@ pub struct Clusters {
     pub assignments: Vec<u32>,
     /// Per iteration, the sum of squared distances of the points to their centroids.
     pub inertia: Vec<f64>,
+    /// The device that ran it.
     pub device: Device,
+    /// Set when the GPU was chosen, failed, and the CPU answered instead.
     pub fallback: Option<String>,
 }
 
@@ -145,11 +255,26 @@ impl Neighbors {
     }
 
     /// How many queries the result holds.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let hits = engine.knn(&[1.0, 2.0, 3.0], &[1.0, 2.0], 1, recall::Metric::Dot, 1)?;
+    /// assert_eq!(hits.n_queries(), 3);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn n_queries(&self) -> usize {
         self.ids.len().checked_div(self.k).unwrap_or(0)
     }
 
-    /// Query `q`'s neighbours: (ids, scores), best first.
+    /// Query `q`'s neighbours: (ids, scores), best first. Panics if `q >= n_queries()`.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let hits = engine.knn(&[1.0], &[1.0, 5.0, 3.0], 1, recall::Metric::Dot, 2)?;
+    /// let (ids, scores) = hits.query(0);
+    /// assert_eq!((ids, scores), (&[1, 2][..], &[5.0, 3.0][..]));
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn query(&self, q: usize) -> (&[u32], &[f32]) {
         (
             &self.ids[q * self.k..(q + 1) * self.k],
@@ -159,42 +284,101 @@ impl Neighbors {
 }
 
 impl Engine {
-    /// An engine with the default options and `RECALL_DEVICE` from the environment.
+    /// An engine with the default options and `RECALL_DEVICE` from the environment. It never fails for
+    /// lack of a GPU (unless `RECALL_DEVICE=gpu`).
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// println!("calls may run on: {}", engine.device_policy());
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn new() -> Result<Engine, Error> {
         Engine::builder().build()
     }
 
+    /// Options beyond the defaults: see [`EngineBuilder`].
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+    /// # let _ = engine;
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn builder() -> EngineBuilder {
         EngineBuilder::default()
     }
 
     /// The GPU in use, or why there is none.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// match engine.gpu_status() {
+    ///     recall::GpuStatus::Ready(gpu) => println!("GPU: {}", gpu.name),
+    ///     recall::GpuStatus::Unavailable(why) => println!("CPU only: {why}"),
+    /// }
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn gpu_status(&self) -> &GpuStatus {
         self.exec.gpu_status()
     }
 
+    /// The policy in force (from the builder or `RECALL_DEVICE`).
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+    /// assert_eq!(engine.device_policy().to_string(), "cpu");
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn device_policy(&self) -> DevicePolicy {
         self.exec.config().policy
     }
 
     /// Where a call of `multiply_adds` work would run, and why.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+    /// let (device, why) = engine.explain(1_000_000);
+    /// assert_eq!(device, recall::Device::Cpu);
+    /// assert!(!why.is_empty());
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn explain(&self, multiply_adds: u64) -> (Device, String) {
         self.exec.explain(multiply_adds)
     }
 
     /// (calls run on the CPU, on the GPU, GPU calls that fell back to the CPU) since the engine started.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+    /// engine.cosine_similarity(&[1.0], &[1.0], 1)?;
+    /// assert_eq!(engine.counters(), (1, 0, 0));
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn counters(&self) -> (u64, u64, u64) {
         self.exec.counters()
     }
 
     /// Every executor metric (calls by op and device, fallbacks by reason, OOM events, batch sizes,
     /// latency quantiles, GPU memory in use) in the Prometheus text format.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// engine.cosine_similarity(&[1.0], &[1.0], 1)?;
+    /// assert!(engine.metrics_text().contains("recall_calls_total"));
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn metrics_text(&self) -> String {
         self.exec.prometheus_text()
     }
 
     /// Cosine similarity of each query (`n_queries x dim`, row-major) against each corpus row
     /// (`n_rows x dim`). Exact mode: the same bits on every device (`docs/numerics.md`).
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let s = engine.cosine_similarity(&[1.0, 0.0], &[2.0, 0.0, 0.0, 3.0], 2)?;
+    /// assert_eq!(s.values, [1.0, 0.0]);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn cosine_similarity(
         &self,
         queries: &[f32],
@@ -225,6 +409,15 @@ impl Engine {
     }
 
     /// Scores of each query against each corpus row for `metric` (row-major `n_queries x n_rows`).
+    ///
+    /// ```
+    /// use recall::Metric;
+    /// let engine = recall::Engine::new()?;
+    /// let (q, c) = ([1.0, 2.0], [1.0, 2.0, 4.0, 6.0]);
+    /// assert_eq!(engine.similarity(&q, &c, 2, Metric::Dot)?.values, [5.0, 16.0]);
+    /// assert_eq!(engine.similarity(&q, &c, 2, Metric::L2)?.values, [0.0, 25.0]); // squared
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn similarity(
         &self,
         queries: &[f32],
@@ -246,6 +439,15 @@ impl Engine {
 
     /// The `k` nearest corpus rows of each query (`1 <= k <= n_rows`): similarity fused with top-k; the
     /// full score matrix is never returned. Exact mode: the same ids and score bits on every device.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let corpus = [1.0, 0.0, /* */ 0.0, 1.0, /* */ 0.7, 0.7];
+    /// let hits = engine.knn(&[1.0, 0.1], &corpus, 2, recall::Metric::Cosine, 2)?;
+    /// assert_eq!(hits.ids, [0, 2]);
+    /// println!("ran on {}", hits.device);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn knn(
         &self,
         queries: &[f32],
@@ -266,13 +468,33 @@ impl Engine {
 
     /// Validate `data` (`n_rows x dim`, row-major) once and keep it for repeated searches with
     /// [`Engine::knn_in`]: on the GPU the rows are uploaded on first use and stay on the device until the
-    /// last clone of the returned [`Corpus`] is dropped.
+    /// last clone of the returned [`Corpus`] is dropped. [`crate::io::read_corpus`] makes one from a file.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let store = engine.corpus(vec![1.0, 0.0, 0.0, 1.0], 2)?;
+    /// assert_eq!((store.n_rows(), store.dim()), (2, 2));
+    /// assert!(engine.corpus(vec![f32::NAN, 0.0], 2).is_err()); // checked once, here
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn corpus(&self, data: Vec<f32>, dim: usize) -> Result<Corpus, Error> {
         Ok(Corpus::new(data, dim)?)
     }
 
     /// [`Engine::knn`] against a [`Corpus`] made by [`Engine::corpus`]: the same answer, without moving or
     /// re-checking the corpus on every call.
+    ///
+    /// ```
+    /// use recall::Metric;
+    /// let engine = recall::Engine::new()?;
+    /// let corpus = vec![1.0, 0.0, 0.0, 1.0, 0.6, 0.8];
+    /// let store = engine.corpus(corpus.clone(), 2)?;
+    /// for query in [[1.0, 0.0], [0.0, 1.0]] {
+    ///     let a = engine.knn_in(&query, &store, Metric::Cosine, 2)?;
+    ///     assert_eq!(a, engine.knn(&query, &corpus, 2, Metric::Cosine, 2)?);
+    /// }
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn knn_in(
         &self,
         queries: &[f32],
@@ -294,6 +516,16 @@ impl Engine {
     /// Re-score candidate lists (e.g. an HNSW search's candidates): query `q` ranks the corpus rows
     /// `ids[offsets[q] .. offsets[q + 1]]` and keeps the best `k`. Ids must be below the corpus size and
     /// distinct within a list; `k` at most the shortest list.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let corpus = [1.0, 2.0, 3.0, 4.0]; // four 1-d rows
+    /// // Query 0 ranks rows 0 and 3; query 1 ranks rows 1, 2 and 3.
+    /// let top = engine.score_candidates(&[1.0, -1.0], &corpus, 1, recall::Metric::Dot,
+    ///                                   &[0, 2, 5], &[0, 3, 1, 2, 3], 1)?;
+    /// assert_eq!(top.ids, [3, 1]);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn score_candidates(
         &self,
@@ -319,7 +551,19 @@ impl Engine {
 
     /// Activation spreading: seed activations flow over the weighted edges of `graph` for `params.hops`
     /// hops (decayed, thresholded, accumulated); returns every node's activation and the top `params.k`
-    /// nodes. Build the graph once with [`SpreadGraph::from_csr`] (it validates and transposes the CSR).
+    /// nodes. Build the graph once with [`SpreadGraph::from_csr`] (it validates and transposes the CSR), or
+    /// use a [`Graph`] handle ([`Engine::graph`], [`Engine::spread_in`]) to also keep it on the GPU.
+    ///
+    /// ```
+    /// use recall::{SpreadGraph, SpreadParams};
+    /// let engine = recall::Engine::new()?;
+    /// // 0 -> 1 (weight 1.0), 1 -> 2 (weight 0.5)
+    /// let graph = SpreadGraph::from_csr(&[0, 1, 2, 2], &[1, 2], &[1.0, 0.5])?;
+    /// let params = SpreadParams { decay: 0.5, threshold: 0.0, hops: 2, k: 3 };
+    /// let a = engine.spread(&graph, &[1.0, 0.0, 0.0], &params)?;
+    /// assert_eq!(a.activation, [1.0, 0.5, 0.125]);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn spread(
         &self,
         graph: &SpreadGraph,
@@ -337,8 +581,73 @@ impl Engine {
         })
     }
 
+    /// Validate a CSR graph once (`indptr` has `n_nodes + 1` entries; edge `e` in `indptr[u] .. indptr[u + 1]`
+    /// goes from `u` to `indices[e]` with weight `weights[e]`), transpose it for the pull order, and keep it
+    /// for repeated [`Engine::spread_in`] calls: on the GPU it is uploaded on first use and stays on the device
+    /// until the last clone of the returned [`Graph`] is dropped. [`crate::io::read_graph`] makes one from a
+    /// SciPy `.npz` file.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let graph = engine.graph(&[0, 2, 2], &[1, 1], &[0.5, 0.25])?; // parallel edges are fine
+    /// assert_eq!((graph.n_nodes(), graph.n_edges()), (2, 2));
+    /// assert!(engine.graph(&[0, 1], &[7], &[1.0]).is_err()); // node 7 does not exist
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn graph(
+        &self,
+        indptr: &[usize],
+        indices: &[u32],
+        weights: &[f32],
+    ) -> Result<Graph, Error> {
+        Ok(Graph::from_csr(indptr, indices, weights)?)
+    }
+
+    /// [`Engine::spread`] over a [`Graph`] made by [`Engine::graph`]: the same answer, without validating,
+    /// transposing or uploading the graph on every call.
+    ///
+    /// ```
+    /// use recall::SpreadParams;
+    /// let engine = recall::Engine::new()?;
+    /// let graph = engine.graph(&[0, 1, 2, 2], &[1, 2], &[1.0, 0.5])?;
+    /// let params = SpreadParams { decay: 0.5, threshold: 0.0, hops: 2, k: 1 };
+    /// for seed in 0..3 {
+    ///     let mut seeds = [0.0; 3];
+    ///     seeds[seed] = 1.0;
+    ///     let a = engine.spread_in(&graph, &seeds, &params)?;
+    ///     assert_eq!(a.top.ids, [seed as u32]); // a seed outweighs what it passes on
+    /// }
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn spread_in(
+        &self,
+        graph: &Graph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Activation, Error> {
+        let o = self
+            .exec
+            .spread_shared(&CallOptions::default(), graph, seeds, params)?;
+        Ok(Activation {
+            activation: o.value.activation,
+            top: o.value.top,
+            device: o.device,
+            fallback: o.fallback,
+        })
+    }
+
     /// k-means of `points` (`n x dim`) into `k` clusters, `iters` Lloyd iterations, seeded from `seed`:
     /// the anchors (centroids), each point's anchor, and the inertia of every iteration.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let points = [0.0, 0.0, /* */ 0.0, 1.0, /* */ 9.0, 9.0, /* */ 9.0, 10.0];
+    /// let c = engine.kmeans(&points, 2, 2, 3, 7)?;
+    /// assert_eq!(c.assignments[0], c.assignments[1]);
+    /// assert_eq!(c.assignments[2], c.assignments[3]);
+    /// assert_eq!(c.inertia.last(), Some(&1.0)); // each point 0.5 from its centroid
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn kmeans(
         &self,
         points: &[f32],
@@ -366,6 +675,15 @@ impl Engine {
 
     /// Clip each row of `x` (`n x dim`) to L2 norm `clip`, then add `sigma` times Gaussian noise from the
     /// counter-based stream of `seed` (the same noise on every device, `docs/numerics.md`).
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let x = [3.0, 4.0, 0.3, 0.4];
+    /// let a = engine.clip_and_noise(&x, 2, 1.0, 0.1, 42)?;
+    /// let b = engine.clip_and_noise(&x, 2, 1.0, 0.1, 42)?;
+    /// assert_eq!(a.values, b.values); // same seed, same noise
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn clip_and_noise(
         &self,
         x: &[f32],

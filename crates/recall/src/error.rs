@@ -3,6 +3,14 @@ use thiserror::Error;
 
 /// Everything a recall call can return instead of an answer. GPU failures are not among them: they are
 /// answered on the CPU.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let err = engine.knn(&[f32::NAN], &[1.0], 1, recall::Metric::Dot, 1).unwrap_err();
+/// assert!(matches!(err, recall::Error::InvalidInput(_)));
+/// assert!(err.to_string().starts_with("invalid input"));
+/// # Ok::<(), recall::Error>(())
+/// ```
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
@@ -12,6 +20,7 @@ pub enum Error {
     /// A GPU was required (`RECALL_DEVICE=gpu` or `DevicePolicy::Gpu`) and none is usable.
     #[error("a GPU was required but none is usable: {0}")]
     GpuRequired(String),
+    /// A configuration value is malformed (for example `RECALL_DEVICE=fast`).
     #[error("invalid configuration: {0}")]
     Config(String),
     /// A tenant's queue was full, or the call waited for its turn longer than it allowed.

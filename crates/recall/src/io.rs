@@ -27,12 +27,24 @@ use std::path::Path;
 
 use thiserror::Error;
 
-use crate::SpreadGraph;
+use crate::{Corpus, Graph, SpreadGraph};
 
 /// The longest `.npy` header text accepted (NumPy itself refuses more than 10,000 bytes by default).
+///
+/// ```
+/// let mut b = b"\x93NUMPY\x01\x00".to_vec();
+/// b.extend_from_slice(&u16::MAX.to_le_bytes()); // a header longer than any array needs
+/// assert!(recall::io::MAX_HEADER_LEN >= 10_000);
+/// assert!(recall::io::npy_from_bytes(&b).is_err());
+/// ```
 pub const MAX_HEADER_LEN: usize = 65_536;
 
 /// The label used in errors for data read from memory or a reader.
+///
+/// ```
+/// let err = recall::io::npy_from_bytes(b"not npy").unwrap_err();
+/// assert!(err.to_string().starts_with(recall::io::MEMORY));
+/// ```
 pub const MEMORY: &str = "<memory>";
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -45,88 +57,211 @@ const GROWTH_AXIS_MAX_DIGITS: usize = 21;
 
 /// Everything that can go wrong reading or writing a file. Each message starts with the path (or
 /// `<memory>`), lowercase, no trailing period.
+///
+/// ```
+/// use recall::io::{self, IoError};
+/// let err = io::read_npy("/no/such/file.npy").unwrap_err();
+/// assert!(matches!(err, IoError::Os { .. }));
+/// assert!(err.to_string().starts_with("/no/such/file.npy: "));
+/// ```
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum IoError {
     /// The operating system refused (missing file, permissions, a full disk).
     #[error("{path}: {source}")]
     Os {
+        /// The file, or `<memory>`.
         path: String,
+        /// What the operating system said.
         #[source]
         source: std::io::Error,
     },
     /// The data ends before the header or the shape says it should.
     #[error("{path}: truncated: {what}")]
-    Truncated { path: String, what: String },
+    Truncated {
+        /// The file, or `<memory>`.
+        path: String,
+        /// What was being read when the data ended.
+        what: String,
+    },
+    /// The data does not start with `\x93NUMPY`.
     #[error("{path}: not a .npy file (bad magic bytes)")]
-    BadMagic { path: String },
+    BadMagic {
+        /// The file, or `<memory>`.
+        path: String,
+    },
+    /// A `.npy` format version other than 1.0, 2.0 or 3.0.
     #[error("{path}: unsupported .npy format version {major}.{minor} (1.0, 2.0 and 3.0 are read)")]
-    UnsupportedVersion { path: String, major: u8, minor: u8 },
+    UnsupportedVersion {
+        /// The file, or `<memory>`.
+        path: String,
+        /// The major version in the file.
+        major: u8,
+        /// The minor version in the file.
+        minor: u8,
+    },
+    /// The header text is not the dictionary NumPy writes.
     #[error("{path}: bad .npy header: {reason}")]
-    BadHeader { path: String, reason: String },
+    BadHeader {
+        /// The file, or `<memory>`.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Big-endian elements.
     #[error("{path}: big-endian data (descr {descr:?}) is not supported; save it little-endian")]
-    BigEndian { path: String, descr: String },
+    BigEndian {
+        /// The file, or `<memory>`.
+        path: String,
+        /// The dtype string in the header.
+        descr: String,
+    },
+    /// Column-major (Fortran-order) elements.
     #[error("{path}: fortran-order arrays are not supported; save with np.ascontiguousarray first")]
-    FortranOrder { path: String },
+    FortranOrder {
+        /// The file, or `<memory>`.
+        path: String,
+    },
+    /// An element type this reader does not know.
     #[error("{path}: unsupported dtype {descr:?}")]
-    UnsupportedDtype { path: String, descr: String },
+    UnsupportedDtype {
+        /// The file, or `<memory>`.
+        path: String,
+        /// The dtype string in the header.
+        descr: String,
+    },
     /// A supported dtype, but not one this reader takes.
     #[error("{path}: dtype {found} where {expected} was expected")]
     WrongDtype {
+        /// The file, or `<memory>`.
         path: String,
+        /// The dtype in the file.
         found: String,
+        /// What the reader takes.
         expected: &'static str,
     },
+    /// The right dtype with the wrong number of dimensions.
     #[error("{path}: shape {found:?} where {expected} was expected")]
     WrongShape {
+        /// The file, or `<memory>`.
         path: String,
+        /// The shape in the file.
         found: Vec<u64>,
+        /// What the reader takes.
         expected: &'static str,
     },
+    /// A declared shape whose byte count overflows.
     #[error("{path}: shape {shape:?} is too large (its byte count overflows)")]
-    ShapeOverflow { path: String, shape: Vec<u64> },
+    ShapeOverflow {
+        /// The file, or `<memory>`.
+        path: String,
+        /// The declared shape.
+        shape: Vec<u64>,
+    },
     /// The declared shape and the bytes present disagree (checked before anything is allocated).
     #[error("{path}: the header declares {needed} bytes of data but the file holds {actual}")]
     LengthMismatch {
+        /// The file, or `<memory>`.
         path: String,
+        /// Bytes the header declares.
         needed: u64,
+        /// Bytes present.
         actual: u64,
     },
+    /// Bytes after the declared data.
     #[error("{path}: {count} bytes after the end of the data")]
-    TrailingBytes { path: String, count: u64 },
+    TrailingBytes {
+        /// The file, or `<memory>`.
+        path: String,
+        /// How many extra bytes.
+        count: u64,
+    },
+    /// The data is present but does not fit in memory.
     #[error("{path}: could not allocate {bytes} bytes")]
-    OutOfMemory { path: String, bytes: u64 },
+    OutOfMemory {
+        /// The file, or `<memory>`.
+        path: String,
+        /// The size asked for.
+        bytes: u64,
+    },
     /// A value that cannot be what it stands for (a negative index, an id past `u32::MAX`).
     #[error("{path}: value {value} at index {index} {reason}")]
     BadValue {
+        /// The file, or `<memory>`.
         path: String,
+        /// The element's position.
         index: usize,
+        /// The element's value.
         value: String,
+        /// Why it is rejected.
         reason: &'static str,
     },
+    /// A malformed `.fvecs` file (ragged rows, a bad dimension, a cut record).
     #[error("{path}: bad .fvecs file: {reason}")]
-    Fvecs { path: String, reason: String },
+    Fvecs {
+        /// The file, or `<memory>`.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The `.npz` is not a readable zip archive.
     #[error("{path}: bad .npz archive: {reason}")]
-    Zip { path: String, reason: String },
+    Zip {
+        /// The file, or `<memory>`.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The `.npz` lacks one of the members SciPy writes.
     #[error("{path}: the archive has no member {member}")]
-    MissingMember { path: String, member: &'static str },
+    MissingMember {
+        /// The file, or `<memory>`.
+        path: String,
+        /// The missing member's name.
+        member: &'static str,
+    },
+    /// The `.npz` holds another sparse format, or a non-square matrix.
     #[error("{path}: not a CSR matrix: {reason}")]
-    NotCsr { path: String, reason: String },
+    NotCsr {
+        /// The file, or `<memory>`.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// The CSR arrays were read but do not form a valid graph ([`SpreadGraph::from_csr`] said why).
     #[error("{path}: invalid graph: {source}")]
     Graph {
+        /// The file, or `<memory>`.
         path: String,
+        /// Why the data was rejected.
         #[source]
         source: crate::Error,
     },
+    /// The matrix was read but is not a valid corpus (NaN or infinity, no rows, zero dimension).
+    #[error("{path}: invalid corpus: {source}")]
+    Corpus {
+        /// The file, or `<memory>`.
+        path: String,
+        /// Why the data was rejected.
+        #[source]
+        source: crate::Error,
+    },
+    /// A file extension the reader does not know.
     #[error("{path}: unknown file type (expected {expected})")]
     UnknownExtension {
+        /// The file, or `<memory>`.
         path: String,
+        /// What the reader takes.
         expected: &'static str,
     },
     /// Arguments to a writer that do not fit together.
     #[error("{path}: cannot write: {reason}")]
-    BadWrite { path: String, reason: String },
+    BadWrite {
+        /// The file, or `<memory>`.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 fn os(path: &str, source: std::io::Error) -> IoError {
@@ -144,9 +279,16 @@ mod sealed {
 }
 
 /// The plain numbers a `.npy` file can hold here, with their NumPy type strings.
+///
+/// ```
+/// use recall::io::NpyElement;
+/// assert_eq!(<f32 as NpyElement>::DESCR, "<f4");
+/// assert_eq!(<u64 as NpyElement>::SIZE, 8);
+/// ```
 pub trait NpyElement: sealed::Sealed + Copy + 'static {
     /// NumPy's `descr`, for example `<f4`.
     const DESCR: &'static str;
+    /// Bytes per element.
     const SIZE: usize;
     #[doc(hidden)]
     fn from_le(bytes: &[u8]) -> Self;
@@ -179,13 +321,26 @@ element!(u32, "<u4");
 element!(u64, "<u8");
 
 /// The dtype of a `.npy` file, as read.
+///
+/// ```
+/// use recall::io::{self, Dtype};
+/// let a = io::npy_from_bytes(&io::npy_to_bytes(&[1i64, 2], &[2])?)?;
+/// assert_eq!(a.dtype, Dtype::I64);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dtype {
+    /// `<f4`.
     F32,
+    /// `<f8`.
     F64,
+    /// `<i4`.
     I32,
+    /// `<i8`.
     I64,
+    /// `<u4`.
     U32,
+    /// `<u8`.
     U64,
     /// `S<n>`: fixed-width byte strings.
     Bytes(usize),
@@ -218,34 +373,64 @@ impl Dtype {
 }
 
 /// The elements of a `.npy` file, in C order.
+///
+/// ```
+/// use recall::io::{self, NpyData};
+/// let a = io::npy_from_bytes(&io::npy_to_bytes(&[7u32], &[1])?)?;
+/// assert_eq!(a.data, NpyData::U32(vec![7]));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum NpyData {
+    /// float32 elements.
     F32(Vec<f32>),
+    /// float64 elements.
     F64(Vec<f64>),
+    /// int32 elements.
     I32(Vec<i32>),
+    /// int64 elements.
     I64(Vec<i64>),
+    /// uint32 elements.
     U32(Vec<u32>),
+    /// uint64 elements.
     U64(Vec<u64>),
     /// The raw bytes of `S` and `U` arrays (decode one with [`NpyArray::to_text`]).
     Text(Vec<u8>),
 }
 
 /// A whole `.npy` file.
+///
+/// ```
+/// let a = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[1.5f64; 6], &[2, 3])?)?;
+/// assert_eq!((a.version, a.shape.as_slice(), a.source.as_str()), ((1, 0), &[2u64, 3][..], "<memory>"));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct NpyArray {
     /// The format version, `(1, 0)`, `(2, 0)` or `(3, 0)`.
     pub version: (u8, u8),
+    /// The element type.
     pub dtype: Dtype,
+    /// The shape (`[]` for a scalar).
     pub shape: Vec<u64>,
+    /// The elements, in C order.
     pub data: NpyData,
     /// Where it was read from (`<memory>` for bytes and readers), for error messages.
     pub source: String,
 }
 
 /// A row-major `n_rows x dim` f32 matrix.
+///
+/// ```
+/// let m = recall::io::npy_matrix_from_bytes(&recall::io::npy_to_bytes(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2])?)?;
+/// assert_eq!((m.n_rows, m.dim, m.data), (2, 2, vec![1.0, 2.0, 3.0, 4.0]));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Matrix {
+    /// Number of rows.
     pub n_rows: usize,
+    /// Values per row.
     pub dim: usize,
     /// `data[r * dim + c]`.
     pub data: Vec<f32>,
@@ -253,12 +438,22 @@ pub struct Matrix {
 
 /// A CSR adjacency matrix read from a SciPy `.npz`, ready for [`SpreadGraph::from_csr`] (which
 /// validates it: see [`CsrGraph::to_spread_graph`]).
+///
+/// ```
+/// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 1], &[1], &[0.5], 2)?; // 0 -> 1, weight 0.5
+/// let csr = recall::io::npz_csr_from_bytes(&bytes)?;
+/// assert_eq!((csr.n_nodes, csr.indptr, csr.indices, csr.weights), (2, vec![0, 1, 1], vec![1], vec![0.5]));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct CsrGraph {
     /// `n_nodes + 1` offsets into `indices` and `weights`.
     pub indptr: Vec<usize>,
+    /// The target node of every edge.
     pub indices: Vec<u32>,
+    /// The weight of every edge.
     pub weights: Vec<f32>,
+    /// Number of nodes (the matrix is `n_nodes x n_nodes`).
     pub n_nodes: usize,
     /// Where it was read from, for error messages.
     pub source: String,
@@ -266,6 +461,13 @@ pub struct CsrGraph {
 
 impl CsrGraph {
     /// Validate (monotonic `indptr`, column ids in range, weights finite and `>= 0`) and build the graph.
+    ///
+    /// ```
+    /// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 1], &[1], &[0.5], 2)?; // 0 -> 1, weight 0.5
+    /// let graph = recall::io::npz_csr_from_bytes(&bytes)?.to_spread_graph()?;
+    /// assert_eq!(graph.n_edges(), 1);
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn to_spread_graph(&self) -> Result<SpreadGraph, IoError> {
         SpreadGraph::from_csr(&self.indptr, &self.indices, &self.weights).map_err(|e| {
             IoError::Graph {
@@ -273,6 +475,21 @@ impl CsrGraph {
                 source: e.into(),
             }
         })
+    }
+}
+
+impl CsrGraph {
+    /// Validate and transpose once into a [`Graph`] handle for repeated [`crate::Engine::spread_in`] calls
+    /// (on a GPU it stays on the device while the handle lives).
+    ///
+    /// ```
+    /// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 1], &[1], &[0.5], 2)?; // 0 -> 1, weight 0.5
+    /// let handle = recall::io::npz_csr_from_bytes(&bytes)?.to_graph()?;
+    /// assert_eq!(handle.n_nodes(), 2);
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
+    pub fn to_graph(&self) -> Result<Graph, IoError> {
+        Ok(Graph::new(self.to_spread_graph()?))
     }
 }
 
@@ -763,18 +980,41 @@ fn read_npy_stream<R: Read>(
 }
 
 /// Read any supported `.npy` file.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("v.npy");
+/// recall::io::write_npy(&path, &[1u32, 2, 3], &[3])?;
+/// let a = recall::io::read_npy(&path)?;
+/// assert_eq!(a.shape, [3]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_npy(path: impl AsRef<Path>) -> Result<NpyArray, IoError> {
     let (mut r, len, label) = open(path.as_ref())?;
     read_npy_stream(&mut r, Some(len), &label)
 }
 
 /// [`read_npy`] from memory.
+///
+/// ```
+/// let a = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[1.0f32, 2.0], &[2])?)?;
+/// assert_eq!(a.into_f32_vector()?, [1.0, 2.0]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn npy_from_bytes(bytes: &[u8]) -> Result<NpyArray, IoError> {
     read_npy_stream(&mut Cursor::new(bytes), Some(bytes.len() as u64), MEMORY)
 }
 
 /// [`read_npy`] from a stream of unknown length: the output grows only as data arrives, and the stream
 /// must end where the data does.
+///
+/// ```
+/// let bytes = recall::io::npy_to_bytes(&[4i32, 5], &[2])?;
+/// let a = recall::io::npy_from_reader(std::io::Cursor::new(bytes))?;
+/// assert_eq!(a.into_indices()?, [4, 5]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn npy_from_reader<R: Read>(mut reader: R) -> Result<NpyArray, IoError> {
     read_npy_stream(&mut reader, None, MEMORY)
 }
@@ -804,6 +1044,12 @@ impl NpyArray {
     }
 
     /// A 2-D float32 array as a matrix.
+    ///
+    /// ```
+    /// let a = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[1.0f32; 6], &[3, 2])?)?;
+    /// assert_eq!(a.into_f32_matrix()?.n_rows, 3);
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn into_f32_matrix(self) -> Result<Matrix, IoError> {
         let [n_rows, dim] = self.shape[..] else {
             return Err(self.wrong_shape("a 2-d matrix"));
@@ -817,6 +1063,12 @@ impl NpyArray {
     }
 
     /// A 1-D float32 array.
+    ///
+    /// ```
+    /// let a = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[0.5f32, 0.25], &[2])?)?;
+    /// assert_eq!(a.into_f32_vector()?, [0.5, 0.25]);
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn into_f32_vector(self) -> Result<Vec<f32>, IoError> {
         if self.shape.len() != 1 {
             return Err(self.wrong_shape("a 1-d vector"));
@@ -829,6 +1081,12 @@ impl NpyArray {
 
     /// A 1-D float32 or float64 array as f32 (`as f32`: rounding, and overflow to infinity, which the
     /// consumers reject).
+    ///
+    /// ```
+    /// let a = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[0.1f64], &[1])?)?;
+    /// assert_eq!(a.into_f32_lossy()?, [0.1f32]);
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn into_f32_lossy(self) -> Result<Vec<f32>, IoError> {
         if self.shape.len() != 1 {
             return Err(self.wrong_shape("a 1-d vector"));
@@ -841,6 +1099,14 @@ impl NpyArray {
     }
 
     /// A 1-D integer array (`u4 u8 i4 i8`) as non-negative u64 values; a negative value is an error.
+    ///
+    /// ```
+    /// let ok = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[3i64, 0], &[2])?)?;
+    /// assert_eq!(ok.into_indices()?, [3, 0]);
+    /// let negative = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[-1i32], &[1])?)?;
+    /// assert!(negative.into_indices().is_err());
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn into_indices(self) -> Result<Vec<u64>, IoError> {
         if self.shape.len() != 1 {
             return Err(self.wrong_shape("a 1-d index array"));
@@ -870,6 +1136,14 @@ impl NpyArray {
     }
 
     /// A 1-D index array whose values fit u32 (node or row ids).
+    ///
+    /// ```
+    /// let a = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[9u64, 1], &[2])?)?;
+    /// assert_eq!(a.into_u32_indices()?, [9, 1]);
+    /// let big = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[1u64 << 40], &[1])?)?;
+    /// assert!(big.into_u32_indices().is_err());
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn into_u32_indices(self) -> Result<Vec<u32>, IoError> {
         let path = self.source.clone();
         self.into_indices()?
@@ -887,6 +1161,16 @@ impl NpyArray {
     }
 
     /// A 0-d or one-element string array (`S` or `U`) as text, trailing NULs removed.
+    ///
+    /// ```
+    /// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 1], &[1], &[0.5], 2)?; // 0 -> 1, weight 0.5
+    /// // SciPy stores the sparse format as a 0-d byte string: `format.npy` holds b'csr'.
+    /// let csr = recall::io::npz_csr_from_bytes(&bytes)?; // reading it checked that text
+    /// assert_eq!(csr.n_nodes, 2);
+    /// let numbers = recall::io::npy_from_bytes(&recall::io::npy_to_bytes(&[1u32], &[1])?)?;
+    /// assert!(numbers.to_text().is_err()); // not a string array
+    /// # Ok::<(), recall::io::IoError>(())
+    /// ```
     pub fn to_text(&self) -> Result<String, IoError> {
         let NpyData::Text(raw) = &self.data else {
             return Err(self.wrong_dtype("a string"));
@@ -909,21 +1193,56 @@ impl NpyArray {
 }
 
 /// Read a 2-D float32 `.npy` matrix.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("m.npy");
+/// recall::io::write_npy(&path, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])?;
+/// let m = recall::io::read_npy_matrix(&path)?;
+/// assert_eq!((m.n_rows, m.dim), (3, 2));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_npy_matrix(path: impl AsRef<Path>) -> Result<Matrix, IoError> {
     read_npy(path)?.into_f32_matrix()
 }
 
 /// [`read_npy_matrix`] from memory.
+///
+/// ```
+/// let m = recall::io::npy_matrix_from_bytes(&recall::io::npy_to_bytes(&[1.0f32, 2.0], &[1, 2])?)?;
+/// assert_eq!(m.dim, 2);
+/// assert!(recall::io::npy_matrix_from_bytes(&recall::io::npy_to_bytes(&[1.0f32], &[1])?).is_err());
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn npy_matrix_from_bytes(bytes: &[u8]) -> Result<Matrix, IoError> {
     npy_from_bytes(bytes)?.into_f32_matrix()
 }
 
 /// Read a 1-D float32 `.npy` vector.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("seeds.npy");
+/// recall::io::write_npy(&path, &[1.0f32, 0.0, 0.5], &[3])?;
+/// assert_eq!(recall::io::read_npy_vector(&path)?, [1.0, 0.0, 0.5]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_npy_vector(path: impl AsRef<Path>) -> Result<Vec<f32>, IoError> {
     read_npy(path)?.into_f32_vector()
 }
 
 /// Read a 1-D integer `.npy` array (`u4 u8 i4 i8`, no negative values) as u64.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("ids.npy");
+/// recall::io::write_npy(&path, &[5i32, 2], &[2])?;
+/// assert_eq!(recall::io::read_npy_indices(&path)?, [5, 2]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_npy_indices(path: impl AsRef<Path>) -> Result<Vec<u64>, IoError> {
     read_npy(path)?.into_indices()
 }
@@ -945,6 +1264,14 @@ fn shape_repr(shape: &[usize]) -> String {
 /// The bytes of a `.npy` file holding `data` with `shape` (C order), exactly as NumPy's `np.save`
 /// writes them: format 1.0 (2.0 only if the header cannot fit), the dict in NumPy's key order, room for
 /// the growth axis, spaces to a 64-byte boundary and a newline.
+///
+/// ```
+/// let bytes = recall::io::npy_to_bytes(&[1.0f32, 2.0, 3.0], &[3])?;
+/// assert_eq!(&bytes[..6], b"\x93NUMPY");
+/// assert_eq!(bytes.len() % 64, 12 % 64); // a 64-byte aligned header, then 3 x 4 bytes
+/// assert!(recall::io::npy_to_bytes(&[1.0f32], &[2]).is_err()); // shape and data disagree
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn npy_to_bytes<T: NpyElement>(data: &[T], shape: &[usize]) -> Result<Vec<u8>, IoError> {
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if count != Some(data.len()) {
@@ -993,6 +1320,13 @@ pub fn npy_to_bytes<T: NpyElement>(data: &[T], shape: &[usize]) -> Result<Vec<u8
 }
 
 /// Write `data` with `shape` as a `.npy` file NumPy reads as it is (see [`npy_to_bytes`]).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// recall::io::write_npy(dir.join("ids.npy"), &[3u32, 1, 2], &[3])?; // numpy.load reads it as uint32
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn write_npy<T: NpyElement>(
     path: impl AsRef<Path>,
     data: &[T],
@@ -1083,22 +1417,69 @@ fn read_fvecs_stream<R: Read>(
 }
 
 /// Read an `.fvecs` file (each vector: little-endian i32 dimension, then that many f32; all equal).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("base.fvecs");
+/// let mut bytes = Vec::new();
+/// for row in [[1.0f32, 2.0], [3.0, 4.0]] {
+///     bytes.extend_from_slice(&2i32.to_le_bytes()); // each record: its dimension, then the values
+///     for v in row {
+///         bytes.extend_from_slice(&v.to_le_bytes());
+///     }
+/// }
+/// # std::fs::write(&path, &bytes).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let m = recall::io::read_fvecs(&path)?;
+/// assert_eq!((m.n_rows, m.dim, m.data), (2, 2, vec![1.0, 2.0, 3.0, 4.0]));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_fvecs(path: impl AsRef<Path>) -> Result<Matrix, IoError> {
     let (mut r, len, label) = open(path.as_ref())?;
     read_fvecs_stream(&mut r, Some(len), &label)
 }
 
 /// [`read_fvecs`] from memory.
+///
+/// ```
+/// let mut bytes = 3i32.to_le_bytes().to_vec();
+/// for v in [1.0f32, 0.0, -1.0] {
+///     bytes.extend_from_slice(&v.to_le_bytes());
+/// }
+/// assert_eq!(recall::io::fvecs_from_bytes(&bytes)?.dim, 3);
+/// assert!(recall::io::fvecs_from_bytes(&bytes[..9]).is_err()); // a cut record
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn fvecs_from_bytes(bytes: &[u8]) -> Result<Matrix, IoError> {
     read_fvecs_stream(&mut Cursor::new(bytes), Some(bytes.len() as u64), MEMORY)
 }
 
 /// [`read_fvecs`] from a stream of unknown length.
+///
+/// ```
+/// let mut bytes = 3i32.to_le_bytes().to_vec();
+/// for v in [1.0f32, 0.0, -1.0] {
+///     bytes.extend_from_slice(&v.to_le_bytes());
+/// }
+/// let m = recall::io::fvecs_from_reader(std::io::Cursor::new(bytes))?;
+/// assert_eq!(m.data, [1.0, 0.0, -1.0]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn fvecs_from_reader<R: Read>(mut reader: R) -> Result<Matrix, IoError> {
     read_fvecs_stream(&mut reader, None, MEMORY)
 }
 
 /// Read a matrix by extension: `.npy` (2-D float32) or `.fvecs`.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("corpus.npy");
+/// recall::io::write_npy(&path, &[0.0f32; 8], &[4, 2])?;
+/// assert_eq!(recall::io::read_matrix(&path)?.n_rows, 4);
+/// assert!(recall::io::read_matrix(dir.join("corpus.csv")).is_err()); // unknown extension
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_matrix(path: impl AsRef<Path>) -> Result<Matrix, IoError> {
     let p = path.as_ref();
     match p
@@ -1114,6 +1495,30 @@ pub fn read_matrix(path: impl AsRef<Path>) -> Result<Matrix, IoError> {
             expected: ".npy or .fvecs",
         }),
     }
+}
+
+/// Read a corpus file by extension (`.npy`, 2-D float32, or `.fvecs`; see [`read_matrix`]) and validate it
+/// once into a [`Corpus`] handle for repeated [`crate::Engine::knn_in`] calls (on a GPU it stays on the
+/// device while the handle lives).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("corpus.npy");
+/// recall::io::write_npy(&path, &[1.0f32, 0.0, 0.0, 1.0], &[2, 2])?;
+/// let store = recall::io::read_corpus(&path)?; // checked once
+/// let engine = recall::Engine::new()?;
+/// let hits = engine.knn_in(&[0.1, 0.9], &store, recall::Metric::Cosine, 1)?;
+/// assert_eq!(hits.ids, [1]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_corpus(path: impl AsRef<Path>) -> Result<Corpus, IoError> {
+    let p = path.as_ref();
+    let m = read_matrix(p)?;
+    Corpus::new(m.data, m.dim).map_err(|e| IoError::Corpus {
+        path: p.display().to_string(),
+        source: e.into(),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1229,6 +1634,16 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
 /// `indices.npy`, `data.npy`, `shape.npy` and `format.npy`): int32/int64 `indptr` and `indices`,
 /// float32/float64 `data` (converted `as f32`). The matrix must be square (an adjacency matrix).
 /// Graph validity is checked by [`CsrGraph::to_spread_graph`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("graph.npz"); // scipy.sparse.save_npz writes the same members
+/// recall::io::write_npz_csr(&path, &[0, 2, 2], &[1, 1], &[0.5, 0.5], 2)?;
+/// let csr = recall::io::read_npz_csr(&path)?;
+/// assert_eq!(csr.indices, [1, 1]);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_npz_csr(path: impl AsRef<Path>) -> Result<CsrGraph, IoError> {
     let label = path.as_ref().display().to_string();
     let f = File::open(path.as_ref()).map_err(|e| os(&label, e))?;
@@ -1236,17 +1651,165 @@ pub fn read_npz_csr(path: impl AsRef<Path>) -> Result<CsrGraph, IoError> {
 }
 
 /// [`read_npz_csr`] from memory.
+///
+/// ```
+/// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 1], &[1], &[0.5], 2)?; // 0 -> 1, weight 0.5
+/// assert_eq!(recall::io::npz_csr_from_bytes(&bytes)?.weights, [0.5]);
+/// assert!(recall::io::npz_csr_from_bytes(b"PK").is_err());
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn npz_csr_from_bytes(bytes: &[u8]) -> Result<CsrGraph, IoError> {
     read_npz_stream(Cursor::new(bytes), MEMORY)
 }
 
 /// [`read_npz_csr`] from any seekable reader.
+///
+/// ```
+/// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 1], &[1], &[0.5], 2)?; // 0 -> 1, weight 0.5
+/// let csr = recall::io::npz_csr_from_reader(std::io::Cursor::new(bytes))?;
+/// assert_eq!(csr.n_nodes, 2);
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn npz_csr_from_reader<R: Read + Seek>(reader: R) -> Result<CsrGraph, IoError> {
     read_npz_stream(reader, MEMORY)
 }
 
 /// Read a CSR `.npz` and build the validated graph: [`read_npz_csr`] then [`CsrGraph::to_spread_graph`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("graph.npz");
+/// recall::io::write_npz_csr(&path, &[0, 1, 1], &[1], &[0.5], 2)?;
+/// let (graph, n_nodes) = recall::io::read_spread_graph(&path)?;
+/// assert_eq!((graph.n_edges(), n_nodes), (1, 2));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
 pub fn read_spread_graph(path: impl AsRef<Path>) -> Result<(SpreadGraph, usize), IoError> {
     let csr = read_npz_csr(path)?;
     Ok((csr.to_spread_graph()?, csr.n_nodes))
+}
+
+/// Read a SciPy CSR `.npz` ([`read_npz_csr`]) and validate and transpose it once into a [`Graph`] handle
+/// for repeated [`crate::Engine::spread_in`] calls.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// let path = dir.join("graph.npz");
+/// recall::io::write_npz_csr(&path, &[0, 1, 2, 2], &[1, 2], &[1.0, 0.5], 3)?;
+/// let graph = recall::io::read_graph(&path)?; // validated and transposed once
+/// assert_eq!((graph.n_nodes(), graph.n_edges()), (3, 2));
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
+pub fn read_graph(path: impl AsRef<Path>) -> Result<Graph, IoError> {
+    read_npz_csr(path)?.to_graph()
+}
+
+/// A CSR graph as the bytes of a SciPy `.npz` (the members `scipy.sparse.save_npz` writes, stored
+/// uncompressed): int32 `indices` and `indptr` (int64 when they do not fit), float32 `data`, `format` `csr`,
+/// int64 `shape` `(n_nodes, n_nodes)`. `scipy.sparse.load_npz` reads it as it is. The arrays are checked
+/// for shape only; [`CsrGraph::to_spread_graph`] validates the graph.
+///
+/// ```
+/// // 0 -> 1 (weight 0.5), 1 -> 2 (weight 2.0), node 2 has no out-edges
+/// let bytes = recall::io::npz_csr_to_bytes(&[0, 1, 2, 2], &[1, 2], &[0.5, 2.0], 3)?;
+/// let back = recall::io::npz_csr_from_bytes(&bytes)?;
+/// assert_eq!((back.indptr, back.indices, back.weights), (vec![0, 1, 2, 2], vec![1, 2], vec![0.5, 2.0]));
+/// assert!(recall::io::npz_csr_to_bytes(&[0, 1], &[1], &[], 1).is_err()); // a weight per edge
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
+pub fn npz_csr_to_bytes(
+    indptr: &[usize],
+    indices: &[u32],
+    weights: &[f32],
+    n_nodes: usize,
+) -> Result<Vec<u8>, IoError> {
+    use std::io::Write as _;
+    let bad = |reason: String| IoError::BadWrite {
+        path: MEMORY.into(),
+        reason,
+    };
+    if indptr.len() != n_nodes + 1 || indices.len() != weights.len() {
+        return Err(bad(format!(
+            "indptr has {} entries for {n_nodes} nodes, indices {} and weights {}",
+            indptr.len(),
+            indices.len(),
+            weights.len()
+        )));
+    }
+    let fits_i32 = |v: usize| i32::try_from(v).is_ok();
+    let index_bytes = |xs: &mut dyn Iterator<Item = usize>, len: usize, wide: bool| {
+        if wide {
+            let v: Vec<i64> = xs.map(|x| x as i64).collect();
+            npy_to_bytes(&v, &[len])
+        } else {
+            let v: Vec<i32> = xs.map(|x| x as i32).collect();
+            npy_to_bytes(&v, &[len])
+        }
+    };
+    let wide_ptr = !indptr.iter().all(|&p| fits_i32(p));
+    let wide_idx = !indices.iter().all(|&i| fits_i32(i as usize)) || wide_ptr;
+    let n = i64::try_from(n_nodes).map_err(|_| bad("too many nodes".into()))?;
+    let mut format = b"\x93NUMPY\x01\x00".to_vec();
+    let mut dict = String::from("{'descr': '|S3', 'fortran_order': False, 'shape': (), }");
+    while !(MAGIC.len() + 4 + dict.len() + 1).is_multiple_of(ARRAY_ALIGN) {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    format.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    format.extend_from_slice(dict.as_bytes());
+    format.extend_from_slice(b"csr");
+    let members: [(&str, Vec<u8>); 5] = [
+        (
+            "indices.npy",
+            index_bytes(
+                &mut indices.iter().map(|&i| i as usize),
+                indices.len(),
+                wide_idx,
+            )?,
+        ),
+        (
+            "indptr.npy",
+            index_bytes(&mut indptr.iter().copied(), indptr.len(), wide_ptr)?,
+        ),
+        ("format.npy", format),
+        ("shape.npy", npy_to_bytes(&[n, n], &[2])?),
+        ("data.npy", npy_to_bytes(weights, &[weights.len()])?),
+    ];
+    let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in members {
+        zip.start_file(name, options)
+            .map_err(|e| bad(e.to_string()))?;
+        zip.write_all(&bytes).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(zip.finish().map_err(|e| bad(e.to_string()))?.into_inner())
+}
+
+/// Write a CSR graph as a SciPy `.npz` ([`npz_csr_to_bytes`]).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));
+/// # std::fs::create_dir_all(&dir).map_err(|e| recall::io::IoError::Os { path: "tmp".into(), source: e })?;
+/// recall::io::write_npz_csr(dir.join("g.npz"), &[0, 1, 1], &[1], &[1.0], 2)?; // scipy.sparse.load_npz reads it
+/// # Ok::<(), recall::io::IoError>(())
+/// ```
+pub fn write_npz_csr(
+    path: impl AsRef<Path>,
+    indptr: &[usize],
+    indices: &[u32],
+    weights: &[f32],
+    n_nodes: usize,
+) -> Result<(), IoError> {
+    let label = path.as_ref().display().to_string();
+    let bytes = npz_csr_to_bytes(indptr, indices, weights, n_nodes).map_err(|e| match e {
+        IoError::BadWrite { reason, .. } => IoError::BadWrite {
+            path: label.clone(),
+            reason,
+        },
+        other => other,
+    })?;
+    std::fs::write(path.as_ref(), bytes).map_err(|e| os(&label, e))
 }

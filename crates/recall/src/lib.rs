@@ -21,16 +21,163 @@
 //! `recall-cpu-simd` (CPU), `kernels-rs` (GPU) and `recall-gpu-kernels` (launchers); dispatch lives in
 //! `recall-hybrid-executor`.
 
+#![deny(missing_docs)]
+
 mod engine;
 mod error;
 pub mod io;
 
 pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Noised, Scores};
 pub use error::Error;
-pub use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams, TopK};
-pub use recall_hybrid_executor::{
-    Device, DevicePolicy, GPU_COMPILED_IN, GpuDescription, GpuStatus, Mode, SharedCorpus as Corpus,
-};
+
+/// A similarity metric: `Cosine`, `Dot` (higher first) or `L2` (squared distance, lower first).
+///
+/// ```
+/// use recall::Metric;
+/// let engine = recall::Engine::new()?;
+/// let near = engine.knn(&[0.0], &[5.0, 1.0, -2.0], 1, Metric::L2, 1)?;
+/// assert_eq!(near.ids, [1]);
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_cpu_simd::Metric;
+
+/// A graph validated and transposed for spreading, held by the caller (see [`Graph`] for a handle that
+/// the GPU keeps resident).
+///
+/// ```
+/// // 0 -> 1 (weight 0.5), 1 -> 0 (weight 2.0)
+/// let g = recall::SpreadGraph::from_csr(&[0, 1, 2], &[1, 0], &[0.5, 2.0])?;
+/// assert_eq!((g.n_nodes(), g.n_edges()), (2, 2));
+/// assert!(recall::SpreadGraph::from_csr(&[0, 1], &[0], &[f32::NAN]).is_err());
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_cpu_simd::SpreadGraph;
+
+/// Spreading parameters: decay per hop, threshold, hops, and how many top nodes to return.
+///
+/// ```
+/// let params = recall::SpreadParams { decay: 0.5, threshold: 0.01, hops: 3, k: 10 };
+/// assert_eq!(params.hops, 3);
+/// ```
+#[doc(inline)]
+pub use recall_cpu_simd::SpreadParams;
+
+/// The best `k` (id, score) pairs per query (or of a whole activation vector), best first.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let g = engine.graph(&[0, 1, 1], &[1], &[1.0])?;
+/// let p = recall::SpreadParams { decay: 0.5, threshold: 0.0, hops: 1, k: 2 };
+/// let top: recall::TopK = engine.spread_in(&g, &[1.0, 0.0], &p)?.top;
+/// assert_eq!((top.k, top.ids, top.scores), (2, vec![0, 1], vec![1.0, 0.5]));
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_cpu_simd::TopK;
+
+/// Where a call ran: `Device::Cpu` or `Device::Gpu { ordinal }` (printed as `cpu`, `gpu0`, ...).
+///
+/// ```
+/// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+/// let s = engine.cosine_similarity(&[1.0], &[1.0], 1)?;
+/// assert_eq!(s.device, recall::Device::Cpu);
+/// assert_eq!(s.device.to_string(), "cpu");
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::Device;
+
+/// Which devices calls may use: `Auto` (default), `Cpu`, or `Gpu` (a missing GPU is an error).
+///
+/// ```
+/// use recall::DevicePolicy;
+/// assert_eq!(DevicePolicy::default(), DevicePolicy::Auto);
+/// let engine = recall::Engine::builder().device(DevicePolicy::Cpu).build()?;
+/// assert_eq!(engine.device_policy(), DevicePolicy::Cpu);
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::DevicePolicy;
+
+/// True when this build contains the GPU backend (cargo feature `gpu`, on by default).
+///
+/// ```
+/// println!("GPU support compiled in: {}", recall::GPU_COMPILED_IN);
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::GPU_COMPILED_IN;
+
+/// The GPU an engine opened: name, compute capability, memory, driver, the kernel image loaded.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// if let recall::GpuStatus::Ready(gpu) = engine.gpu_status() {
+///     let d: &recall::GpuDescription = gpu;
+///     println!("{} ({}), {} bytes", d.name, d.sm, d.total_memory);
+/// }
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::GpuDescription;
+
+/// The GPU in use ([`GpuStatus::Ready`]) or why there is none ([`GpuStatus::Unavailable`]).
+///
+/// ```
+/// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+/// assert!(matches!(engine.gpu_status(), recall::GpuStatus::Unavailable(_)));
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::GpuStatus;
+
+/// A corpus handle: rows checked once ([`Engine::corpus`], [`io::read_corpus`]) and searched many times
+/// ([`Engine::knn_in`]). Clones share the rows; on a GPU the rows stay on the device until the last
+/// clone is dropped.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let store: recall::Corpus = engine.corpus(vec![0.0, 1.0, 2.0], 1)?;
+/// let alias = store.clone(); // cheap: the same rows, the same id
+/// assert_eq!((alias.id(), alias.n_rows(), alias.dim()), (store.id(), 3, 1));
+/// assert_eq!(store.data(), [0.0, 1.0, 2.0]);
+/// let hits = engine.knn_in(&[1.9], &alias, recall::Metric::L2, 1)?;
+/// assert_eq!(hits.ids, [2]);
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::SharedCorpus as Corpus;
+
+/// A graph handle: a CSR graph validated and transposed once ([`Engine::graph`], [`io::read_graph`]) and
+/// spread from many times ([`Engine::spread_in`]). Clones share the graph; on a GPU it stays on the device
+/// until the last clone is dropped.
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let g: recall::Graph = engine.graph(&[0, 1, 2, 2], &[1, 2], &[1.0, 1.0])?; // 0 -> 1 -> 2
+/// assert_eq!((g.n_nodes(), g.n_edges()), (3, 2));
+/// assert_eq!(g.graph().n_nodes(), 3); // the validated, transposed graph
+/// let same = recall::Graph::new(g.graph().clone()); // a new handle (and id) for an existing graph
+/// assert_ne!(same.id(), g.id());
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::SharedGraph as Graph;
+
+/// Exact (default) or fast arithmetic for batch knn: `Mode::FastF16` / `Mode::FastBf16` run batches of more
+/// than 8 queries on tensor cores (sm_80 and newer) within the bound of `docs/numerics.md`, "Fast mode";
+/// elsewhere the exact answer is returned.
+///
+/// ```
+/// let engine = recall::Engine::builder().mode(recall::Mode::FastBf16).build()?;
+/// let store = engine.corpus(vec![0.0, 1.0, 1.0, 0.0], 2)?;
+/// let hits = engine.knn_in(&[1.0, 0.1], &store, recall::Metric::Cosine, 1)?;
+/// assert_eq!(hits.ids, [1]);
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::Mode;
 
 /// The executor's own types (tenants, call options, metrics), for [`Engine::executor`]: the load generator
 /// and the acceptance tests use them; applications use [`Engine`].
@@ -38,11 +185,22 @@ pub use recall_hybrid_executor::{
 pub use recall_hybrid_executor as executor;
 
 /// The CPU SIMD path in use: `avx512`, `avx2`, `neon` or `scalar` (`RECALL_CPU_SIMD` can lower it).
+///
+/// ```
+/// let level = recall::cpu_simd_level();
+/// assert!(["avx512", "avx2", "neon", "scalar"].contains(&level.as_str()));
+/// ```
 pub fn cpu_simd_level() -> String {
     recall_cpu_simd::simd_level().name().to_string()
 }
 
-/// Self-tests a user can run on their own machine.
+/// Self-tests a user can run on their own machine, and the parts the benchmark harness uses.
+///
+/// ```
+/// let arches = recall::diagnostics::bundle_arches(); // "sm_50, ..., sm_90", or "none" in a CPU-only build
+/// assert!(!arches.is_empty());
+/// assert_eq!(recall::diagnostics::bench::median(vec![3.0, 1.0, 2.0]), 2.0);
+/// ```
 pub mod diagnostics {
     pub use recall_hybrid_executor::GpuBackend;
     pub use recall_hybrid_executor::bench;
@@ -53,6 +211,15 @@ pub mod diagnostics {
 
     /// Compare every GPU kernel with the CPU, bit for bit, for the given arches' code (all the device can
     /// run when `None`). `Err` when there is no usable GPU.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+    /// assert!(matches!(
+    ///     recall::diagnostics::diff_test(&engine, None, true),
+    ///     Err(recall::Error::GpuRequired(_))
+    /// ));
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     pub fn diff_test(
         engine: &crate::Engine,
         arches: Option<&[u32]>,

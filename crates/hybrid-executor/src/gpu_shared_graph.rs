@@ -1,0 +1,126 @@
+//! Spreading on the GPU over a graph that stays on the device while its [`SharedGraph`] lives: the GPU
+//! backend's graph cache (the graph counterpart of its resident corpora).
+//!
+//! The cache holds, per live shared graph, the `DeviceGraph` that `Kernels::upload_graph` made (the pull
+//! arrays, nodes binned by in-degree). An entry whose graph has been dropped is freed the next time the
+//! cache is touched. Callers hold the backend's serialising lock around every function here.
+
+use crate::backend::BackendError;
+use crate::gpu_backend::{map_gpu_error, map_kernel_error};
+use crate::shared_graph::{GraphInner, SharedGraph};
+use parking_lot::Mutex;
+use recall_cpu_simd::{CpuError, Spread, SpreadGraph, SpreadParams, TopK};
+use recall_gpu_kernels::{DeviceGraph, Kernels, Segments};
+use recall_gpu_sys::Gpu;
+use std::sync::Weak;
+
+/// Device copies of shared graphs, kept while the graph lives.
+#[derive(Debug, Default)]
+pub(crate) struct GraphCache {
+    entries: Mutex<Vec<ResidentGraph>>,
+}
+
+#[derive(Debug)]
+struct ResidentGraph {
+    id: u64,
+    alive: Weak<GraphInner>,
+    graph: DeviceGraph,
+}
+
+impl GraphCache {
+    /// How many shared graphs are on the device now (after freeing those that no longer exist).
+    pub(crate) fn len(&self) -> usize {
+        let mut entries = self.entries.lock();
+        entries.retain(|r| r.alive.strong_count() > 0);
+        entries.len()
+    }
+}
+
+/// Upload a validated graph's pull arrays.
+pub(crate) fn upload(
+    gpu: &Gpu,
+    kern: &Kernels,
+    graph: &SpreadGraph,
+) -> Result<DeviceGraph, BackendError> {
+    let (in_ptr, in_src, in_w) = graph.pull_arrays();
+    let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
+    kern.upload_graph(gpu, &in_ptr64, in_src, in_w)
+        .map_err(map_kernel_error)
+}
+
+/// `params.hops` hops from `seeds` over a graph already on the device, the top `params.k`, and every
+/// node's activation downloaded.
+pub(crate) fn spread_on(
+    gpu: &Gpu,
+    kern: &Kernels,
+    dev: &DeviceGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+) -> Result<Spread, BackendError> {
+    let (total, overflow) = kern
+        .spread(gpu, dev, seeds, params.decay, params.threshold, params.hops)
+        .map_err(map_kernel_error)?;
+    if let Some(hop) = overflow {
+        return Err(BackendError::Input(CpuError::ActivationOverflow {
+            hop: hop as usize,
+        }));
+    }
+    let top = kern
+        .select_topk(
+            gpu,
+            &total,
+            None,
+            Segments::Dense {
+                n_segments: 1,
+                seg_len: dev.n_nodes(),
+            },
+            params.k,
+            true,
+        )
+        .map_err(map_kernel_error)?;
+    let activation = gpu.download(&total).map_err(map_gpu_error)?;
+    Ok(Spread {
+        activation,
+        top: TopK {
+            k: top.k,
+            ids: top.ids,
+            scores: top.scores,
+        },
+    })
+}
+
+/// Spreading over `graph`, uploading it on its first use and reusing the device copy afterwards.
+pub(crate) fn spread_resident(
+    gpu: &Gpu,
+    kern: &Kernels,
+    cache: &GraphCache,
+    graph: &SharedGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+) -> Result<Spread, BackendError> {
+    let mut entries = cache.entries.lock();
+    // Free the device copies of graphs that no longer exist.
+    entries.retain(|r| r.alive.strong_count() > 0);
+    if !entries.iter().any(|r| r.id == graph.id()) {
+        let dev = match upload(gpu, kern, graph.graph()) {
+            Ok(dev) => dev,
+            Err(BackendError::OutOfMemory(_)) => {
+                // Make room: drop the other graphs' copies (they are uploaded again when used).
+                entries.clear();
+                upload(gpu, kern, graph.graph())?
+            }
+            Err(e) => return Err(e),
+        };
+        entries.push(ResidentGraph {
+            id: graph.id(),
+            alive: graph.weak(),
+            graph: dev,
+        });
+    }
+    let Some(entry) = entries.iter().find(|r| r.id == graph.id()) else {
+        return Err(BackendError::Gpu(
+            "resident graph missing after upload".into(),
+        ));
+    };
+    spread_on(gpu, kern, &entry.graph, seeds, params)
+}
