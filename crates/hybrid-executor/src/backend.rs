@@ -87,6 +87,28 @@ pub trait Backend: Send + Sync {
         self.knn(queries, corpus.data(), corpus.dim(), metric, k)
     }
 
+    /// [`Backend::score_candidates`] against a [`SharedCorpus`]. A backend may keep the corpus resident
+    /// between calls (the GPU backend does); the default runs the slice path.
+    fn score_candidates_shared(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.score_candidates(
+            queries,
+            corpus.data(),
+            corpus.dim(),
+            metric,
+            offsets,
+            ids,
+            k,
+        )
+    }
+
     /// [`Backend::knn`] in fast mode (`docs/numerics.md`, "Fast mode"): a backend without a fast path
     /// returns the exact answer, which is within fast mode's bound.
     fn knn_fast(

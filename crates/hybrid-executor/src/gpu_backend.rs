@@ -581,6 +581,64 @@ mod imp {
             self.knn_on_fast(queries, ch, norms, n, dim, metric, k, kind)
         }
 
+        fn score_candidates_shared(
+            &self,
+            queries: &[f32],
+            corpus: &SharedCorpus,
+            metric: Metric,
+            offsets: &[usize],
+            ids: &[u32],
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (n, dim) = (corpus.n_rows(), corpus.dim());
+            let nq = queries.len() / dim;
+            let mut resident = self.resident.lock();
+            let entry = self.resident_entry(&mut resident, corpus, metric)?;
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
+            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+            let mut scores = g
+                .alloc_zeros::<f32>(ids.len().max(1))
+                .map_err(map_gpu_error)?;
+            let cn = if metric == Metric::Cosine {
+                entry.norms.as_ref()
+            } else {
+                None
+            };
+            let (ids_dev, offsets_dev) = kern
+                .similarity_gather(
+                    g,
+                    sim_metric(metric),
+                    &q,
+                    qn.as_ref(),
+                    &entry.rows,
+                    cn,
+                    nq,
+                    n,
+                    dim,
+                    ids,
+                    &offsets64,
+                    &mut scores,
+                )
+                .map_err(map_kernel_error)?;
+            let segs = Segments::Ragged {
+                offsets: &offsets64,
+                offsets_dev: &offsets_dev,
+            };
+            let r = kern
+                .select_topk(
+                    g,
+                    &scores,
+                    Some(&ids_dev),
+                    segs,
+                    k,
+                    sim_metric(metric).higher_first(),
+                )
+                .map_err(map_kernel_error)?;
+            Ok(topk(r))
+        }
+
         fn score_candidates(
             &self,
             queries: &[f32],

@@ -124,6 +124,8 @@ struct CandidatesOp<'a> {
     offsets: &'a [usize],
     ids: &'a [u32],
     k: usize,
+    /// Set when the corpus is a shared one (the backend may keep it resident).
+    shared: Option<&'a SharedCorpus>,
 }
 
 impl Op for CandidatesOp<'_> {
@@ -149,15 +151,20 @@ impl Op for CandidatesOp<'_> {
             .collect();
         let ids = &self.ids[base..self.offsets[range.end]];
         let queries = &self.queries[range.start * self.dim..range.end * self.dim];
-        backend.score_candidates(
-            queries,
-            self.corpus,
-            self.dim,
-            self.metric,
-            &offsets,
-            ids,
-            self.k,
-        )
+        match self.shared {
+            Some(c) => {
+                backend.score_candidates_shared(queries, c, self.metric, &offsets, ids, self.k)
+            }
+            None => backend.score_candidates(
+                queries,
+                self.corpus,
+                self.dim,
+                self.metric,
+                &offsets,
+                ids,
+                self.k,
+            ),
+        }
     }
     fn append(&self, acc: &mut TopK, part: TopK) {
         append_topk(acc, part);
@@ -362,40 +369,7 @@ impl Executor {
     ) -> Result<Outcome<TopK>, ExecError> {
         let nq = check_matrix("queries", queries, dim)?;
         let n = check_matrix("corpus", corpus, dim)?;
-        if offsets.len() != nq + 1 {
-            return Err(CpuError::LengthMismatch {
-                what: "candidate offsets",
-                expected: nq + 1,
-                got: offsets.len(),
-            }
-            .into());
-        }
-        if offsets[0] != 0 || offsets[nq] != ids.len() || offsets.windows(2).any(|w| w[1] < w[0]) {
-            return Err(CpuError::LengthMismatch {
-                what: "candidate offsets (from 0 to ids.len(), non-decreasing)",
-                expected: ids.len(),
-                got: offsets[nq],
-            }
-            .into());
-        }
-        if let Some((index, &id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n) {
-            return Err(CpuError::IdOutOfRange {
-                what: "candidate ids",
-                index,
-                id: u64::from(id),
-                n,
-            }
-            .into());
-        }
-        let shortest = offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(0);
-        check_k(k, shortest)?;
-        for q in 0..nq {
-            let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
-            list.sort_unstable();
-            if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
-                return Err(CpuError::DuplicateId { query: q, id: w[0] }.into());
-            }
-        }
+        check_candidates(nq, n, offsets, ids, k)?;
         self.run_op(
             &CandidatesOp {
                 queries,
@@ -405,6 +379,38 @@ impl Executor {
                 offsets,
                 ids,
                 k,
+                shared: None,
+            },
+            opts,
+        )
+    }
+
+    /// [`Executor::score_candidates`] against a [`SharedCorpus`] (validated when it was made): on the GPU
+    /// the corpus is uploaded once and stays on the device while the corpus lives.
+    #[allow(clippy::too_many_arguments)]
+    pub fn score_candidates_shared(
+        &self,
+        opts: &CallOptions,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<Outcome<TopK>, ExecError> {
+        let dim = corpus.dim();
+        let nq = check_matrix("queries", queries, dim)?;
+        check_candidates(nq, corpus.n_rows(), offsets, ids, k)?;
+        self.run_op(
+            &CandidatesOp {
+                queries,
+                corpus: corpus.data(),
+                dim,
+                metric,
+                offsets,
+                ids,
+                k,
+                shared: Some(corpus),
             },
             opts,
         )
@@ -451,4 +457,50 @@ impl Executor {
             opts,
         )
     }
+}
+
+/// Candidate lists for `nq` queries over `n` rows: offsets from 0 to `ids.len()`, non-decreasing; ids below
+/// `n`, no duplicate within a list; `1 <= k <=` the shortest list.
+fn check_candidates(
+    nq: usize,
+    n: usize,
+    offsets: &[usize],
+    ids: &[u32],
+    k: usize,
+) -> Result<(), ExecError> {
+    if offsets.len() != nq + 1 {
+        return Err(CpuError::LengthMismatch {
+            what: "candidate offsets",
+            expected: nq + 1,
+            got: offsets.len(),
+        }
+        .into());
+    }
+    if offsets[0] != 0 || offsets[nq] != ids.len() || offsets.windows(2).any(|w| w[1] < w[0]) {
+        return Err(CpuError::LengthMismatch {
+            what: "candidate offsets (from 0 to ids.len(), non-decreasing)",
+            expected: ids.len(),
+            got: offsets[nq],
+        }
+        .into());
+    }
+    if let Some((index, &id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n) {
+        return Err(CpuError::IdOutOfRange {
+            what: "candidate ids",
+            index,
+            id: u64::from(id),
+            n,
+        }
+        .into());
+    }
+    let shortest = offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(0);
+    check_k(k, shortest)?;
+    for q in 0..nq {
+        let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
+        list.sort_unstable();
+        if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
+            return Err(CpuError::DuplicateId { query: q, id: w[0] }.into());
+        }
+    }
+    Ok(())
 }

@@ -307,7 +307,7 @@ struct Answer {
 struct World<'a> {
     engine: &'a Engine,
     corpus: &'a Corpus,
-    graph: &'a SpreadGraph,
+    graph: &'a recall::Graph,
     setup: &'a Setup,
 }
 
@@ -342,23 +342,14 @@ fn run_call(
             offsets,
             ids,
         } => exec
-            .score_candidates(
-                opts,
-                queries,
-                w.corpus.data(),
-                s.dim,
-                s.metric,
-                offsets,
-                ids,
-                s.k,
-            )
+            .score_candidates_shared(opts, queries, w.corpus, s.metric, offsets, ids, s.k)
             .map(|o| Answer {
                 digest: digest(&o.value.ids, &o.value.scores),
                 gpu: on_gpu(o.device),
                 fallback: o.fallback.is_some(),
             }),
         Inputs::Spread(seeds) => exec
-            .spread(opts, w.graph, seeds, &s.spread)
+            .spread_shared(opts, w.graph, seeds, &s.spread)
             .map(|o| Answer {
                 digest: digest(&o.value.top.ids, &o.value.activation)
                     ^ digest(&[], &o.value.top.scores).rotate_left(1),
@@ -714,7 +705,10 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     let edges = graph_nodes.saturating_mul(a.graph_degree);
     let hubs = (graph_nodes / 100).min(10_000);
     let (indptr, indices, weights) = power_law_graph(&mut grng, graph_nodes, edges, hubs, hubs);
-    let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(|e| e.to_string())?;
+    // A graph handle: validated and transposed once, and on a GPU resident while the load runs.
+    let graph = recall::Graph::new(
+        SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(|e| e.to_string())?,
+    );
     drop((indptr, indices, weights));
     let edges = graph.n_edges();
     eprintln!(

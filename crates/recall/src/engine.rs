@@ -549,6 +549,38 @@ impl Engine {
         )?))
     }
 
+    /// [`Engine::score_candidates`] against a [`Corpus`] handle: the same answer, without re-checking the
+    /// corpus or (on the GPU) uploading it on every call.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let store = engine.corpus(vec![1.0, 0.0, 0.0, 1.0, 0.7, 0.7], 2)?;
+    /// // one query, candidates 2 and 0; keep the best one
+    /// let best = engine.score_candidates_in(&[1.0, 0.0], &store, recall::Metric::Dot, &[0, 2], &[2, 0], 1)?;
+    /// assert_eq!(best.ids, [0]);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn score_candidates_in(
+        &self,
+        queries: &[f32],
+        corpus: &Corpus,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<Neighbors, Error> {
+        Ok(Neighbors::from_outcome(self.exec.score_candidates_shared(
+            &CallOptions::default(),
+            queries,
+            corpus,
+            metric,
+            offsets,
+            ids,
+            k,
+        )?))
+    }
+
     /// Activation spreading: seed activations flow over the weighted edges of `graph` for `params.hops`
     /// hops (decayed, thresholded, accumulated); returns every node's activation and the top `params.k`
     /// nodes. Build the graph once with [`SpreadGraph::from_csr`] (it validates and transposes the CSR), or
