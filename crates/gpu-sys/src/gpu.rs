@@ -220,6 +220,33 @@ impl Gpu {
         })
     }
 
+    /// Give the memory freed by this process back to the driver: buffers are allocated stream-ordered
+    /// (`cuMemAllocAsync`) from the device's default pool, which keeps freed memory for reuse; after a large
+    /// buffer is dropped (a resident corpus), this waits for the stream and trims that pool to empty, so the
+    /// device's free memory (and other processes) see the release. A no-op where the driver has no pools.
+    pub fn release_cached_memory(&self) -> Result<(), GpuError> {
+        if !self.ctx.has_async_alloc() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        guard("cuMemPoolTrimTo", || {
+            self.ctx.bind_to_thread().gpu("cuCtxSetCurrent")?;
+            let mut pool = std::mem::MaybeUninit::uninit();
+            // SAFETY: `pool` is a valid out pointer and the device handle is the context's own.
+            unsafe {
+                cudarc::driver::sys::cuDeviceGetDefaultMemPool(
+                    pool.as_mut_ptr(),
+                    self.ctx.cu_device(),
+                )
+            }
+            .result()
+            .gpu("cuDeviceGetDefaultMemPool")?;
+            // SAFETY: the driver wrote the pool handle above; the default pool lives as long as the device.
+            unsafe { cudarc::driver::result::mem_pool::trim_to(pool.assume_init(), 0) }
+                .gpu("cuMemPoolTrimTo")
+        })
+    }
+
     /// Wait for all work queued on the handle's stream.
     pub fn synchronize(&self) -> Result<(), GpuError> {
         guard("cuStreamSynchronize", || {

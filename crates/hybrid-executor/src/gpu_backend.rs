@@ -290,6 +290,7 @@ mod imp {
             }
             if chunk * n * 4 > KEEP_SCORES_BYTES {
                 *scores = None;
+                g.release_cached_memory().map_err(map_gpu_error)?;
             }
             Ok(result)
         }
@@ -366,6 +367,7 @@ mod imp {
             }
             if chunk * n * 4 > KEEP_SCORES_BYTES {
                 *scores = None;
+                g.release_cached_memory().map_err(map_gpu_error)?;
             }
             Ok(result)
         }
@@ -381,13 +383,18 @@ mod imp {
             let (g, kern) = (&self.gpu, &self.kernels);
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             // Free the device copies of corpora that no longer exist.
+            let before = resident.len();
             resident.retain(|r| r.alive.strong_count() > 0);
+            if resident.len() < before {
+                g.release_cached_memory().map_err(map_gpu_error)?;
+            }
             if !resident.iter().any(|r| r.id == corpus.id()) {
                 let rows = match g.upload(corpus.data()) {
                     Ok(rows) => rows,
                     Err(e) if e.is_out_of_memory() => {
                         // Make room: drop the other corpora's copies (they are uploaded again when used).
                         resident.clear();
+                        g.release_cached_memory().map_err(map_gpu_error)?;
                         g.upload(corpus.data()).map_err(map_gpu_error)?
                     }
                     Err(e) => return Err(map_gpu_error(e)),
@@ -422,7 +429,12 @@ mod imp {
         /// How many shared corpora are on the device now (after dropping those that no longer exist).
         pub fn resident_corpora(&self) -> usize {
             let mut resident = self.resident.lock();
+            let before = resident.len();
             resident.retain(|r| r.alive.strong_count() > 0);
+            if resident.len() < before {
+                // Best effort: the copies are freed either way; the pool keeps their memory if this fails.
+                let _ = self.gpu.release_cached_memory();
+            }
             resident.len()
         }
 

@@ -20,6 +20,9 @@ pub enum OpKind {
     Similarity,
     /// Similarity fused with top-k.
     Knn,
+    /// Similarity fused with top-k against a corpus handle: on the GPU the corpus stays resident, so a
+    /// call moves only its queries (a break-even of its own, far below `Knn`'s).
+    KnnResident,
     /// Top-k over per-query candidate lists.
     ScoreCandidates,
     /// Activation spreading over a graph.
@@ -32,10 +35,11 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in index order.
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::CosineScores,
         OpKind::Similarity,
         OpKind::Knn,
+        OpKind::KnnResident,
         OpKind::ScoreCandidates,
         OpKind::Spread,
         OpKind::KMeans,
@@ -50,6 +54,7 @@ impl OpKind {
             OpKind::CosineScores => "cosine_scores",
             OpKind::Similarity => "similarity",
             OpKind::Knn => "knn",
+            OpKind::KnnResident => "knn_resident",
             OpKind::ScoreCandidates => "score_candidates",
             OpKind::Spread => "spread",
             OpKind::KMeans => "kmeans",

@@ -79,7 +79,11 @@ struct KnnOp<'a> {
 impl Op for KnnOp<'_> {
     type Output = TopK;
     fn kind(&self) -> OpKind {
-        OpKind::Knn
+        if self.shared.is_some() {
+            OpKind::KnnResident
+        } else {
+            OpKind::Knn
+        }
     }
     fn work(&self) -> u64 {
         (self.queries.len() as u64).saturating_mul((self.corpus.len() / self.dim) as u64)
