@@ -68,12 +68,16 @@ struct Batch<R> {
 #[derive(Debug)]
 pub(crate) struct Batcher<R> {
     open: Mutex<HashMap<BatchKey, Arc<Batch<R>>>>,
+    /// Held by the leader whose batch is running: the next leader keeps its batch open (and growing)
+    /// until the device is free, so under load batches grow to what arrives during one run.
+    runner: Mutex<()>,
 }
 
 impl<R> Default for Batcher<R> {
     fn default() -> Self {
         Batcher {
             open: Mutex::new(HashMap::new()),
+            runner: Mutex::new(()),
         }
     }
 }
@@ -198,6 +202,8 @@ impl<R: Send> Batcher<R> {
                 }
             }
         }
+        // Wait for the previous batch to finish running; callers keep joining meanwhile.
+        let _running = self.runner.lock();
         // Close it (map lock first, as joiners take it).
         let (queries, members) = {
             let mut open = self.open.lock();

@@ -77,6 +77,9 @@ pub struct LoadArgs {
     /// tensor cores (answers are then not compared with the CPU: they are within a bound, not equal).
     #[arg(long, value_enum, default_value = "exact")]
     mode: ModeArg,
+    /// Most queries per dynamic batch of single-query knn calls (default: the engine's).
+    #[arg(long)]
+    max_batch: Option<usize>,
     /// Calls to re-run on the CPU after the load and compare bit for bit (spread over the run and the kinds).
     #[arg(long, default_value_t = 64)]
     verify: usize,
@@ -674,6 +677,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
             DeviceArg::Auto => DevicePolicy::Auto,
             DeviceArg::Cpu => DevicePolicy::Cpu,
             DeviceArg::Gpu => DevicePolicy::Gpu,
+        });
+    }
+    if let Some(m) = a.max_batch {
+        builder = builder.batching(recall::BatchConfig {
+            max_batch: m.max(1),
+            ..recall::BatchConfig::default()
         });
     }
     let engine = builder.build().map_err(|e| e.to_string())?;

@@ -1,8 +1,8 @@
 use crate::Error;
 use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
 use recall_hybrid_executor::{
-    CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Mode, Outcome,
-    SharedCorpus as Corpus, SharedGraph as Graph,
+    BatchConfig, CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Mode,
+    Outcome, SharedCorpus as Corpus, SharedGraph as Graph,
 };
 
 /// The entry point: owns the backends and answers every op.
@@ -35,9 +35,27 @@ pub struct EngineBuilder {
     force_sm: Option<u32>,
     gpu_min_work: Option<u64>,
     mode: Mode,
+    batching: Option<BatchConfig>,
 }
 
 impl EngineBuilder {
+    /// Dynamic batching of concurrent single-query calls (`Engine::knn_in` with one query): at most
+    /// `max_batch` queries per batch, and how long a batch's first caller waits for others when the device
+    /// is idle (while a batch runs, the next one keeps filling). `max_batch: 1` turns batching off.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let engine = recall::Engine::builder()
+    ///     .batching(recall::BatchConfig { max_batch: 256, max_wait: Duration::from_micros(100) })
+    ///     .build()?;
+    /// # let _ = engine;
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn batching(mut self, config: BatchConfig) -> Self {
+        self.batching = Some(config);
+        self
+    }
+
     /// Which devices calls may use. Overrides `RECALL_DEVICE`.
     ///
     /// ```
@@ -115,6 +133,9 @@ impl EngineBuilder {
         if let Some(w) = self.gpu_min_work {
             config.gpu_min_work = w;
             config.calibrate = false;
+        }
+        if let Some(b) = self.batching {
+            config.batching = b;
         }
         Ok(Engine {
             exec: Executor::new(config)?,

@@ -179,6 +179,15 @@ pub use recall_hybrid_executor::SharedGraph as Graph;
 #[doc(inline)]
 pub use recall_hybrid_executor::Mode;
 
+/// Limits of dynamic batching (see [`EngineBuilder::batching`]).
+///
+/// ```
+/// let b = recall::BatchConfig::default();
+/// assert!(b.max_batch >= 1);
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::BatchConfig;
+
 /// The executor's own types (tenants, call options, metrics), for [`Engine::executor`]: the load generator
 /// and the acceptance tests use them; applications use [`Engine`].
 #[doc(hidden)]
