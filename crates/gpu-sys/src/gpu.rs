@@ -4,7 +4,7 @@ use crate::discovery::{DeviceInfo, device_info};
 use crate::error::{DriverResultExt, GpuError};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -143,6 +143,45 @@ impl Gpu {
         guard("cuMemcpyHtoDAsync", || {
             self.stream
                 .memcpy_htod(data, &mut dst.slice_mut(0..data.len()))
+                .gpu("cuMemcpyHtoDAsync")
+        })
+    }
+
+    /// Page-locked (pinned), write-combined host memory for `len` values: a staging buffer that the device
+    /// reads by DMA at full bus speed. Its contents start unset; write them through `as_mut_slice`, which
+    /// first waits for the buffer's last copy to finish.
+    pub fn alloc_pinned<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<PinnedHostSlice<T>, GpuError> {
+        guard("cuMemHostAlloc", || {
+            // SAFETY: the memory is handed out only through `as_mut_slice`/`as_slice`, and every value type
+            // allowed here is valid for any bit pattern.
+            unsafe { self.ctx.alloc_pinned::<T>(len.max(1)) }.gpu("cuMemHostAlloc")
+        })
+    }
+
+    /// Copy all of the pinned buffer `src` into the front of `dst` (asynchronous on the handle's stream;
+    /// `src` is not written again before the copy has finished: `as_mut_slice` waits for it).
+    pub fn upload_pinned<T: DeviceRepr>(
+        &self,
+        src: &PinnedHostSlice<T>,
+        dst: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        if dst.len() < src.len() {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyHtoDAsync",
+                code: 0,
+                name: format!(
+                    "destination holds {} elements, source {}",
+                    dst.len(),
+                    src.len()
+                ),
+            });
+        }
+        guard("cuMemcpyHtoDAsync", || {
+            self.stream
+                .memcpy_htod(src, &mut dst.slice_mut(0..src.len()))
                 .gpu("cuMemcpyHtoDAsync")
         })
     }

@@ -27,6 +27,7 @@ pub use gpu::{Gpu, ModuleImage};
 pub mod driver {
     pub use cudarc::driver::{
         CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView,
-        CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+        CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
+        ValidAsZeroBits,
     };
 }

@@ -183,6 +183,55 @@ mod gpu_knn {
     use recall_cpu_simd::{Metric, TopK};
     use recall_gpu_kernels::{Segments, SimMetric};
 
+    /// Out-of-core knn: host-to-device bandwidth from pinned memory (median GB/s of 1 GiB copies), and the
+    /// median milliseconds of `knn_streamed` over `corpus` in chunks of `chunk_rows` rows, with its answer.
+    pub fn stream_figures(
+        backend: &GpuBackend,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        k: usize,
+        chunk_rows: usize,
+        iters: usize,
+    ) -> Result<(f64, f64, TopK), String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let (g, _) = backend.parts();
+        let len = (1usize << 30) / 4;
+        let pinned = g.alloc_pinned::<f32>(len).map_err(|x| err(&x))?;
+        let mut dev = g.alloc_zeros::<f32>(len).map_err(|x| err(&x))?;
+        let mut t = Vec::new();
+        for _ in 0..iters.max(3) {
+            g.synchronize().map_err(|x| err(&x))?;
+            let s = Instant::now();
+            g.upload_pinned(&pinned, &mut dev).map_err(|x| err(&x))?;
+            g.synchronize().map_err(|x| err(&x))?;
+            t.push(s.elapsed().as_secs_f64());
+        }
+        let h2d_gbps = (len * 4) as f64 / median(t) / 1e9;
+        drop(dev);
+        drop(pinned);
+        let run = || {
+            backend
+                .knn_streamed(
+                    queries,
+                    corpus,
+                    dim,
+                    recall_cpu_simd::Metric::Cosine,
+                    k,
+                    chunk_rows,
+                )
+                .map_err(|x| err(&x))
+        };
+        let mut answer = run()?;
+        let mut t = Vec::new();
+        for _ in 0..iters.max(1) {
+            let s = Instant::now();
+            answer = run()?;
+            t.push(s.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok((h2d_gbps, median(t), answer))
+    }
+
     /// Where the time of one small knn call goes: each step of the kernel-level path, timed alone with a
     /// stream synchronise after it (median over `iters`, in microseconds), with the corpus resident.
     pub fn knn_latency_parts(
@@ -360,7 +409,7 @@ mod gpu_knn {
 #[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
 #[cfg(feature = "gpu")]
-pub use gpu_knn::{knn_latency_parts, knn_ms};
+pub use gpu_knn::{knn_latency_parts, knn_ms, stream_figures};
 
 #[cfg(not(feature = "gpu"))]
 mod no_gpu {
@@ -380,6 +429,19 @@ mod no_gpu {
         _: usize,
         _: usize,
     ) -> Result<Vec<(&'static str, f64)>, String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
+    pub fn stream_figures(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> Result<(f64, f64, recall_cpu_simd::TopK), String> {
         Err("this build has no GPU support".into())
     }
 
@@ -408,7 +470,7 @@ mod no_gpu {
 }
 
 #[cfg(not(feature = "gpu"))]
-pub use no_gpu::{copy_gbps, cosine_ms, knn_latency_parts, knn_ms};
+pub use no_gpu::{copy_gbps, cosine_ms, knn_latency_parts, knn_ms, stream_figures};
 
 #[cfg(feature = "gpu")]
 mod gpu_graph {

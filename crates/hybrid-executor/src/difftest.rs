@@ -1047,6 +1047,33 @@ mod run_gpu {
                     .score_candidates(&queries, &corpus, dim, metric, &offsets, &ids, kk)
                     .map_err(e)?;
                 compare_topk(diff_of(diffs, "backend candidates"), &a, &b);
+                // Candidates against the shared corpus (resident on the GPU).
+                let shared =
+                    crate::shared_corpus::SharedCorpus::new(corpus.clone(), dim).map_err(e)?;
+                let c = gpu
+                    .score_candidates_shared(&queries, &shared, metric, &offsets, &ids, kk)
+                    .map_err(e)?;
+                compare_topk(diff_of(diffs, "candidates resident"), &a, &c);
+                drop(shared);
+                // Out of core: the corpus streamed in uneven chunks (the last one short), then the
+                // automatic path with the budget shrunk below the corpus.
+                let a = cpu.knn(&queries, &corpus, dim, metric, kk).map_err(e)?;
+                for chunk in [n / 3 + 1, n.div_ceil(7).max(kk.min(n))] {
+                    let s = gpu
+                        .knn_streamed(&queries, &corpus, dim, metric, kk, chunk)
+                        .map_err(e)?;
+                    compare_topk(diff_of(diffs, "knn streamed"), &a, &s);
+                }
+                let budget = gpu.corpus_budget();
+                gpu.set_corpus_budget(corpus.len() * 2);
+                let shared =
+                    crate::shared_corpus::SharedCorpus::new(corpus.clone(), dim).map_err(e)?;
+                let auto = gpu.knn_shared(&queries, &shared, metric, kk);
+                gpu.set_corpus_budget(budget);
+                compare_topk(diff_of(diffs, "knn streamed"), &a, &auto.map_err(e)?);
+                if gpu.resident_corpora() != 0 {
+                    return Err("a corpus over the budget was made resident".into());
+                }
             }
         }
         Ok(())

@@ -52,6 +52,9 @@ mod imp {
         resident: Mutex<Vec<Resident>>,
         /// knn's query, norm and score buffers, reused between calls (no allocation or free per call).
         scratch: Mutex<Scratch>,
+        /// A corpus larger than this many bytes is not made resident: knn streams it through the device
+        /// in chunks instead (`RECALL_GPU_CORPUS_BUDGET_MIB`, else 80 % of the memory free at start).
+        corpus_budget: std::sync::atomic::AtomicUsize,
         /// Device copies of shared graphs, kept while the graph lives (`gpu_shared_graph.rs`).
         graphs: crate::gpu_shared_graph::GraphCache,
     }
@@ -91,6 +94,17 @@ mod imp {
         qh: Option<CudaSlice<u16>>,
         scores: Option<CudaSlice<f32>>,
     }
+
+    /// The corpus budget: `RECALL_GPU_CORPUS_BUDGET_MIB` (MiB) when set and valid, else 80 % of `free`.
+    fn corpus_budget_from_env(free: usize) -> usize {
+        std::env::var("RECALL_GPU_CORPUS_BUDGET_MIB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map_or(free / 10 * 8, |mib| mib.saturating_mul(1 << 20))
+    }
+
+    /// Bytes of corpus rows per streamed chunk (at most).
+    const STREAM_CHUNK_BYTES: usize = 256 << 20;
 
     /// Score buffers up to this size stay allocated between calls.
     const KEEP_SCORES_BYTES: usize = 64 << 20;
@@ -162,6 +176,7 @@ mod imp {
             let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
             let kernels = Kernels::load(&gpu, force_sm).map_err(|e| e.to_string())?;
             let info = gpu.info();
+            let budget = corpus_budget_from_env(info.free_memory);
             let description = GpuDescription {
                 ordinal,
                 name: info.name.clone(),
@@ -181,6 +196,7 @@ mod imp {
                 lock: Mutex::new(()),
                 resident: Mutex::new(Vec::new()),
                 scratch: Mutex::new(Scratch::default()),
+                corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
             })
         }
@@ -372,6 +388,157 @@ mod imp {
             Ok(result)
         }
 
+        /// The corpus size above which knn streams the corpus instead of keeping it resident.
+        pub fn corpus_budget(&self) -> usize {
+            self.corpus_budget
+                .load(std::sync::atomic::Ordering::Relaxed)
+        }
+
+        /// Change [`GpuBackend::corpus_budget`] (tests and benchmarks shrink it to exercise streaming).
+        pub fn set_corpus_budget(&self, bytes: usize) {
+            self.corpus_budget
+                .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+
+        /// Out-of-core knn: the corpus stays in host memory and passes through the device in chunks of
+        /// `chunk_rows` rows (copied into one of two pinned staging buffers by a helper thread while the
+        /// device works on the previous chunk, then DMA'd at bus speed); each chunk's top-k is merged on the
+        /// host by pair key. Scores are computed exactly as in memory, so the answer is the same.
+        #[allow(clippy::too_many_arguments)]
+        pub fn knn_streamed(
+            &self,
+            queries: &[f32],
+            corpus: &[f32],
+            dim: usize,
+            metric: Metric,
+            k: usize,
+            chunk_rows: usize,
+        ) -> Result<TopK, BackendError> {
+            let _serial = self.lock.lock();
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+            // Every chunk's scores (nq x chunk) fit the score budget.
+            let chunk_rows = chunk_rows
+                .min(SCORE_CHUNK_BYTES / (4 * nq).max(1))
+                .clamp(1, n);
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
+            let mut dev = g
+                .alloc_zeros::<f32>(chunk_rows * dim)
+                .map_err(map_gpu_error)?;
+            let mut cn = g.alloc_zeros::<f32>(chunk_rows).map_err(map_gpu_error)?;
+            let mut scores = g
+                .alloc_zeros::<f32>(nq * chunk_rows)
+                .map_err(map_gpu_error)?;
+            let mut staging = [
+                g.alloc_pinned::<f32>(chunk_rows * dim)
+                    .map_err(map_gpu_error)?,
+                g.alloc_pinned::<f32>(chunk_rows * dim)
+                    .map_err(map_gpu_error)?,
+            ];
+            let order = metric.order();
+            // Per query: (pair key, score) of every chunk's top k.
+            let mut found: Vec<Vec<(u64, f32)>> = vec![Vec::new(); nq];
+            let n_chunks = n.div_ceil(chunk_rows);
+            let fill = |buf: &mut recall_gpu_sys::driver::PinnedHostSlice<f32>,
+                        c: usize|
+             -> Result<(), BackendError> {
+                use rayon::prelude::*;
+                let rows = chunk_rows.min(n - c * chunk_rows);
+                let src = &corpus[c * chunk_rows * dim..(c * chunk_rows + rows) * dim];
+                let dst = buf
+                    .as_mut_slice()
+                    .map_err(|e| BackendError::Gpu(e.to_string()))?;
+                dst[..src.len()]
+                    .par_chunks_mut(1 << 18)
+                    .zip(src.par_chunks(1 << 18))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+                Ok(())
+            };
+            fill(&mut staging[0], 0)?;
+            for c in 0..n_chunks {
+                let rows = chunk_rows.min(n - c * chunk_rows);
+                let (cur, next) = if c % 2 == 0 {
+                    let (a, b) = staging.split_at_mut(1);
+                    (&mut a[0], &mut b[0])
+                } else {
+                    let (a, b) = staging.split_at_mut(1);
+                    (&mut b[0], &mut a[0])
+                };
+                g.upload_pinned(cur, &mut dev).map_err(map_gpu_error)?;
+                // The next chunk goes into the other staging buffer while the device works on this one.
+                let device_part = std::thread::scope(|s| {
+                    let helper = (c + 1 < n_chunks).then(|| s.spawn(|| fill(next, c + 1)));
+                    let part = (|| -> Result<TopK, BackendError> {
+                        if metric == Metric::Cosine {
+                            kern.row_norms_f32(g, &dev, rows, dim, &mut cn)
+                                .map_err(map_kernel_error)?;
+                        }
+                        kern.similarity(
+                            g,
+                            sim_metric(metric),
+                            &q,
+                            qn.as_ref(),
+                            &dev,
+                            (metric == Metric::Cosine).then_some(&cn),
+                            nq,
+                            rows,
+                            dim,
+                            &mut scores,
+                        )
+                        .map_err(map_kernel_error)?;
+                        let segs = Segments::Dense {
+                            n_segments: nq,
+                            seg_len: rows,
+                        };
+                        kern.select_topk(
+                            g,
+                            &scores,
+                            None,
+                            segs,
+                            k.min(rows),
+                            sim_metric(metric).higher_first(),
+                        )
+                        .map(topk)
+                        .map_err(map_kernel_error)
+                    })();
+                    let filled = match helper {
+                        Some(h) => h.join().unwrap_or_else(|_| {
+                            Err(BackendError::Gpu("staging copy panicked".into()))
+                        }),
+                        None => Ok(()),
+                    };
+                    filled.and(part)
+                })?;
+                let kc = device_part.k;
+                let base = (c * chunk_rows) as u32;
+                for (qi, list) in found.iter_mut().enumerate() {
+                    for j in 0..kc {
+                        let id = base + device_part.ids[qi * kc + j];
+                        let score = device_part.scores[qi * kc + j];
+                        list.push((recall_cpu_simd::pair_key(score, id, order), score));
+                    }
+                }
+            }
+            let mut result = TopK {
+                k,
+                ids: Vec::with_capacity(nq * k),
+                scores: Vec::with_capacity(nq * k),
+            };
+            for mut list in found {
+                list.sort_unstable_by_key(|e| e.0);
+                for &(key, score) in list.iter().take(k) {
+                    result.ids.push(key as u32);
+                    result.scores.push(score);
+                }
+            }
+            Ok(result)
+        }
+
+        /// Whether a corpus of `rows x dim` f32 is over the budget and so streamed.
+        fn streams(&self, n_values: usize) -> bool {
+            n_values.saturating_mul(4) > self.corpus_budget()
+        }
+
         /// The device copy of `corpus` (uploaded on first use, dropping other corpora's copies if memory is
         /// short), with its norms once `metric` is cosine. The caller holds `self.lock`.
         fn resident_entry<'r>(
@@ -488,6 +655,10 @@ mod imp {
             metric: Metric,
             k: usize,
         ) -> Result<TopK, BackendError> {
+            if self.streams(corpus.len()) {
+                let chunk = (STREAM_CHUNK_BYTES / (4 * dim)).max(1);
+                return self.knn_streamed(queries, corpus, dim, metric, k, chunk);
+            }
             let _serial = self.lock.lock();
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
             self.knn_on(queries, &c, cn.as_ref(), corpus.len() / dim, dim, metric, k)
@@ -500,6 +671,11 @@ mod imp {
             metric: Metric,
             k: usize,
         ) -> Result<TopK, BackendError> {
+            if self.streams(corpus.data().len()) {
+                let dim = corpus.dim();
+                let chunk = (STREAM_CHUNK_BYTES / (4 * dim)).max(1);
+                return self.knn_streamed(queries, corpus.data(), dim, metric, k, chunk);
+            }
             let _serial = self.lock.lock();
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             let mut resident = self.resident.lock();
