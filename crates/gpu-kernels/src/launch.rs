@@ -706,6 +706,11 @@ impl Kernels {
         })
     }
 
+    /// Free the selection's cached scratch buffers (they are made again by the next selection).
+    pub fn release_scratch(&self) {
+        *self.select_scratch.lock() = None;
+    }
+
     /// Whether fast mode (tensor cores) runs here: the loaded image is for sm_80 or newer.
     pub fn fast_mode_available(&self) -> bool {
         self.tc.is_some()

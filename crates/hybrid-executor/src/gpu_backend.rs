@@ -388,6 +388,17 @@ mod imp {
             Ok(result)
         }
 
+        /// Give back every cached device buffer (knn and selection scratch, copies of corpora that no longer
+        /// exist) and trim the driver's pool, so the device's used memory drops to what live handles hold.
+        /// The caches are rebuilt on demand; call it when memory is short or before measuring memory.
+        pub fn trim(&self) -> Result<(), BackendError> {
+            let _serial = self.lock.lock();
+            *self.scratch.lock() = Scratch::default();
+            self.kernels.release_scratch();
+            self.resident.lock().retain(|r| r.alive.strong_count() > 0);
+            self.gpu.release_cached_memory().map_err(map_gpu_error)
+        }
+
         /// The corpus size above which knn streams the corpus instead of keeping it resident.
         pub fn corpus_budget(&self) -> usize {
             self.corpus_budget
@@ -1002,6 +1013,11 @@ mod imp {
         /// Never known without a GPU.
         pub fn memory_info(&self) -> Option<(u64, u64)> {
             None
+        }
+
+        /// Nothing to give back without a GPU.
+        pub fn trim(&self) -> Result<(), BackendError> {
+            Ok(())
         }
     }
 

@@ -920,6 +920,8 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     drop(graph);
     drop(samples);
     trim_heap();
+    // What a long-running service does when it wants its memory back: drop recall's GPU caches.
+    engine.trim_gpu_memory().map_err(|e| e.to_string())?;
     let m_end = memory(&engine);
 
     let tol = a.mem_tolerance_mib << 20;

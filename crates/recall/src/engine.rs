@@ -423,6 +423,24 @@ impl Engine {
         &self.exec
     }
 
+    /// Give back the GPU memory recall caches between calls (scratch buffers, copies of dropped corpora):
+    /// afterwards the device holds only what live [`Corpus`] and [`Graph`] handles need. A no-op without a
+    /// GPU. The caches are rebuilt on demand, so the next call pays for a few allocations.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// engine.trim_gpu_memory()?;
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn trim_gpu_memory(&self) -> Result<(), Error> {
+        match self.gpu_backend() {
+            Some(g) => g
+                .trim()
+                .map_err(|e| Error::Config(format!("trimming GPU memory: {e}"))),
+            None => Ok(()),
+        }
+    }
+
     /// The GPU backend in use, for the benchmark harness and self-tests.
     #[doc(hidden)]
     pub fn gpu_backend(&self) -> Option<&recall_hybrid_executor::GpuBackend> {
