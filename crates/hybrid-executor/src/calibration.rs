@@ -243,6 +243,8 @@ pub struct Probe {
     /// `KnnResident`: the corpus handle of the last size probed (resident on the GPU after its first call,
     /// so the median of the repetitions measures calls without the corpus upload).
     shared: parking_lot::Mutex<Option<(usize, crate::shared_corpus::SharedCorpus)>>,
+    /// `SpreadResident`: the graph handle of the last size probed (resident after its first call).
+    graph: parking_lot::Mutex<Option<(usize, crate::shared_graph::SharedGraph)>>,
 }
 
 /// Calibration shape for dense ops: 8 queries of 256 dimensions, rows from the work size.
@@ -268,6 +270,7 @@ impl Probe {
         Probe {
             data,
             shared: parking_lot::Mutex::new(None),
+            graph: parking_lot::Mutex::new(None),
         }
     }
 
@@ -317,9 +320,28 @@ impl Probe {
                     )
                     .map(drop)
             }
-            OpKind::Spread => {
+            OpKind::Spread | OpKind::SpreadResident => {
                 // `work` edge visits: a graph of `rows` nodes with 8 out-edges each, 1 hop per 8 x rows.
                 let n = (work / 8).clamp(1, 1 << 24) as usize;
+                if op == OpKind::SpreadResident {
+                    let cached = self
+                        .graph
+                        .lock()
+                        .as_ref()
+                        .filter(|(m, _)| *m == n)
+                        .map(|(_, g)| g.clone());
+                    if let Some(g) = cached {
+                        let mut seeds = vec![0.0f32; n];
+                        seeds[0] = 1.0;
+                        let params = SpreadParams {
+                            decay: 0.5,
+                            threshold: 0.0,
+                            hops: 1,
+                            k: 1,
+                        };
+                        return backend.spread_shared(&g, &seeds, &params).map(drop);
+                    }
+                }
                 let indptr: Vec<usize> = (0..=n).map(|u| u * 8).collect();
                 let indices: Vec<u32> = (0..n * 8)
                     .map(|e| ((e / 8 * 7 + e % 8 * 131) % n) as u32)
@@ -335,6 +357,11 @@ impl Probe {
                     hops: 1,
                     k: 1,
                 };
+                if op == OpKind::SpreadResident {
+                    let g = crate::shared_graph::SharedGraph::new(graph);
+                    *self.graph.lock() = Some((n, g.clone()));
+                    return backend.spread_shared(&g, &seeds, &params).map(drop);
+                }
                 backend.spread(&graph, &seeds, &params).map(drop)
             }
             OpKind::KMeans => {

@@ -27,6 +27,8 @@ pub enum OpKind {
     ScoreCandidates,
     /// Activation spreading over a graph.
     Spread,
+    /// Activation spreading over a graph handle: on the GPU the graph stays resident (its own break-even).
+    SpreadResident,
     /// k-means.
     KMeans,
     /// Per-row clip plus Gaussian noise.
@@ -35,13 +37,14 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in index order.
-    pub const ALL: [OpKind; 8] = [
+    pub const ALL: [OpKind; 9] = [
         OpKind::CosineScores,
         OpKind::Similarity,
         OpKind::Knn,
         OpKind::KnnResident,
         OpKind::ScoreCandidates,
         OpKind::Spread,
+        OpKind::SpreadResident,
         OpKind::KMeans,
         OpKind::ClipAndNoise,
     ];
@@ -57,6 +60,7 @@ impl OpKind {
             OpKind::KnnResident => "knn_resident",
             OpKind::ScoreCandidates => "score_candidates",
             OpKind::Spread => "spread",
+            OpKind::SpreadResident => "spread_resident",
             OpKind::KMeans => "kmeans",
             OpKind::ClipAndNoise => "clip_and_noise",
         }

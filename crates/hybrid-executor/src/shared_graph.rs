@@ -82,7 +82,7 @@ struct SpreadSharedOp<'a> {
 impl Op for SpreadSharedOp<'_> {
     type Output = Spread;
     fn kind(&self) -> OpKind {
-        OpKind::Spread
+        OpKind::SpreadResident
     }
     fn work(&self) -> u64 {
         (self.graph.n_edges() as u64).saturating_mul(self.params.hops as u64)

@@ -378,9 +378,9 @@ fn run_call(
 
 fn kind_op(kind: Kind) -> OpKind {
     match kind {
-        Kind::Single | Kind::Batch => OpKind::Knn,
+        Kind::Single | Kind::Batch => OpKind::KnnResident,
         Kind::Candidates => OpKind::ScoreCandidates,
-        Kind::Spread => OpKind::Spread,
+        Kind::Spread => OpKind::SpreadResident,
     }
 }
 
