@@ -305,8 +305,8 @@ mod imp {
                 result.scores.extend(part.scores);
             }
             if chunk * n * 4 > KEEP_SCORES_BYTES {
+                // Freed to the driver's pool (reused by the next large call; `trim` gives it back).
                 *scores = None;
-                g.release_cached_memory().map_err(map_gpu_error)?;
             }
             Ok(result)
         }
@@ -382,8 +382,8 @@ mod imp {
                 result.scores.extend(part.scores);
             }
             if chunk * n * 4 > KEEP_SCORES_BYTES {
+                // Freed to the driver's pool (reused by the next large call; `trim` gives it back).
                 *scores = None;
-                g.release_cached_memory().map_err(map_gpu_error)?;
             }
             Ok(result)
         }
@@ -396,6 +396,8 @@ mod imp {
             *self.scratch.lock() = Scratch::default();
             self.kernels.release_scratch();
             self.resident.lock().retain(|r| r.alive.strong_count() > 0);
+            // Counting the graphs frees the copies of dropped ones.
+            self.graphs.len();
             self.gpu.release_cached_memory().map_err(map_gpu_error)
         }
 
