@@ -281,7 +281,10 @@ unsafe fn scan<const METRIC: u32, const PREFETCH: bool>(p: &SimParams) {
     };
     let (mut v, mut qv) = if PREFETCH {
         // SAFETY: `corpus` holds n_rows * dim f32.
-        (unsafe { load_rows(corpus, p.n_rows, p.dim, row0, 0) }, query_value(0))
+        (
+            unsafe { load_rows(corpus, p.n_rows, p.dim, row0, 0) },
+            query_value(0),
+        )
     } else {
         ([0.0; LOADS], 0.0)
     };

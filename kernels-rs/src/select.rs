@@ -509,7 +509,9 @@ pub unsafe extern "ptx-kernel" fn topk_group_min(p: TopkFilterParams) {
     m = m.min(shfl_xor_u64(m, 1));
     if lane == 0 {
         // SAFETY: g < n_groups.
-        unsafe { *(p.group_min as *mut u64).add((s * u64::from(p.n_groups) + u64::from(g)) as usize) = m };
+        unsafe {
+            *(p.group_min as *mut u64).add((s * u64::from(p.n_groups) + u64::from(g)) as usize) = m
+        };
     }
 }
 
@@ -521,7 +523,9 @@ pub unsafe extern "ptx-kernel" fn topk_group_min(p: TopkFilterParams) {
 pub unsafe extern "ptx-kernel" fn topk_filter(p: TopkFilterParams) {
     let s = u64::from(block_y());
     // SAFETY: threshold holds n_segments * k keys, k >= 1.
-    let bound = unsafe { *(p.threshold as *const u64).add((s * u64::from(p.k) + u64::from(p.k) - 1) as usize) };
+    let bound = unsafe {
+        *(p.threshold as *const u64).add((s * u64::from(p.k) + u64::from(p.k) - 1) as usize)
+    };
     let base = u64::from(block_x()) * 4096 + u64::from(thread_x());
     let count = (p.counts as *mut u32).wrapping_add(s as usize);
     let mut i = 0;
@@ -534,7 +538,10 @@ pub unsafe extern "ptx-kernel" fn topk_filter(p: TopkFilterParams) {
                 let at = atomic_add(count, 1);
                 if at < p.cap {
                     // SAFETY: at < cap: inside segment s's candidates.
-                    unsafe { *(p.cand as *mut u64).add((s * u64::from(p.cap) + u64::from(at)) as usize) = key };
+                    unsafe {
+                        *(p.cand as *mut u64).add((s * u64::from(p.cap) + u64::from(at)) as usize) =
+                            key
+                    };
                 }
             }
         }
