@@ -170,10 +170,18 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
     }
     let mut rows = Vec::new();
     let dim = a.dim;
+    // A memory engine keeps its store and graph as handles: checked once, and on a GPU resident across
+    // calls (the CPU comparison below runs the plain slice calls).
+    let store_h = engine
+        .corpus(store.clone(), dim)
+        .map_err(|e| e.to_string())?;
+    let graph_h = engine
+        .graph(&indptr, &indices, &weights)
+        .map_err(|e| e.to_string())?;
 
     // 1. Recall: the k nearest memories of every query.
     let (hits, ms) = timed(gpu, || {
-        engine.knn(&queries, &store, dim, Metric::Cosine, a.k)
+        engine.knn_in(&queries, &store_h, Metric::Cosine, a.k)
     })?;
     let same = match &cpu {
         Some(c) => {
@@ -212,7 +220,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         hops: 3,
         k: 100.min(a.rows),
     };
-    let (act, ms) = timed(gpu, || engine.spread(&graph, &seeds, &params))?;
+    let (act, ms) = timed(gpu, || engine.spread_in(&graph_h, &seeds, &params))?;
     let same = match &cpu {
         Some(c) => {
             let r = c
@@ -245,7 +253,7 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
         offsets.push(ids.len());
     }
     let (rescored, ms) = timed(gpu, || {
-        engine.score_candidates(&queries, &store, dim, Metric::Dot, &offsets, &ids, a.k)
+        engine.score_candidates_in(&queries, &store_h, Metric::Dot, &offsets, &ids, a.k)
     })?;
     let same = match &cpu {
         Some(c) => {
