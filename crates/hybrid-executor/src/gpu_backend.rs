@@ -106,6 +106,16 @@ mod imp {
     /// Bytes of corpus rows per streamed chunk (at most).
     const STREAM_CHUNK_BYTES: usize = 256 << 20;
 
+    /// One query chunk's device buffers, handed to the scoring step of `knn_chunked`.
+    struct ChunkBuffers<'a> {
+        q: &'a CudaSlice<f32>,
+        qn: Option<&'a CudaSlice<f32>>,
+        qh: Option<&'a mut CudaSlice<u16>>,
+        /// Queries in this chunk.
+        m: usize,
+        scores: &'a mut CudaSlice<f32>,
+    }
+
     /// Score buffers up to this size stay allocated between calls.
     const KEEP_SCORES_BYTES: usize = 64 << 20;
 
@@ -241,7 +251,8 @@ mod imp {
 
     impl GpuBackend {
         /// knn of `queries` against rows already on the device: queries in chunks so that the score buffer
-        /// stays under `SCORE_CHUNK_BYTES` (never the whole Q x N matrix), each chunk's top-k by radix select.
+        /// stays under `SCORE_CHUNK_BYTES` (never the whole Q x N matrix), each chunk's top-k selected on the
+        /// device.
         #[allow(clippy::too_many_arguments)]
         fn knn_on(
             &self,
@@ -254,61 +265,30 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
-            let nq = queries.len() / dim;
-            let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
-            let mut sc = self.scratch.lock();
-            let Scratch { q, qn, scores, .. } = &mut *sc;
-            let q = grown(g, q, chunk * dim)?;
-            let qn = grown(g, qn, chunk)?;
-            let scores_buf = grown(g, scores, chunk * n)?;
-            let mut result = TopK {
+            self.knn_chunked(
+                queries,
+                n,
+                dim,
+                metric,
                 k,
-                ids: Vec::with_capacity(nq * k),
-                scores: Vec::with_capacity(nq * k),
-            };
-            for q0 in (0..nq).step_by(chunk) {
-                let m = chunk.min(nq - q0);
-                g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
-                    .map_err(map_gpu_error)?;
-                if metric == Metric::Cosine {
-                    kern.row_norms_f32(g, q, m, dim, qn)
-                        .map_err(map_kernel_error)?;
-                }
-                kern.similarity(
-                    g,
-                    sim_metric(metric),
-                    q,
-                    (metric == Metric::Cosine).then_some(&*qn),
-                    c,
-                    cn,
-                    m,
-                    n,
-                    dim,
-                    scores_buf,
-                )
-                .map_err(map_kernel_error)?;
-                let segs = Segments::Dense {
-                    n_segments: m,
-                    seg_len: n,
-                };
-                let part = kern
-                    .select_topk(
+                metric == Metric::Cosine,
+                None,
+                |c_| {
+                    kern.similarity(
                         g,
-                        scores_buf,
-                        None,
-                        segs,
-                        k,
-                        sim_metric(metric).higher_first(),
+                        sim_metric(metric),
+                        c_.q,
+                        c_.qn,
+                        c,
+                        cn,
+                        c_.m,
+                        n,
+                        dim,
+                        c_.scores,
                     )
-                    .map_err(map_kernel_error)?;
-                result.ids.extend(part.ids);
-                result.scores.extend(part.scores);
-            }
-            if chunk * n * 4 > KEEP_SCORES_BYTES {
-                // Freed to the driver's pool (reused by the next large call; `trim` gives it back).
-                *scores = None;
-            }
-            Ok(result)
+                    .map_err(map_kernel_error)
+                },
+            )
         }
 
         /// Fast-mode knn of `queries` against padded 16-bit rows on the device (`ch`, row stride
@@ -326,14 +306,65 @@ mod imp {
             kind: HalfKind,
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
-            let nq = queries.len() / dim;
             let ld = half_ld(dim);
+            self.knn_chunked(
+                queries,
+                n,
+                dim,
+                metric,
+                k,
+                metric != Metric::Dot,
+                Some(ld),
+                |c_| {
+                    let Some(qh) = c_.qh else {
+                        return Err(BackendError::Gpu("16-bit query buffer missing".into()));
+                    };
+                    kern.to_half_rows(g, HalfSource::F32(c_.q), kind, c_.m, dim, qh)
+                        .map_err(map_kernel_error)?;
+                    kern.similarity_fast(
+                        g,
+                        kind,
+                        sim_metric(metric),
+                        qh,
+                        c_.qn,
+                        ch,
+                        cn,
+                        c_.m,
+                        n,
+                        ld,
+                        c_.scores,
+                    )
+                    .map_err(map_kernel_error)
+                },
+            )
+        }
+
+        /// The query-chunk loop of `knn_on` and `knn_on_fast`: upload each chunk into the reused scratch,
+        /// its norms when `norms` is set, a 16-bit buffer of row stride `ld` when given, then `score` fills
+        /// the chunk's scores and the device selects each query's top k.
+        #[allow(clippy::too_many_arguments)]
+        fn knn_chunked(
+            &self,
+            queries: &[f32],
+            n: usize,
+            dim: usize,
+            metric: Metric,
+            k: usize,
+            norms: bool,
+            ld: Option<usize>,
+            mut score: impl FnMut(ChunkBuffers<'_>) -> Result<(), BackendError>,
+        ) -> Result<TopK, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let nq = queries.len() / dim;
             let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
             let mut sc = self.scratch.lock();
             let Scratch { q, qn, qh, scores } = &mut *sc;
             let q = grown(g, q, chunk * dim)?;
             let qn = grown(g, qn, chunk)?;
-            let qh = grown(g, qh, chunk * ld)?;
+            let mut qh = match ld {
+                Some(ld) => Some(grown(g, qh, chunk * ld)?),
+                None => None,
+            };
             let scores_buf = grown(g, scores, chunk * n)?;
             let mut result = TopK {
                 k,
@@ -344,26 +375,17 @@ mod imp {
                 let m = chunk.min(nq - q0);
                 g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
                     .map_err(map_gpu_error)?;
-                if metric != Metric::Dot {
+                if norms {
                     kern.row_norms_f32(g, q, m, dim, qn)
                         .map_err(map_kernel_error)?;
                 }
-                kern.to_half_rows(g, HalfSource::F32(q), kind, m, dim, qh)
-                    .map_err(map_kernel_error)?;
-                kern.similarity_fast(
-                    g,
-                    kind,
-                    sim_metric(metric),
-                    qh,
-                    (metric != Metric::Dot).then_some(&*qn),
-                    ch,
-                    cn,
+                score(ChunkBuffers {
+                    q,
+                    qn: norms.then_some(&*qn),
+                    qh: qh.as_deref_mut(),
                     m,
-                    n,
-                    ld,
-                    scores_buf,
-                )
-                .map_err(map_kernel_error)?;
+                    scores: scores_buf,
+                })?;
                 let segs = Segments::Dense {
                     n_segments: m,
                     seg_len: n,
@@ -386,19 +408,6 @@ mod imp {
                 *scores = None;
             }
             Ok(result)
-        }
-
-        /// Give back every cached device buffer (knn and selection scratch, copies of corpora that no longer
-        /// exist) and trim the driver's pool, so the device's used memory drops to what live handles hold.
-        /// The caches are rebuilt on demand; call it when memory is short or before measuring memory.
-        pub fn trim(&self) -> Result<(), BackendError> {
-            let _serial = self.lock.lock();
-            *self.scratch.lock() = Scratch::default();
-            self.kernels.release_scratch();
-            self.resident.lock().retain(|r| r.alive.strong_count() > 0);
-            // Counting the graphs frees the copies of dropped ones.
-            self.graphs.len();
-            self.gpu.release_cached_memory().map_err(map_gpu_error)
         }
 
         /// The corpus size above which knn streams the corpus instead of keeping it resident.
