@@ -410,6 +410,19 @@ mod imp {
             Ok(result)
         }
 
+        /// Give back every cached device buffer (knn and selection scratch, copies of corpora that no longer
+        /// exist) and trim the driver's pool, so the device's used memory drops to what live handles hold.
+        /// The caches are rebuilt on demand; call it when memory is short or before measuring memory.
+        pub fn trim(&self) -> Result<(), BackendError> {
+            let _serial = self.lock.lock();
+            *self.scratch.lock() = Scratch::default();
+            self.kernels.release_scratch();
+            self.resident.lock().retain(|r| r.alive.strong_count() > 0);
+            // Counting the graphs frees the copies of dropped ones.
+            self.graphs.len();
+            self.gpu.release_cached_memory().map_err(map_gpu_error)
+        }
+
         /// The corpus size above which knn streams the corpus instead of keeping it resident.
         pub fn corpus_budget(&self) -> usize {
             self.corpus_budget
