@@ -691,3 +691,127 @@ pub unsafe extern "ptx-kernel" fn widen_half_rows(p: HalfRowsParams) {
         i += stride;
     }
 }
+
+/// Longest row the warp-per-row kernels stage in shared memory.
+const WARP_DIM_MAX: usize = recall_kernel_shared::WARP_ROW_DIM_MAX as usize;
+
+/// Copy `dim` consecutive floats from `src` to shared `dst` with the 32 lanes of a warp: eight loads in
+/// flight per lane before their stores.
+///
+/// # Safety
+/// `src` holds `dim` f32, `dst` has room for them.
+#[inline(always)]
+unsafe fn warp_stage(src: *const f32, dst: *mut f32, dim: usize, lane: usize) {
+    let mut i = lane;
+    while i < dim {
+        let mut v = [0.0f32; 8];
+        let mut u = 0;
+        while u < 8 {
+            if i + 32 * u < dim {
+                // SAFETY: i + 32u < dim.
+                v[u] = unsafe { *src.add(i + 32 * u) };
+            }
+            u += 1;
+        }
+        let mut u = 0;
+        while u < 8 {
+            if i + 32 * u < dim {
+                // SAFETY: as above, inside dst.
+                unsafe { *dst.add(i + 32 * u) = v[u] };
+            }
+            u += 1;
+        }
+        i += 256;
+    }
+}
+
+/// Small launches, one query: warp `w` of block `b` stages row `8b + w` in shared memory with all its lanes
+/// (one round of load latency instead of one per column tile), then lane 0 runs the row's chain in the
+/// order of `docs/numerics.md` (the same steps as `scan`, so the same bits).
+///
+/// # Safety
+/// Grid `ceil(n_rows / 8)`, 256 threads, `9 * WARP_ROW_DIM_MAX * 4` bytes of dynamic shared memory;
+/// `n_queries == 1`, `dim <= WARP_ROW_DIM_MAX`; pointers as `SimParams` documents for dense kernels.
+#[inline(always)]
+unsafe fn scan_warp<const METRIC: u32>(p: &SimParams) {
+    let smem = dynamic_shared_f32();
+    let t = thread_x() as usize;
+    let (lane, warp) = (t % 32, t / 32);
+    let dim = p.dim as usize;
+    let q_s = smem;
+    let row_s = smem.wrapping_add(WARP_DIM_MAX * (1 + warp));
+    let mut i = t;
+    while i < dim {
+        // SAFETY: i < dim: the query's values; the query tile holds WARP_DIM_MAX >= dim floats.
+        unsafe { *q_s.add(i) = *(p.queries as *const f32).add(i) };
+        i += 256;
+    }
+    let r = (block_x() * 8) as usize + warp;
+    let live = r < p.n_rows as usize;
+    if live {
+        // SAFETY: row r < n_rows holds dim values; this warp's row buffer holds WARP_DIM_MAX.
+        unsafe { warp_stage((p.corpus as *const f32).add(r * dim), row_s, dim, lane) };
+    }
+    sync_threads();
+    if lane == 0 && live {
+        let mut acc = 0.0f32;
+        let mut k = 0;
+        while k < dim {
+            // SAFETY: k < dim: inside both staged rows.
+            acc = step::<METRIC>(unsafe { *q_s.add(k) }, unsafe { *row_s.add(k) }, acc);
+            k += 1;
+        }
+        let (nq, nc) = if METRIC == METRIC_COSINE {
+            // SAFETY: cosine launches pass one query norm and n_rows corpus norms.
+            unsafe {
+                (
+                    *(p.query_norms as *const f32),
+                    *(p.corpus_norms as *const f32).add(r),
+                )
+            }
+        } else {
+            (0.0, 0.0)
+        };
+        // SAFETY: r < n_rows: inside the 1 x n_rows output.
+        unsafe { *(p.out as *mut f32).add(r) = finish::<METRIC>(acc, nq, nc) };
+    }
+}
+
+kernels! {
+    scan_warp_dot => scan_warp::<METRIC_DOT>;
+    scan_warp_cosine => scan_warp::<METRIC_COSINE>;
+    scan_warp_l2 => scan_warp::<METRIC_L2>;
+}
+
+/// [`row_norms`] for small launches: warp `w` of block `b` stages row `8b + w`, lane 0 runs its chain.
+///
+/// # Safety
+/// Grid `ceil(n_rows / 8)`, 256 threads, `9 * WARP_ROW_DIM_MAX * 4` bytes of dynamic shared memory;
+/// `dim <= WARP_ROW_DIM_MAX`; pointers as `RowNormsParams` documents.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn row_norms_warp(p: RowNormsParams) {
+    let smem = dynamic_shared_f32();
+    let t = thread_x() as usize;
+    let (lane, warp) = (t % 32, t / 32);
+    let dim = p.dim as usize;
+    let row_s = smem.wrapping_add(WARP_DIM_MAX * (1 + warp));
+    let r = (block_x() * 8) as usize + warp;
+    let live = r < p.n_rows as usize;
+    if live {
+        // SAFETY: row r < n_rows holds dim values; this warp's row buffer holds WARP_DIM_MAX.
+        unsafe { warp_stage((p.x as *const f32).add(r * dim), row_s, dim, lane) };
+    }
+    sync_threads();
+    if lane == 0 && live {
+        let mut acc = 0.0f32;
+        let mut k = 0;
+        while k < dim {
+            // SAFETY: k < dim.
+            let v = unsafe { *row_s.add(k) };
+            acc = fma(v, v, acc);
+            k += 1;
+        }
+        // SAFETY: r < n_rows.
+        unsafe { *(p.out as *mut f32).add(r) = sqrt(acc) };
+    }
+}

@@ -8,7 +8,7 @@ use recall_kernel_shared::{
     InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
     SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, SpreadHopParams,
-    TC_LD_ALIGN, TC_TILE, TcGemmParams, TopkFilterParams, TopkSmallParams,
+    TC_LD_ALIGN, TC_TILE, TcGemmParams, TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -69,6 +69,9 @@ pub struct Kernels {
     scan: [CudaFunction; 3],
     /// The row scan with register prefetch, for launches of few blocks.
     scan_pf: [CudaFunction; 3],
+    /// Warp-per-row kernels for one query against few rows (latency-bound launches).
+    scan_warp: [CudaFunction; 3],
+    row_norms_warp: CudaFunction,
     gather: [CudaFunction; 3],
     gemm: [CudaFunction; 3],
     select_init: CudaFunction,
@@ -234,6 +237,12 @@ const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
 const GEMM_SMEM_BYTES: u32 = 2 * 2 * GEMM_TILE_K * (GEMM_TILE + 4) * 4;
 /// Shared memory of the tensor-core GEMM: two stages of two 128 x 40 tiles of 16-bit values.
 const TC_SMEM_BYTES: u32 = 2 * 2 * TC_TILE * 40 * 2;
+/// Up to this many rows, one query (or a few rows of norms) runs the warp-per-row kernels: a launch this
+/// small is bound by latency, and staging a whole row with one warp pays one round of it instead of one per
+/// column tile.
+pub const WARP_MAX_ROWS: usize = 16_384;
+/// Shared memory of the warp-per-row kernels: the query and 8 rows of `WARP_ROW_DIM_MAX` values.
+const WARP_SMEM_BYTES: u32 = 9 * WARP_ROW_DIM_MAX * 4;
 /// Up to this many rows the row kernels (norms, scan) run their register-prefetch variant: a launch of at
 /// most 512 blocks cannot hide a tile's load latency by occupancy, so each thread hides it itself. Above it,
 /// the variant without prefetch (fewer registers, more blocks per SM) was measured faster.
@@ -269,6 +278,12 @@ impl Kernels {
                         row_norms_f32_pf: f("row_norms_f32_pf")?,
                         scan: [f("scan_dot")?, f("scan_cosine")?, f("scan_l2")?],
                         scan_pf: [f("scan_pf_dot")?, f("scan_pf_cosine")?, f("scan_pf_l2")?],
+                        scan_warp: [
+                            f("scan_warp_dot")?,
+                            f("scan_warp_cosine")?,
+                            f("scan_warp_l2")?,
+                        ],
+                        row_norms_warp: f("row_norms_warp")?,
                         gather: [f("gather_dot")?, f("gather_cosine")?, f("gather_l2")?],
                         gemm: [f("gemm_dot")?, f("gemm_cosine")?, f("gemm_l2")?],
                         select_init: f("select_init")?,
@@ -353,6 +368,17 @@ impl Kernels {
             block_dim: (ROW_BLOCK, 1, 1),
             shared_mem_bytes: ROW_TILE_BYTES,
         };
+        if n_rows <= WARP_MAX_ROWS && dim <= WARP_ROW_DIM_MAX as usize {
+            let cfg = LaunchConfig {
+                grid_dim: (params.n_rows.div_ceil(8), 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: WARP_SMEM_BYTES,
+            };
+            // SAFETY: as below; the warp kernel stages rows of dim <= WARP_ROW_DIM_MAX values, one warp per
+            // row, 8 rows per block.
+            unsafe { gpu.launch(&self.row_norms_warp, cfg, params) }?;
+            return Ok(());
+        }
         let func = if n_rows <= PREFETCH_MAX_ROWS {
             &self.row_norms_f32_pf
         } else {
@@ -397,6 +423,31 @@ impl Kernels {
             gpu.device_ptr(corpus),
             gpu.device_ptr(out),
         );
+        if n_queries == 1 && n_rows <= WARP_MAX_ROWS && dim <= WARP_ROW_DIM_MAX as usize {
+            let params = SimParams {
+                queries: q_base,
+                query_norms: qn,
+                corpus: c_base,
+                corpus_norms: cn,
+                out: out_base,
+                ids: 0,
+                offsets: 0,
+                n_queries: 1,
+                n_rows: n_rows32,
+                dim: dim32,
+                _pad: 0,
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (n_rows32.div_ceil(8), 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: WARP_SMEM_BYTES,
+            };
+            // SAFETY: one query of dim <= WARP_ROW_DIM_MAX values, n_rows rows, norms for cosine and the
+            // 1 x n_rows output were all checked above; one warp per row, 8 rows per block, and the shared
+            // memory the kernel documents.
+            unsafe { gpu.launch(&self.scan_warp[metric.index()], cfg, params) }?;
+            return Ok(());
+        }
         let (per_launch, grid_x, block, smem, func) = if n_queries <= SCAN_MAX_QUERIES {
             (
                 MAX_GRID_Y * ROW_QUERIES_PER_BLOCK as usize,

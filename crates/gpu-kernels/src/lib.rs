@@ -17,7 +17,7 @@ pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, sel
 pub use launch::{
     DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,
     Kernels, LoadedImage, PREFETCH_MAX_ROWS, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM,
-    TopKResult, half_ld,
+    TopKResult, WARP_MAX_ROWS, half_ld,
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;

@@ -432,7 +432,9 @@ mod run_gpu {
             compare(
                 diff_of(
                     &mut diffs,
-                    if n <= recall_gpu_kernels::PREFETCH_MAX_ROWS {
+                    if n <= recall_gpu_kernels::WARP_MAX_ROWS && dim <= 1024 {
+                        "row_norms_warp"
+                    } else if n <= recall_gpu_kernels::PREFETCH_MAX_ROWS {
                         "row_norms_f32_pf"
                     } else {
                         "row_norms_f32"
@@ -469,7 +471,11 @@ mod run_gpu {
                 )
                 .map_err(e)?;
                 let pf = n <= recall_gpu_kernels::PREFETCH_MAX_ROWS;
+                let warp = nq == 1 && n <= recall_gpu_kernels::WARP_MAX_ROWS && dim <= 1024;
                 let kernel = match (nq <= SCAN_MAX_QUERIES, name) {
+                    (true, "dot") if warp => "scan_warp_dot",
+                    (true, "cosine") if warp => "scan_warp_cosine",
+                    (true, _) if warp => "scan_warp_l2",
                     (true, "dot") if pf => "scan_pf_dot",
                     (true, "cosine") if pf => "scan_pf_cosine",
                     (true, _) if pf => "scan_pf_l2",

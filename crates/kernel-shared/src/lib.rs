@@ -20,6 +20,9 @@ pub const ROW_BLOCK: u32 = 256;
 pub const ROW_TILE_K: u32 = 32;
 /// Queries handled by one block of the dense row-scan kernels (one accumulator per query per thread).
 pub const ROW_QUERIES_PER_BLOCK: u32 = 4;
+/// The warp-per-row kernels (`scan_warp_*`, `row_norms_warp`, for small launches) stage rows of at most this
+/// many values in shared memory.
+pub const WARP_ROW_DIM_MAX: u32 = 1024;
 
 /// Tile of the GEMM-style similarity kernels: `GEMM_TILE` queries x `GEMM_TILE` rows per block of
 /// `GEMM_THREADS` threads, `GEMM_TILE_K` columns staged per step.
