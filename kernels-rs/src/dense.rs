@@ -756,6 +756,25 @@ unsafe fn scan_warp<const METRIC: u32>(p: &SimParams) {
     if lane == 0 && live {
         let mut acc = 0.0f32;
         let mut k = 0;
+        // Eight shared loads of each operand in flight, then their eight steps of the chain (same order).
+        while k + 8 <= dim {
+            let (mut qv, mut cv) = ([0.0f32; 8], [0.0f32; 8]);
+            let mut u = 0;
+            while u < 8 {
+                // SAFETY: k + u < dim: inside both staged rows.
+                unsafe {
+                    qv[u] = *q_s.add(k + u);
+                    cv[u] = *row_s.add(k + u);
+                }
+                u += 1;
+            }
+            let mut u = 0;
+            while u < 8 {
+                acc = step::<METRIC>(qv[u], cv[u], acc);
+                u += 1;
+            }
+            k += 8;
+        }
         while k < dim {
             // SAFETY: k < dim: inside both staged rows.
             acc = step::<METRIC>(unsafe { *q_s.add(k) }, unsafe { *row_s.add(k) }, acc);
@@ -805,6 +824,22 @@ pub unsafe extern "ptx-kernel" fn row_norms_warp(p: RowNormsParams) {
     if lane == 0 && live {
         let mut acc = 0.0f32;
         let mut k = 0;
+        // Eight shared loads in flight, then their eight steps of the chain (same order).
+        while k + 8 <= dim {
+            let mut v = [0.0f32; 8];
+            let mut u = 0;
+            while u < 8 {
+                // SAFETY: k + u < dim.
+                v[u] = unsafe { *row_s.add(k + u) };
+                u += 1;
+            }
+            let mut u = 0;
+            while u < 8 {
+                acc = fma(v[u], v[u], acc);
+                u += 1;
+            }
+            k += 8;
+        }
         while k < dim {
             // SAFETY: k < dim.
             let v = unsafe { *row_s.add(k) };
