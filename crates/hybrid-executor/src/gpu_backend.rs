@@ -1043,6 +1043,9 @@ mod imp {
         pub fn trim(&self) -> Result<(), BackendError> {
             Ok(())
         }
+
+        /// No corpus is ever resident without a GPU.
+        pub fn set_corpus_budget(&self, _bytes: usize) {}
     }
 
     fn compiled_out<T>() -> Result<T, BackendError> {

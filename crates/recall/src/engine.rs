@@ -2,7 +2,7 @@ use crate::Error;
 use recall_cpu_simd::{KMeans, Metric, SpreadGraph, SpreadParams, TopK};
 use recall_hybrid_executor::{
     BatchConfig, CallOptions, Device, DevicePolicy, Executor, ExecutorConfig, GpuStatus, Mode,
-    Outcome, SharedCorpus as Corpus, SharedGraph as Graph,
+    Outcome, SharedCorpus as Corpus, SharedGraph as Graph, TenantConfig, TenantId, Wait,
 };
 
 /// The entry point: owns the backends and answers every op.
@@ -17,8 +17,10 @@ use recall_hybrid_executor::{
 /// ```
 #[derive(Debug)]
 pub struct Engine {
-    exec: Executor,
+    exec: std::sync::Arc<Executor>,
     mode: Mode,
+    /// Set on a tenant's view ([`Engine::for_tenant`]): its calls run in that tenant's queue.
+    tenant: Option<(TenantId, Wait)>,
 }
 
 /// Options for an [`Engine`]; [`Engine::new`] uses the defaults and the environment.
@@ -36,6 +38,8 @@ pub struct EngineBuilder {
     gpu_min_work: Option<u64>,
     mode: Mode,
     batching: Option<BatchConfig>,
+    max_in_flight: Option<usize>,
+    gpu_corpus_budget: Option<usize>,
 }
 
 impl EngineBuilder {
@@ -53,6 +57,32 @@ impl EngineBuilder {
     /// ```
     pub fn batching(mut self, config: BatchConfig) -> Self {
         self.batching = Some(config);
+        self
+    }
+
+    /// Tenant calls that may run at once (the others wait in their tenants' queues); default 4.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().max_in_flight(8).build()?;
+    /// # let _ = engine;
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn max_in_flight(mut self, calls: usize) -> Self {
+        self.max_in_flight = Some(calls);
+        self
+    }
+
+    /// Corpora larger than this many bytes are never made resident on the GPU: knn streams them through
+    /// the device in chunks (out-of-core, the same answer). Overrides `RECALL_GPU_CORPUS_BUDGET_MIB`;
+    /// the default is 80 % of the device memory free when the engine starts.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().gpu_corpus_budget(8 << 30).build()?;
+    /// # let _ = engine;
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn gpu_corpus_budget(mut self, bytes: usize) -> Self {
+        self.gpu_corpus_budget = Some(bytes);
         self
     }
 
@@ -137,9 +167,17 @@ impl EngineBuilder {
         if let Some(b) = self.batching {
             config.batching = b;
         }
+        if let Some(n) = self.max_in_flight {
+            config.max_in_flight = n.max(1);
+        }
+        let exec = Executor::new(config)?;
+        if let (Some(bytes), Some(g)) = (self.gpu_corpus_budget, exec.gpu_backend()) {
+            g.set_corpus_budget(bytes);
+        }
         Ok(Engine {
-            exec: Executor::new(config)?,
+            exec: std::sync::Arc::new(exec),
             mode: self.mode,
+            tenant: None,
         })
     }
 }
@@ -416,6 +454,55 @@ impl Engine {
         })
     }
 
+    /// Register a tenant: its own queue (bounded), an optional VRAM quota and a share of turns. Run its
+    /// calls through [`Engine::for_tenant`].
+    ///
+    /// ```
+    /// use recall::{TenantConfig, Wait};
+    /// let engine = recall::Engine::new()?;
+    /// let alpha = engine.add_tenant(TenantConfig::new("alpha"));
+    /// let as_alpha = engine.for_tenant(alpha, Wait::Reject);
+    /// let hits = as_alpha.knn(&[1.0, 0.0], &[0.0, 1.0, 1.0, 0.0], 2, recall::Metric::Dot, 1)?;
+    /// assert_eq!(hits.ids, [1]);
+    /// assert!(engine.metrics_text().contains("tenant=\"alpha\""));
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn add_tenant(&self, config: TenantConfig) -> TenantId {
+        self.exec.add_tenant(config)
+    }
+
+    /// A view of this engine whose calls run as `tenant`: in its queue, under its quota and fair share,
+    /// counted in its metrics. When the queue is full the call is refused with [`Error::Overloaded`]
+    /// (`Wait::Reject`) or waits up to a timeout (`Wait::Timeout`). The view shares everything else
+    /// (GPU, resident handles, caches) with the engine; it is cheap to make and to keep.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let engine = recall::Engine::new()?;
+    /// let t = engine.add_tenant(recall::TenantConfig::new("search"));
+    /// let search = engine.for_tenant(t, recall::Wait::Timeout(Duration::from_millis(50)));
+    /// let store = search.corpus(vec![0.0, 1.0, 2.0], 1)?;
+    /// assert_eq!(search.knn_in(&[1.9], &store, recall::Metric::L2, 1)?.ids, [2]);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn for_tenant(&self, tenant: TenantId, wait: Wait) -> Engine {
+        Engine {
+            exec: self.exec.clone(),
+            mode: self.mode,
+            tenant: Some((tenant, wait)),
+        }
+    }
+
+    /// The options every call of this engine (or tenant view) runs with.
+    fn call_options(&self) -> CallOptions {
+        let mut o = CallOptions::default().mode(self.mode);
+        if let Some((tenant, wait)) = self.tenant {
+            o.tenant = Some(tenant);
+            o.wait = wait;
+        }
+        o
+    }
+
     /// The executor behind this engine: tenants, per-call options, metrics. For the load generator
     /// (`recall load`) and the acceptance tests, until the builder grows tenants.
     #[doc(hidden)]
@@ -466,7 +553,7 @@ impl Engine {
     ) -> Result<Scores, Error> {
         let out = self
             .exec
-            .similarity(&CallOptions::default(), queries, corpus, dim, metric)?;
+            .similarity(&self.call_options(), queries, corpus, dim, metric)?;
         Ok(Scores {
             n_queries: queries.len() / dim,
             n_rows: corpus.len() / dim,
@@ -496,7 +583,7 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbors, Error> {
         Ok(Neighbors::from_outcome(self.exec.knn(
-            &CallOptions::default().mode(self.mode),
+            &self.call_options(),
             queries,
             corpus,
             dim,
@@ -541,7 +628,7 @@ impl Engine {
         metric: Metric,
         k: usize,
     ) -> Result<Neighbors, Error> {
-        let opts = CallOptions::default().mode(self.mode);
+        let opts = self.call_options();
         // One query: concurrent single-query calls on this corpus are coalesced into batches.
         let out = if queries.len() == corpus.dim() {
             self.exec
@@ -577,7 +664,7 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbors, Error> {
         Ok(Neighbors::from_outcome(self.exec.score_candidates(
-            &CallOptions::default(),
+            &self.call_options(),
             queries,
             corpus,
             dim,
@@ -610,7 +697,7 @@ impl Engine {
         k: usize,
     ) -> Result<Neighbors, Error> {
         Ok(Neighbors::from_outcome(self.exec.score_candidates_shared(
-            &CallOptions::default(),
+            &self.call_options(),
             queries,
             corpus,
             metric,
@@ -643,7 +730,7 @@ impl Engine {
     ) -> Result<Activation, Error> {
         let o = self
             .exec
-            .spread(&CallOptions::default(), graph, seeds, params)?;
+            .spread(&self.call_options(), graph, seeds, params)?;
         Ok(Activation {
             activation: o.value.activation,
             top: o.value.top,
@@ -698,7 +785,7 @@ impl Engine {
     ) -> Result<Activation, Error> {
         let o = self
             .exec
-            .spread_shared(&CallOptions::default(), graph, seeds, params)?;
+            .spread_shared(&self.call_options(), graph, seeds, params)?;
         Ok(Activation {
             activation: o.value.activation,
             top: o.value.top,
@@ -729,7 +816,7 @@ impl Engine {
     ) -> Result<Clusters, Error> {
         let o = self
             .exec
-            .kmeans(&CallOptions::default(), points, dim, k, iters, seed)?;
+            .kmeans(&self.call_options(), points, dim, k, iters, seed)?;
         let KMeans {
             centroids,
             assignments,
@@ -765,7 +852,7 @@ impl Engine {
     ) -> Result<Noised, Error> {
         let o = self
             .exec
-            .clip_and_noise(&CallOptions::default(), x, dim, clip, sigma, seed)?;
+            .clip_and_noise(&self.call_options(), x, dim, clip, sigma, seed)?;
         Ok(Noised {
             values: o.value,
             dim,

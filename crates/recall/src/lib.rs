@@ -188,6 +188,37 @@ pub use recall_hybrid_executor::Mode;
 #[doc(inline)]
 pub use recall_hybrid_executor::BatchConfig;
 
+/// A tenant's settings: name (in metrics), queue capacity, VRAM quota, weight (see [`Engine::add_tenant`]).
+///
+/// ```
+/// let mut t = recall::TenantConfig::new("ingest");
+/// t.queue_capacity = 16;
+/// t.vram_quota = Some(2 << 30);
+/// assert_eq!(t.weight, 1);
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::TenantConfig;
+
+/// A registered tenant (from [`Engine::add_tenant`]).
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let a: recall::TenantId = engine.add_tenant(recall::TenantConfig::new("a"));
+/// let b = engine.add_tenant(recall::TenantConfig::new("b"));
+/// assert_ne!(a, b);
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::TenantId;
+
+/// What a tenant's call does when its queue is full: `Reject` at once, or wait up to a `Timeout`.
+///
+/// ```
+/// assert_eq!(recall::Wait::default(), recall::Wait::Reject);
+/// ```
+#[doc(inline)]
+pub use recall_hybrid_executor::Wait;
+
 /// The executor's own types (tenants, call options, metrics), for [`Engine::executor`]: the load generator
 /// and the acceptance tests use them; applications use [`Engine`].
 #[doc(hidden)]
