@@ -31,44 +31,6 @@ use recall_kernel_shared::{
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SimParams,
 };
 
-/// Repeat a block with `$i` bound to the constants 0..8, so that arrays indexed by `$i` stay in registers.
-macro_rules! unroll8 {
-    ($i:ident => $body:block) => {{
-        {
-            const $i: usize = 0;
-            $body
-        }
-        {
-            const $i: usize = 1;
-            $body
-        }
-        {
-            const $i: usize = 2;
-            $body
-        }
-        {
-            const $i: usize = 3;
-            $body
-        }
-        {
-            const $i: usize = 4;
-            $body
-        }
-        {
-            const $i: usize = 5;
-            $body
-        }
-        {
-            const $i: usize = 6;
-            $body
-        }
-        {
-            const $i: usize = 7;
-            $body
-        }
-    }};
-}
-
 const TK: usize = ROW_TILE_K as usize;
 const STRIDE: usize = TK + 1;
 const QB: usize = ROW_QUERIES_PER_BLOCK as usize;
@@ -563,8 +525,8 @@ unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
             };
             let a = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
             let c = [c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]];
-            unroll8!(I => {
-                unroll8!(J => {
+            unroll!(8, I: usize => {
+                unroll!(8, J: usize => {
                     acc[I][J] = step::<METRIC>(a[I], c[J], acc[I][J]);
                 });
             });
@@ -578,10 +540,10 @@ unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
         // k-means assignment: per query (point), the smallest pair key (score_key(dist) << 32 | row) over
         // this tile's rows, reduced over the 16 threads of a half-warp that share the query, then one
         // 64-bit atomicMin per query. min is order-independent, so the result is deterministic.
-        unroll8!(I => {
+        unroll!(8, I: usize => {
             let q = q0 + if I < 4 { ty * 4 + I } else { 64 + ty * 4 + I - 4 } as u32;
             let mut best = u64::MAX;
-            unroll8!(J => {
+            unroll!(8, J: usize => {
                 let r = r0 + if J < 4 { tx * 4 + J } else { 64 + tx * 4 + J - 4 } as u32;
                 if r < p.n_rows {
                     let key = (u64::from(score_key(acc[I][J], false)) << 32) | u64::from(r);
@@ -603,7 +565,7 @@ unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
     // Epilogue, fully unrolled so the accumulators stay in registers.
     let mut nc = [0.0f32; 8];
     if METRIC == METRIC_COSINE {
-        unroll8!(J => {
+        unroll!(8, J: usize => {
             let r = r0 + if J < 4 { tx * 4 + J } else { 64 + tx * 4 + J - 4 } as u32;
             if r < p.n_rows {
                 // SAFETY: r < n_rows.
@@ -611,7 +573,7 @@ unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
             }
         });
     }
-    unroll8!(I => {
+    unroll!(8, I: usize => {
         let q = q0 + if I < 4 { ty * 4 + I } else { 64 + ty * 4 + I - 4 } as u32;
         if q < p.n_queries {
             let nq = if METRIC == METRIC_COSINE {
@@ -621,7 +583,7 @@ unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
                 0.0
             };
             let out_row = (p.out as *mut f32).wrapping_add(q as usize * p.n_rows as usize);
-            unroll8!(J => {
+            unroll!(8, J: usize => {
                 let r = r0 + if J < 4 { tx * 4 + J } else { 64 + tx * 4 + J - 4 } as u32;
                 if r < p.n_rows {
                     // SAFETY: q < n_queries and r < n_rows: inside the output.

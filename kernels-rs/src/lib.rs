@@ -19,6 +19,31 @@
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// Repeat a block `$n` times (2, 4 or 8) with `$i` bound to the constants `0..$n` of type `$t`, so that arrays
+/// indexed by `$i` stay in registers.
+macro_rules! unroll {
+    (@one $v:literal, $i:ident: $t:ty => $body:block) => {{
+        const $i: $t = $v;
+        $body
+    }};
+    (2, $i:ident: $t:ty => $body:block) => {{
+        unroll!(@one 0, $i: $t => $body);
+        unroll!(@one 1, $i: $t => $body);
+    }};
+    (4, $i:ident: $t:ty => $body:block) => {{
+        unroll!(2, $i: $t => $body);
+        unroll!(@one 2, $i: $t => $body);
+        unroll!(@one 3, $i: $t => $body);
+    }};
+    (8, $i:ident: $t:ty => $body:block) => {{
+        unroll!(4, $i: $t => $body);
+        unroll!(@one 4, $i: $t => $body);
+        unroll!(@one 5, $i: $t => $body);
+        unroll!(@one 6, $i: $t => $body);
+        unroll!(@one 7, $i: $t => $body);
+    }};
+}
+
 mod cluster;
 mod dense;
 mod graph;

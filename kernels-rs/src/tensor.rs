@@ -22,39 +22,6 @@ use recall_kernel_shared::{
     HalfRowsParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, TC_TILE, TC_TILE_K, TcGemmParams,
 };
 
-/// Repeat a block with `$i` bound to the constants `0..$n` (2 or 4), so that arrays indexed by `$i` stay in
-/// registers.
-macro_rules! unroll {
-    (2, $i:ident => $body:block) => {{
-        {
-            const $i: u32 = 0;
-            $body
-        }
-        {
-            const $i: u32 = 1;
-            $body
-        }
-    }};
-    (4, $i:ident => $body:block) => {{
-        {
-            const $i: u32 = 0;
-            $body
-        }
-        {
-            const $i: u32 = 1;
-            $body
-        }
-        {
-            const $i: u32 = 2;
-            $body
-        }
-        {
-            const $i: u32 = 3;
-            $body
-        }
-    }};
-}
-
 /// Shared row stride in 16-bit values (32 columns + 8 of padding).
 const SROW: u32 = 40;
 /// Bytes of one operand tile in shared memory.
@@ -223,20 +190,20 @@ unsafe fn tc_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
         }
         crate::util::sync_threads();
         let (sa, sb) = (tile(stage, 0), tile(stage, 1));
-        unroll!(2, KK => {
+        unroll!(2, KK: u32 => {
             let mut a = [[0u32; 4]; 4];
-            unroll!(4, I => {
+            unroll!(4, I: u32 => {
                 let row = wm * 64 + I * 16 + lane % 16;
                 let col = KK * 16 + (lane / 16) * 8;
                 // SAFETY: row < 128, col + 8 <= 32: inside the tile, 16-byte aligned.
                 a[I as usize] = unsafe { ldmatrix_x4(sa + (row * SROW + col) * 2) };
             });
-            unroll!(2, JP => {
+            unroll!(2, JP: u32 => {
                 let n = wn * 32 + JP * 16 + lane % 8 + 8 * (lane / 16);
                 let col = KK * 16 + 8 * ((lane / 8) % 2);
                 // SAFETY: n < 128, col + 8 <= 32.
                 let b = unsafe { ldmatrix_x4(sb + (n * SROW + col) * 2) };
-                unroll!(4, I => {
+                unroll!(4, I: u32 => {
                     mma::<BF16>(&mut acc[I as usize][(2 * JP) as usize], &a[I as usize], b[0], b[1]);
                     mma::<BF16>(&mut acc[I as usize][(2 * JP + 1) as usize], &a[I as usize], b[2], b[3]);
                 });
@@ -249,19 +216,19 @@ unsafe fn tc_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
     // Epilogue: acc[i][j] holds rows (queries) g and g + 8, columns (rows) c and c + 1 of its 16 x 8 tile.
     let g = lane / 4;
     let c = 2 * (lane % 4);
-    unroll!(4, J => {
+    unroll!(4, J: u32 => {
         let r = r0 + wn * 32 + J * 8 + c;
         let mut nc = [0.0f32; 2];
         if METRIC != METRIC_DOT {
-            unroll!(2, E => {
+            unroll!(2, E: u32 => {
                 if r + E < p.n_rows {
                     // SAFETY: r + E < n_rows.
                     nc[E as usize] = unsafe { *(p.corpus_norms as *const f32).add((r + E) as usize) };
                 }
             });
         }
-        unroll!(4, I => {
-            unroll!(2, H => {
+        unroll!(4, I: u32 => {
+            unroll!(2, H: u32 => {
                 let q = q0 + wm * 64 + I * 16 + g + 8 * H;
                 if q < p.n_queries {
                     let nq = if METRIC != METRIC_DOT {
@@ -271,7 +238,7 @@ unsafe fn tc_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
                         0.0
                     };
                     let out = (p.out as *mut f32).wrapping_add(q as usize * p.n_rows as usize);
-                    unroll!(2, E => {
+                    unroll!(2, E: u32 => {
                         if r + E < p.n_rows {
                             let dot = f32::from_bits(acc[I as usize][J as usize][(2 * H + E) as usize]);
                             let s = if METRIC == METRIC_COSINE {

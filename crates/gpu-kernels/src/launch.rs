@@ -235,6 +235,15 @@ const ROW_TILE_BYTES: u32 = ROW_BLOCK * (ROW_TILE_K + 1) * 4;
 const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
 /// Shared memory of the GEMM kernels: two buffers of two 8 x 132 tiles.
 const GEMM_SMEM_BYTES: u32 = 2 * 2 * GEMM_TILE_K * (GEMM_TILE + 4) * 4;
+/// A grid-stride launch over `total` elements: 256 threads per block, at most 65,536 blocks.
+fn grid_stride(total: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (total.div_ceil(256).min(65_536) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Shared memory of the tensor-core GEMM: two stages of two 128 x 40 tiles of 16-bit values.
 const TC_SMEM_BYTES: u32 = 2 * 2 * TC_TILE * 40 * 2;
 /// Up to this many rows, one query (or a few rows of norms) runs the warp-per-row kernels: a launch this
@@ -786,13 +795,14 @@ impl Kernels {
             return Err(shape(K, "n_rows and dim must be at least 1"));
         }
         let ld = half_ld(dim);
+        let n_src = elems(K, n_rows, dim)?;
         let (ptr, src_f32) = match src {
             HalfSource::F32(x) => {
-                need_len(K, "src", x, elems(K, n_rows, dim)?)?;
+                need_len(K, "src", x, n_src)?;
                 (gpu.device_ptr(x), 1)
             }
             HalfSource::Half(x) => {
-                need_len(K, "src", x, elems(K, n_rows, dim)?)?;
+                need_len(K, "src", x, n_src)?;
                 (gpu.device_ptr(x), 0)
             }
         };
@@ -808,11 +818,7 @@ impl Kernels {
             bf16: u32::from(kind == HalfKind::Bf16),
             _pad: 0,
         };
-        let cfg = LaunchConfig {
-            grid_dim: (total.div_ceil(256).min(65_536) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid_stride(total);
         // SAFETY: src holds n_rows * dim values of its kind and out n_rows * ld (checked above); the kernel
         // is grid-stride over exactly n_rows * ld outputs.
         unsafe { gpu.launch(&tc.to_half_rows, cfg, params) }?;
@@ -847,11 +853,7 @@ impl Kernels {
             bf16: u32::from(kind == HalfKind::Bf16),
             _pad: 0,
         };
-        let cfg = LaunchConfig {
-            grid_dim: (total.div_ceil(256).min(65_536) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid_stride(total);
         // SAFETY: src and out hold n_rows * dim values (checked above); the kernel is grid-stride over them.
         unsafe { gpu.launch(&self.widen_half_rows, cfg, params) }?;
         Ok(())
@@ -1060,7 +1062,7 @@ impl Kernels {
         let threshold = group_min + 8 * (n_segments * n_groups) as u64;
         let cand = threshold + 8 * n_out as u64;
         let counts = cand + 8 * (n_segments * cap) as u64;
-        let mut params = TopkFilterParams {
+        let params = TopkFilterParams {
             scores: scores_ptr,
             group_min,
             threshold,
@@ -1117,7 +1119,6 @@ impl Kernels {
         };
         // SAFETY: the counters occupy ceil(n_segments / 2) u64 of the scratch, after the candidates.
         unsafe { gpu.launch(&self.fill_u64, fill_cfg, fill) }?;
-        params.threshold = threshold;
         let cfg = LaunchConfig {
             grid_dim: (
                 to_u32(K, "blocks", seg_len.div_ceil(4096))?,

@@ -288,19 +288,10 @@ impl Probe {
                 .knn(q, c, PROBE_DIM, Metric::Cosine, rows.min(10))
                 .map(drop),
             OpKind::KnnResident => {
-                let corpus = {
-                    let mut slot = self.shared.lock();
-                    match &*slot {
-                        Some((r, corpus)) if *r == rows => corpus.clone(),
-                        _ => {
-                            let corpus =
-                                crate::shared_corpus::SharedCorpus::new(c.to_vec(), PROBE_DIM)
-                                    .map_err(|e| BackendError::Gpu(e.to_string()))?;
-                            *slot = Some((rows, corpus.clone()));
-                            corpus
-                        }
-                    }
-                };
+                let corpus = cached(&self.shared, rows, || {
+                    crate::shared_corpus::SharedCorpus::new(c.to_vec(), PROBE_DIM)
+                        .map_err(|e| BackendError::Gpu(e.to_string()))
+                })?;
                 backend
                     .knn_shared(q, &corpus, Metric::Cosine, rows.min(10))
                     .map(drop)
@@ -323,32 +314,14 @@ impl Probe {
             OpKind::Spread | OpKind::SpreadResident => {
                 // `work` edge visits: a graph of `rows` nodes with 8 out-edges each, 1 hop per 8 x rows.
                 let n = (work / 8).clamp(1, 1 << 24) as usize;
-                if op == OpKind::SpreadResident {
-                    let cached = self
-                        .graph
-                        .lock()
-                        .as_ref()
-                        .filter(|(m, _)| *m == n)
-                        .map(|(_, g)| g.clone());
-                    if let Some(g) = cached {
-                        let mut seeds = vec![0.0f32; n];
-                        seeds[0] = 1.0;
-                        let params = SpreadParams {
-                            decay: 0.5,
-                            threshold: 0.0,
-                            hops: 1,
-                            k: 1,
-                        };
-                        return backend.spread_shared(&g, &seeds, &params).map(drop);
-                    }
-                }
-                let indptr: Vec<usize> = (0..=n).map(|u| u * 8).collect();
-                let indices: Vec<u32> = (0..n * 8)
-                    .map(|e| ((e / 8 * 7 + e % 8 * 131) % n) as u32)
-                    .collect();
-                let weights = vec![0.5f32; n * 8];
-                let graph = SpreadGraph::from_csr(&indptr, &indices, &weights)
-                    .map_err(BackendError::Input)?;
+                let build = || {
+                    let indptr: Vec<usize> = (0..=n).map(|u| u * 8).collect();
+                    let indices: Vec<u32> = (0..n * 8)
+                        .map(|e| ((e / 8 * 7 + e % 8 * 131) % n) as u32)
+                        .collect();
+                    let weights = vec![0.5f32; n * 8];
+                    SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(BackendError::Input)
+                };
                 let mut seeds = vec![0.0f32; n];
                 seeds[0] = 1.0;
                 let params = SpreadParams {
@@ -358,11 +331,13 @@ impl Probe {
                     k: 1,
                 };
                 if op == OpKind::SpreadResident {
-                    let g = crate::shared_graph::SharedGraph::new(graph);
-                    *self.graph.lock() = Some((n, g.clone()));
-                    return backend.spread_shared(&g, &seeds, &params).map(drop);
+                    let g = cached(&self.graph, n, || {
+                        Ok(crate::shared_graph::SharedGraph::new(build()?))
+                    })?;
+                    backend.spread_shared(&g, &seeds, &params).map(drop)
+                } else {
+                    backend.spread(&build()?, &seeds, &params).map(drop)
                 }
-                backend.spread(&graph, &seeds, &params).map(drop)
             }
             OpKind::KMeans => {
                 let k = 8.min(rows);
@@ -371,6 +346,24 @@ impl Probe {
             OpKind::ClipAndNoise => backend.clip_and_noise(c, PROBE_DIM, 1.0, 0.1, 1).map(drop),
         }
     }
+}
+
+/// The value `slot` holds for `key`, or a new one from `make` (which then replaces it): the resident
+/// probes keep one corpus or graph, so that repeated measurements at a size do not upload it again.
+fn cached<T: Clone>(
+    slot: &parking_lot::Mutex<Option<(usize, T)>>,
+    key: usize,
+    make: impl FnOnce() -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    let mut slot = slot.lock();
+    if let Some((k, v)) = &*slot
+        && *k == key
+    {
+        return Ok(v.clone());
+    }
+    let v = make()?;
+    *slot = Some((key, v.clone()));
+    Ok(v)
 }
 
 fn probe_rows(work: u64) -> usize {

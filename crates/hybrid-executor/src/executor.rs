@@ -1081,9 +1081,28 @@ pub(crate) fn all_finite(x: &[f32]) -> bool {
     })
 }
 
+/// The largest magnitude in `x` (0 for an empty slice), from the bits with the sign cleared: for non-NaN
+/// values their order is the order of the magnitudes, and an integer maximum vectorises.
+pub(crate) fn max_abs(x: &[f32]) -> f32 {
+    let bits = x
+        .iter()
+        .map(|v| v.to_bits() & 0x7fff_ffff)
+        .max()
+        .unwrap_or(0);
+    f32::from_bits(bits)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_abs_is_the_largest_magnitude() {
+        assert_eq!(max_abs(&[]), 0.0);
+        assert_eq!(max_abs(&[-0.0]), 0.0);
+        assert_eq!(max_abs(&[1.5, -70_000.0, 65_504.0, 3.0]), 70_000.0);
+        assert_eq!(max_abs(&[f32::MIN_POSITIVE, -1e-30]), f32::MIN_POSITIVE);
+    }
 
     #[test]
     fn all_finite_agrees_with_check_finite() {

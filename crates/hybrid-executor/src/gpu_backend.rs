@@ -79,11 +79,36 @@ mod imp {
 
     /// Whether fast mode can take these values: f16 holds magnitudes up to 65504 (bf16 has f32's range).
     fn fits_format(x: &[f32], f: FastFormat) -> bool {
-        f == FastFormat::Bf16 || x.iter().all(|v| v.abs() <= F16_MAX)
+        f == FastFormat::Bf16 || crate::executor::max_abs(x) <= F16_MAX
     }
 
     /// The largest finite f16.
     const F16_MAX: f32 = 65504.0;
+
+    /// The metric whose row upload computes the norms a call needs: cosine's norms serve cosine and, in fast
+    /// mode, l2 (`nq^2 + nc^2 - 2 dot`); dot needs none.
+    fn fast_norm_metric(metric: Metric) -> Metric {
+        if metric == Metric::Dot {
+            Metric::Dot
+        } else {
+            Metric::Cosine
+        }
+    }
+
+    /// Drop the cached device copies whose handle no longer exists (corpora or graphs) and, when any went,
+    /// give their memory back to the driver. Returns how many are left.
+    pub(crate) fn drop_dead<T>(
+        gpu: &Gpu,
+        entries: &mut Vec<T>,
+        alive: impl Fn(&T) -> bool,
+    ) -> Result<usize, BackendError> {
+        let before = entries.len();
+        entries.retain(alive);
+        if entries.len() < before {
+            gpu.release_cached_memory().map_err(map_gpu_error)?;
+        }
+        Ok(entries.len())
+    }
 
     /// Device buffers reused by every knn call (grown on demand; the score buffer is kept only up to
     /// `KEEP_SCORES_BYTES`).
@@ -418,8 +443,7 @@ mod imp {
             *self.scratch.lock() = Scratch::default();
             self.kernels.release_scratch();
             self.resident.lock().retain(|r| r.alive.strong_count() > 0);
-            // Counting the graphs frees the copies of dropped ones.
-            self.graphs.len();
+            self.graphs.drop_dead_entries();
             self.gpu.release_cached_memory().map_err(map_gpu_error)
         }
 
@@ -585,11 +609,7 @@ mod imp {
             let (g, kern) = (&self.gpu, &self.kernels);
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             // Free the device copies of corpora that no longer exist.
-            let before = resident.len();
-            resident.retain(|r| r.alive.strong_count() > 0);
-            if resident.len() < before {
-                g.release_cached_memory().map_err(map_gpu_error)?;
-            }
+            drop_dead(g, resident, |r| r.alive.strong_count() > 0)?;
             if !resident.iter().any(|r| r.id == corpus.id()) {
                 let rows = match g.upload(corpus.data()) {
                     Ok(rows) => rows,
@@ -623,6 +643,60 @@ mod imp {
             Ok(entry)
         }
 
+        /// Candidate scoring against rows already on the device (`c`, with its norms for cosine): gather,
+        /// score and select each query's top k of its own list. The caller holds `self.lock`.
+        #[allow(clippy::too_many_arguments)]
+        fn candidates_on(
+            &self,
+            queries: &[f32],
+            c: &CudaSlice<f32>,
+            cn: Option<&CudaSlice<f32>>,
+            dim: usize,
+            metric: Metric,
+            offsets: &[usize],
+            ids: &[u32],
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let (nq, n) = (queries.len() / dim, c.len() / dim);
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
+            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+            let mut scores = g
+                .alloc_zeros::<f32>(ids.len().max(1))
+                .map_err(map_gpu_error)?;
+            let (ids_dev, offsets_dev) = kern
+                .similarity_gather(
+                    g,
+                    sim_metric(metric),
+                    &q,
+                    qn.as_ref(),
+                    c,
+                    cn,
+                    nq,
+                    n,
+                    dim,
+                    ids,
+                    &offsets64,
+                    &mut scores,
+                )
+                .map_err(map_kernel_error)?;
+            let segs = Segments::Ragged {
+                offsets: &offsets64,
+                offsets_dev: &offsets_dev,
+            };
+            let r = kern
+                .select_topk(
+                    g,
+                    &scores,
+                    Some(&ids_dev),
+                    segs,
+                    k,
+                    sim_metric(metric).higher_first(),
+                )
+                .map_err(map_kernel_error)?;
+            Ok(topk(r))
+        }
+
         /// Whether a fast-mode call of `n_queries` runs on tensor cores here (else it runs exact).
         fn runs_fast(&self, n_queries: usize) -> bool {
             self.kernels.fast_mode_available() && n_queries > SCAN_MAX_QUERIES
@@ -631,18 +705,14 @@ mod imp {
         /// How many shared corpora are on the device now (after dropping those that no longer exist).
         pub fn resident_corpora(&self) -> usize {
             let mut resident = self.resident.lock();
-            let before = resident.len();
-            resident.retain(|r| r.alive.strong_count() > 0);
-            if resident.len() < before {
-                // Best effort: the copies are freed either way; the pool keeps their memory if this fails.
-                let _ = self.gpu.release_cached_memory();
-            }
-            resident.len()
+            // Best effort: the copies are freed either way; the pool keeps their memory if the release fails.
+            drop_dead(&self.gpu, &mut resident, |r| r.alive.strong_count() > 0)
+                .unwrap_or(resident.len())
         }
 
         /// How many shared graphs are on the device now (after dropping those that no longer exist).
         pub fn resident_graphs(&self) -> usize {
-            self.graphs.len()
+            self.graphs.len(&self.gpu)
         }
     }
 
@@ -741,12 +811,7 @@ mod imp {
             let _serial = self.lock.lock();
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = corpus.len() / dim;
-            let norm_metric = if metric == Metric::Dot {
-                Metric::Dot
-            } else {
-                Metric::Cosine
-            };
-            let (c, cn) = self.upload_rows(corpus, dim, norm_metric)?;
+            let (c, cn) = self.upload_rows(corpus, dim, fast_norm_metric(metric))?;
             let kind = half_kind(format);
             let mut ch = g
                 .alloc_zeros::<u16>(n * half_ld(dim))
@@ -772,18 +837,13 @@ mod imp {
             {
                 return self.knn_shared(queries, corpus, metric, k);
             }
-            // The corpus resident as for exact calls, with its norms for cosine and l2.
-            let norm_metric = if metric == Metric::Dot {
-                Metric::Dot
-            } else {
-                Metric::Cosine
-            };
             let _serial = self.lock.lock();
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = corpus.n_rows();
             let kind = half_kind(format);
             let mut resident = self.resident.lock();
-            let entry = self.resident_entry(&mut resident, corpus, norm_metric)?;
+            // The corpus resident as for exact calls, with its norms for cosine and l2.
+            let entry = self.resident_entry(&mut resident, corpus, fast_norm_metric(metric))?;
             if !matches!(&entry.half, Some((kd, _)) if *kd == kind) {
                 entry.half = None; // one 16-bit copy at a time
                 let mut ch = g
@@ -814,52 +874,23 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
-            let (g, kern) = (&self.gpu, &self.kernels);
-            let (n, dim) = (corpus.n_rows(), corpus.dim());
-            let nq = queries.len() / dim;
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
-            let (q, qn) = self.upload_rows(queries, dim, metric)?;
-            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
-            let mut scores = g
-                .alloc_zeros::<f32>(ids.len().max(1))
-                .map_err(map_gpu_error)?;
             let cn = if metric == Metric::Cosine {
                 entry.norms.as_ref()
             } else {
                 None
             };
-            let (ids_dev, offsets_dev) = kern
-                .similarity_gather(
-                    g,
-                    sim_metric(metric),
-                    &q,
-                    qn.as_ref(),
-                    &entry.rows,
-                    cn,
-                    nq,
-                    n,
-                    dim,
-                    ids,
-                    &offsets64,
-                    &mut scores,
-                )
-                .map_err(map_kernel_error)?;
-            let segs = Segments::Ragged {
-                offsets: &offsets64,
-                offsets_dev: &offsets_dev,
-            };
-            let r = kern
-                .select_topk(
-                    g,
-                    &scores,
-                    Some(&ids_dev),
-                    segs,
-                    k,
-                    sim_metric(metric).higher_first(),
-                )
-                .map_err(map_kernel_error)?;
-            Ok(topk(r))
+            self.candidates_on(
+                queries,
+                &entry.rows,
+                cn,
+                corpus.dim(),
+                metric,
+                offsets,
+                ids,
+                k,
+            )
         }
 
         fn score_candidates(
@@ -873,45 +904,8 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
-            let (g, kern) = (&self.gpu, &self.kernels);
-            let (nq, n) = (queries.len() / dim, corpus.len() / dim);
-            let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
-            let mut scores = g
-                .alloc_zeros::<f32>(ids.len().max(1))
-                .map_err(map_gpu_error)?;
-            let (ids_dev, offsets_dev) = kern
-                .similarity_gather(
-                    g,
-                    sim_metric(metric),
-                    &q,
-                    qn.as_ref(),
-                    &c,
-                    cn.as_ref(),
-                    nq,
-                    n,
-                    dim,
-                    ids,
-                    &offsets64,
-                    &mut scores,
-                )
-                .map_err(map_kernel_error)?;
-            let segs = Segments::Ragged {
-                offsets: &offsets64,
-                offsets_dev: &offsets_dev,
-            };
-            let r = kern
-                .select_topk(
-                    g,
-                    &scores,
-                    Some(&ids_dev),
-                    segs,
-                    k,
-                    sim_metric(metric).higher_first(),
-                )
-                .map_err(map_kernel_error)?;
-            Ok(topk(r))
+            self.candidates_on(queries, &c, cn.as_ref(), dim, metric, offsets, ids, k)
         }
 
         fn spread(
@@ -1117,4 +1111,4 @@ mod imp {
 
 pub use imp::{GpuBackend, bundle_arches};
 #[cfg(feature = "gpu")]
-pub(crate) use imp::{map_gpu_error, map_kernel_error};
+pub(crate) use imp::{drop_dead, map_gpu_error, map_kernel_error};

@@ -6,7 +6,7 @@
 //! cache is touched. Callers hold the backend's serialising lock around every function here.
 
 use crate::backend::BackendError;
-use crate::gpu_backend::{map_gpu_error, map_kernel_error};
+use crate::gpu_backend::{drop_dead, map_gpu_error, map_kernel_error};
 use crate::shared_graph::{GraphInner, SharedGraph};
 use parking_lot::Mutex;
 use recall_cpu_simd::{CpuError, Spread, SpreadGraph, SpreadParams, TopK};
@@ -28,11 +28,16 @@ struct ResidentGraph {
 }
 
 impl GraphCache {
-    /// How many shared graphs are on the device now (after freeing those that no longer exist).
-    pub(crate) fn len(&self) -> usize {
+    /// How many shared graphs are on the device now (after freeing those that no longer exist and giving
+    /// their memory back to the driver, best effort).
+    pub(crate) fn len(&self, gpu: &Gpu) -> usize {
         let mut entries = self.entries.lock();
-        entries.retain(|r| r.alive.strong_count() > 0);
-        entries.len()
+        drop_dead(gpu, &mut entries, |r| r.alive.strong_count() > 0).unwrap_or(entries.len())
+    }
+
+    /// Free the copies of graphs that no longer exist (their memory stays in the driver's pool).
+    pub(crate) fn drop_dead_entries(&self) {
+        self.entries.lock().retain(|r| r.alive.strong_count() > 0);
     }
 }
 
@@ -100,7 +105,7 @@ pub(crate) fn spread_resident(
 ) -> Result<Spread, BackendError> {
     let mut entries = cache.entries.lock();
     // Free the device copies of graphs that no longer exist.
-    entries.retain(|r| r.alive.strong_count() > 0);
+    drop_dead(gpu, &mut entries, |r| r.alive.strong_count() > 0)?;
     if !entries.iter().any(|r| r.id == graph.id()) {
         let dev = match upload(gpu, kern, graph.graph()) {
             Ok(dev) => dev,

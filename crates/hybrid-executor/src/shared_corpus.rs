@@ -55,7 +55,7 @@ impl SharedCorpus {
         *self
             .inner
             .max_abs
-            .get_or_init(|| self.inner.data.iter().fold(0.0f32, |m, v| m.max(v.abs())))
+            .get_or_init(|| crate::executor::max_abs(&self.inner.data))
     }
 
     /// Unique per corpus created in this process.

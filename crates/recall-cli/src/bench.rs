@@ -364,29 +364,32 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         let r = knn().map_err(|e| e.to_string())?;
         Some((t.elapsed().as_secs_f64() * 1e3, r))
     };
-    // The user's path: `Engine::knn_in` with a corpus handle (uploaded once, then resident), end to end.
-    let handle_ms = {
-        let gpu_engine = Engine::builder()
+    // The user's path: `Engine::knn_in` with a corpus handle (uploaded once, then resident), end to end, in
+    // `mode`: the first call's answer and the median of the timed ones.
+    let handle_path = |mode: recall::Mode| -> Result<(recall::Neighbors, f64), String> {
+        let engine = Engine::builder()
             .device(recall::DevicePolicy::Gpu)
             .gpu_min_work(0)
+            .mode(mode)
             .build()
             .map_err(|e| e.to_string())?;
-        let handle = gpu_engine
+        let handle = engine
             .corpus(corpus.clone(), a.dim)
             .map_err(|e| e.to_string())?;
-        let run = || gpu_engine.knn_in(&queries, &handle, recall::Metric::Cosine, a.k);
+        let run = || engine.knn_in(&queries, &handle, recall::Metric::Cosine, a.k);
         let first = run().map_err(|e| e.to_string())?;
-        if first.ids != gpu_top.ids {
-            return Err("Engine::knn_in disagrees with the kernel-level knn".into());
-        }
         let mut times = Vec::new();
         for _ in 0..a.iters.max(1) {
             let t = std::time::Instant::now();
             run().map_err(|e| e.to_string())?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        recall::diagnostics::bench::median(times)
+        Ok((first, recall::diagnostics::bench::median(times)))
     };
+    let (first, handle_ms) = handle_path(recall::Mode::Exact)?;
+    if first.ids != gpu_top.ids {
+        return Err("Engine::knn_in disagrees with the kernel-level knn".into());
+    }
     // Fast mode (tensor cores, sm_80+, more than 8 queries): the same handle path, with its recall against
     // the exact top-k.
     let mut fast = Vec::new();
@@ -395,17 +398,7 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             (recall::Mode::FastF16, "fast mode f16"),
             (recall::Mode::FastBf16, "fast mode bf16"),
         ] {
-            let fast_engine = Engine::builder()
-                .device(recall::DevicePolicy::Gpu)
-                .gpu_min_work(0)
-                .mode(mode)
-                .build()
-                .map_err(|e| e.to_string())?;
-            let handle = fast_engine
-                .corpus(corpus.clone(), a.dim)
-                .map_err(|e| e.to_string())?;
-            let run = || fast_engine.knn_in(&queries, &handle, recall::Metric::Cosine, a.k);
-            let first = run().map_err(|e| e.to_string())?;
+            let (first, ms) = handle_path(mode)?;
             let mut hits = 0usize;
             for q in 0..a.queries {
                 let exact = &gpu_top.ids[q * a.k..(q + 1) * a.k];
@@ -414,17 +407,7 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
                     .filter(|id| exact.contains(id))
                     .count();
             }
-            let mut times = Vec::new();
-            for _ in 0..a.iters.max(1) {
-                let t = std::time::Instant::now();
-                run().map_err(|e| e.to_string())?;
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            fast.push((
-                name,
-                recall::diagnostics::bench::median(times),
-                hits as f64 / (a.queries * a.k) as f64,
-            ));
+            fast.push((name, ms, hits as f64 / (a.queries * a.k) as f64));
         }
     }
     let parts = if a.queries == 1 && a.rows <= 100_000 {
