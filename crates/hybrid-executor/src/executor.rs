@@ -1101,7 +1101,8 @@ mod tests {
         assert_eq!(max_abs(&[]), 0.0);
         assert_eq!(max_abs(&[-0.0]), 0.0);
         assert_eq!(max_abs(&[1.5, -70_000.0, 65_504.0, 3.0]), 70_000.0);
-        assert_eq!(max_abs(&[f32::MIN_POSITIVE, -1e-30]), f32::MIN_POSITIVE);
+        assert_eq!(max_abs(&[f32::MIN_POSITIVE, -1e-30]), 1e-30);
+        assert_eq!(max_abs(&[-f32::MIN_POSITIVE, 0.0]), f32::MIN_POSITIVE);
     }
 
     #[test]
