@@ -39,7 +39,7 @@ const LOADS: usize = TK;
 
 /// One step of a metric's chain.
 #[inline(always)]
-fn step<const METRIC: u32>(q: f32, c: f32, acc: f32) -> f32 {
+pub(crate) fn step<const METRIC: u32>(q: f32, c: f32, acc: f32) -> f32 {
     if METRIC == METRIC_L2 {
         let t = q - c;
         fma(t, t, acc)
@@ -50,7 +50,7 @@ fn step<const METRIC: u32>(q: f32, c: f32, acc: f32) -> f32 {
 
 /// A metric's last step.
 #[inline(always)]
-fn finish<const METRIC: u32>(acc: f32, nq: f32, nc: f32) -> f32 {
+pub(crate) fn finish<const METRIC: u32>(acc: f32, nq: f32, nc: f32) -> f32 {
     if METRIC == METRIC_COSINE {
         cosine_from_parts(acc, nq, nc)
     } else {

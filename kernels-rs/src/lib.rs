@@ -47,6 +47,7 @@ macro_rules! unroll {
 mod cluster;
 mod dense;
 mod graph;
+mod knn1;
 mod select;
 mod tensor;
 mod util;

@@ -68,7 +68,7 @@ fn state_ptr(p: &SelectParams, s: u32) -> *mut SelectState {
 }
 
 #[inline(always)]
-fn atomic_add(ptr: *mut u32, v: u32) -> u32 {
+pub(crate) fn atomic_add(ptr: *mut u32, v: u32) -> u32 {
     // SAFETY: callers pass pointers into device or shared memory that live for the kernel and are only
     // accessed atomically while the kernel runs.
     unsafe { AtomicU32::from_ptr(ptr) }.fetch_add(v, Ordering::Relaxed)
@@ -315,7 +315,7 @@ pub unsafe extern "ptx-kernel" fn select_collect(p: SelectParams) {
 
 /// Insert `key` into the ascending array `a` (dropping its largest entry).
 #[inline(always)]
-fn insert_sorted<const SLOTS: usize>(a: &mut [u64; SLOTS], key: u64) {
+pub(crate) fn insert_sorted<const SLOTS: usize>(a: &mut [u64; SLOTS], key: u64) {
     let mut x = key;
     let mut i = 0;
     while i < SLOTS {

@@ -15,7 +15,10 @@
 //! bytes): the eight 16-byte row pieces that one `ldmatrix` phase reads fall in eight different bank groups.
 //! Fragments come from `ldmatrix.x4`: both operands are K-major, which is what `mma .row.col` wants.
 
-use crate::util::{block_x, block_y, dynamic_shared_f32, thread_x};
+use crate::util::{
+    block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, shared_addr,
+    thread_x,
+};
 use core::arch::asm;
 use recall_kernel_shared::math::cosine_from_parts;
 use recall_kernel_shared::{
@@ -26,44 +29,6 @@ use recall_kernel_shared::{
 const SROW: u32 = 40;
 /// Bytes of one operand tile in shared memory.
 const TILE_BYTES: u32 = TC_TILE * SROW * 2;
-
-/// The shared-window address of a generic pointer into shared memory.
-#[inline(always)]
-fn shared_addr(p: *mut f32) -> u32 {
-    let out: u64;
-    // SAFETY: `cvta.to.shared` only converts an address; `p` points into this block's shared memory.
-    unsafe {
-        asm!("cvta.to.shared.u64 {o}, {p};", o = out(reg64) out, p = in(reg64) p as u64, options(pure, nomem, nostack));
-    }
-    out as u32
-}
-
-/// Copy 16 bytes from global `src` to shared `dst` asynchronously; with `bytes == 0` the 16 bytes are zeros
-/// and `src` is not read.
-///
-/// # Safety
-/// `dst` is a 16-byte aligned shared address of this block; `src` is 16-byte aligned and, when `bytes` is
-/// 16, points to 16 readable bytes.
-#[inline(always)]
-unsafe fn cp_async16(dst: u32, src: u64, bytes: u32) {
-    // SAFETY: caller.
-    unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, options(nostack));
-    }
-}
-
-#[inline(always)]
-fn cp_async_commit() {
-    // SAFETY: closes the thread's group of pending copies; no memory is accessed.
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) }
-}
-
-/// Wait until at most `N` of this thread's copy groups are pending.
-#[inline(always)]
-fn cp_async_wait<const N: u32>() {
-    // SAFETY: waits for this thread's own copies.
-    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
-}
 
 /// Four 8x8 16-bit matrices from shared memory, one row address per lane (`ldmatrix.x4`).
 ///

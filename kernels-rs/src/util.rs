@@ -1,6 +1,6 @@
 //! Small device helpers shared by the kernels: thread indices, shared memory, IEEE arithmetic.
 
-use core::arch::nvptx;
+use core::arch::{asm, nvptx};
 
 #[inline(always)]
 pub fn thread_x() -> u32 {
@@ -88,4 +88,60 @@ pub fn block_dim_x() -> u32 {
 pub fn grid_dim_x() -> u32 {
     // SAFETY: reads a special register; always defined inside a kernel.
     unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
+}
+
+// `cp.async` (sm_80 and newer): only kernels left out of older images (`tc_*`, `sm80_*`) may use these.
+
+/// The shared-window address of a generic pointer into shared memory.
+#[inline(always)]
+pub fn shared_addr(p: *mut f32) -> u32 {
+    let out: u64;
+    // SAFETY: `cvta.to.shared` only converts an address; `p` points into this block's shared memory.
+    unsafe {
+        asm!("cvta.to.shared.u64 {o}, {p};", o = out(reg64) out, p = in(reg64) p as u64, options(pure, nomem, nostack));
+    }
+    out as u32
+}
+
+/// Copy 16 bytes from global `src` to shared `dst` asynchronously; with `bytes == 0` the 16 bytes are zeros
+/// and `src` is not read.
+///
+/// # Safety
+/// `dst` is a 16-byte aligned shared address of this block; `src` is 16-byte aligned and, when `bytes` is
+/// 16, points to 16 readable bytes.
+#[inline(always)]
+pub unsafe fn cp_async16(dst: u32, src: u64, bytes: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, options(nostack));
+    }
+}
+
+#[inline(always)]
+pub fn cp_async_commit() {
+    // SAFETY: closes the thread's group of pending copies; no memory is accessed.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) }
+}
+
+/// Wait until at most `N` of this thread's copy groups are pending.
+#[inline(always)]
+pub fn cp_async_wait<const N: u32>() {
+    // SAFETY: waits for this thread's own copies.
+    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
+}
+
+/// A fence of the acquire-release kind at GPU scope (`fence.acq_rel.gpu`, sm_70 and newer): this thread's
+/// writes before it are visible device-wide to whoever observes a later write of this thread.
+#[inline(always)]
+pub fn fence_gpu() {
+    // SAFETY: a memory fence; no operands.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) }
+}
+
+/// Barrier for the 32 lanes of the warp (`bar.warp.sync`), ordering their shared-memory accesses. Every lane
+/// of the warp must reach it.
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: callers reach it from warp-uniform control flow with all lanes active.
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
 }

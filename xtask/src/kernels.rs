@@ -237,13 +237,18 @@ pub fn build(args: &[String]) -> Result<(), String> {
         ptxas_version.trim()
     ));
     manifest.push_str(&format!("kernels: {}\n", kernels.join(" ")));
-    // Below sm_80 the tensor-core kernels (`tc_*`) are left out: their PTX needs sm_80. Deleting their
-    // definitions and then every function only they used gives the module those SMs lower.
+    // Below sm_80 the tensor-core kernels (`tc_*`) and the other kernels that need sm_80 (`sm80_*`, e.g.
+    // `cp.async`) are left out. Deleting their definitions and then every function only they used gives the
+    // module those SMs lower.
     let pre_ampere = work.join("recall_kernels.pre_sm80.ll");
     let without_tc = work.join("recall_kernels.pre_sm80.bc");
     fs::write(
         &pre_ampere,
-        drop_functions(&strip_arch_attributes(&ll), TC_PREFIX),
+        SM80_PREFIXES
+            .iter()
+            .fold(strip_arch_attributes(&ll), |m, prefix| {
+                drop_functions(&m, prefix)
+            }),
     )
     .map_err(|e| e.to_string())?;
     run(Command::new(llvm_bin.join("opt"))
@@ -326,8 +331,9 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
     }
 }
 
-/// Kernels whose names start with this use tensor cores and exist only in images for [`TC_MIN_SM`] and newer.
-const TC_PREFIX: &str = "tc_";
+/// Kernels whose names start with one of these (tensor cores; other sm_80 instructions such as `cp.async`)
+/// exist only in images for [`TC_MIN_SM`] and newer.
+const SM80_PREFIXES: [&str; 2] = ["tc_", "sm80_"];
 const TC_MIN_SM: u32 = 80;
 
 /// `ll` without the definitions of the functions whose names start with `prefix` (a `define` line up to its

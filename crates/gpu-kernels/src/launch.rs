@@ -93,6 +93,9 @@ pub struct Kernels {
     topk_filter: CudaFunction,
     /// Scratch of `select_topk`, grown on demand and reused (no allocation or memset per call).
     select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
+    /// One query against few rows in one launch (`knn1.rs`), only in images for sm_80 and newer.
+    pub(crate) knn1: Option<crate::knn1::Knn1Kernels>,
+    pub(crate) knn1_scratch: parking_lot::Mutex<Option<crate::knn1::Knn1Scratch>>,
 }
 
 /// The tensor-core kernels of fast mode.
@@ -163,7 +166,7 @@ pub enum SimMetric {
 }
 
 impl SimMetric {
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             SimMetric::Dot => METRIC_DOT as usize,
             SimMetric::Cosine => METRIC_COSINE as usize,
@@ -329,6 +332,12 @@ impl Kernels {
                             None
                         },
                         select_scratch: parking_lot::Mutex::new(None),
+                        knn1: if sm >= TC_MIN_SM {
+                            crate::knn1::Knn1Kernels::load(gpu, f)?
+                        } else {
+                            None
+                        },
+                        knn1_scratch: parking_lot::Mutex::new(None),
                         _module: module,
                     };
                     return Ok(kernels);
@@ -769,6 +778,7 @@ impl Kernels {
     /// Free the selection's cached scratch buffers (they are made again by the next selection).
     pub fn release_scratch(&self) {
         *self.select_scratch.lock() = None;
+        *self.knn1_scratch.lock() = None;
     }
 
     /// Whether fast mode (tensor cores) runs here: the loaded image is for sm_80 or newer.

@@ -11,9 +11,11 @@
 //! runs: that is `recall-hybrid-executor`.
 
 mod bundle;
+mod knn1;
 mod launch;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
+pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS};
 pub use launch::{
     DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,
     Kernels, LoadedImage, PREFETCH_MAX_ROWS, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM,

@@ -322,6 +322,83 @@ impl Gpu {
         })
     }
 
+    /// Let `func` be launched with up to `bytes` of dynamic shared memory (above the default 48 KiB needs
+    /// this opt-in; the driver refuses more than the device has per block).
+    pub fn allow_dynamic_shared(&self, func: &CudaFunction, bytes: u32) -> Result<(), GpuError> {
+        let value = i32::try_from(bytes).map_err(|_| GpuError::Driver {
+            call: "cuFuncSetAttribute",
+            code: 0,
+            name: format!("{bytes} bytes of shared memory"),
+        })?;
+        guard("cuFuncSetAttribute", || {
+            self.ctx.bind_to_thread().gpu("cuCtxSetCurrent")?;
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+            .gpu("cuFuncSetAttribute")
+        })
+    }
+
+    /// Page-locked host memory for `len` values that the host reads back (cached, unlike
+    /// [`Gpu::alloc_pinned`]'s write-combined staging, which is slow to read). Copies into it with
+    /// [`Gpu::download_pinned`]; `as_slice` waits for the last one.
+    pub fn alloc_pinned_readback<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<PinnedHostSlice<T>, GpuError> {
+        guard("cuMemHostAlloc", || {
+            // SAFETY: as in `alloc_pinned`: handed out only through `as_slice`/`as_mut_slice`, and every
+            // value type allowed here is valid for any bit pattern.
+            unsafe { self.ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }.gpu("cuMemHostAlloc")
+        })
+    }
+
+    /// Copy the first `dst.len()` values of `src` into the pinned buffer `dst`, asynchronously on the
+    /// handle's stream (`dst.as_slice()` waits for it).
+    pub fn download_pinned<T: DeviceRepr>(
+        &self,
+        src: &CudaSlice<T>,
+        dst: &mut PinnedHostSlice<T>,
+    ) -> Result<(), GpuError> {
+        if dst.len() > src.len() {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyDtoHAsync",
+                code: 0,
+                name: format!(
+                    "asked for {} elements of a {}-element buffer",
+                    dst.len(),
+                    src.len()
+                ),
+            });
+        }
+        guard("cuMemcpyDtoHAsync", || {
+            self.stream
+                .memcpy_dtoh(&src.slice(0..dst.len()), dst)
+                .gpu("cuMemcpyDtoHAsync")
+        })
+    }
+
+    /// The pinned buffer's values, once its last copy has finished.
+    pub fn pinned_read<'a, T: ValidAsZeroBits>(
+        &self,
+        buf: &'a PinnedHostSlice<T>,
+    ) -> Result<&'a [T], GpuError> {
+        guard("cuEventSynchronize", || {
+            buf.as_slice().gpu("cuEventSynchronize")
+        })
+    }
+
+    /// The pinned buffer's values to write, once its last copy has finished.
+    pub fn pinned_write<'a, T: ValidAsZeroBits>(
+        &self,
+        buf: &'a mut PinnedHostSlice<T>,
+    ) -> Result<&'a mut [T], GpuError> {
+        guard("cuEventSynchronize", || {
+            buf.as_mut_slice().gpu("cuEventSynchronize")
+        })
+    }
+
     // ---- Added for `memory` (issue 6): access for the memory layer. ----
 
     /// The primary context this handle holds, for the driver memory calls in [`crate::memory`].

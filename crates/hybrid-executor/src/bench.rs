@@ -309,6 +309,16 @@ mod gpu_knn {
         time("download of 32 floats (pageable)", &mut || {
             g.download_prefix(&scores, &mut back).map_err(|x| err(&x))
         })?;
+        if kern.knn1_supported(n, dim, k) {
+            time(
+                "knn1: query in, scan + top-k in one launch, result out (all of it)",
+                &mut || {
+                    kern.knn1(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
+                        .map(|_| ())
+                        .map_err(|x| err(&x))
+                },
+            )?;
+        }
         Ok(parts)
     }
 

@@ -376,6 +376,7 @@ mod run_gpu {
         let image = kernels.image().to_string();
         let cases = kernel_cases(gpu, &kernels, quick).and_then(|mut k| {
             k.extend(fast_cases(gpu, &kernels, quick)?);
+            k.extend(knn1_cases(gpu, &kernels, quick)?);
             Ok(k)
         });
         match cases {
@@ -555,6 +556,87 @@ mod run_gpu {
                     );
                 }
             }
+        }
+        Ok(diffs)
+    }
+
+    /// One query, scan and top-k in one launch (`knn1`; sm_80+ images only) against the CPU's similarity
+    /// and top-k: every block-size regime (1, 2 and 4 warps), partial column tiles, k from 1 to 32 and k = N,
+    /// heavy ties, and repeated launches on the same scratch (the last block resets the ticket).
+    fn knn1_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
+        let mut diffs = Vec::new();
+        if !k.knn1_supported(1, 4, 1) {
+            return Ok(diffs);
+        }
+        let mut rng = SplitMix::new(0x5EED_0004);
+        let mut shapes: Vec<(usize, usize)> = vec![
+            (1, 4),
+            (31, 4),
+            (32, 36),
+            (33, 768),
+            (1000, 768),
+            (4096, 768),
+            (4097, 100),
+            (10_000, 768),
+            (16_384, 96),
+            (16_385, 1024),
+            (3000, 4096),
+        ];
+        for _ in 0..if quick { 3 } else { 12 } {
+            shapes.push((
+                1 + rng.below(recall_gpu_kernels::KNN1_MAX_ROWS as u64) as usize,
+                4 * (1 + rng.below(300) as usize),
+            ));
+        }
+        if !quick {
+            shapes.push((recall_gpu_kernels::KNN1_MAX_ROWS, 768));
+        }
+        let run = |diffs: &mut Vec<KernelDiff>,
+                   query: &[f32],
+                   corpus: &[f32],
+                   n: usize,
+                   dim: usize|
+         -> Result<(), String> {
+            let c = gpu.upload(corpus).map_err(e)?;
+            let cpu_cn = recall_cpu_simd::row_norms(corpus, dim).map_err(e)?;
+            let cn = gpu.upload(&cpu_cn).map_err(e)?;
+            for (metric, sim, _) in METRICS {
+                let cpu = recall_cpu_simd::similarity(query, &Corpus::f32(corpus, dim), metric)
+                    .map_err(e)?;
+                for kk in [1usize, 10, 16, 17, 32, n] {
+                    if !k.knn1_supported(n, dim, kk) {
+                        continue;
+                    }
+                    let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                    // Twice: the second launch reuses the scratch and its reset ticket.
+                    for _ in 0..2 {
+                        let r = k
+                            .knn1(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                            .map_err(e)?;
+                        compare_topk(
+                            diff_of(diffs, "knn1"),
+                            &cpu_top,
+                            &TopK {
+                                k: r.k,
+                                ids: r.ids,
+                                scores: r.scores,
+                            },
+                        );
+                    }
+                }
+            }
+            Ok(())
+        };
+        for (n, dim) in shapes {
+            let query = awkward_matrix(&mut rng, 1, dim);
+            let corpus = awkward_matrix(&mut rng, n, dim);
+            run(&mut diffs, &query, &corpus, n, dim)?;
+        }
+        // Heavy ties: every row the same, so the top k are ids 0..k by the id rule.
+        for n in [100, 20_000] {
+            let row = awkward_matrix(&mut rng, 1, 64);
+            let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
+            run(&mut diffs, &row, &corpus, n, 64)?;
         }
         Ok(diffs)
     }

@@ -290,6 +290,13 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
+            if queries.len() == dim && kern.knn1_supported(n, dim, k) {
+                // One query against few rows: scan and selection in one launch (latency, not bytes).
+                return kern
+                    .knn1(g, sim_metric(metric), queries, c, cn, n, dim, k)
+                    .map(topk)
+                    .map_err(map_kernel_error);
+            }
             self.knn_chunked(
                 queries,
                 n,

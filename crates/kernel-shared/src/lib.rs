@@ -225,6 +225,61 @@ pub struct TcGemmParams {
     pub _pad: u32,
 }
 
+/// One query against few rows, scan and top-k in one launch (`sm80_knn1_*`, sm_80 and newer: `cp.async`).
+///
+/// A block of `warps` warps covers `32 * warps` consecutive rows, 32 per warp, one row per lane: the warp
+/// copies its rows through a ring of [`KNN1_STAGES`] shared tiles of [`KNN1_TILE`] columns, and every lane
+/// runs its row's chain in the order of `docs/numerics.md` (for cosine also the query's norm chain). The
+/// block writes its rows' scores and its `k` smallest pair keys. Blocks form groups of `group_blocks`; the
+/// last block of a group to finish (ticket counters) merges the group's keys, and the last group's merger
+/// merges the groups' keys and writes the `k` smallest, then their scores, to `out`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Knn1Params {
+    /// `dim` f32: the query.
+    pub query: u64,
+    /// `n_rows * dim` f32, 16-byte aligned, `dim` a multiple of 4.
+    pub corpus: u64,
+    /// `n_rows` f32 (cosine, else 0).
+    pub corpus_norms: u64,
+    /// `n_rows` f32 out: every row's score.
+    pub scores: u64,
+    /// `(n_blocks + n_groups) * k` u64: each block's `k` smallest keys, then each group's.
+    pub partial: u64,
+    /// `1 + n_groups` u32 (the groups' counter, then one per group), zero before the launch; the mergers set
+    /// them back to zero.
+    pub ticket: u64,
+    /// `2 * k` u64 out: the `k` smallest keys ascending, then each one's score (f32 bits in the low half).
+    pub out: u64,
+    pub n_rows: u32,
+    pub dim: u32,
+    pub k: u32,
+    /// Warps per block: 1, 2 or 4.
+    pub warps: u32,
+    /// 1: higher scores first (cosine, dot); 0: lower first (l2).
+    pub higher_first: u32,
+    /// Blocks per merge group ([`KNN1_GROUP_BLOCKS`]).
+    pub group_blocks: u32,
+}
+
+/// Blocks per merge group of `sm80_knn1_*`.
+pub const KNN1_GROUP_BLOCKS: u32 = 64;
+/// Columns per shared tile of `sm80_knn1_*`.
+pub const KNN1_TILE: u32 = 32;
+/// Tiles in flight per warp of `sm80_knn1_*`.
+pub const KNN1_STAGES: u32 = 8;
+/// Shared row stride of a `sm80_knn1_*` tile, in f32 (the tile's 32 columns and 4 of padding: the eight
+/// 16-byte reads of one quarter-warp fall in eight different bank groups).
+pub const KNN1_ROW_STRIDE: u32 = 36;
+
+/// Dynamic shared memory of one `sm80_knn1_*` block: the query, each warp's ring, the block minima (two
+/// rounds' worth) and the last-block flag.
+pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
+    let query = dim.div_ceil(4) * 4;
+    let rings = warps * KNN1_STAGES * 32 * KNN1_ROW_STRIDE;
+    (query + rings) * 4 + 2 * warps * 8 + 8
+}
+
 /// `to_half_rows` (f32 or 16-bit rows to zero-padded 16-bit rows) and `widen_half_rows` (16-bit rows to
 /// f32 rows, exact).
 #[repr(C)]

@@ -1,0 +1,217 @@
+//! The launcher of `sm80_knn1_*`: one query against at most [`KNN1_MAX_ROWS`] rows, similarity and top-k
+//! (k <= 32) in one launch. The host's part is three queued calls and one wait: the query into a pinned
+//! buffer and across, the kernel, `2k` values back into a pinned buffer.
+
+use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
+use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
+use recall_gpu_sys::{Gpu, GpuError};
+use recall_kernel_shared::{KNN1_GROUP_BLOCKS, Knn1Params, SMALL_K_MAX, knn1_shared_bytes};
+
+/// The most rows [`Kernels::knn1`] takes (row ids are the low half of a 64-bit key; every row's score is
+/// kept in a device buffer).
+pub const KNN1_MAX_ROWS: usize = 1 << 28;
+/// The longest rows [`Kernels::knn1`] takes (its query lives in shared memory).
+pub const KNN1_MAX_DIM: usize = 4096;
+
+/// The three metric variants, and the most warps per block the device's shared memory allows.
+#[derive(Debug)]
+pub(crate) struct Knn1Kernels {
+    funcs: [CudaFunction; 3],
+    max_warps: u32,
+}
+
+impl Knn1Kernels {
+    /// Look the kernels up and opt them into the shared memory their largest block needs; `None` when the
+    /// device has too little for even one warp per block of `KNN1_MAX_DIM`.
+    pub(crate) fn load(
+        gpu: &Gpu,
+        f: impl Fn(&str) -> Result<CudaFunction, GpuError>,
+    ) -> Result<Option<Knn1Kernels>, GpuError> {
+        let funcs = [
+            f("sm80_knn1_dot")?,
+            f("sm80_knn1_cosine")?,
+            f("sm80_knn1_l2")?,
+        ];
+        for warps in [2, 1] {
+            let bytes = knn1_shared_bytes(KNN1_MAX_DIM as u32, warps);
+            if funcs
+                .iter()
+                .all(|func| gpu.allow_dynamic_shared(func, bytes).is_ok())
+            {
+                return Ok(Some(Knn1Kernels {
+                    funcs,
+                    max_warps: warps,
+                }));
+            }
+        }
+        tracing::debug!("sm80_knn1: not enough shared memory per block; the separate kernels run");
+        Ok(None)
+    }
+}
+
+/// Device and pinned buffers of `knn1`, grown on demand and reused.
+#[derive(Debug)]
+pub(crate) struct Knn1Scratch {
+    query_host: PinnedHostSlice<f32>,
+    query: CudaSlice<f32>,
+    scores: CudaSlice<f32>,
+    partial: CudaSlice<u64>,
+    /// Zero between launches (the mergers reset them).
+    tickets: CudaSlice<u32>,
+    out: CudaSlice<u64>,
+    out_host: PinnedHostSlice<u64>,
+}
+
+impl Knn1Scratch {
+    fn new(
+        gpu: &Gpu,
+        dim: usize,
+        n_rows: usize,
+        partial: usize,
+        tickets: usize,
+    ) -> Result<Knn1Scratch, GpuError> {
+        let out_len = 2 * SMALL_K_MAX as usize;
+        Ok(Knn1Scratch {
+            query_host: gpu.alloc_pinned::<f32>(dim)?,
+            query: gpu.alloc_zeros::<f32>(dim)?,
+            scores: gpu.alloc_zeros::<f32>(n_rows)?,
+            partial: gpu.alloc_zeros::<u64>(partial)?,
+            tickets: gpu.alloc_zeros::<u32>(tickets)?,
+            out: gpu.alloc_zeros::<u64>(out_len)?,
+            out_host: gpu.alloc_pinned_readback::<u64>(out_len)?,
+        })
+    }
+
+    fn fits(&self, dim: usize, n_rows: usize, partial: usize, tickets: usize) -> bool {
+        self.query_host.len() == dim
+            && self.scores.len() >= n_rows
+            && self.partial.len() >= partial
+            && self.tickets.len() >= tickets
+    }
+}
+
+/// Warps per block for `n_rows` rows: one for few rows (more blocks, so more SMs pull), else two (fewer
+/// keys to merge; three blocks still fit an SM's shared memory, so loads continue while one block merges).
+fn warps_for(n_rows: usize, max_warps: u32) -> u32 {
+    let w = if n_rows <= 4096 { 1 } else { 2 };
+    w.min(max_warps)
+}
+
+impl Kernels {
+    /// Whether [`Kernels::knn1`] takes this shape here: an sm_80+ image, `1 <= n_rows <=`
+    /// [`KNN1_MAX_ROWS`], `dim` a multiple of 4 up to [`KNN1_MAX_DIM`], `1 <= k <= min(32, n_rows)`.
+    pub fn knn1_supported(&self, n_rows: usize, dim: usize, k: usize) -> bool {
+        self.knn1.is_some()
+            && (1..=KNN1_MAX_ROWS).contains(&n_rows)
+            && (4..=KNN1_MAX_DIM).contains(&dim)
+            && dim.is_multiple_of(4)
+            && (1..=(SMALL_K_MAX as usize).min(n_rows)).contains(&k)
+    }
+
+    /// The top `k` of one query against the `n_rows x dim` rows `corpus` (with their norms for cosine), in
+    /// one launch; the same list as [`Kernels::similarity`] followed by [`Kernels::select_topk`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn knn1(
+        &self,
+        gpu: &Gpu,
+        metric: SimMetric,
+        query: &[f32],
+        corpus: &CudaSlice<f32>,
+        corpus_norms: Option<&CudaSlice<f32>>,
+        n_rows: usize,
+        dim: usize,
+        k: usize,
+    ) -> Result<TopKResult, KernelError> {
+        const K: &str = "knn1";
+        let shape = |reason: String| KernelError::Shape { kernel: K, reason };
+        let Some(kernels) = &self.knn1 else {
+            return Err(shape("needs an sm_80+ image".into()));
+        };
+        if !self.knn1_supported(n_rows, dim, k) {
+            return Err(shape(format!(
+                "n_rows = {n_rows}, dim = {dim}, k = {k} outside what knn1 takes"
+            )));
+        }
+        if query.len() != dim || corpus.len() < n_rows * dim {
+            return Err(shape(format!(
+                "query holds {} values and the corpus {}, expected {dim} and {}",
+                query.len(),
+                corpus.len(),
+                n_rows * dim
+            )));
+        }
+        let norms = match (metric, corpus_norms) {
+            (SimMetric::Cosine, Some(cn)) if cn.len() >= n_rows => gpu.device_ptr(cn),
+            (SimMetric::Cosine, _) => return Err(shape("cosine needs n_rows corpus norms".into())),
+            _ => 0,
+        };
+        let warps = warps_for(n_rows, kernels.max_warps);
+        let n_blocks = n_rows.div_ceil(32 * warps as usize);
+        let n_groups = n_blocks.div_ceil(KNN1_GROUP_BLOCKS as usize);
+        let partial = (n_blocks + n_groups) * k;
+        let mut slot = self.knn1_scratch.lock();
+        if !slot
+            .as_ref()
+            .is_some_and(|s| s.fits(dim, n_rows, partial, 1 + n_groups))
+        {
+            *slot = None; // free first
+            *slot = Some(Knn1Scratch::new(
+                gpu,
+                dim,
+                n_rows,
+                (n_blocks + n_groups) * SMALL_K_MAX as usize,
+                1 + n_groups,
+            )?);
+        }
+        let Some(sc) = slot.as_mut() else {
+            return Err(shape("scratch missing".into()));
+        };
+        let result = (|| {
+            gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
+            gpu.upload_pinned(&sc.query_host, &mut sc.query)?;
+            let params = Knn1Params {
+                query: gpu.device_ptr(&sc.query),
+                corpus: gpu.device_ptr(corpus),
+                corpus_norms: norms,
+                scores: gpu.device_ptr(&sc.scores),
+                partial: gpu.device_ptr(&sc.partial),
+                ticket: gpu.device_ptr(&sc.tickets),
+                out: gpu.device_ptr(&sc.out),
+                n_rows: n_rows as u32,
+                dim: dim as u32,
+                k: k as u32,
+                warps,
+                higher_first: u32::from(metric.higher_first()),
+                group_blocks: KNN1_GROUP_BLOCKS,
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (n_blocks as u32, 1, 1),
+                block_dim: (32 * warps, 1, 1),
+                shared_mem_bytes: knn1_shared_bytes(dim as u32, warps),
+            };
+            let func = &kernels.funcs[metric.index()];
+            // SAFETY: knn1_supported holds (1 <= k <= min(32, n_rows), dim a multiple of 4 up to
+            // KNN1_MAX_DIM, whose shared memory the function was opted into for `max_warps >= warps`);
+            // the query holds dim values, the corpus n_rows * dim (16-byte aligned: a device allocation),
+            // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
+            // 1 + n_groups, out 64 >= 2k; the tickets are zero (fresh, or reset by the last launch's
+            // mergers); grid and block as `Knn1Params` documents.
+            unsafe { gpu.launch(func, cfg, params) }?;
+            gpu.download_pinned(&sc.out, &mut sc.out_host)?;
+            let out = gpu.pinned_read(&sc.out_host)?;
+            Ok::<_, GpuError>(TopKResult {
+                k,
+                ids: out[..k].iter().map(|&key| key as u32).collect(),
+                scores: out[k..2 * k]
+                    .iter()
+                    .map(|&bits| f32::from_bits(bits as u32))
+                    .collect(),
+            })
+        })();
+        if result.is_err() {
+            // A launch that failed part-way may leave a ticket non-zero: start from fresh buffers.
+            *slot = None;
+        }
+        Ok(result?)
+    }
+}

@@ -1,0 +1,396 @@
+//! One query against few rows: similarity and top-k in one launch (`sm80_knn1_*`).
+//!
+//! The latency of a small search is the number of round trips, not bytes: a norm kernel, a scan kernel,
+//! selection levels and a download each wait for the one before. Here one kernel does all of it, and the
+//! host's whole call is: copy the query in, launch, copy `2k` values out.
+//!
+//! Thread mapping (see `Knn1Params`): warp `w` of block `b` owns rows `32 * (warps * b + w) ..`, lane `l` one
+//! row. The warp copies its 32 rows global -> shared with `cp.async`, [`KNN1_TILE`] columns per tile and
+//! [`KNN1_STAGES`] tiles in flight, so a whole row's worth of loads is outstanding at once instead of one
+//! tile per round trip. Lane `l` then runs row `l`'s chain over the tile exactly as `scan` does
+//! (`docs/numerics.md`: one FMA chain per pair, `k` ascending); for cosine it runs the query's norm chain
+//! beside it (the same steps as `row_norms`, so the same bits). Keys and the selection are those of
+//! `topk_small`: the block extracts its `k` smallest keys in `k` rounds of warp and block minima; the block
+//! that takes the last ticket of its group of blocks merges the group's keys the same way, and the merger
+//! that takes the last group ticket merges the groups' keys into the answer. Most merging happens while
+//! other blocks still scan.
+//!
+//! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
+//! the launcher runs the separate kernels instead.
+
+use crate::dense::{finish, step};
+use crate::select::{atomic_add, insert_sorted};
+use crate::util::{
+    block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fence_gpu, fma,
+    grid_dim_x, score_key, shared_addr, shfl_xor_u64, sqrt, sync_threads, sync_warp, thread_x,
+};
+use recall_kernel_shared::{
+    KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,
+    SMALL_K_MAX,
+};
+
+const TILE: usize = KNN1_TILE as usize;
+const STAGES: usize = KNN1_STAGES as usize;
+const RS: usize = KNN1_ROW_STRIDE as usize;
+/// f32 of one warp's ring.
+const RING: usize = STAGES * 32 * RS;
+/// Keys each thread of the last block keeps (k <= SMALL_K_MAX).
+const SLOTS: usize = SMALL_K_MAX as usize;
+
+/// Four f32 read as one 16-byte shared load.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct F4([f32; 4]);
+
+/// The smallest of the 32 lanes' values (every lane gets it). Every lane of the warp must call it.
+#[inline(always)]
+fn warp_min(mut m: u64) -> u64 {
+    m = m.min(shfl_xor_u64(m, 16));
+    m = m.min(shfl_xor_u64(m, 8));
+    m = m.min(shfl_xor_u64(m, 4));
+    m = m.min(shfl_xor_u64(m, 2));
+    m.min(shfl_xor_u64(m, 1))
+}
+
+/// Round `r`'s smallest key over the block: every thread offers `offer`; returns the block's minimum.
+/// Block-uniform: every thread calls it with the same `r`. The minima alternate between two slot sets, so
+/// one barrier per round is enough (a warp writes set `r % 2` again only after round `r + 1`'s barrier,
+/// which every warp passes only after reading round `r`'s minima).
+///
+/// # Safety
+/// `mins` points to `2 * warps` u64 of shared memory.
+#[inline(always)]
+unsafe fn block_min(offer: u64, mins: *mut u64, warps: usize, r: usize) -> u64 {
+    let t = thread_x() as usize;
+    let m = warp_min(offer);
+    let set = mins.wrapping_add((r % 2) * warps);
+    if t % 32 == 0 {
+        // SAFETY: warp < warps: inside this round's set.
+        unsafe { *set.add(t / 32) = m };
+    }
+    sync_threads();
+    let mut best = u64::MAX;
+    let mut w = 0;
+    while w < warps {
+        // SAFETY: w < warps; written before the barrier.
+        best = best.min(unsafe { *set.add(w) });
+        w += 1;
+    }
+    best
+}
+
+/// See the module comment.
+///
+/// # Safety
+/// Grid `ceil(n_rows / (32 * warps))`, `32 * warps` threads, `knn1_shared_bytes(dim, warps)` bytes of
+/// dynamic shared memory; pointers and sizes as `Knn1Params` documents; `1 <= k <= SMALL_K_MAX`, `k <=
+/// n_rows`, the tickets zero.
+#[inline(always)]
+unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
+    let smem = dynamic_shared_f32();
+    let t = thread_x() as usize;
+    let (lane, warp) = (t % 32, t / 32);
+    let warps = p.warps as usize;
+    let (n, dim, k) = (p.n_rows as usize, p.dim as usize, p.k as usize);
+    let q_s = smem;
+    let ring = smem.wrapping_add(dim.div_ceil(4) * 4 + warp * RING);
+    let mins = smem.wrapping_add(dim.div_ceil(4) * 4 + warps * RING) as *mut u64;
+    let last_flag = mins.wrapping_add(2 * warps) as *mut u32;
+    let mut i = t;
+    while i < dim {
+        // SAFETY: i < dim: the query's values; the query area holds dim floats.
+        unsafe { *q_s.add(i) = *(p.query as *const f32).add(i) };
+        i += 32 * warps;
+    }
+    let row0 = (block_x() as usize * warps + warp) * 32;
+    let n_tiles = dim.div_ceil(TILE);
+    let corpus = p.corpus;
+    // Tile `tile` of this warp's 32 rows into ring slot `tile % STAGES`: 32 rows x 8 pieces of 16 bytes, lane
+    // `l` copies pieces `l, l + 32, ..` (4 rows of 128 bytes per instruction). Rows past the end and columns
+    // past `dim` are zero-filled without a read. Always commits one group (empty past the last tile), so the
+    // wait below counts groups uniformly.
+    let issue = |tile: usize| {
+        if tile < n_tiles {
+            let slot = ring.wrapping_add((tile % STAGES) * 32 * RS);
+            let mut j = lane;
+            while j < 256 {
+                let (r, piece) = (j / 8, j % 8);
+                let col = tile * TILE + piece * 4;
+                let row = row0 + r;
+                let ok = row < n && col < dim;
+                let src = if ok {
+                    corpus + ((row * dim + col) * 4) as u64
+                } else {
+                    corpus
+                };
+                // SAFETY: the slot's row r holds RS >= 32 floats, 16-byte aligned (RS and the query area are
+                // multiples of 4 floats); when ok, row < n and col + 4 <= dim (dim is a multiple of 4), so the
+                // 16 source bytes are inside the corpus, 16-byte aligned.
+                unsafe {
+                    cp_async16(
+                        shared_addr(slot.wrapping_add(r * RS + piece * 4)),
+                        src,
+                        if ok { 16 } else { 0 },
+                    )
+                };
+                j += 32;
+            }
+        }
+        cp_async_commit();
+    };
+    let mut s = 0;
+    while s + 1 < STAGES {
+        issue(s);
+        s += 1;
+    }
+    // The query is in shared memory before any lane reads it.
+    sync_threads();
+    let mut acc = 0.0f32;
+    let mut acc_q = 0.0f32;
+    let mut tile = 0;
+    while tile < n_tiles {
+        issue(tile + STAGES - 1);
+        cp_async_wait::<{ KNN1_STAGES - 1 }>();
+        // Every lane's copies of this tile are complete; the barrier makes them visible to the whole warp.
+        sync_warp();
+        let row_s = ring.wrapping_add((tile % STAGES) * 32 * RS + lane * RS) as *const F4;
+        let q_t = q_s.wrapping_add(tile * TILE) as *const F4;
+        let cols = TILE.min(dim - tile * TILE);
+        if cols == TILE {
+            // Eight 16-byte loads of each operand in flight, then their 32 steps of the chain, in order.
+            let (mut qv, mut cv) = ([F4([0.0; 4]); 8], [F4([0.0; 4]); 8]);
+            unroll!(8, U: usize => {
+                // SAFETY: U < 8 = TILE / 4: inside the query and this lane's tile row.
+                unsafe {
+                    qv[U] = *q_t.add(U);
+                    cv[U] = *row_s.add(U);
+                }
+            });
+            unroll!(8, U: usize => {
+                unroll!(4, V: usize => {
+                    acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
+                    if METRIC == METRIC_COSINE {
+                        acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
+                    }
+                });
+            });
+        } else {
+            let mut c = 0;
+            while c < cols / 4 {
+                // SAFETY: 4c + 4 <= cols: inside the query and this lane's tile row.
+                let (qv, cv) = unsafe { (*q_t.add(c), *row_s.add(c)) };
+                unroll!(4, V: usize => {
+                    acc = step::<METRIC>(qv.0[V], cv.0[V], acc);
+                    if METRIC == METRIC_COSINE {
+                        acc_q = fma(qv.0[V], qv.0[V], acc_q);
+                    }
+                });
+                c += 1;
+            }
+        }
+        // No lane's copy of tile + STAGES (issued next round into this slot) starts before all have read it.
+        sync_warp();
+        tile += 1;
+    }
+    let r = row0 + lane;
+    let higher_first = p.higher_first != 0;
+    let mut mine = u64::MAX;
+    if r < n {
+        let (nq, nc) = if METRIC == METRIC_COSINE {
+            // SAFETY: cosine launches pass n_rows corpus norms.
+            (sqrt(acc_q), unsafe {
+                *(p.corpus_norms as *const f32).add(r)
+            })
+        } else {
+            (0.0, 0.0)
+        };
+        let score = finish::<METRIC>(acc, nq, nc);
+        // SAFETY: r < n_rows: inside the scores.
+        unsafe { *(p.scores as *mut f32).add(r) = score };
+        mine = (u64::from(score_key(score, higher_first)) << 32) | r as u64;
+    }
+    // This block's k smallest keys, ascending (keys are unique: exactly one thread holds each minimum).
+    let block = block_x() as usize;
+    let n_blocks = grid_dim_x() as usize;
+    let group_blocks = p.group_blocks as usize;
+    let n_groups = n_blocks.div_ceil(group_blocks);
+    let partial = p.partial as *mut u64;
+    let group_keys = partial.wrapping_add(n_blocks * k);
+    let mut round = 0;
+    while round < k {
+        // SAFETY: mins holds 2 * warps u64.
+        let best = unsafe { block_min(mine, mins, warps, round) };
+        if mine == best {
+            mine = u64::MAX;
+        }
+        if t == 0 {
+            // SAFETY: block * k + round < n_blocks * k.
+            unsafe { *partial.add(block * k + round) = best };
+        }
+        round += 1;
+    }
+    // Two levels of "the last one merges": the last block of each group of `group_blocks` merges the
+    // group's keys; the last group's merger merges the groups' (with one group, it writes the answer).
+    let g = block / group_blocks;
+    let in_group = group_blocks.min(n_blocks - g * group_blocks);
+    let tickets = p.ticket as *mut u32;
+    // SAFETY: the ticket array holds 1 + n_groups u32; the flag lives in this block's shared memory.
+    if !unsafe { last_to_arrive(tickets.wrapping_add(1 + g), in_group, last_flag) } {
+        return;
+    }
+    let one_group = n_groups == 1;
+    // SAFETY: this group's blocks wrote their k keys each before their tickets; the destination is the
+    // group's k keys (or, for one group, out's 2k values).
+    unsafe {
+        merge(
+            partial.wrapping_add(g * group_blocks * k),
+            in_group * k,
+            k,
+            if one_group {
+                p.out as *mut u64
+            } else {
+                group_keys.wrapping_add(g * k)
+            },
+            if one_group { p.scores } else { 0 },
+            n,
+            mins,
+            warps,
+        );
+    }
+    if t == 0 {
+        // SAFETY: every block of the group has taken its ticket; the next launch starts from zero.
+        unsafe { tickets.add(1 + g).write_volatile(0) };
+    }
+    // SAFETY: as above, for the groups' counter.
+    if one_group || !unsafe { last_to_arrive(tickets, n_groups, last_flag) } {
+        return;
+    }
+    // SAFETY: every group's merger wrote its k keys before its ticket; out holds 2k.
+    unsafe {
+        merge(
+            group_keys,
+            n_groups * k,
+            k,
+            p.out as *mut u64,
+            p.scores,
+            n,
+            mins,
+            warps,
+        )
+    };
+    if t == 0 {
+        // SAFETY: every group has taken its ticket.
+        unsafe { tickets.write_volatile(0) };
+    }
+}
+
+/// Publish this block's writes, take a ticket from `counter`, and say (to every thread) whether it was the
+/// last of `total`. Block-uniform.
+///
+/// # Safety
+/// `counter` is a device u32 only used atomically while the kernel runs; `flag` a shared u32.
+#[inline(always)]
+unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut u32) -> bool {
+    fence_gpu();
+    sync_threads();
+    if thread_x() == 0 {
+        let ticket = atomic_add(counter, 1);
+        // SAFETY: the flag is this block's shared memory.
+        unsafe { *flag = u32::from(ticket as usize + 1 == total) };
+    }
+    sync_threads();
+    // SAFETY: written before the barrier.
+    let last = unsafe { *flag } != 0;
+    if last {
+        // Acquire: the other blocks' writes before their tickets are visible from here on.
+        fence_gpu();
+    }
+    last
+}
+
+/// The `k` smallest of the `count` keys at `src`, ascending, into `dst[0..k]`; when `scores != 0` also each
+/// one's score (read at the key's position, `< n`) into `dst[k..2k]` as f32 bits. Block-uniform.
+///
+/// # Safety
+/// `src` holds `count >= k` keys written by other blocks before their tickets; `dst` holds `k` (or `2k`)
+/// u64; `mins` as for `block_min`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn merge(
+    src: *const u64,
+    count: usize,
+    k: usize,
+    dst: *mut u64,
+    scores: u64,
+    n: usize,
+    mins: *mut u64,
+    warps: usize,
+) {
+    let t = thread_x() as usize;
+    let mut a = [u64::MAX; SLOTS];
+    let mut j = t;
+    while j < count {
+        // Eight loads in flight (volatile: from the device's memory, not a stale cache line).
+        let mut keys = [u64::MAX; 8];
+        unroll!(8, U: usize => {
+            let at = j + U * 32 * warps;
+            if at < count {
+                // SAFETY: at < count.
+                keys[U] = unsafe { src.add(at).read_volatile() };
+            }
+        });
+        unroll!(8, U: usize => {
+            if keys[U] < a[SLOTS - 1] {
+                insert_sorted(&mut a, keys[U]);
+            }
+        });
+        j += 8 * 32 * warps;
+    }
+    let mut round = 0;
+    while round < k {
+        let head = a[0];
+        // SAFETY: mins as the caller guarantees.
+        let best = unsafe { block_min(head, mins, warps, round) };
+        if head == best {
+            let mut i = 0;
+            while i + 1 < SLOTS {
+                a[i] = a[i + 1];
+                i += 1;
+            }
+            a[SLOTS - 1] = u64::MAX;
+        }
+        if t == 0 {
+            // SAFETY: round < k: inside dst.
+            unsafe { *dst.add(round) = best };
+            if scores != 0 {
+                let pos = (best as u32 as usize).min(n - 1);
+                // SAFETY: pos < n (k <= n, so every selected key is a real row's); dst holds 2k.
+                unsafe {
+                    let score = (scores as *const f32).add(pos).read_volatile();
+                    *dst.add(k + round) = u64::from(score.to_bits());
+                }
+            }
+        }
+        round += 1;
+    }
+}
+
+macro_rules! knn1_kernels {
+    ($($name:ident => $metric:ident;)*) => {$(
+        /// `knn1` for one metric (see the module comment).
+        ///
+        /// # Safety
+        /// Launched only through `Kernels::knn1` in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: Knn1Params) {
+            // SAFETY: forwarded launcher contract.
+            unsafe { knn1::<$metric>(&p) }
+        }
+    )*};
+}
+
+knn1_kernels! {
+    sm80_knn1_dot => METRIC_DOT;
+    sm80_knn1_cosine => METRIC_COSINE;
+    sm80_knn1_l2 => METRIC_L2;
+}
