@@ -197,8 +197,7 @@ impl Kernels {
             // 1 + n_groups, out 64 >= 2k; the tickets are zero (fresh, or reset by the last launch's
             // mergers); grid and block as `Knn1Params` documents.
             unsafe { gpu.launch(func, cfg, params) }?;
-            gpu.download_pinned(&sc.out, &mut sc.out_host)?;
-            let out = gpu.pinned_read(&sc.out_host)?;
+            let out = gpu.download_pinned(&sc.out, &mut sc.out_host)?;
             Ok::<_, GpuError>(TopKResult {
                 k,
                 ids: out[..k].iter().map(|&key| key as u32).collect(),
@@ -209,7 +208,9 @@ impl Kernels {
             })
         })();
         if result.is_err() {
-            // A launch that failed part-way may leave a ticket non-zero: start from fresh buffers.
+            // A launch that failed part-way may leave a ticket non-zero: start from fresh buffers, once no
+            // copy can still be using the pinned ones (a failed wait leaves nothing running worth keeping).
+            let _ = gpu.synchronize();
             *slot = None;
         }
         Ok(result?)

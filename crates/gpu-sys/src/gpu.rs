@@ -342,7 +342,7 @@ impl Gpu {
 
     /// Page-locked host memory for `len` values that the host reads back (cached, unlike
     /// [`Gpu::alloc_pinned`]'s write-combined staging, which is slow to read). Copies into it with
-    /// [`Gpu::download_pinned`]; `as_slice` waits for the last one.
+    /// [`Gpu::download_pinned`].
     pub fn alloc_pinned_readback<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         len: usize,
@@ -354,13 +354,17 @@ impl Gpu {
         })
     }
 
-    /// Copy the first `dst.len()` values of `src` into the pinned buffer `dst`, asynchronously on the
-    /// handle's stream (`dst.as_slice()` waits for it).
-    pub fn download_pinned<T: DeviceRepr>(
+    /// Copy the first `dst.len()` values of `src` into the pinned buffer `dst`, wait for the stream, and
+    /// return the values.
+    ///
+    /// The wait is on the stream, not on the buffer's event: with event tracking off (as [`Gpu::open`]
+    /// sets it) cudarc records no event for pinned buffers, so `PinnedHostSlice::as_slice` alone would not
+    /// wait for the copy.
+    pub fn download_pinned<'a, T: DeviceRepr + ValidAsZeroBits>(
         &self,
         src: &CudaSlice<T>,
-        dst: &mut PinnedHostSlice<T>,
-    ) -> Result<(), GpuError> {
+        dst: &'a mut PinnedHostSlice<T>,
+    ) -> Result<&'a [T], GpuError> {
         if dst.len() > src.len() {
             return Err(GpuError::Driver {
                 call: "cuMemcpyDtoHAsync",
@@ -376,20 +380,17 @@ impl Gpu {
             self.stream
                 .memcpy_dtoh(&src.slice(0..dst.len()), dst)
                 .gpu("cuMemcpyDtoHAsync")
-        })
-    }
-
-    /// The pinned buffer's values, once its last copy has finished.
-    pub fn pinned_read<'a, T: ValidAsZeroBits>(
-        &self,
-        buf: &'a PinnedHostSlice<T>,
-    ) -> Result<&'a [T], GpuError> {
+        })?;
+        self.synchronize()?;
+        let dst: &'a PinnedHostSlice<T> = dst;
         guard("cuEventSynchronize", || {
-            buf.as_slice().gpu("cuEventSynchronize")
+            dst.as_slice().gpu("cuEventSynchronize")
         })
     }
 
-    /// The pinned buffer's values to write, once its last copy has finished.
+    /// The pinned buffer's values to write. The caller makes sure no copy from or to it is still in
+    /// flight: with event tracking off, cudarc's own wait in `as_mut_slice` waits for nothing (see
+    /// [`Gpu::download_pinned`]); a synchronised stream is enough.
     pub fn pinned_write<'a, T: ValidAsZeroBits>(
         &self,
         buf: &'a mut PinnedHostSlice<T>,

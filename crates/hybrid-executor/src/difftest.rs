@@ -584,12 +584,13 @@ mod run_gpu {
         ];
         for _ in 0..if quick { 3 } else { 12 } {
             shapes.push((
-                1 + rng.below(recall_gpu_kernels::KNN1_MAX_ROWS as u64) as usize,
+                1 + rng.below(70_000) as usize,
                 4 * (1 + rng.below(300) as usize),
             ));
         }
         if !quick {
-            shapes.push((recall_gpu_kernels::KNN1_MAX_ROWS, 768));
+            // Many merge groups (and more than one wave of blocks).
+            shapes.extend([(200_000, 768), (1_000_000, 768)]);
         }
         let run = |diffs: &mut Vec<KernelDiff>,
                    query: &[f32],
