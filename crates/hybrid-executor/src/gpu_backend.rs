@@ -279,6 +279,60 @@ mod imp {
             Err(reasons.join("; "))
         }
 
+        /// Every usable GPU (or those of `only`, by ordinal, in that order), or why there is none. A GPU that
+        /// fails to open is left out with a log line when others open; naming one that does not exist is
+        /// an error.
+        pub fn discover_all(
+            force_sm: Option<u32>,
+            only: Option<&[usize]>,
+        ) -> Result<Vec<GpuBackend>, String> {
+            let found = probe();
+            let driver = found
+                .driver_version
+                .map(driver_version_string)
+                .unwrap_or_default();
+            let devices = found.result.map_err(|why| why.to_string())?;
+            let wanted: Vec<usize> = match only {
+                Some(list) => {
+                    if let Some(missing) = list
+                        .iter()
+                        .find(|o| !devices.iter().any(|d| d.ordinal == **o))
+                    {
+                        return Err(format!(
+                            "GPU {missing} was asked for (RECALL_GPUS) but the driver lists GPUs {:?}",
+                            devices.iter().map(|d| d.ordinal).collect::<Vec<_>>()
+                        ));
+                    }
+                    list.to_vec()
+                }
+                None => devices.iter().map(|d| d.ordinal).collect(),
+            };
+            let mut opened = Vec::new();
+            let mut reasons = Vec::new();
+            for ordinal in wanted {
+                let name = devices
+                    .iter()
+                    .find(|d| d.ordinal == ordinal)
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default();
+                match Self::open(ordinal, force_sm, &driver) {
+                    Ok(b) => opened.push(b),
+                    Err(e) => {
+                        tracing::warn!(ordinal, error = %e, "recall: a GPU did not open; leaving it out");
+                        reasons.push(format!("gpu {ordinal} ({name}): {e}"));
+                    }
+                }
+            }
+            if opened.is_empty() {
+                return Err(if reasons.is_empty() {
+                    "no GPU was selected".into()
+                } else {
+                    reasons.join("; ")
+                });
+            }
+            Ok(opened)
+        }
+
         fn open(ordinal: usize, force_sm: Option<u32>, driver: &str) -> Result<GpuBackend, String> {
             let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
             let kernels = Kernels::load(&gpu, force_sm).map_err(|e| e.to_string())?;
@@ -1167,6 +1221,13 @@ mod imp {
 
     impl GpuBackend {
         pub fn discover(_force_sm: Option<u32>) -> Result<GpuBackend, String> {
+            Err("this build of recall has no GPU support (cargo feature `gpu` is off)".into())
+        }
+
+        pub fn discover_all(
+            _force_sm: Option<u32>,
+            _only: Option<&[usize]>,
+        ) -> Result<Vec<GpuBackend>, String> {
             Err("this build of recall has no GPU support (cargo feature `gpu` is off)".into())
         }
 
