@@ -206,7 +206,9 @@ fn candidates_against_a_handle_are_the_cpu_answer() {
     let mut offsets = vec![0];
     let mut ids = Vec::new();
     for _ in 0..4 {
-        let mut list: Vec<u32> = (0..200).filter(|_| rng.next_u64().is_multiple_of(3)).collect();
+        let mut list: Vec<u32> = (0..200)
+            .filter(|_| rng.next_u64().is_multiple_of(3))
+            .collect();
         // Not sorted: the order of a list must not matter.
         list.reverse();
         ids.extend(&list);
