@@ -102,7 +102,7 @@ pub struct ExecutorConfig {
     pub clock: Arc<dyn Clock>,
     /// The GPUs to use, by ordinal (`RECALL_GPUS=0,1`); `None`: every GPU that opens. With more than one,
     /// corpus handles are sharded over them and other calls go to the least-loaded one
-    /// (`docs/adr/0006-multi-gpu-sharding.md`).
+    /// (`docs/adr/0014-multi-gpu-sharding.md`).
     pub gpus: Option<Vec<usize>>,
 }
 

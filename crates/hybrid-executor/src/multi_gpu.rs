@@ -1,7 +1,7 @@
 //! Several GPUs behind one [`Backend`]: corpus handles sharded by rows over all of them, other calls sent to
 //! the least-loaded one, and a failing GPU's work moved to another GPU or to the CPU with the same answer.
 //!
-//! Layout (`docs/adr/0006-multi-gpu-sharding.md` says why):
+//! Layout (`docs/adr/0014-multi-gpu-sharding.md` says why):
 //! - knn against a corpus handle ([`Backend::knn_shared`], also single queries, which the executor batches):
 //!   the rows are cut into one contiguous range per GPU, each GPU keeps its range resident (a shard is a
 //!   [`SharedCorpus`] of its own, sharing the parent's memory, so each GPU's resident cache keys it by the
