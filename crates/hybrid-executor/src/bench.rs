@@ -184,18 +184,20 @@ mod gpu_knn {
     use recall_gpu_kernels::{Segments, SimMetric};
 
     /// Out-of-core knn: host-to-device bandwidth from pinned memory (median GB/s of 1 GiB copies), and the
-    /// median milliseconds of `knn_streamed` over `corpus` in chunks of `chunk_rows` rows, with its answer.
+    /// median milliseconds of streamed knn over `corpus` in chunks of `chunk_rows` rows, both through the
+    /// handle (page-locked once, chunks DMA'd straight from it: `registered`, or staged if page-locking
+    /// failed) and through the plain slice (copied through pinned staging buffers: `staged_ms`).
     pub fn stream_figures(
         backend: &GpuBackend,
         queries: &[f32],
-        corpus: &[f32],
-        dim: usize,
+        corpus: &crate::SharedCorpus,
         k: usize,
         chunk_rows: usize,
         iters: usize,
-    ) -> Result<(f64, f64, TopK), String> {
+    ) -> Result<super::StreamFigures, String> {
         let err = |e: &dyn std::fmt::Display| e.to_string();
         let (g, _) = backend.parts();
+        let dim = corpus.dim();
         let len = (1usize << 30) / 4;
         let pinned = g.alloc_pinned::<f32>(len).map_err(|x| err(&x))?;
         let mut dev = g.alloc_zeros::<f32>(len).map_err(|x| err(&x))?;
@@ -210,26 +212,43 @@ mod gpu_knn {
         let h2d_gbps = (len * 4) as f64 / median(t) / 1e9;
         drop(dev);
         drop(pinned);
-        let run = || {
-            backend
-                .knn_streamed(
-                    queries,
-                    corpus,
-                    dim,
-                    recall_cpu_simd::Metric::Cosine,
-                    k,
-                    chunk_rows,
-                )
-                .map_err(|x| err(&x))
+        let time = |run: &dyn Fn() -> Result<TopK, String>| -> Result<(f64, TopK), String> {
+            let mut answer = run()?; // warm-up (the handle's first call page-locks it)
+            let mut t = Vec::new();
+            for _ in 0..iters.max(1) {
+                let s = Instant::now();
+                answer = run()?;
+                t.push(s.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok((median(t), answer))
         };
-        let mut answer = run()?;
-        let mut t = Vec::new();
-        for _ in 0..iters.max(1) {
-            let s = Instant::now();
-            answer = run()?;
-            t.push(s.elapsed().as_secs_f64() * 1e3);
+        let (handle_ms, answer) = time(&|| {
+            backend
+                .knn_streamed_shared(queries, corpus, Metric::Cosine, k, chunk_rows)
+                .map_err(|x| err(&x))
+        })?;
+        let registered = corpus.host_registered() == Some(true);
+        let (staged_ms, staged) = time(&|| {
+            backend
+                .knn_streamed(queries, corpus.data(), dim, Metric::Cosine, k, chunk_rows)
+                .map_err(|x| err(&x))
+        })?;
+        let same = staged.ids == answer.ids
+            && staged
+                .scores
+                .iter()
+                .zip(&answer.scores)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+        if !same {
+            return Err("the staged and the registered streamed paths disagree".into());
         }
-        Ok((h2d_gbps, median(t), answer))
+        Ok(super::StreamFigures {
+            h2d_gbps,
+            handle_ms,
+            registered,
+            staged_ms,
+            answer,
+        })
     }
 
     /// Where the time of one small knn call goes: each step of the kernel-level path, timed alone with a
@@ -416,6 +435,21 @@ mod gpu_knn {
     }
 }
 
+/// What `stream_figures` measured.
+#[derive(Debug, Clone)]
+pub struct StreamFigures {
+    /// Host-to-device bandwidth from pinned memory, GB/s (1 GiB copies, median).
+    pub h2d_gbps: f64,
+    /// Median milliseconds of streamed knn through the corpus handle.
+    pub handle_ms: f64,
+    /// Whether the handle's path DMA'd from the page-locked corpus (else it fell back to staging).
+    pub registered: bool,
+    /// Median milliseconds of streamed knn through the plain slice (pinned staging buffers).
+    pub staged_ms: f64,
+    /// The handle path's answer (the staged path's is checked equal to it).
+    pub answer: recall_cpu_simd::TopK,
+}
+
 #[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
 #[cfg(feature = "gpu")]
@@ -446,12 +480,11 @@ mod no_gpu {
     pub fn stream_figures(
         _: &GpuBackend,
         _: &[f32],
-        _: &[f32],
+        _: &crate::SharedCorpus,
         _: usize,
         _: usize,
         _: usize,
-        _: usize,
-    ) -> Result<(f64, f64, recall_cpu_simd::TopK), String> {
+    ) -> Result<super::StreamFigures, String> {
         Err("this build has no GPU support".into())
     }
 

@@ -1160,6 +1160,27 @@ mod run_gpu {
                 let auto = gpu.knn_shared(&queries, &shared, metric, kk);
                 gpu.set_corpus_budget(budget);
                 compare_topk(diff_of(diffs, "knn streamed"), &a, &auto.map_err(e)?);
+                // Through the handle: page-locked once, chunks DMA'd from it on a copy stream (or staged
+                // if page-locking failed), in uneven chunks; then a shard of it (rows at an offset of the
+                // shared, already registered memory) against the CPU on the same rows.
+                for chunk in [n / 3 + 1, n.div_ceil(7).max(kk.min(n))] {
+                    let s = gpu
+                        .knn_streamed_shared(&queries, &shared, metric, kk, chunk)
+                        .map_err(e)?;
+                    compare_topk(diff_of(diffs, "knn streamed registered"), &a, &s);
+                }
+                let (r0, r1) = (n / 5, n - n / 7);
+                if r1 - r0 >= kk
+                    && let Some(part) = shared.shard(r0..r1)
+                {
+                    let a = cpu
+                        .knn(&queries, &corpus[r0 * dim..r1 * dim], dim, metric, kk)
+                        .map_err(e)?;
+                    let s = gpu
+                        .knn_streamed_shared(&queries, &part, metric, kk, (r1 - r0) / 3 + 1)
+                        .map_err(e)?;
+                    compare_topk(diff_of(diffs, "knn streamed registered"), &a, &s);
+                }
                 if gpu.resident_corpora() != 0 {
                     return Err("a corpus over the budget was made resident".into());
                 }

@@ -6,6 +6,7 @@ use crate::clock::{Clock, system_clock};
 use crate::device::{Device, DevicePolicy, GpuDescription, GpuStatus};
 use crate::gpu_backend::GpuBackend;
 use crate::metrics::{FallbackReason, Metrics};
+use crate::multi_gpu::MultiGpu;
 use crate::op::{CosineOp, Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
 use crate::tenant::{
@@ -99,6 +100,10 @@ pub struct ExecutorConfig {
     pub max_in_flight: usize,
     /// The clock for breaker back-off, latencies and calibration timings.
     pub clock: Arc<dyn Clock>,
+    /// The GPUs to use, by ordinal (`RECALL_GPUS=0,1`); `None`: every GPU that opens. With more than one,
+    /// corpus handles are sharded over them and other calls go to the least-loaded one
+    /// (`docs/adr/0014-multi-gpu-sharding.md`).
+    pub gpus: Option<Vec<usize>>,
 }
 
 impl Default for ExecutorConfig {
@@ -117,14 +122,23 @@ impl Default for ExecutorConfig {
             batching: BatchConfig::default(),
             max_in_flight: 4,
             clock: system_clock(),
+            gpus: None,
         }
     }
 }
 
 impl ExecutorConfig {
     /// Apply `RECALL_BREAK_EVEN` (per-op overrides; those already in the config win) and
-    /// `RECALL_CALIBRATE=0|1`. [`Executor::new`] calls it.
+    /// `RECALL_CALIBRATE=0|1` and `RECALL_GPUS=0,1` (when the config names no GPUs). [`Executor::new`]
+    /// calls it.
     pub fn with_env(mut self) -> Result<ExecutorConfig, ExecError> {
+        if self.gpus.is_none()
+            && let Ok(v) = std::env::var("RECALL_GPUS")
+        {
+            self.gpus = Some(
+                parse_gpu_list(&v).map_err(|e| ExecError::Config(format!("RECALL_GPUS: {e}")))?,
+            );
+        }
         if let Ok(v) = std::env::var("RECALL_BREAK_EVEN") {
             let parsed = calibration::parse_overrides(&v)
                 .map_err(|e| ExecError::Config(format!("RECALL_BREAK_EVEN: {e}")))?;
@@ -147,6 +161,22 @@ impl ExecutorConfig {
         }
         Ok(self)
     }
+}
+
+/// Parse a list of GPU ordinals such as `0,1` (spaces allowed; at least one; no repeats).
+pub fn parse_gpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let p = part.trim();
+        let n: usize = p
+            .parse()
+            .map_err(|_| format!("{p:?} is not a GPU ordinal (expected a list such as 0,1)"))?;
+        if out.contains(&n) {
+            return Err(format!("GPU {n} is named twice"));
+        }
+        out.push(n);
+    }
+    Ok(out)
 }
 
 /// Exact or fast arithmetic (`docs/numerics.md`, "Fast mode").
@@ -340,6 +370,9 @@ pub struct Executor {
     cpu: Arc<dyn Backend>,
     gpu: Option<Arc<dyn Backend>>,
     gpu_real: Option<Arc<GpuBackend>>,
+    /// Every GPU in use (more than one: `multi` spreads over them).
+    gpu_all: Vec<Arc<GpuBackend>>,
+    multi: Option<Arc<MultiGpu>>,
     gpu_status: GpuStatus,
     device_key: Option<String>,
     cache_dir: Option<PathBuf>,
@@ -370,25 +403,61 @@ impl Executor {
     /// `Gpu` and there is none. Applies the environment ([`ExecutorConfig::with_env`]).
     pub fn new(config: ExecutorConfig) -> Result<Executor, ExecError> {
         let config = config.with_env()?;
-        let (gpu, gpu_status) = match config.policy {
+        let (gpus, gpu_status) = match config.policy {
             DevicePolicy::Cpu => (
-                None,
+                Vec::new(),
                 GpuStatus::Unavailable("the CPU was chosen (device policy cpu)".into()),
             ),
-            DevicePolicy::Auto | DevicePolicy::Gpu => match GpuBackend::discover(config.force_sm) {
-                Ok(b) => {
-                    let d = b.description().clone();
-                    tracing::info!(gpu = %d.name, sm = %d.sm, image = %d.image, "recall: using the GPU");
-                    (Some(Arc::new(b)), GpuStatus::Ready(d))
+            DevicePolicy::Auto | DevicePolicy::Gpu => {
+                match GpuBackend::discover_all(config.force_sm, config.gpus.as_deref()) {
+                    Ok(found) => {
+                        for b in &found {
+                            let d = b.description();
+                            tracing::info!(ordinal = d.ordinal, gpu = %d.name, sm = %d.sm, image = %d.image,
+                                "recall: using the GPU");
+                        }
+                        let d = found[0].description().clone();
+                        (
+                            found.into_iter().map(Arc::new).collect::<Vec<_>>(),
+                            GpuStatus::Ready(d),
+                        )
+                    }
+                    Err(why) => {
+                        tracing::info!(reason = %why, "recall: no usable GPU, running on the CPU");
+                        (Vec::new(), GpuStatus::Unavailable(why))
+                    }
                 }
-                Err(why) => {
-                    tracing::info!(reason = %why, "recall: no usable GPU, running on the CPU");
-                    (None, GpuStatus::Unavailable(why))
-                }
-            },
+            }
         };
-        let dyn_gpu = gpu.clone().map(|g| g as Arc<dyn Backend>);
-        Executor::assemble(config, Arc::new(CpuBackend), dyn_gpu, gpu, gpu_status)
+        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend);
+        let multi = (gpus.len() > 1).then(|| {
+            Arc::new(MultiGpu::new(
+                gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect(),
+                cpu.clone(),
+            ))
+        });
+        let dyn_gpu = match &multi {
+            Some(m) => Some(m.clone() as Arc<dyn Backend>),
+            None => gpus.first().map(|g| g.clone() as Arc<dyn Backend>),
+        };
+        let first = gpus.first().cloned();
+        let mut exec = Executor::assemble(config, cpu, dyn_gpu, first, gpu_status)?;
+        exec.gpu_all = gpus;
+        exec.multi = multi;
+        Ok(exec)
+    }
+
+    /// An executor whose GPU slot is a [`MultiGpu`] over given backends (tests with stand-in GPUs): as
+    /// [`Executor::with_backends`], with the multi-GPU metrics in [`Executor::prometheus_text`].
+    pub fn with_multi_gpu(
+        config: ExecutorConfig,
+        cpu: Arc<dyn Backend>,
+        multi: Arc<MultiGpu>,
+    ) -> Result<Executor, ExecError> {
+        let mut exec =
+            Executor::with_backends(config, cpu, Some(multi.clone() as Arc<dyn Backend>))?;
+        exec.multi = Some(multi);
+        Ok(exec)
     }
 
     /// An executor over given backends (tests, fault injection, benchmarks). `gpu` stands in the GPU's
@@ -486,6 +555,8 @@ impl Executor {
             cpu,
             gpu,
             gpu_real,
+            gpu_all: Vec::new(),
+            multi: None,
             gpu_status,
             device_key,
             cache_dir,
@@ -516,6 +587,37 @@ impl Executor {
             .filter(|_| !matches!(self.breaker.state(), BreakerState::Open { .. }))
     }
 
+    /// Every GPU backend in use, in shard order (empty without a GPU or while the breaker keeps calls off the
+    /// GPUs; one entry unless several GPUs are in use).
+    pub fn gpu_backends(&self) -> Vec<&GpuBackend> {
+        if matches!(self.breaker.state(), BreakerState::Open { .. }) {
+            return Vec::new();
+        }
+        if self.gpu_all.is_empty() {
+            return self.gpu_real.as_deref().into_iter().collect();
+        }
+        self.gpu_all.iter().map(|g| g.as_ref()).collect()
+    }
+
+    /// The GPUs in use (their descriptions, in shard order; empty without a GPU).
+    pub fn gpu_descriptions(&self) -> Vec<GpuDescription> {
+        if self.gpu_all.is_empty() {
+            return match &self.gpu_status {
+                GpuStatus::Ready(d) => vec![d.clone()],
+                GpuStatus::Unavailable(_) => Vec::new(),
+            };
+        }
+        self.gpu_all
+            .iter()
+            .map(|g| g.description().clone())
+            .collect()
+    }
+
+    /// The multi-GPU layer, when more than one GPU is in use.
+    pub fn multi_gpu(&self) -> Option<&MultiGpu> {
+        self.multi.as_deref()
+    }
+
     /// (calls run on the CPU, calls run on the GPU, GPU calls that fell back to the CPU)
     pub fn counters(&self) -> (u64, u64, u64) {
         let gpu = Device::Gpu { ordinal: 0 };
@@ -534,7 +636,51 @@ impl Executor {
 
     /// Every metric in the Prometheus text format.
     pub fn prometheus_text(&self) -> String {
-        self.metrics.prometheus_text()
+        let mut text = self.metrics.prometheus_text();
+        if let Some(m) = &self.multi {
+            use std::fmt::Write as _;
+            let loads = m.loads();
+            let mut put =
+                |name: &str, help: &str, kind: &str, value: &dyn Fn(&crate::GpuLoad) -> u64| {
+                    let _ = writeln!(text, "# HELP {name} {help}");
+                    let _ = writeln!(text, "# TYPE {name} {kind}");
+                    for l in &loads {
+                        if let Some(d) = l.device {
+                            let _ = writeln!(text, "{name}{{gpu=\"{d}\"}} {}", value(l));
+                        }
+                    }
+                };
+            put(
+                "recall_multi_gpu_calls_total",
+                "Calls or shards each GPU of the multi-GPU layer answered.",
+                "counter",
+                &|l| l.calls,
+            );
+            put(
+                "recall_multi_gpu_moved_away_total",
+                "Calls or shards that failed on a GPU and were moved to another device.",
+                "counter",
+                &|l| l.moved_away,
+            );
+            put(
+                "recall_multi_gpu_in_flight",
+                "Calls running on each GPU now (independent calls go to the least loaded).",
+                "gauge",
+                &|l| l.in_flight as u64,
+            );
+            put(
+                "recall_multi_gpu_lost",
+                "1 when the GPU reported itself lost and is no longer used.",
+                "gauge",
+                &|l| u64::from(l.lost),
+            );
+            let _ = writeln!(
+                text,
+                "# HELP recall_multi_gpu_moved_to_cpu_total Calls or shards no GPU could answer, answered on the CPU.\n# TYPE recall_multi_gpu_moved_to_cpu_total counter\nrecall_multi_gpu_moved_to_cpu_total {}",
+                m.moved_to_cpu()
+            );
+        }
+        text
     }
 
     /// The circuit breaker's state now.

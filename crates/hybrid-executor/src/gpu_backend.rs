@@ -131,6 +131,78 @@ mod imp {
     /// Bytes of corpus rows per streamed chunk (at most).
     const STREAM_CHUNK_BYTES: usize = 256 << 20;
 
+    /// Rows per streamed chunk: at most `chunk_rows`, few enough that every query's scores of a chunk
+    /// (`nq x chunk`) fit the score budget, at least one, at most the corpus.
+    fn stream_chunk_rows(chunk_rows: usize, nq: usize, n: usize) -> usize {
+        chunk_rows
+            .min(SCORE_CHUNK_BYTES / (4 * nq).max(1))
+            .clamp(1, n.max(1))
+    }
+
+    /// The device buffers of a streamed call besides the corpus chunks: a chunk's norms and scores.
+    struct StreamBuffers {
+        norms: CudaSlice<f32>,
+        scores: CudaSlice<f32>,
+    }
+
+    impl StreamBuffers {
+        fn new(g: &Gpu, nq: usize, chunk_rows: usize) -> Result<StreamBuffers, BackendError> {
+            Ok(StreamBuffers {
+                norms: g.alloc_zeros::<f32>(chunk_rows).map_err(map_gpu_error)?,
+                scores: g
+                    .alloc_zeros::<f32>(nq * chunk_rows)
+                    .map_err(map_gpu_error)?,
+            })
+        }
+    }
+
+    /// Every chunk's top k per query, merged exactly by pair key (the total order of the numerics
+    /// contract), so the result equals the top k of the whole corpus.
+    struct ChunkMerge {
+        order: recall_cpu_simd::Order,
+        /// Per query: (pair key, score) of every chunk's top k.
+        found: Vec<Vec<(u64, f32)>>,
+    }
+
+    impl ChunkMerge {
+        fn new(nq: usize, metric: Metric) -> ChunkMerge {
+            ChunkMerge {
+                order: metric.order(),
+                found: vec![Vec::new(); nq],
+            }
+        }
+
+        /// Add one chunk's answer; its ids are relative to row `base`.
+        fn add(&mut self, part: &TopK, base: usize) {
+            let kc = part.k;
+            let base = base as u32;
+            for (qi, list) in self.found.iter_mut().enumerate() {
+                for j in 0..kc {
+                    let id = base + part.ids[qi * kc + j];
+                    let score = part.scores[qi * kc + j];
+                    list.push((recall_cpu_simd::pair_key(score, id, self.order), score));
+                }
+            }
+        }
+
+        fn finish(self, k: usize) -> TopK {
+            let nq = self.found.len();
+            let mut result = TopK {
+                k,
+                ids: Vec::with_capacity(nq * k),
+                scores: Vec::with_capacity(nq * k),
+            };
+            for mut list in self.found {
+                list.sort_unstable_by_key(|e| e.0);
+                for &(key, score) in list.iter().take(k) {
+                    result.ids.push(key as u32);
+                    result.scores.push(score);
+                }
+            }
+            result
+        }
+    }
+
     /// One query chunk's device buffers, handed to the scoring step of `knn_chunked`.
     struct ChunkBuffers<'a> {
         q: &'a CudaSlice<f32>,
@@ -205,6 +277,60 @@ mod imp {
                 }
             }
             Err(reasons.join("; "))
+        }
+
+        /// Every usable GPU (or those of `only`, by ordinal, in that order), or why there is none. A GPU that
+        /// fails to open is left out with a log line when others open; naming one that does not exist is
+        /// an error.
+        pub fn discover_all(
+            force_sm: Option<u32>,
+            only: Option<&[usize]>,
+        ) -> Result<Vec<GpuBackend>, String> {
+            let found = probe();
+            let driver = found
+                .driver_version
+                .map(driver_version_string)
+                .unwrap_or_default();
+            let devices = found.result.map_err(|why| why.to_string())?;
+            let wanted: Vec<usize> = match only {
+                Some(list) => {
+                    if let Some(missing) = list
+                        .iter()
+                        .find(|o| !devices.iter().any(|d| d.ordinal == **o))
+                    {
+                        return Err(format!(
+                            "GPU {missing} was asked for (RECALL_GPUS) but the driver lists GPUs {:?}",
+                            devices.iter().map(|d| d.ordinal).collect::<Vec<_>>()
+                        ));
+                    }
+                    list.to_vec()
+                }
+                None => devices.iter().map(|d| d.ordinal).collect(),
+            };
+            let mut opened = Vec::new();
+            let mut reasons = Vec::new();
+            for ordinal in wanted {
+                let name = devices
+                    .iter()
+                    .find(|d| d.ordinal == ordinal)
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default();
+                match Self::open(ordinal, force_sm, &driver) {
+                    Ok(b) => opened.push(b),
+                    Err(e) => {
+                        tracing::warn!(ordinal, error = %e, "recall: a GPU did not open; leaving it out");
+                        reasons.push(format!("gpu {ordinal} ({name}): {e}"));
+                    }
+                }
+            }
+            if opened.is_empty() {
+                return Err(if reasons.is_empty() {
+                    "no GPU was selected".into()
+                } else {
+                    reasons.join("; ")
+                });
+            }
+            Ok(opened)
         }
 
         fn open(ordinal: usize, force_sm: Option<u32>, driver: &str) -> Result<GpuBackend, String> {
@@ -470,6 +596,9 @@ mod imp {
         /// `chunk_rows` rows (copied into one of two pinned staging buffers by a helper thread while the
         /// device works on the previous chunk, then DMA'd at bus speed); each chunk's top-k is merged on the
         /// host by pair key. Scores are computed exactly as in memory, so the answer is the same.
+        ///
+        /// This is the path for a plain slice; a corpus handle is page-locked once and DMA'd from directly
+        /// ([`GpuBackend::knn_streamed_shared`]), without the host copy that bounds this path.
         #[allow(clippy::too_many_arguments)]
         pub fn knn_streamed(
             &self,
@@ -481,29 +610,21 @@ mod imp {
             chunk_rows: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
-            let (g, kern) = (&self.gpu, &self.kernels);
+            let g = &self.gpu;
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
-            // Every chunk's scores (nq x chunk) fit the score budget.
-            let chunk_rows = chunk_rows
-                .min(SCORE_CHUNK_BYTES / (4 * nq).max(1))
-                .clamp(1, n);
+            let chunk_rows = stream_chunk_rows(chunk_rows, nq, n);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let mut dev = g
                 .alloc_zeros::<f32>(chunk_rows * dim)
                 .map_err(map_gpu_error)?;
-            let mut cn = g.alloc_zeros::<f32>(chunk_rows).map_err(map_gpu_error)?;
-            let mut scores = g
-                .alloc_zeros::<f32>(nq * chunk_rows)
-                .map_err(map_gpu_error)?;
+            let mut bufs = StreamBuffers::new(g, nq, chunk_rows)?;
             let mut staging = [
                 g.alloc_pinned::<f32>(chunk_rows * dim)
                     .map_err(map_gpu_error)?,
                 g.alloc_pinned::<f32>(chunk_rows * dim)
                     .map_err(map_gpu_error)?,
             ];
-            let order = metric.order();
-            // Per query: (pair key, score) of every chunk's top k.
-            let mut found: Vec<Vec<(u64, f32)>> = vec![Vec::new(); nq];
+            let mut merge = ChunkMerge::new(nq, metric);
             let n_chunks = n.div_ceil(chunk_rows);
             let fill = |buf: &mut recall_gpu_sys::driver::PinnedHostSlice<f32>,
                         c: usize|
@@ -534,39 +655,8 @@ mod imp {
                 // The next chunk goes into the other staging buffer while the device works on this one.
                 let device_part = std::thread::scope(|s| {
                     let helper = (c + 1 < n_chunks).then(|| s.spawn(|| fill(next, c + 1)));
-                    let part = (|| -> Result<TopK, BackendError> {
-                        if metric == Metric::Cosine {
-                            kern.row_norms_f32(g, &dev, rows, dim, &mut cn)
-                                .map_err(map_kernel_error)?;
-                        }
-                        kern.similarity(
-                            g,
-                            sim_metric(metric),
-                            &q,
-                            qn.as_ref(),
-                            &dev,
-                            (metric == Metric::Cosine).then_some(&cn),
-                            nq,
-                            rows,
-                            dim,
-                            &mut scores,
-                        )
-                        .map_err(map_kernel_error)?;
-                        let segs = Segments::Dense {
-                            n_segments: nq,
-                            seg_len: rows,
-                        };
-                        kern.select_topk(
-                            g,
-                            &scores,
-                            None,
-                            segs,
-                            k.min(rows),
-                            sim_metric(metric).higher_first(),
-                        )
-                        .map(topk)
-                        .map_err(map_kernel_error)
-                    })();
+                    let part =
+                        self.chunk_topk(&q, qn.as_ref(), &dev, &mut bufs, nq, rows, dim, metric, k);
                     let filled = match helper {
                         Some(h) => h.join().unwrap_or_else(|_| {
                             Err(BackendError::Gpu("staging copy panicked".into()))
@@ -575,29 +665,139 @@ mod imp {
                     };
                     filled.and(part)
                 })?;
-                let kc = device_part.k;
-                let base = (c * chunk_rows) as u32;
-                for (qi, list) in found.iter_mut().enumerate() {
-                    for j in 0..kc {
-                        let id = base + device_part.ids[qi * kc + j];
-                        let score = device_part.scores[qi * kc + j];
-                        list.push((recall_cpu_simd::pair_key(score, id, order), score));
+                merge.add(&device_part, c * chunk_rows);
+            }
+            Ok(merge.finish(k))
+        }
+
+        /// Out-of-core knn over a corpus handle: its memory is page-locked once (`cuMemHostRegister`, kept
+        /// while the handle lives) and each chunk is DMA'd straight from it on a copy stream into one of two
+        /// device buffers while the previous chunk's kernels run on the compute stream (events order the
+        /// two); per-chunk top-k merged exactly as in [`GpuBackend::knn_streamed`]. If the memory cannot be
+        /// page-locked (a lock limit, for example) this logs why once and runs the staged path.
+        pub fn knn_streamed_shared(
+            &self,
+            queries: &[f32],
+            corpus: &SharedCorpus,
+            metric: Metric,
+            k: usize,
+            chunk_rows: usize,
+        ) -> Result<TopK, BackendError> {
+            let dim = corpus.dim();
+            let registered = corpus.pinned(|values| {
+                let bytes = values.len() * 4;
+                match self.gpu.register_host(values) {
+                    Ok(r) => {
+                        tracing::info!(bytes, "recall: page-locked a streamed corpus for direct DMA");
+                        Some(std::sync::Arc::new(r))
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, bytes,
+                            "recall: could not page-lock the corpus; streaming it through staging buffers");
+                        None
                     }
                 }
-            }
-            let mut result = TopK {
-                k,
-                ids: Vec::with_capacity(nq * k),
-                scores: Vec::with_capacity(nq * k),
+            });
+            let Some((reg, range)) = registered else {
+                return self.knn_streamed(queries, corpus.data(), dim, metric, k, chunk_rows);
             };
-            for mut list in found {
-                list.sort_unstable_by_key(|e| e.0);
-                for &(key, score) in list.iter().take(k) {
-                    result.ids.push(key as u32);
-                    result.scores.push(score);
+            let _serial = self.lock.lock();
+            let g = &self.gpu;
+            let (nq, n) = (queries.len() / dim, corpus.n_rows());
+            let chunk_rows = stream_chunk_rows(chunk_rows, nq, n);
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
+            let mut dev = [
+                g.alloc_zeros::<f32>(chunk_rows * dim)
+                    .map_err(map_gpu_error)?,
+                g.alloc_zeros::<f32>(chunk_rows * dim)
+                    .map_err(map_gpu_error)?,
+            ];
+            let mut bufs = StreamBuffers::new(g, nq, chunk_rows)?;
+            // Declared after the device buffers, so dropped (and so waited for) before they are freed.
+            let copies = g.copy_stream().map_err(map_gpu_error)?;
+            let fence = g.fence().map_err(map_gpu_error)?;
+            let n_chunks = n.div_ceil(chunk_rows);
+            let elems = |c: usize| {
+                let r0 = c * chunk_rows;
+                let r1 = (r0 + chunk_rows).min(n);
+                range.start + r0 * dim..range.start + r1 * dim
+            };
+            g.record_fence(&fence).map_err(map_gpu_error)?;
+            g.upload_registered(&copies, &fence, &reg, elems(0), &mut dev[0])
+                .map_err(map_gpu_error)?;
+            let mut merge = ChunkMerge::new(nq, metric);
+            for c in 0..n_chunks {
+                let rows = chunk_rows.min(n - c * chunk_rows);
+                // This chunk's kernels wait for its copy (the last one queued).
+                g.wait_for_copies(&copies).map_err(map_gpu_error)?;
+                let (a, b) = dev.split_at_mut(1);
+                let (cur, next) = if c % 2 == 0 {
+                    (&a[0], &mut b[0])
+                } else {
+                    (&b[0], &mut a[0])
+                };
+                if c + 1 < n_chunks {
+                    // The next chunk's copy overwrites the buffer the previous chunk's kernels read: it waits
+                    // for them (the fence), not for this chunk's, which run while it copies.
+                    g.record_fence(&fence).map_err(map_gpu_error)?;
+                    g.upload_registered(&copies, &fence, &reg, elems(c + 1), next)
+                        .map_err(map_gpu_error)?;
                 }
+                let part =
+                    self.chunk_topk(&q, qn.as_ref(), cur, &mut bufs, nq, rows, dim, metric, k)?;
+                merge.add(&part, c * chunk_rows);
             }
-            Ok(result)
+            drop(copies);
+            Ok(merge.finish(k))
+        }
+
+        /// One streamed chunk's top-k: norms for cosine, scores of every query against the chunk's `rows`
+        /// rows in `dev`, selection on the device (ids relative to the chunk).
+        #[allow(clippy::too_many_arguments)]
+        fn chunk_topk(
+            &self,
+            q: &CudaSlice<f32>,
+            qn: Option<&CudaSlice<f32>>,
+            dev: &CudaSlice<f32>,
+            bufs: &mut StreamBuffers,
+            nq: usize,
+            rows: usize,
+            dim: usize,
+            metric: Metric,
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            if metric == Metric::Cosine {
+                kern.row_norms_f32(g, dev, rows, dim, &mut bufs.norms)
+                    .map_err(map_kernel_error)?;
+            }
+            kern.similarity(
+                g,
+                sim_metric(metric),
+                q,
+                qn,
+                dev,
+                (metric == Metric::Cosine).then_some(&bufs.norms),
+                nq,
+                rows,
+                dim,
+                &mut bufs.scores,
+            )
+            .map_err(map_kernel_error)?;
+            let segs = Segments::Dense {
+                n_segments: nq,
+                seg_len: rows,
+            };
+            kern.select_topk(
+                g,
+                &bufs.scores,
+                None,
+                segs,
+                k.min(rows),
+                sim_metric(metric).higher_first(),
+            )
+            .map(topk)
+            .map_err(map_kernel_error)
         }
 
         /// Whether a corpus of `rows x dim` f32 is over the budget and so streamed.
@@ -784,9 +984,8 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             if self.streams(corpus.data().len()) {
-                let dim = corpus.dim();
-                let chunk = (STREAM_CHUNK_BYTES / (4 * dim)).max(1);
-                return self.knn_streamed(queries, corpus.data(), dim, metric, k, chunk);
+                let chunk = (STREAM_CHUNK_BYTES / (4 * corpus.dim())).max(1);
+                return self.knn_streamed_shared(queries, corpus, metric, k, chunk);
             }
             let _serial = self.lock.lock();
             let (n, dim) = (corpus.n_rows(), corpus.dim());
@@ -841,6 +1040,7 @@ mod imp {
             if !self.runs_fast(queries.len() / dim)
                 || !fits_format(queries, format)
                 || (format == FastFormat::F16 && corpus.max_abs() > F16_MAX)
+                || self.streams(corpus.data().len())
             {
                 return self.knn_shared(queries, corpus, metric, k);
             }
@@ -1028,6 +1228,13 @@ mod imp {
 
     impl GpuBackend {
         pub fn discover(_force_sm: Option<u32>) -> Result<GpuBackend, String> {
+            Err("this build of recall has no GPU support (cargo feature `gpu` is off)".into())
+        }
+
+        pub fn discover_all(
+            _force_sm: Option<u32>,
+            _only: Option<&[usize]>,
+        ) -> Result<Vec<GpuBackend>, String> {
             Err("this build of recall has no GPU support (cargo feature `gpu` is off)".into())
         }
 

@@ -43,6 +43,7 @@ mod gpu_backend;
 #[cfg(feature = "gpu")]
 mod gpu_shared_graph;
 mod metrics;
+mod multi_gpu;
 mod op;
 mod ops;
 mod shared_corpus;
@@ -57,10 +58,12 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{Device, DevicePolicy, GpuDescription, GpuStatus};
 pub use executor::{
     CallOptions, CorpusRef, Decision, ExecError, Executor, ExecutorConfig, Mode, Outcome, Reason,
+    parse_gpu_list,
 };
 pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, FaultStep, Trigger};
 pub use gpu_backend::{GpuBackend, bundle_arches};
 pub use metrics::{FallbackReason, LogHistogram, Metrics, Pow2Histogram, TenantCounters};
+pub use multi_gpu::{GpuLoad, MultiGpu};
 pub use op::{Op, OpKind};
 pub use shared_corpus::SharedCorpus;
 pub use shared_graph::SharedGraph;

@@ -1,10 +1,22 @@
 //! A corpus validated once and shared between calls, so that a GPU backend can keep it on the device.
 
 use crate::executor::{ExecError, check_matrix};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The memory of a corpus, shared by the handle and its shards.
+#[derive(Debug)]
+struct Block {
+    /// The page-locked registration of `values` (out-of-core knn DMAs from it), made on first need and shared
+    /// by every shard. It holds its own `Arc` of `values`, so the memory outlives the registration whatever
+    /// the drop order.
+    #[cfg(feature = "gpu")]
+    pinned: OnceLock<Option<Arc<recall_gpu_sys::HostRegistration<f32>>>>,
+    values: Arc<Vec<f32>>,
+}
 
 /// Rows validated once (shape and finiteness), owned and cheap to clone. A GPU backend keeps a device copy
 /// under the corpus's id while any clone of it lives, and frees it after the last clone is dropped.
@@ -16,30 +28,59 @@ pub struct SharedCorpus {
 #[derive(Debug)]
 pub(crate) struct Inner {
     id: u64,
-    data: Vec<f32>,
+    /// All rows of the corpus this handle is a view of (a shard shares its parent's block).
+    data: Arc<Block>,
+    /// The handle's rows: `data[rows.start * dim .. rows.end * dim]`.
+    rows: Range<usize>,
     dim: usize,
     /// The largest magnitude, computed on first use (fast mode's f16 range check).
-    max_abs: std::sync::OnceLock<f32>,
+    max_abs: OnceLock<f32>,
 }
 
 impl SharedCorpus {
     /// Validate `data` as `n_rows x dim` row-major values (no NaN or infinity, at least one row).
     pub fn new(data: Vec<f32>, dim: usize) -> Result<SharedCorpus, ExecError> {
-        check_matrix("corpus", &data, dim)?;
+        let n = check_matrix("corpus", &data, dim)?;
+        let block = Block {
+            #[cfg(feature = "gpu")]
+            pinned: OnceLock::new(),
+            values: Arc::new(data),
+        };
+        Ok(SharedCorpus::from_parts(Arc::new(block), 0..n, dim))
+    }
+
+    fn from_parts(data: Arc<Block>, rows: Range<usize>, dim: usize) -> SharedCorpus {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        Ok(SharedCorpus {
+        SharedCorpus {
             inner: Arc::new(Inner {
                 id,
                 data,
+                rows,
                 dim,
-                max_abs: std::sync::OnceLock::new(),
+                max_abs: OnceLock::new(),
             }),
-        })
+        }
+    }
+
+    /// A handle of its own (new id, so cached on devices separately) for rows `rows` of this corpus (row
+    /// ids relative to this handle), sharing its memory: the shard of one GPU. `None` if the range is empty
+    /// or out of bounds.
+    pub fn shard(&self, rows: Range<usize>) -> Option<SharedCorpus> {
+        if rows.start >= rows.end || rows.end > self.n_rows() {
+            return None;
+        }
+        let base = self.inner.rows.start;
+        Some(SharedCorpus::from_parts(
+            self.inner.data.clone(),
+            base + rows.start..base + rows.end,
+            self.inner.dim,
+        ))
     }
 
     /// The rows, row-major.
     pub fn data(&self) -> &[f32] {
-        &self.inner.data
+        let d = self.inner.dim;
+        &self.inner.data.values[self.inner.rows.start * d..self.inner.rows.end * d]
     }
 
     pub fn dim(&self) -> usize {
@@ -47,7 +88,7 @@ impl SharedCorpus {
     }
 
     pub fn n_rows(&self) -> usize {
-        self.inner.data.len() / self.inner.dim
+        self.inner.rows.len()
     }
 
     /// The largest magnitude of any value (computed once, on first use).
@@ -55,7 +96,7 @@ impl SharedCorpus {
         *self
             .inner
             .max_abs
-            .get_or_init(|| crate::executor::max_abs(&self.inner.data))
+            .get_or_init(|| crate::executor::max_abs(self.data()))
     }
 
     /// Unique per corpus created in this process.
@@ -67,5 +108,57 @@ impl SharedCorpus {
     #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     pub(crate) fn weak(&self) -> Weak<Inner> {
         Arc::downgrade(&self.inner)
+    }
+
+    /// The page-locked registration of the memory this handle's rows lie in (shared with its shards), made
+    /// on first use by `register`, with the element range of this handle's rows in it; `None` when
+    /// registering failed (remembered: not tried again for this memory).
+    #[cfg(feature = "gpu")]
+    pub(crate) fn pinned(
+        &self,
+        register: impl FnOnce(Arc<Vec<f32>>) -> Option<Arc<recall_gpu_sys::HostRegistration<f32>>>,
+    ) -> Option<(Arc<recall_gpu_sys::HostRegistration<f32>>, Range<usize>)> {
+        let reg = self
+            .inner
+            .data
+            .pinned
+            .get_or_init(|| register(self.inner.data.values.clone()))
+            .clone()?;
+        let d = self.inner.dim;
+        Some((reg, self.inner.rows.start * d..self.inner.rows.end * d))
+    }
+
+    /// Whether this handle's rows are page-locked (`None`: not tried yet).
+    pub fn host_registered(&self) -> Option<bool> {
+        #[cfg(feature = "gpu")]
+        {
+            self.inner.data.pinned.get().map(Option::is_some)
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_its_rows_of_the_parent_under_a_new_id() {
+        let data: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let c = SharedCorpus::new(data.clone(), 2).unwrap();
+        let s = c.shard(1..4).unwrap();
+        assert_eq!(s.n_rows(), 3);
+        assert_eq!(s.data(), &data[2..8]);
+        assert_ne!(s.id(), c.id());
+        let ss = s.shard(1..2).unwrap();
+        assert_eq!(ss.data(), &data[4..6]);
+        assert!(c.shard(2..2).is_none());
+        assert!(c.shard(5..7).is_none());
+        // The shard keeps the rows alive after its parent is gone.
+        drop(c);
+        assert_eq!(s.data(), &data[2..8]);
     }
 }

@@ -11,7 +11,8 @@ use std::process::{Command, ExitCode};
 pub struct BenchArgs {
     /// The op to measure: `cosine` (all scores), `knn` (cosine similarity fused with top-k), `spread`
     /// (activation spreading over a generated power-law graph), `kmeans` (one Lloyd iteration), `noise`
-    /// (clip-and-noise), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
+    /// (clip-and-noise), `stream` (out-of-core knn), `multi-gpu` (batch knn and single-query load over a
+    /// corpus sharded on every GPU against GPU 0 alone), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
     /// break-even sizes, written to a report directory (`--out`, default `bench-report`).
     #[arg(default_value = "cosine")]
     op: String,
@@ -74,6 +75,15 @@ pub struct BenchArgs {
     /// Also write the report to this file (sweep: the report directory).
     #[arg(long)]
     out: Option<String>,
+    /// multi-gpu: queries of the batch knn case.
+    #[arg(long, default_value_t = 1024)]
+    batch_queries: usize,
+    /// multi-gpu: threads issuing single-query knn at once in the independent-load case.
+    #[arg(long, default_value_t = 32)]
+    threads: usize,
+    /// multi-gpu: single queries issued in total per run of the independent-load case.
+    #[arg(long, default_value_t = 4096)]
+    single_queries: usize,
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
@@ -157,6 +167,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     }
     if a.op == "stream" {
         return run_stream(a);
+    }
+    if a.op == "multi-gpu" {
+        return run_multi_gpu(a);
     }
     if a.op != "cosine" {
         return Err(format!(
@@ -931,19 +944,26 @@ fn run_stream(a: BenchArgs) -> Result<ExitCode, String> {
     let corpus = random_matrix(1, a.rows, a.dim);
     let queries = random_matrix(2, a.queries, a.dim);
     let chunk_rows = ((a.chunk_mib << 20) / (4 * a.dim)).max(1);
-    let (h2d, ms, streamed) = recall::diagnostics::bench::stream_figures(
-        gpu, &queries, &corpus, a.dim, a.k, chunk_rows, a.iters,
+    let handle = engine
+        .corpus(corpus.clone(), a.dim)
+        .map_err(|e| e.to_string())?;
+    let f = recall::diagnostics::bench::stream_figures(
+        gpu, &queries, &handle, a.k, chunk_rows, a.iters,
     )?;
+    drop(handle);
     // The same call in memory (kernel level, corpus resident) for the answer.
     let (_, _, in_memory) =
         recall::diagnostics::bench::knn_ms(gpu, &queries, &corpus, a.dim, a.k, 1)?;
+    let streamed = &f.answer;
     let same = streamed.ids == in_memory.ids
         && streamed
             .scores
             .iter()
             .zip(&in_memory.scores)
             .all(|(x, y)| x.to_bits() == y.to_bits());
-    let gbps = (a.rows * a.dim * 4) as f64 / (ms * 1e-3) / 1e9;
+    let bytes = (a.rows * a.dim * 4) as f64;
+    let gbps = |ms: f64| bytes / (ms * 1e-3) / 1e9;
+    let h2d = f.h2d_gbps;
     let mut r = String::new();
     header(
         &mut r,
@@ -960,6 +980,11 @@ fn run_stream(a: BenchArgs) -> Result<ExitCode, String> {
         ),
         d,
     );
+    let path = if f.registered {
+        "registered: chunks DMA'd straight from the page-locked corpus"
+    } else {
+        "staged: page-locking failed (see the log), chunks copied through pinned staging buffers"
+    };
     let _ = writeln!(r, "| what | figure |");
     let _ = writeln!(r, "|---|---|");
     let _ = writeln!(
@@ -968,22 +993,234 @@ fn run_stream(a: BenchArgs) -> Result<ExitCode, String> {
     );
     let _ = writeln!(
         r,
-        "| streamed knn over {:.2} GB in chunks of {} MiB (median of {}) | {:.1} ms, {:.1} GB/s = {:.0} % of the measured bandwidth |",
-        (a.rows * a.dim * 4) as f64 / 1e9,
+        "| streamed knn through the corpus handle over {:.2} GB in chunks of {} MiB (median of {}; path: {path}) | {:.1} ms, {:.1} GB/s = {:.0} % of the measured bandwidth |",
+        bytes / 1e9,
         a.chunk_mib,
         a.iters,
-        ms,
-        gbps,
-        100.0 * gbps / h2d
+        f.handle_ms,
+        gbps(f.handle_ms),
+        100.0 * gbps(f.handle_ms) / h2d
     );
     let _ = writeln!(
         r,
-        "\nstreamed and in-memory top-{} identical (ids and score bits): **{}**",
+        "| the same through the plain slice (staged: host copy into pinned buffers, then DMA) | {:.1} ms, {:.1} GB/s = {:.0} % of the measured bandwidth |",
+        f.staged_ms,
+        gbps(f.staged_ms),
+        100.0 * gbps(f.staged_ms) / h2d
+    );
+    let _ = writeln!(
+        r,
+        "\nstreamed path: **{}**",
+        if f.registered { "registered" } else { "staged" }
+    );
+    let _ = writeln!(
+        r,
+        "\nstreamed (both paths) and in-memory top-{} identical (ids and score bits): **{}**",
         a.k,
         if same { "yes" } else { "NO" }
     );
     emit(&r, &a.out)?;
     Ok(if same {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// One load thread's answers: its first query, then the ids and score bits of its queries.
+type LoadPart = (usize, Vec<u32>, Vec<u32>);
+
+/// Median of `iters` timed runs of `f` (milliseconds), after one untimed warm-up run.
+fn timed_ms<T>(iters: usize, mut f: impl FnMut() -> Result<T, String>) -> Result<(f64, T), String> {
+    let mut last = f()?;
+    let mut t = Vec::new();
+    for _ in 0..iters.max(1) {
+        let s = std::time::Instant::now();
+        last = f()?;
+        t.push(s.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((recall::diagnostics::bench::median(t), last))
+}
+
+/// `recall bench multi-gpu`: batch knn (`--batch-queries` x `--rows` x `--dim`, cosine, top `--k`) and
+/// independent single-query load (`--threads` threads issuing `--single-queries` single queries in all),
+/// each through a corpus handle, on every GPU (the corpus sharded over them) against GPU 0 alone, with the
+/// answers of both compared bit for bit.
+fn run_multi_gpu(a: BenchArgs) -> Result<ExitCode, String> {
+    if a.rows == 0
+        || a.dim == 0
+        || a.batch_queries == 0
+        || a.threads == 0
+        || a.single_queries == 0
+        || a.k == 0
+        || a.k > a.rows
+    {
+        return Err("--rows, --dim, --batch-queries, --threads, --single-queries must be at least 1 and 1 <= --k <= --rows".into());
+    }
+    let all = Engine::builder()
+        .device(recall::DevicePolicy::Gpu)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let gpus = all.gpus();
+    if gpus.len() < 2 {
+        return Err(format!(
+            "recall bench multi-gpu needs at least two GPUs; found {} (RECALL_GPUS chooses them)",
+            gpus.len()
+        ));
+    }
+    let one = Engine::builder()
+        .device(recall::DevicePolicy::Gpu)
+        .gpus(&[gpus[0].ordinal])
+        .build()
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "generating {} x {} corpus ({:.1} GB), {} batch queries, {} single queries",
+        grouped(a.rows as u64),
+        a.dim,
+        (a.rows * a.dim * 4) as f64 / 1e9,
+        a.batch_queries,
+        a.single_queries
+    );
+    let corpus = all
+        .corpus(random_matrix(1, a.rows, a.dim), a.dim)
+        .map_err(|e| e.to_string())?;
+    let batch = random_matrix(2, a.batch_queries, a.dim);
+    let singles = random_matrix(3, a.single_queries, a.dim);
+    let metric = recall::Metric::Cosine;
+    let dim = a.dim;
+    let knn = |e: &Engine, q: &[f32]| -> Result<recall::Neighbors, String> {
+        let r = e
+            .knn_in(q, &corpus, metric, a.k)
+            .map_err(|x| x.to_string())?;
+        if let Some(why) = &r.fallback {
+            return Err(format!("a call fell back to the CPU: {why}"));
+        }
+        Ok(r)
+    };
+    let (batch_all_ms, batch_all) = timed_ms(a.iters, || knn(&all, &batch))?;
+    let (batch_one_ms, batch_one) = timed_ms(a.iters, || knn(&one, &batch))?;
+    let load = |e: &Engine| -> Result<(f64, Vec<u32>, Vec<u32>), String> {
+        let per = a.single_queries.div_ceil(a.threads);
+        let start = std::time::Instant::now();
+        let parts: Vec<Result<LoadPart, String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..a.threads)
+                .map(|t| {
+                    let knn = &knn;
+                    let singles = &singles;
+                    s.spawn(move || {
+                        let (q0, q1) = (
+                            (t * per).min(a.single_queries),
+                            ((t + 1) * per).min(a.single_queries),
+                        );
+                        let (mut ids, mut bits) = (Vec::new(), Vec::new());
+                        for q in q0..q1 {
+                            let r = knn(e, &singles[q * dim..(q + 1) * dim])?;
+                            ids.extend(r.ids);
+                            bits.extend(r.scores.iter().map(|x| x.to_bits()));
+                        }
+                        Ok((q0, ids, bits))
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a load thread panicked".into()))
+                })
+                .collect()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let mut parts = parts.into_iter().collect::<Result<Vec<_>, String>>()?;
+        parts.sort_by_key(|p| p.0);
+        let (ids, bits) = parts
+            .into_iter()
+            .fold((Vec::new(), Vec::new()), |(mut i, mut b), p| {
+                i.extend(p.1);
+                b.extend(p.2);
+                (i, b)
+            });
+        Ok((a.single_queries as f64 / secs, ids, bits))
+    };
+    let runs = a.iters.clamp(1, 5);
+    let best = |e: &Engine| -> Result<(f64, Vec<u32>, Vec<u32>), String> {
+        let mut qps = Vec::new();
+        let mut last = load(e)?; // warm-up
+        for _ in 0..runs {
+            last = load(e)?;
+            qps.push(last.0);
+        }
+        Ok((recall::diagnostics::bench::median(qps), last.1, last.2))
+    };
+    let (qps_all, ids_all, bits_all) = best(&all)?;
+    let (qps_one, ids_one, bits_one) = best(&one)?;
+    let score_bits =
+        |n: &recall::Neighbors| n.scores.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let batch_same =
+        batch_all.ids == batch_one.ids && score_bits(&batch_all) == score_bits(&batch_one);
+    let load_same = ids_all == ids_one && bits_all == bits_one;
+    let batch_ratio = batch_one_ms / batch_all_ms;
+    let load_ratio = qps_all / qps_one;
+    let mut r = String::new();
+    header(
+        &mut r,
+        &format!(
+            "multi-GPU knn (cosine, top-{}) over {} x {} rows sharded on {} GPUs, against GPU {} alone",
+            a.k,
+            grouped(a.rows as u64),
+            a.dim,
+            gpus.len(),
+            gpus[0].ordinal
+        ),
+        format!(
+            "recall bench multi-gpu --rows {} --dim {} --k {} --batch-queries {} --threads {} --single-queries {} --iters {}",
+            a.rows, a.dim, a.k, a.batch_queries, a.threads, a.single_queries, a.iters
+        ),
+        &gpus[0],
+    );
+    let _ = writeln!(
+        r,
+        "- GPUs used: {}\n",
+        gpus.iter()
+            .map(|g| format!("{} ({}, {} GiB)", g.ordinal, g.name, g.total_memory >> 30))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        r,
+        "| case | GPU {} alone | all {} GPUs | ratio (target >= 1.8x) |",
+        gpus[0].ordinal,
+        gpus.len()
+    );
+    let _ = writeln!(r, "|---|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| batch knn, {} queries (median of {}) | {:.2} ms | {:.2} ms | **{:.2}x** |",
+        a.batch_queries, a.iters, batch_one_ms, batch_all_ms, batch_ratio
+    );
+    let _ = writeln!(
+        r,
+        "| independent single-query load, {} threads, {} queries (median of {} runs) | {:.0} queries/s | {:.0} queries/s | **{:.2}x** |",
+        a.threads, a.single_queries, runs, qps_one, qps_all, load_ratio
+    );
+    let _ = writeln!(
+        r,
+        "\nanswers identical on all GPUs and on GPU {} alone (ids and score bits): batch **{}**, single queries **{}**",
+        gpus[0].ordinal,
+        if batch_same { "yes" } else { "NO" },
+        if load_same { "yes" } else { "NO" }
+    );
+    let _ = writeln!(
+        r,
+        "\n```\n{}```",
+        all.executor()
+            .prometheus_text()
+            .lines()
+            .filter(|l| l.starts_with("recall_multi_gpu"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    emit(&r, &a.out)?;
+    Ok(if batch_same && load_same {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -33,6 +33,18 @@ pub fn run() -> Result<ExitCode, String> {
         }
         GpuStatus::Unavailable(why) => println!("GPU: none usable: {why}"),
     }
+    let gpus = engine.gpus();
+    if gpus.len() > 1 {
+        println!(
+            "GPUs used: {} (corpus handles sharded over them, other calls to the least-loaded; RECALL_GPUS=0,1 chooses)",
+            gpus.iter()
+                .map(|g| format!("{} ({}, {})", g.ordinal, g.name, gib(g.total_memory)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    } else if let Some(g) = gpus.first() {
+        println!("GPUs used: {} only (RECALL_GPUS=0,1 chooses)", g.ordinal);
+    }
     if recall::GPU_COMPILED_IN {
         println!(
             "kernel bundle: cubin and PTX for {}",

@@ -40,9 +40,23 @@ pub struct EngineBuilder {
     batching: Option<BatchConfig>,
     max_in_flight: Option<usize>,
     gpu_corpus_budget: Option<usize>,
+    gpus: Option<Vec<usize>>,
 }
 
 impl EngineBuilder {
+    /// Use these GPUs (by ordinal) instead of every GPU that opens; overrides `RECALL_GPUS=0,1`. With more
+    /// than one, corpus handles are sharded over them and other calls go to the least-loaded one.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().gpus(&[0]).build()?; // GPU 0 only (or the CPU without one)
+    /// assert!(engine.gpus().len() <= 1);
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn gpus(mut self, ordinals: &[usize]) -> Self {
+        self.gpus = Some(ordinals.to_vec());
+        self
+    }
+
     /// Dynamic batching of concurrent single-query calls (`Engine::knn_in` with one query): at most
     /// `max_batch` queries per batch, and how long a batch's first caller waits for others when the device
     /// is idle (while a batch runs, the next one keeps filling). `max_batch: 1` turns batching off.
@@ -158,6 +172,7 @@ impl EngineBuilder {
         let mut config = ExecutorConfig {
             policy,
             force_sm: self.force_sm,
+            gpus: self.gpus.clone(),
             ..ExecutorConfig::default()
         };
         if let Some(w) = self.gpu_min_work {
@@ -171,8 +186,10 @@ impl EngineBuilder {
             config.max_in_flight = n.max(1);
         }
         let exec = Executor::new(config)?;
-        if let (Some(bytes), Some(g)) = (self.gpu_corpus_budget, exec.gpu_backend()) {
-            g.set_corpus_budget(bytes);
+        if let Some(bytes) = self.gpu_corpus_budget {
+            for g in exec.gpu_backends() {
+                g.set_corpus_budget(bytes);
+            }
         }
         Ok(Engine {
             exec: std::sync::Arc::new(exec),
@@ -380,6 +397,21 @@ impl Engine {
         self.exec.gpu_status()
     }
 
+    /// Every GPU in use, in shard order: empty without a GPU, one entry usually, several when more than one
+    /// GPU opened (`RECALL_GPUS=0,1` chooses them). With several, corpus handles are sharded over them and
+    /// other calls go to the least-loaded one, with the same answers as on one device.
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// for gpu in engine.gpus() {
+    ///     println!("GPU {}: {}", gpu.ordinal, gpu.name);
+    /// }
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn gpus(&self) -> Vec<crate::GpuDescription> {
+        self.exec.gpu_descriptions()
+    }
+
     /// The policy in force (from the builder or `RECALL_DEVICE`).
     ///
     /// ```
@@ -520,12 +552,11 @@ impl Engine {
     /// # Ok::<(), recall::Error>(())
     /// ```
     pub fn trim_gpu_memory(&self) -> Result<(), Error> {
-        match self.gpu_backend() {
-            Some(g) => g
-                .trim()
-                .map_err(|e| Error::Config(format!("trimming GPU memory: {e}"))),
-            None => Ok(()),
+        for g in self.exec.gpu_backends() {
+            g.trim()
+                .map_err(|e| Error::Config(format!("trimming GPU memory: {e}")))?;
         }
+        Ok(())
     }
 
     /// The GPU backend in use, for the benchmark harness and self-tests.

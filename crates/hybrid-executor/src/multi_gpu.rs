@@ -1,0 +1,499 @@
+//! Several GPUs behind one [`Backend`]: corpus handles sharded by rows over all of them, other calls sent to
+//! the least-loaded one, and a failing GPU's work moved to another GPU or to the CPU with the same answer.
+//!
+//! Layout (`docs/adr/0014-multi-gpu-sharding.md` says why):
+//! - knn against a corpus handle ([`Backend::knn_shared`], also single queries, which the executor batches):
+//!   the rows are cut into one contiguous range per GPU, each GPU keeps its range resident (a shard is a
+//!   [`SharedCorpus`] of its own, sharing the parent's memory, so each GPU's resident cache keys it by the
+//!   shard's id), all shards run at once (one thread per GPU), and the per-shard top k are merged exactly by
+//!   pair key (score in the metric's order, then lower global id): the answer of one device.
+//! - Candidate scoring against a handle gathers the candidates' rows (ids ascending, so ties keep their
+//!   order) and runs on the least-loaded GPU.
+//! - Every other call (slices, graphs, k-means, clip-and-noise) runs whole on the least-loaded GPU (fewest
+//!   calls in flight; ties rotate).
+//! - A GPU whose call fails (any error but bad input) has that call's work moved to the least-loaded other
+//!   GPU, then to the CPU; a GPU that reports itself lost is not used again. Input errors are returned as
+//!   they are (every device would say the same).
+//!
+//! Architecture invariant: nothing here knows about the driver; the GPUs are `Arc<dyn Backend>`, so CI
+//! tests this file with CPU and fault-injecting backends standing in for GPUs.
+
+use crate::backend::{Backend, BackendError, FastFormat};
+use crate::device::Device;
+use crate::shared_corpus::{Inner, SharedCorpus};
+use crate::shared_graph::SharedGraph;
+use parking_lot::Mutex;
+use recall_cpu_simd::{KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, pair_key};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Per-GPU counters of a [`MultiGpu`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuLoad {
+    /// The device this entry is about.
+    pub device: Option<Device>,
+    /// Calls (whole calls or shards) this GPU answered.
+    pub calls: u64,
+    /// Calls (or shards) that failed here and were moved elsewhere.
+    pub moved_away: u64,
+    /// Calls running on it now.
+    pub in_flight: usize,
+    /// Whether it reported itself lost (then it is not used again).
+    pub lost: bool,
+}
+
+/// knn of one shard on one backend with a given k.
+type ShardRun<'a> =
+    dyn Fn(&dyn Backend, &SharedCorpus, usize) -> Result<TopK, BackendError> + Sync + 'a;
+
+/// One GPU slot.
+struct Slot {
+    backend: Arc<dyn Backend>,
+    in_flight: AtomicUsize,
+    lost: AtomicBool,
+    calls: AtomicU64,
+    moved_away: AtomicU64,
+}
+
+/// The shards of one corpus handle: one sub-handle per GPU (fewer when the corpus has fewer rows).
+struct ShardSet {
+    id: u64,
+    alive: Weak<Inner>,
+    /// (first row, the shard's handle); shard `i` belongs to GPU `i`.
+    parts: Vec<(usize, SharedCorpus)>,
+}
+
+/// Several GPUs as one backend (see the module docs).
+pub struct MultiGpu {
+    slots: Vec<Slot>,
+    /// Where work goes when no GPU can take it (the CPU).
+    last_resort: Arc<dyn Backend>,
+    /// Rotates ties between equally loaded GPUs.
+    next: AtomicUsize,
+    shards: Mutex<Vec<ShardSet>>,
+    /// Work moved to the last resort.
+    to_cpu: AtomicU64,
+}
+
+impl fmt::Debug for MultiGpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiGpu")
+            .field("gpus", &self.devices())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Holds one in-flight count of a slot.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl MultiGpu {
+    /// `gpus` (at least one) in shard order; `last_resort` answers work no GPU could (the CPU backend).
+    pub fn new(gpus: Vec<Arc<dyn Backend>>, last_resort: Arc<dyn Backend>) -> MultiGpu {
+        MultiGpu {
+            slots: gpus
+                .into_iter()
+                .map(|backend| Slot {
+                    backend,
+                    in_flight: AtomicUsize::new(0),
+                    lost: AtomicBool::new(false),
+                    calls: AtomicU64::new(0),
+                    moved_away: AtomicU64::new(0),
+                })
+                .collect(),
+            last_resort,
+            next: AtomicUsize::new(0),
+            shards: Mutex::new(Vec::new()),
+            to_cpu: AtomicU64::new(0),
+        }
+    }
+
+    /// The GPUs, in shard order.
+    pub fn devices(&self) -> Vec<Device> {
+        self.slots.iter().map(|s| s.backend.device()).collect()
+    }
+
+    /// How many GPUs this spreads over.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there is no GPU (never: `new` is given at least one in practice).
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Per-GPU counters, in shard order.
+    pub fn loads(&self) -> Vec<GpuLoad> {
+        self.slots
+            .iter()
+            .map(|s| GpuLoad {
+                device: Some(s.backend.device()),
+                calls: s.calls.load(Ordering::Relaxed),
+                moved_away: s.moved_away.load(Ordering::Relaxed),
+                in_flight: s.in_flight.load(Ordering::Relaxed),
+                lost: s.lost.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Calls or shards that no GPU could answer and the CPU did.
+    pub fn moved_to_cpu(&self) -> u64 {
+        self.to_cpu.load(Ordering::Relaxed)
+    }
+
+    /// How many corpus handles have shards now (after forgetting those whose handle is gone).
+    pub fn sharded_corpora(&self) -> usize {
+        let mut sets = self.shards.lock();
+        sets.retain(|s| s.alive.strong_count() > 0);
+        sets.len()
+    }
+
+    /// Healthy GPUs other than `except`, least loaded first (ties rotate from call to call).
+    fn by_load(&self, except: Option<usize>) -> Vec<usize> {
+        let n = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n.max(1);
+        let mut order: Vec<usize> = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&i| Some(i) != except && !self.slots[i].lost.load(Ordering::Relaxed))
+            .collect();
+        // Stable: among equal loads the rotated order stands.
+        order.sort_by_key(|&i| self.slots[i].in_flight.load(Ordering::Relaxed));
+        order
+    }
+
+    /// Run `f` on GPU `i`, counting it in flight. A failure other than bad input is returned as `Err(Some)`
+    /// after bookkeeping (a lost device is marked); bad input is `Ok(Err)`.
+    fn try_on<T>(
+        &self,
+        i: usize,
+        f: &(dyn Fn(&dyn Backend) -> Result<T, BackendError> + Sync),
+    ) -> Result<Result<T, BackendError>, BackendError> {
+        let slot = &self.slots[i];
+        slot.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _busy = Busy(&slot.in_flight);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(slot.backend.as_ref())))
+            .unwrap_or_else(|_| Err(BackendError::DeviceLost("the GPU backend panicked".into())));
+        match r {
+            Ok(v) => {
+                slot.calls.fetch_add(1, Ordering::Relaxed);
+                Ok(Ok(v))
+            }
+            Err(BackendError::Input(e)) => Ok(Err(BackendError::Input(e))),
+            Err(e) => {
+                slot.moved_away.fetch_add(1, Ordering::Relaxed);
+                if matches!(e, BackendError::DeviceLost(_)) {
+                    slot.lost.store(true, Ordering::Relaxed);
+                }
+                tracing::warn!(device = %slot.backend.device(), error = %e,
+                    "recall: a GPU failed its part of a call; moving it to another device");
+                Err(e)
+            }
+        }
+    }
+
+    /// Run `f` on GPU `first` if given and healthy, else (or when it fails) on the other GPUs least loaded
+    /// first, finally on the last resort.
+    fn run_anywhere<T>(
+        &self,
+        first: Option<usize>,
+        f: &(dyn Fn(&dyn Backend) -> Result<T, BackendError> + Sync),
+    ) -> Result<T, BackendError> {
+        let mut tried = None;
+        if let Some(i) = first
+            && !self.slots[i].lost.load(Ordering::Relaxed)
+        {
+            match self.try_on(i, f) {
+                Ok(r) => return r,
+                Err(_) => tried = Some(i),
+            }
+        }
+        for i in self.by_load(tried) {
+            if Some(i) == first {
+                continue;
+            }
+            if let Ok(r) = self.try_on(i, f) {
+                return r;
+            }
+        }
+        self.to_cpu.fetch_add(1, Ordering::Relaxed);
+        f(self.last_resort.as_ref())
+    }
+
+    /// An independent call: the least-loaded GPU, moved on failure.
+    fn independent<T>(
+        &self,
+        f: &(dyn Fn(&dyn Backend) -> Result<T, BackendError> + Sync),
+    ) -> Result<T, BackendError> {
+        self.run_anywhere(None, f)
+    }
+
+    /// The shards of `corpus`, made on first use (forgetting those of dropped handles).
+    fn shards_of(&self, corpus: &SharedCorpus) -> Vec<(usize, SharedCorpus)> {
+        let mut sets = self.shards.lock();
+        sets.retain(|s| s.alive.strong_count() > 0);
+        if let Some(s) = sets.iter().find(|s| s.id == corpus.id()) {
+            return s.parts.clone();
+        }
+        let n = corpus.n_rows();
+        let g = self.slots.len().clamp(1, n.max(1));
+        let parts: Vec<(usize, SharedCorpus)> = (0..g)
+            .filter_map(|i| {
+                let (r0, r1) = (i * n / g, (i + 1) * n / g);
+                corpus.shard(r0..r1).map(|s| (r0, s))
+            })
+            .collect();
+        sets.push(ShardSet {
+            id: corpus.id(),
+            alive: corpus.weak(),
+            parts: parts.clone(),
+        });
+        parts
+    }
+
+    /// knn against a handle, sharded: every shard on its GPU at once (one thread each), each shard's top
+    /// `min(k, rows)` merged exactly into the top `k`.
+    fn sharded_knn(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+        run: &ShardRun<'_>,
+    ) -> Result<TopK, BackendError> {
+        let parts = self.shards_of(corpus);
+        if parts.len() <= 1 {
+            return self.independent(&|b| run(b, corpus, k));
+        }
+        let results: Vec<Result<TopK, BackendError>> = std::thread::scope(|s| {
+            let work = |i: usize| {
+                let (_, part) = &parts[i];
+                let kk = k.min(part.n_rows());
+                self.run_anywhere(Some(i), &|b| run(b, part, kk))
+            };
+            let handles: Vec<_> = (1..parts.len()).map(|i| s.spawn(move || work(i))).collect();
+            let mut out = vec![work(0)];
+            for h in handles {
+                out.push(h.join().unwrap_or_else(|_| {
+                    Err(BackendError::Gpu("a shard's thread panicked".into()))
+                }));
+            }
+            out
+        });
+        let mut answers = Vec::with_capacity(parts.len());
+        for ((base, _), r) in parts.iter().zip(results) {
+            answers.push((*base, r?));
+        }
+        let nq = queries.len() / corpus.dim().max(1);
+        Ok(merge_topk(&answers, nq, k, metric))
+    }
+}
+
+/// Merge per-part top lists (ids relative to each part's first row `base`) into the top `k` per query by
+/// pair key: the total order of the numerics contract, so the result is the whole corpus's top `k`.
+pub(crate) fn merge_topk(parts: &[(usize, TopK)], nq: usize, k: usize, metric: Metric) -> TopK {
+    let order = metric.order();
+    let mut result = TopK {
+        k,
+        ids: Vec::with_capacity(nq * k),
+        scores: Vec::with_capacity(nq * k),
+    };
+    let mut list: Vec<(u64, f32)> = Vec::new();
+    for q in 0..nq {
+        list.clear();
+        for (base, part) in parts {
+            let kp = part.k;
+            for j in q * kp..(q + 1) * kp {
+                let id = (*base + part.ids[j] as usize) as u32;
+                list.push((pair_key(part.scores[j], id, order), part.scores[j]));
+            }
+        }
+        list.sort_unstable_by_key(|e| e.0);
+        for &(key, score) in list.iter().take(k) {
+            result.ids.push(key as u32);
+            result.scores.push(score);
+        }
+    }
+    result
+}
+
+impl Backend for MultiGpu {
+    fn device(&self) -> Device {
+        self.slots
+            .first()
+            .map_or(Device::Gpu { ordinal: 0 }, |s| s.backend.device())
+    }
+
+    fn cosine_scores(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+    ) -> Result<Vec<f32>, BackendError> {
+        self.independent(&|b| b.cosine_scores(queries, corpus, dim))
+    }
+
+    fn similarity(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+    ) -> Result<Vec<f32>, BackendError> {
+        self.independent(&|b| b.similarity(queries, corpus, dim, metric))
+    }
+
+    fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.independent(&|b| b.knn(queries, corpus, dim, metric, k))
+    }
+
+    fn knn_shared(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.sharded_knn(queries, corpus, metric, k, &|b, part, kk| {
+            b.knn_shared(queries, part, metric, kk)
+        })
+    }
+
+    fn knn_fast(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+        format: FastFormat,
+    ) -> Result<TopK, BackendError> {
+        self.independent(&|b| b.knn_fast(queries, corpus, dim, metric, k, format))
+    }
+
+    fn knn_shared_fast(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+        format: FastFormat,
+    ) -> Result<TopK, BackendError> {
+        self.sharded_knn(queries, corpus, metric, k, &|b, part, kk| {
+            b.knn_shared_fast(queries, part, metric, kk, format)
+        })
+    }
+
+    fn score_candidates(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.independent(&|b| b.score_candidates(queries, corpus, dim, metric, offsets, ids, k))
+    }
+
+    fn score_candidates_shared(
+        &self,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        // The candidates' rows, ids ascending so that local ids order as the global ones (ties in score
+        // then break the same way); scores are per row, so the same bits as against the whole corpus.
+        let dim = corpus.dim();
+        let mut unique: Vec<u32> = ids.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        let data = corpus.data();
+        let mut rows = Vec::with_capacity(unique.len() * dim);
+        for &id in &unique {
+            let r = id as usize;
+            let Some(row) = data.get(r * dim..(r + 1) * dim) else {
+                return Err(BackendError::Input(
+                    recall_cpu_simd::CpuError::IdOutOfRange {
+                        what: "candidate ids",
+                        index: 0,
+                        id: id as u64,
+                        n: corpus.n_rows(),
+                    },
+                ));
+            };
+            rows.extend_from_slice(row);
+        }
+        let local: Vec<u32> = ids
+            .iter()
+            .map(|id| unique.partition_point(|u| u < id) as u32)
+            .collect();
+        let mut r = self.independent(&|b| {
+            b.score_candidates(queries, &rows, dim, metric, offsets, &local, k)
+        })?;
+        for id in &mut r.ids {
+            if let Some(g) = unique.get(*id as usize) {
+                *id = *g;
+            }
+        }
+        Ok(r)
+    }
+
+    fn spread(
+        &self,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        self.independent(&|b| b.spread(graph, seeds, params))
+    }
+
+    fn spread_shared(
+        &self,
+        graph: &SharedGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        self.independent(&|b| b.spread_shared(graph, seeds, params))
+    }
+
+    fn clip_and_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+    ) -> Result<Vec<f32>, BackendError> {
+        self.independent(&|b| b.clip_and_noise(x, dim, clip, sigma, seed))
+    }
+
+    fn kmeans(
+        &self,
+        points: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        seed: u64,
+    ) -> Result<KMeans, BackendError> {
+        self.independent(&|b| b.kmeans(points, dim, k, iters, seed))
+    }
+}
