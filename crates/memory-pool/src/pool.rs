@@ -256,14 +256,14 @@ impl<A: Allocator> Drop for CachingPool<A> {
             return;
         }
         let inner = &*self.inner;
-        let handles = {
+        let mut handles = Vec::new();
+        {
             let mut st = inner.state.lock();
             st.closed = true;
-            let handles = thread_cache::flush_own(inner, &mut st);
+            thread_cache::flush_own(inner, &mut st, &mut handles);
             inner.bump_gate(&st);
             inner.release(&mut st, usize::MAX, TrimWait::Wait);
-            handles
-        };
+        }
         drop(handles);
     }
 }
@@ -520,12 +520,12 @@ impl<A: Allocator> CachingPool<A> {
     /// this thread does it too; a thread that is about to stay idle a long time may call it.
     pub fn flush_thread_cache(&self) {
         let inner = &*self.inner;
-        let handles = {
+        let mut handles = Vec::new();
+        {
             let mut st = inner.state.lock();
-            let h = thread_cache::flush_own(inner, &mut st);
+            thread_cache::flush_own(inner, &mut st, &mut handles);
             inner.after_flush(&mut st);
-            h
-        };
+        }
         drop(handles);
     }
 
@@ -579,18 +579,18 @@ impl<A: Allocator> CachingPool<A> {
         key: StreamKey,
     ) -> Result<Block<A>, PoolError> {
         let inner = &*self.inner;
+        let mut handles = Vec::new();
         let mut guard = inner.state.lock();
-        let flushed = thread_cache::flush_own(inner, &mut guard);
+        if inner.fast {
+            thread_cache::flush_own(inner, &mut guard, &mut handles);
+        }
         let r = self.allocate_in(&mut guard, tenant, bytes, key);
         inner.update_gate(&guard);
-        let enabled = if inner.fast {
-            thread_cache::enable(&self.inner, &mut guard, tenant)
-        } else {
-            Vec::new()
-        };
+        if inner.fast {
+            thread_cache::enable(&self.inner, &mut guard, tenant, &mut handles);
+        }
         drop(guard);
-        drop(flushed);
-        drop(enabled);
+        drop(handles);
         let (addr, class) = r?;
         Ok(self.block(addr, class, bytes, tenant, stream.clone(), key))
     }
@@ -641,12 +641,13 @@ impl<A: Allocator> CachingPool<A> {
     /// `tenant`'s quota, giving cached blocks back if that makes it fit.
     pub fn reserve(&self, tenant: TenantId, bytes: usize) -> Result<Reservation<A>, PoolError> {
         let inner = &*self.inner;
+        let mut handles = Vec::new();
         let mut guard = inner.state.lock();
-        let flushed = thread_cache::flush_own(inner, &mut guard);
+        thread_cache::flush_own(inner, &mut guard, &mut handles);
         let r = Self::reserve_in(inner, &mut guard, tenant, bytes);
         inner.update_gate(&guard);
         drop(guard);
-        drop(flushed);
+        drop(handles);
         r?;
         Ok(Reservation {
             pool: self.inner.clone(),
@@ -692,14 +693,15 @@ impl<A: Allocator> CachingPool<A> {
 
     fn trim_with(&self, wait: TrimWait) -> usize {
         let inner = &*self.inner;
-        let (released, flushed) = {
+        let mut handles = Vec::new();
+        let released = {
             let mut st = inner.state.lock();
-            let flushed = thread_cache::flush_own(inner, &mut st);
+            thread_cache::flush_own(inner, &mut st, &mut handles);
             let released = inner.release(&mut st, usize::MAX, wait);
             inner.bump_gate(&st);
-            (released, flushed)
+            released
         };
-        drop(flushed);
+        drop(handles);
         released
     }
 
@@ -762,9 +764,12 @@ impl<A: Allocator> Inner<A> {
             tenant,
             addr,
         } = e;
-        let handles = {
+        let mut handles = Vec::new();
+        {
             let mut st = pool.state.lock();
-            let flushed = thread_cache::flush_own(&pool, &mut st);
+            if pool.fast {
+                thread_cache::flush_own(&pool, &mut st, &mut handles);
+            }
             st.stats.in_use_bytes -= class;
             st.stats.blocks_in_use -= 1;
             st.stats.cached_bytes += class;
@@ -779,13 +784,10 @@ impl<A: Allocator> Inner<A> {
                 fence: None,
             });
             pool.after_flush(&mut st);
-            let enabled = if pool.fast && class <= THREAD_CACHE_MAX_CLASS && !st.closed {
-                thread_cache::enable(&pool, &mut st, tenant)
-            } else {
-                Vec::new()
-            };
-            (flushed, enabled)
-        };
+            if pool.fast && class <= THREAD_CACHE_MAX_CLASS && !st.closed {
+                thread_cache::enable(&pool, &mut st, tenant, &mut handles);
+            }
+        }
         drop(handles);
         drop(pool);
     }

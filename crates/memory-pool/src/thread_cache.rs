@@ -225,9 +225,8 @@ impl<A: Allocator> Shard<A> {
     }
 
     /// Move every parked block into the pool's shared free lists (the caller holds the pool lock).
-    /// Returns the pool handles the entries held, to be dropped after the lock is released.
-    fn flush(&mut self, st: &mut State<A>) -> Vec<Arc<Inner<A>>> {
-        let mut handles = Vec::with_capacity(self.len);
+    /// Adds the pool handles the entries held to `handles`, to be dropped after the lock is released.
+    fn flush(&mut self, st: &mut State<A>, handles: &mut Vec<Arc<Inner<A>>>) {
         while self.len > 0 {
             let e = self.remove(self.len - 1);
             st.unpark(e.class, e.tenant);
@@ -239,7 +238,6 @@ impl<A: Allocator> Shard<A> {
             });
             handles.push(e.pool);
         }
-        handles
     }
 }
 
@@ -252,16 +250,16 @@ impl<A: Allocator> Drop for Shard<A> {
             debug_assert_eq!(self.len, 0);
             return;
         };
-        let handles = {
+        let mut handles = Vec::new();
+        {
             let mut st = pool.state.lock();
-            let handles = self.flush(&mut st);
+            self.flush(&mut st, &mut handles);
             let hits = self.counters.hits.load(Ordering::Acquire);
             st.stats.requests += hits;
             st.stats.hits += hits;
             st.shards.retain(|c| !Arc::ptr_eq(c, &self.counters));
             pool.after_flush(&mut st);
-            handles
-        };
+        }
         drop(handles);
         drop(pool);
     }
@@ -390,66 +388,68 @@ pub(crate) fn park<A: Allocator>(e: Entry<A>) -> Result<(), Entry<A>> {
     Ok(())
 }
 
-/// Under the pool lock: flush this thread's cache for `pool` into the shared free lists. Returns pool
-/// handles to drop after the lock is released.
-pub(crate) fn flush_own<A: Allocator>(pool: &Inner<A>, st: &mut State<A>) -> Vec<Arc<Inner<A>>> {
-    CACHES
-        .try_with(|c| {
-            let Ok(mut c) = c.try_borrow_mut() else {
-                return Vec::new();
-            };
-            match c.find::<A>(pool.id) {
-                Some(shard) => shard.flush(st),
-                None => Vec::new(),
-            }
-        })
-        .unwrap_or_default()
+/// Under the pool lock: flush this thread's cache for `pool` into the shared free lists. Adds the pool
+/// handles the entries held to `handles`, to be dropped after the lock is released.
+pub(crate) fn flush_own<A: Allocator>(
+    pool: &Inner<A>,
+    st: &mut State<A>,
+    handles: &mut Vec<Arc<Inner<A>>>,
+) {
+    let Some(cell) = caches() else {
+        return;
+    };
+    let Ok(mut c) = cell.try_borrow_mut() else {
+        return;
+    };
+    if let Some(shard) = c.find::<A>(pool.id)
+        && shard.len > 0
+    {
+        shard.flush(st, handles);
+    }
 }
 
 /// Under the pool lock, at the end of a locked call by `tenant`: make sure this thread has a cache for
 /// `pool`, revalidate it against the gate, and admit `tenant` if it has no quota. Flushes first if the
-/// cache was validated against another gate value (then it returns the handles to drop later).
+/// cache was validated against another gate value (adding the pool handles to drop later to `handles`).
 pub(crate) fn enable<A: Allocator>(
     pool: &Arc<Inner<A>>,
     st: &mut State<A>,
     tenant: TenantId,
-) -> Vec<Arc<Inner<A>>> {
-    CACHES
-        .try_with(|c| {
-            let Ok(mut c) = c.try_borrow_mut() else {
-                return Vec::new();
-            };
-            if c.find::<A>(pool.id).is_none() {
-                c.retain_live();
-                let counters = Arc::new(ShardCounters::default());
-                st.shards.push(counters.clone());
-                c.insert(pool.id, Shard::<A>::new(pool, counters));
-            }
-            let Some(shard) = c.find::<A>(pool.id) else {
-                return Vec::new();
-            };
-            let gate = pool.gate.load(Ordering::Relaxed);
-            let mut handles = Vec::new();
-            if shard.epoch != gate {
-                handles = shard.flush(st);
-                shard.n_tenants = 0;
-                shard.epoch = if gate & 1 == 0 { gate } else { INVALID };
-            }
-            if shard.epoch != INVALID
-                && shard.tenant_slot(tenant).is_none()
-                && shard.n_tenants < MAX_TENANTS
-                && st
-                    .tenants
-                    .get(&tenant)
-                    .is_none_or(|t| t.quota_bytes.is_none())
-            {
-                let slot = shard.n_tenants;
-                shard.tenants[slot] = tenant;
-                shard.counters.tenant_ids[slot].store(tenant.0, Ordering::Release);
-                shard.counters.parked[slot].store(0, Ordering::Release);
-                shard.n_tenants += 1;
-            }
-            handles
-        })
-        .unwrap_or_default()
+    handles: &mut Vec<Arc<Inner<A>>>,
+) {
+    let Some(cell) = caches() else {
+        return;
+    };
+    let Ok(mut c) = cell.try_borrow_mut() else {
+        return;
+    };
+    if c.find::<A>(pool.id).is_none() {
+        c.retain_live();
+        let counters = Arc::new(ShardCounters::default());
+        st.shards.push(counters.clone());
+        c.insert(pool.id, Shard::<A>::new(pool, counters));
+    }
+    let Some(shard) = c.find::<A>(pool.id) else {
+        return;
+    };
+    let gate = pool.gate.load(Ordering::Relaxed);
+    if shard.epoch != gate {
+        shard.flush(st, handles);
+        shard.n_tenants = 0;
+        shard.epoch = if gate & 1 == 0 { gate } else { INVALID };
+    }
+    if shard.epoch != INVALID
+        && shard.tenant_slot(tenant).is_none()
+        && shard.n_tenants < MAX_TENANTS
+        && st
+            .tenants
+            .get(&tenant)
+            .is_none_or(|t| t.quota_bytes.is_none())
+    {
+        let slot = shard.n_tenants;
+        shard.tenants[slot] = tenant;
+        shard.counters.tenant_ids[slot].store(tenant.0, Ordering::Release);
+        shard.counters.parked[slot].store(0, Ordering::Release);
+        shard.n_tenants += 1;
+    }
 }
