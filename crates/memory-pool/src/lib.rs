@@ -7,6 +7,9 @@
 //! - [`CachingPool`]: size classes ([`size_class`]), stream-ordered reuse ([`ReusePolicy`]), trimming,
 //!   a budget checked before the allocator is asked ([`PoolError::OutOfMemory`]), a driver OOM turned
 //!   into the same error after a trim and one retry, tenant quotas ([`TenantId`]) and [`PoolStats`].
+//!   Small blocks freed by a thread are parked in that thread's cache and taken back by it without a
+//!   lock or an atomic read-modify-write (the hit path; see [`THREAD_CACHE_MAX_CLASS`] and
+//!   [`CachingPool::flush_thread_cache`]).
 //! - [`GpuMemory`]: one engine's pools on one device ([`MemoryConfig`]: budget 80 % of VRAM by default,
 //!   `RECALL_FORCE_PINNED=1` forces the pinned fallback).
 //! - Typed RAII buffers: [`DeviceBuffer`], [`PinnedBuffer`], [`ManagedBuffer`], [`UnifiedBuffer`]
@@ -33,6 +36,7 @@ mod error;
 pub mod fake;
 mod pool;
 mod staging;
+mod thread_cache;
 
 pub use allocator::{Allocator, StreamKey};
 pub use buffers::{
@@ -48,6 +52,7 @@ pub use pool::{
     ReusePolicy, SMALL_LIMIT_BYTES, TenantId, TenantStats, size_class,
 };
 pub use staging::StagingRing;
+pub use thread_cache::{THREAD_CACHE_MAX_BLOCKS, THREAD_CACHE_MAX_BYTES, THREAD_CACHE_MAX_CLASS};
 
 /// Advice and locations for managed memory (from `recall-gpu-sys`).
 pub use recall_gpu_sys::memory::{Advice, Location};

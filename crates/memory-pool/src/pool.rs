@@ -7,14 +7,22 @@
 //! recorded on that stream after the free has completed. Fences are recorded lazily, one per stream for
 //! all of that stream's unfenced free blocks, only when a block is wanted elsewhere or memory is trimmed:
 //! a fence recorded later than the free still covers all work queued before the free.
+//!
+//! Hit path: a small block freed on stream S by a tenant without a quota is parked in the freeing
+//! thread's cache (`thread_cache`), and the same thread's next request for that (S, size class, tenant)
+//! takes it back without the lock. That is the same-stream case of the rule above; any other reuse goes
+//! through the locked path, which first moves the calling thread's parked blocks to the shared free
+//! lists as ordinary unfenced blocks of their streams.
 
 use crate::allocator::{Allocator, StreamKey};
 use crate::error::{OomScope, PoolError};
+use crate::thread_cache::{self, Entry, ShardCounters, THREAD_CACHE_MAX_CLASS};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Smallest block the pool hands out.
 pub const MIN_BLOCK_BYTES: usize = 512;
@@ -113,6 +121,10 @@ pub struct PoolStats {
     pub fences_recorded: u64,
     /// Errors met while giving memory back or checking fences (recorded, see [`CachingPool::take_errors`]).
     pub recorded_errors: u64,
+    /// Of `cached_bytes`: bytes parked in threads' caches (see [`CachingPool::flush_thread_cache`]).
+    pub thread_cached_bytes: usize,
+    /// Of `blocks_cached`: blocks parked in threads' caches.
+    pub thread_cached_blocks: usize,
 }
 
 impl PoolStats {
@@ -135,17 +147,17 @@ pub struct TenantStats {
     pub failed_requests: u64,
 }
 
-struct FenceSlot<F> {
+pub(crate) struct FenceSlot<F> {
     /// `None` when the stream was idle at the time: nothing to wait for.
     fence: Option<F>,
     done: AtomicBool,
 }
 
-struct FreeBlock<A: Allocator> {
-    addr: u64,
-    key: StreamKey,
-    stream: A::Stream,
-    fence: Option<Arc<FenceSlot<A::Fence>>>,
+pub(crate) struct FreeBlock<A: Allocator> {
+    pub(crate) addr: u64,
+    pub(crate) key: StreamKey,
+    pub(crate) stream: A::Stream,
+    pub(crate) fence: Option<Arc<FenceSlot<A::Fence>>>,
 }
 
 impl<A: Allocator> FreeBlock<A> {
@@ -158,7 +170,7 @@ impl<A: Allocator> FreeBlock<A> {
 
 /// Tenant ids are small integers: hash them as themselves (the hit path touches this map twice).
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -174,20 +186,51 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-type TenantMap = HashMap<TenantId, TenantStats, std::hash::BuildHasherDefault<IdHasher>>;
+pub(crate) type TenantMap = HashMap<TenantId, TenantStats, std::hash::BuildHasherDefault<IdHasher>>;
 
-struct State<A: Allocator> {
+pub(crate) struct State<A: Allocator> {
     /// Free blocks by size class, most recently freed last.
-    free: BTreeMap<usize, Vec<FreeBlock<A>>>,
-    tenants: TenantMap,
-    stats: PoolStats,
+    pub(crate) free: BTreeMap<usize, Vec<FreeBlock<A>>>,
+    pub(crate) tenants: TenantMap,
+    /// Counters of the locked state. Blocks parked in threads' caches count here as in use by their
+    /// tenant (see `thread_cache`); `CachingPool::stats` moves them to cached.
+    pub(crate) stats: PoolStats,
+    /// The counters each thread's cache publishes.
+    pub(crate) shards: Vec<Arc<ShardCounters>>,
+    /// The last `CachingPool` handle is gone: blocks freed from now on go back to the allocator.
+    closed: bool,
 }
 
-struct Inner<A: Allocator> {
+impl<A: Allocator> State<A> {
+    /// A block parked in a thread's cache moves to the shared free lists: from in use to cached.
+    pub(crate) fn unpark(&mut self, class: usize, tenant: TenantId) {
+        self.stats.in_use_bytes -= class;
+        self.stats.blocks_in_use -= 1;
+        self.stats.cached_bytes += class;
+        self.stats.blocks_cached += 1;
+        if let Some(t) = self.tenants.get_mut(&tenant) {
+            t.in_use_bytes -= class;
+        }
+    }
+}
+
+/// Source of pool ids (keys of the thread caches).
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct Inner<A: Allocator> {
     alloc: A,
     reuse: ReusePolicy,
+    /// Small freed blocks may be parked in threads' caches (stream-ordered pools).
+    pub(crate) fast: bool,
+    /// Unique per pool in the process.
+    pub(crate) id: u64,
+    /// Epoch of the configuration the thread caches rely on, times two, plus one while they must not
+    /// be used (held bytes over the budget, or the pool closed). Changed only under the state lock.
+    pub(crate) gate: AtomicU64,
+    /// Live `CachingPool` handles.
+    handles: AtomicUsize,
     max_cached: Mutex<Option<usize>>,
-    state: Mutex<State<A>>,
+    pub(crate) state: Mutex<State<A>>,
     errors: Mutex<Vec<PoolError>>,
 }
 
@@ -198,9 +241,30 @@ pub struct CachingPool<A: Allocator> {
 
 impl<A: Allocator> Clone for CachingPool<A> {
     fn clone(&self) -> Self {
+        self.inner.handles.fetch_add(1, Ordering::Relaxed);
         CachingPool {
             inner: self.inner.clone(),
         }
+    }
+}
+
+impl<A: Allocator> Drop for CachingPool<A> {
+    /// The last handle closes the pool: thread caches stop being used, the cache goes back to the
+    /// allocator, and blocks still live go back to it when they are dropped.
+    fn drop(&mut self) {
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let inner = &*self.inner;
+        let mut handles = Vec::new();
+        {
+            let mut st = inner.state.lock();
+            st.closed = true;
+            thread_cache::flush_own(inner, &mut st, &mut handles);
+            inner.bump_gate(&st);
+            inner.release(&mut st, usize::MAX, TrimWait::Wait);
+        }
+        drop(handles);
     }
 }
 
@@ -217,12 +281,14 @@ impl<A: Allocator + fmt::Debug> fmt::Debug for CachingPool<A> {
 /// A block handed out by a [`CachingPool`]; it goes back to the pool's cache on drop, tagged with its
 /// stream. It has one owner: the pool never hands a block out again while this lives.
 pub struct Block<A: Allocator> {
-    pool: Arc<Inner<A>>,
+    /// Taken (moved out, not cloned) only in `drop`.
+    pool: ManuallyDrop<Arc<Inner<A>>>,
     addr: u64,
     size: usize,
     requested: usize,
     tenant: TenantId,
-    stream: A::Stream,
+    /// Taken (moved out, not cloned) only in `drop`.
+    stream: ManuallyDrop<A::Stream>,
     key: StreamKey,
 }
 
@@ -271,27 +337,36 @@ impl<A: Allocator> Block<A> {
     /// `stream` (for example `stream` waits for an event recorded on the old stream) or be complete.
     pub unsafe fn set_stream(&mut self, stream: A::Stream) {
         self.key = self.pool.alloc.stream_key(&stream);
-        self.stream = stream;
+        *self.stream = stream;
     }
 }
 
 impl<A: Allocator> Drop for Block<A> {
     fn drop(&mut self) {
-        let mut st = self.pool.state.lock();
-        let st = &mut *st;
-        st.stats.in_use_bytes -= self.size;
-        st.stats.blocks_in_use -= 1;
-        st.stats.cached_bytes += self.size;
-        st.stats.blocks_cached += 1;
-        if let Some(t) = st.tenants.get_mut(&self.tenant) {
-            t.in_use_bytes -= self.size;
-        }
-        st.free.entry(self.size).or_default().push(FreeBlock {
-            addr: self.addr,
+        // SAFETY: `drop` runs once and nothing reads these fields after it.
+        let (pool, stream) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.pool),
+                ManuallyDrop::take(&mut self.stream),
+            )
+        };
+        let entry = Entry {
+            pool,
+            stream,
             key: self.key,
-            stream: self.stream.clone(),
-            fence: None,
-        });
+            class: self.size,
+            tenant: self.tenant,
+            addr: self.addr,
+        };
+        let entry = if entry.pool.fast && entry.class <= THREAD_CACHE_MAX_CLASS {
+            match thread_cache::park(entry) {
+                Ok(()) => return,
+                Err(entry) => entry,
+            }
+        } else {
+            entry
+        };
+        Inner::free_locked(entry);
     }
 }
 
@@ -325,6 +400,7 @@ impl<A: Allocator> Drop for Reservation<A> {
         if let Some(t) = st.tenants.get_mut(&self.tenant) {
             t.in_use_bytes -= self.bytes;
         }
+        self.pool.update_gate(&st);
     }
 }
 
@@ -348,11 +424,17 @@ impl<A: Allocator> CachingPool<A> {
             inner: Arc::new(Inner {
                 alloc,
                 reuse: config.reuse,
+                fast: config.reuse == ReusePolicy::StreamOrdered,
+                id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+                gate: AtomicU64::new(0),
+                handles: AtomicUsize::new(1),
                 max_cached: Mutex::new(config.max_cached_bytes),
                 state: Mutex::new(State {
                     free: BTreeMap::new(),
                     tenants: TenantMap::default(),
                     stats,
+                    shards: Vec::new(),
+                    closed: false,
                 }),
                 errors: Mutex::new(Vec::new()),
             }),
@@ -369,25 +451,42 @@ impl<A: Allocator> CachingPool<A> {
         self.inner.reuse
     }
 
-    /// A snapshot of the counters.
+    /// A snapshot of the counters. Blocks parked in threads' caches count as cached (and in
+    /// [`PoolStats::thread_cached_bytes`]); requests and hits served there are included.
     pub fn stats(&self) -> PoolStats {
-        self.inner.state.lock().stats.clone()
+        let st = self.inner.state.lock();
+        let mut s = st.stats.clone();
+        for c in &st.shards {
+            let (bytes, blocks) = c.parked_total();
+            s.in_use_bytes = s.in_use_bytes.saturating_sub(bytes);
+            s.blocks_in_use = s.blocks_in_use.saturating_sub(blocks);
+            s.cached_bytes += bytes;
+            s.blocks_cached += blocks;
+            s.thread_cached_bytes += bytes;
+            s.thread_cached_blocks += blocks;
+            let hits = c.hits.load(Ordering::Acquire);
+            s.requests += hits;
+            s.hits += hits;
+        }
+        s
     }
 
-    /// A snapshot of one tenant's counters.
+    /// A snapshot of one tenant's counters (blocks parked in threads' caches are not in use).
     pub fn tenant_stats(&self, tenant: TenantId) -> TenantStats {
-        self.inner
-            .state
-            .lock()
-            .tenants
-            .get(&tenant)
-            .cloned()
-            .unwrap_or_default()
+        let st = self.inner.state.lock();
+        let mut t = st.tenants.get(&tenant).cloned().unwrap_or_default();
+        for c in &st.shards {
+            t.in_use_bytes = t.in_use_bytes.saturating_sub(c.parked_bytes_of(tenant));
+        }
+        t
     }
 
     /// Change the budget. Cached blocks beyond it are given back at the next request that needs room.
     pub fn set_budget(&self, budget_bytes: usize) {
-        self.inner.state.lock().stats.budget_bytes = budget_bytes;
+        let inner = &*self.inner;
+        let mut st = inner.state.lock();
+        st.stats.budget_bytes = budget_bytes;
+        inner.bump_gate(&st);
     }
 
     /// Change the cap on cached bytes.
@@ -398,13 +497,10 @@ impl<A: Allocator> CachingPool<A> {
     /// Set (or with `None` remove) a tenant's quota. Lowering it below what the tenant holds only
     /// rejects its new requests.
     pub fn set_tenant_quota(&self, tenant: TenantId, quota_bytes: Option<usize>) {
-        self.inner
-            .state
-            .lock()
-            .tenants
-            .entry(tenant)
-            .or_default()
-            .quota_bytes = quota_bytes;
+        let inner = &*self.inner;
+        let mut st = inner.state.lock();
+        st.tenants.entry(tenant).or_default().quota_bytes = quota_bytes;
+        inner.bump_gate(&st);
     }
 
     /// Errors met while giving memory back or checking fences, since the last call. They do not fail the
@@ -419,6 +515,20 @@ impl<A: Allocator> CachingPool<A> {
         self.inner.record(&mut st, e);
     }
 
+    /// Move the blocks this thread has parked in its cache for this pool to the shared free lists (other
+    /// threads and streams can then have them, and trimming can give them back). Every locked call of
+    /// this thread does it too; a thread that is about to stay idle a long time may call it.
+    pub fn flush_thread_cache(&self) {
+        let inner = &*self.inner;
+        let mut handles = Vec::new();
+        {
+            let mut st = inner.state.lock();
+            thread_cache::flush_own(inner, &mut st, &mut handles);
+            inner.after_flush(&mut st);
+        }
+        drop(handles);
+    }
+
     /// A block of at least `bytes` for the default tenant, ordered on `stream`.
     pub fn allocate(&self, bytes: usize, stream: &A::Stream) -> Result<Block<A>, PoolError> {
         self.allocate_for(TenantId::DEFAULT, bytes, stream)
@@ -426,11 +536,15 @@ impl<A: Allocator> CachingPool<A> {
 
     /// A block of at least `bytes` for `tenant`, ordered on `stream`.
     ///
-    /// Checks the tenant's quota and the pool's budget first (typed [`PoolError::OutOfMemory`], the
-    /// driver is not asked); then reuses a cached block of the size class if the reuse rule allows;
-    /// otherwise gives cached blocks back until the new block fits the budget and asks the allocator. A
-    /// driver out-of-memory empties the cache (waiting for fences) and tries once more before it becomes
-    /// [`PoolError::OutOfMemory`] with [`OomScope::Device`].
+    /// First, without a lock: a block of the size class that this thread freed on `stream` for `tenant`
+    /// and parked in its cache (small classes of stream-ordered pools, tenants without a quota; see
+    /// [`PoolStats::thread_cached_bytes`]). Otherwise, under the pool lock: checks the tenant's quota and
+    /// the pool's budget (typed [`PoolError::OutOfMemory`], the driver is not asked); then reuses a cached
+    /// block of the size class if the reuse rule allows; otherwise gives cached blocks back until the new
+    /// block fits the budget and asks the allocator. A driver out-of-memory empties the cache (waiting
+    /// for fences) and tries once more before it becomes [`PoolError::OutOfMemory`] with
+    /// [`OomScope::Device`].
+    #[inline]
     pub fn allocate_for(
         &self,
         tenant: TenantId,
@@ -439,8 +553,57 @@ impl<A: Allocator> CachingPool<A> {
     ) -> Result<Block<A>, PoolError> {
         let inner = &*self.inner;
         let key = inner.alloc.stream_key(stream);
+        if inner.fast && bytes <= THREAD_CACHE_MAX_CLASS {
+            let class = bytes.max(MIN_BLOCK_BYTES).next_power_of_two();
+            if let Some(e) = thread_cache::take(inner, key, class, tenant) {
+                return Ok(Block {
+                    pool: ManuallyDrop::new(e.pool),
+                    addr: e.addr,
+                    size: class,
+                    requested: bytes,
+                    tenant,
+                    stream: ManuallyDrop::new(e.stream),
+                    key,
+                });
+            }
+        }
+        self.allocate_locked(tenant, bytes, stream, key)
+    }
+
+    #[inline(never)]
+    fn allocate_locked(
+        &self,
+        tenant: TenantId,
+        bytes: usize,
+        stream: &A::Stream,
+        key: StreamKey,
+    ) -> Result<Block<A>, PoolError> {
+        let inner = &*self.inner;
+        let mut handles = Vec::new();
         let mut guard = inner.state.lock();
-        let st = &mut *guard;
+        if inner.fast {
+            thread_cache::flush_own(inner, &mut guard, &mut handles);
+        }
+        let r = self.allocate_in(&mut guard, tenant, bytes, key);
+        inner.update_gate(&guard);
+        if inner.fast {
+            thread_cache::enable(&self.inner, &mut guard, tenant, &mut handles);
+        }
+        drop(guard);
+        drop(handles);
+        let (addr, class) = r?;
+        Ok(self.block(addr, class, bytes, tenant, stream.clone(), key))
+    }
+
+    /// The locked part of an allocation: the address and size class.
+    fn allocate_in(
+        &self,
+        st: &mut State<A>,
+        tenant: TenantId,
+        bytes: usize,
+        key: StreamKey,
+    ) -> Result<(u64, usize), PoolError> {
+        let inner = &*self.inner;
         st.stats.requests += 1;
         let Some(class) = size_class(bytes) else {
             st.stats.failed_requests += 1;
@@ -456,8 +619,7 @@ impl<A: Allocator> CachingPool<A> {
                 st.stats.cached_bytes -= class;
                 st.stats.blocks_cached -= 1;
                 inner.account_live(st, tenant, class);
-                drop(guard);
-                return Ok(self.block(addr, class, bytes, tenant, stream.clone(), key));
+                return Ok((addr, class));
             }
             Ok(None) => {}
             Err(e) => inner.record(st, e),
@@ -472,16 +634,34 @@ impl<A: Allocator> CachingPool<A> {
             }
         };
         inner.account_live(st, tenant, class);
-        drop(guard);
-        Ok(self.block(addr, class, bytes, tenant, stream.clone(), key))
+        Ok((addr, class))
     }
 
     /// Count `bytes` of memory the pool does not hand out (a managed allocation) against the budget and
     /// `tenant`'s quota, giving cached blocks back if that makes it fit.
     pub fn reserve(&self, tenant: TenantId, bytes: usize) -> Result<Reservation<A>, PoolError> {
         let inner = &*self.inner;
+        let mut handles = Vec::new();
         let mut guard = inner.state.lock();
-        let st = &mut *guard;
+        thread_cache::flush_own(inner, &mut guard, &mut handles);
+        let r = Self::reserve_in(inner, &mut guard, tenant, bytes);
+        inner.update_gate(&guard);
+        drop(guard);
+        drop(handles);
+        r?;
+        Ok(Reservation {
+            pool: self.inner.clone(),
+            bytes,
+            tenant,
+        })
+    }
+
+    fn reserve_in(
+        inner: &Inner<A>,
+        st: &mut State<A>,
+        tenant: TenantId,
+        bytes: usize,
+    ) -> Result<(), PoolError> {
         st.stats.requests += 1;
         inner.check_limits(st, tenant, bytes)?;
         if let Err(e) = inner.make_room(st, bytes) {
@@ -494,27 +674,35 @@ impl<A: Allocator> CachingPool<A> {
         t.in_use_bytes += bytes;
         t.peak_in_use_bytes = t.peak_in_use_bytes.max(t.in_use_bytes);
         inner.update_peaks(st);
-        Ok(Reservation {
-            pool: self.inner.clone(),
-            bytes,
-            tenant,
-        })
+        Ok(())
     }
 
     /// Give back cached blocks whose streams have finished with them, without waiting. Returns the bytes
-    /// given back.
+    /// given back. Blocks parked in other threads' caches go back to the shared cache at those threads'
+    /// next call of the pool.
     pub fn trim(&self) -> usize {
-        let inner = &*self.inner;
-        let mut st = inner.state.lock();
-        inner.release(&mut st, usize::MAX, TrimWait::ReadyOnly)
+        self.trim_with(TrimWait::ReadyOnly)
     }
 
     /// Give back every cached block, waiting for the streams that freed them. Returns the bytes given
-    /// back.
+    /// back. Blocks parked in other threads' caches go back to the shared cache at those threads' next
+    /// call of the pool.
     pub fn trim_all(&self) -> usize {
+        self.trim_with(TrimWait::Wait)
+    }
+
+    fn trim_with(&self, wait: TrimWait) -> usize {
         let inner = &*self.inner;
-        let mut st = inner.state.lock();
-        inner.release(&mut st, usize::MAX, TrimWait::Wait)
+        let mut handles = Vec::new();
+        let released = {
+            let mut st = inner.state.lock();
+            thread_cache::flush_own(inner, &mut st, &mut handles);
+            let released = inner.release(&mut st, usize::MAX, wait);
+            inner.bump_gate(&st);
+            released
+        };
+        drop(handles);
+        released
     }
 
     fn block(
@@ -527,18 +715,83 @@ impl<A: Allocator> CachingPool<A> {
         key: StreamKey,
     ) -> Block<A> {
         Block {
-            pool: self.inner.clone(),
+            pool: ManuallyDrop::new(self.inner.clone()),
             addr,
             size,
             requested,
             tenant,
-            stream,
+            stream: ManuallyDrop::new(stream),
             key,
         }
     }
 }
 
 impl<A: Allocator> Inner<A> {
+    /// The gate value the state calls for now, in a new epoch: threads' caches validated against the
+    /// old one flush at their next call.
+    pub(crate) fn bump_gate(&self, st: &State<A>) {
+        let epoch = (self.gate.load(Ordering::Relaxed) >> 1) + 1;
+        let closed = st.closed || st.stats.held_bytes() > st.stats.budget_bytes;
+        self.gate
+            .store((epoch << 1) | u64::from(closed), Ordering::Release);
+    }
+
+    /// After a locked call: close the gate while held bytes are over the budget (after the budget was
+    /// lowered), open it in a new epoch when they are back within it.
+    pub(crate) fn update_gate(&self, st: &State<A>) {
+        let closed = st.closed || st.stats.held_bytes() > st.stats.budget_bytes;
+        if (self.gate.load(Ordering::Relaxed) & 1 == 1) != closed {
+            self.bump_gate(st);
+        }
+    }
+
+    /// After parked blocks moved to the shared free lists: a closed pool gives them back at once.
+    pub(crate) fn after_flush(&self, st: &mut State<A>) {
+        if st.closed {
+            self.release(st, usize::MAX, TrimWait::Wait);
+        }
+        self.update_gate(st);
+    }
+
+    /// Free a block under the lock (it may not, or could not, be parked in this thread's cache).
+    #[inline(never)]
+    fn free_locked(e: Entry<A>) {
+        let Entry {
+            pool,
+            stream,
+            key,
+            class,
+            tenant,
+            addr,
+        } = e;
+        let mut handles = Vec::new();
+        {
+            let mut st = pool.state.lock();
+            if pool.fast {
+                thread_cache::flush_own(&pool, &mut st, &mut handles);
+            }
+            st.stats.in_use_bytes -= class;
+            st.stats.blocks_in_use -= 1;
+            st.stats.cached_bytes += class;
+            st.stats.blocks_cached += 1;
+            if let Some(t) = st.tenants.get_mut(&tenant) {
+                t.in_use_bytes -= class;
+            }
+            st.free.entry(class).or_default().push(FreeBlock {
+                addr,
+                key,
+                stream,
+                fence: None,
+            });
+            pool.after_flush(&mut st);
+            if pool.fast && class <= THREAD_CACHE_MAX_CLASS && !st.closed {
+                thread_cache::enable(&pool, &mut st, tenant, &mut handles);
+            }
+        }
+        drop(handles);
+        drop(pool);
+    }
+
     fn record(&self, st: &mut State<A>, e: PoolError) {
         st.stats.recorded_errors += 1;
         self.errors.lock().push(e);
@@ -829,6 +1082,8 @@ impl<A: Allocator> Drop for Inner<A> {
                 free: BTreeMap::new(),
                 tenants: TenantMap::default(),
                 stats: PoolStats::default(),
+                shards: Vec::new(),
+                closed: true,
             },
         );
         self.release(&mut st, usize::MAX, TrimWait::Wait);

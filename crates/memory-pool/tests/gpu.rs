@@ -341,3 +341,88 @@ fn gpu_trim_returns_memory_to_the_device() {
     assert_eq!(released, 8 * 256 * MIB);
     assert!(free_after >= free_before + released - 64 * MIB);
 }
+
+#[test]
+fn gpu_small_blocks_come_back_from_the_thread_cache() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_small_blocks_come_back_from_the_thread_cache") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let pool = mem.device_pool();
+    let host = data(1024);
+    let a = DeviceBuffer::try_from_host(&mem, &host).unwrap();
+    let addr = a.device_ptr();
+    drop(a);
+    assert_eq!(pool.stats().thread_cached_bytes, 4096);
+    // Same stream, same thread: back at once, and its queued copy is ordered before new work.
+    let mut b = DeviceBuffer::<f32>::try_alloc(&mem, 1024).unwrap();
+    assert_eq!(b.device_ptr(), addr);
+    b.copy_from_host(&host).unwrap();
+    assert_eq!(b.to_vec().unwrap(), host);
+    // Another stream: not from the cache until the fence of the first stream completed.
+    let other = gpu.new_stream().unwrap();
+    drop(b);
+    let c = DeviceBuffer::<f32>::try_alloc_on(&mem, 1024, &other, Default::default()).unwrap();
+    println!(
+        "other stream got {:#x} (cached block {addr:#x})",
+        c.device_ptr()
+    );
+    drop(c);
+    let s = pool.stats();
+    println!("stats: {s:?}");
+    assert_eq!(s.in_use_bytes, 0);
+    pool.trim_all();
+    assert_eq!(pool.stats().cached_bytes, 0);
+    assert!(pool.take_errors().is_empty());
+}
+
+#[test]
+fn gpu_managed_chunked_prefetch_on_other_streams() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_managed_chunked_prefetch_on_other_streams") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    if mem.unified_mode() != UnifiedMode::Managed {
+        println!(
+            "skipped gpu_managed_chunked_prefetch_on_other_streams: managed memory not usable"
+        );
+        return;
+    }
+    let (dim, n_rows, chunks) = (256usize, 8192usize, 8usize);
+    let host = data(n_rows * dim);
+    let buf = ManagedBuffer::try_from_slice(&mem, &host).unwrap();
+    let streams = [gpu.new_stream().unwrap(), gpu.new_stream().unwrap()];
+    let rows_per = n_rows / chunks;
+    std::thread::scope(|scope| {
+        for (t, stream) in streams.iter().enumerate() {
+            let buf = &buf;
+            scope.spawn(move || {
+                for c in (t..chunks).step_by(2) {
+                    let r = c * rows_per * dim..(c + 1) * rows_per * dim;
+                    buf.prefetch_range_to_device_on(r, stream).unwrap();
+                }
+            });
+        }
+    });
+    assert!(
+        buf.prefetch_range_to_device_on(0..host.len() + 1, &streams[0])
+            .is_err()
+    );
+    let kernels = Kernels::load(&gpu, None).unwrap();
+    let mut out = DeviceBuffer::<f32>::try_zeroed(&mem, n_rows).unwrap();
+    {
+        let x = buf.as_cuda_slice().unwrap();
+        let mut o = out.as_cuda_slice_mut().unwrap();
+        kernels
+            .row_norms_f32(&gpu, &x, n_rows, dim, &mut o)
+            .unwrap();
+    }
+    let got = out.to_vec().unwrap();
+    for (g, w) in got.iter().zip(&cpu_norms(&host, dim)) {
+        assert!((g - w).abs() <= 1e-4 * w.max(1.0), "norm {g} vs {w}");
+    }
+    drop(buf);
+    assert!(mem.device_pool().take_errors().is_empty());
+}

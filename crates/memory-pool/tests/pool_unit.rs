@@ -271,3 +271,150 @@ fn gpu_types_are_send_and_sync() {
     fn send<T: Send>() {}
     send::<StagingRing>();
 }
+
+// ---- Thread caches: the lock-free hit path ----
+
+#[test]
+fn a_small_block_is_parked_and_comes_back_to_the_same_stream() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let addr = p.allocate(4096, &S0).unwrap().addr();
+    let s = p.stats();
+    assert_eq!(
+        (s.thread_cached_bytes, s.cached_bytes, s.in_use_bytes),
+        (4096, 4096, 0)
+    );
+    let b = p.allocate(4000, &S0).unwrap();
+    assert_eq!(b.addr(), addr);
+    let s = p.stats();
+    assert_eq!((s.requests, s.hits, s.misses), (2, 1, 1));
+    assert_eq!((s.thread_cached_bytes, s.in_use_bytes), (0, 4096));
+    assert_eq!(p.allocator().allocations(), 1);
+}
+
+#[test]
+fn a_parked_block_goes_to_another_stream_only_after_its_fence() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let a = p.allocate(4096, &S0).unwrap();
+    let addr = a.addr();
+    p.allocator().use_block(addr, S0);
+    drop(a);
+    assert_eq!(p.stats().thread_cached_bytes, 4096);
+    // Stream 1 misses the thread cache; the locked path flushes it and fences stream 0.
+    let b = p.allocate(4096, &S1).unwrap();
+    assert_ne!(b.addr(), addr);
+    assert_eq!(p.stats().thread_cached_bytes, 0);
+    p.allocator().complete(S0);
+    assert_eq!(p.allocate(4096, &S1).unwrap().addr(), addr);
+    assert!(p.allocator().violations().is_empty());
+}
+
+#[test]
+fn large_blocks_and_quota_tenants_skip_the_thread_cache() {
+    let p = pool(64 * MIB, 64 * MIB);
+    p.set_tenant_quota(TenantId(1), Some(8 * MIB));
+    drop(p.allocate(2 * MIB, &S0).unwrap());
+    drop(p.allocate_for(TenantId(1), 4096, &S0).unwrap());
+    drop(p.allocate_for(TenantId(1), 4096, &S0).unwrap());
+    let s = p.stats();
+    assert_eq!(s.thread_cached_bytes, 0);
+    assert_eq!(s.cached_bytes, 2 * MIB + 4096);
+}
+
+#[test]
+fn host_visible_pools_never_park() {
+    let p = CachingPool::new(
+        FakeAllocator::new(64 * MIB),
+        PoolConfig {
+            reuse: ReusePolicy::HostVisible,
+            ..PoolConfig::with_budget(64 * MIB)
+        },
+    );
+    drop(p.allocate(4096, &S0).unwrap());
+    drop(p.allocate(4096, &S0).unwrap());
+    assert_eq!(p.stats().thread_cached_bytes, 0);
+}
+
+#[test]
+fn a_thread_gives_its_parked_blocks_back_when_it_exits() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        drop(q.allocate(4096, &S0).unwrap());
+        drop(q.allocate(4096, &S0).unwrap());
+        assert_eq!(q.stats().thread_cached_bytes, 4096);
+    })
+    .join()
+    .unwrap();
+    let s = p.stats();
+    assert_eq!((s.thread_cached_bytes, s.cached_bytes), (0, 4096));
+    assert_eq!((s.requests, s.hits), (2, 1));
+    assert_eq!(p.trim_all(), 4096);
+    assert_eq!(p.allocator().outstanding_bytes(), 0);
+}
+
+#[test]
+fn other_threads_flush_their_caches_at_their_next_call_after_a_trim() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let q = p.clone();
+    let worker = std::thread::spawn(move || {
+        drop(q.allocate(4096, &S0).unwrap());
+        done_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        // Any call of the pool: the gate moved, so the cache is flushed first.
+        drop(q.allocate(2 * MIB, &S0).unwrap());
+        done_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+    });
+    done_rx.recv().unwrap();
+    // The worker's parked block is out of this thread's reach.
+    assert_eq!(p.trim_all(), 0);
+    assert_eq!(p.stats().thread_cached_bytes, 4096);
+    go_tx.send(()).unwrap();
+    done_rx.recv().unwrap();
+    assert_eq!(p.stats().thread_cached_bytes, 0);
+    assert_eq!(p.trim_all(), 4096 + 2 * MIB);
+    go_tx.send(()).unwrap();
+    worker.join().unwrap();
+    assert_eq!(p.allocator().outstanding_bytes(), 0);
+}
+
+#[test]
+fn lowering_the_budget_stops_the_thread_cache_hits() {
+    let p = pool(64 * MIB, 64 * MIB);
+    let _held = p.allocate(MIB, &S1).unwrap();
+    drop(p.allocate(4096, &S0).unwrap());
+    drop(p.allocate(4096, &S0).unwrap());
+    assert_eq!(p.stats().thread_cached_bytes, 4096);
+    // Held bytes (1 MiB + 4 KiB) are now over the budget: a hit would break it, so the request is
+    // checked under the lock and refused.
+    p.set_budget(MIB);
+    let e = p.allocate(4096, &S0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PoolError::OutOfMemory {
+                scope: OomScope::Pool,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn dropping_the_last_pool_handle_gives_the_cache_back() {
+    let fake = std::sync::Arc::new(FakeAllocator::new(64 * MIB));
+    let p = CachingPool::new(fake.clone(), PoolConfig::with_budget(64 * MIB));
+    drop(p.allocate(4 * MIB, &S0).unwrap());
+    let live = p.allocate(4096, &S0).unwrap();
+    drop(p.allocate(4096, &S0).unwrap());
+    assert_eq!(fake.outstanding_bytes(), 4 * MIB + 8192);
+    drop(p);
+    // The pool lives on in `live`; its cache (the parked block too) went back with the last handle.
+    assert_eq!(fake.outstanding_bytes(), 4096);
+    drop(live);
+    assert_eq!(fake.outstanding_bytes(), 0);
+    assert!(fake.violations().is_empty());
+}

@@ -1,0 +1,455 @@
+//! Per-thread caches of small freed blocks: the pool's lock-free hit path.
+//!
+//! A small block (size class up to [`THREAD_CACHE_MAX_CLASS`]) of a stream-ordered pool, freed by a
+//! tenant without a quota, is parked in the freeing thread's cache for that pool instead of going back to
+//! the pool's shared free lists. The same thread's next request for the same (stream, size class,
+//! tenant) takes it back without a lock, an atomic read-modify-write or a reference-count change: the
+//! parked entry keeps the block's pool handle and stream handle, which move into the new [`Block`].
+//!
+//! Invariants (the proptests check them against a model, with one thread and with several):
+//! - One owner: a parked block is in exactly one thread's cache, and only that thread takes it out (a hit
+//!   or a flush into the shared free lists, under the pool lock).
+//! - Stream order: a parked block goes back only to the stream that freed it (the pool is
+//!   [`ReusePolicy::StreamOrdered`]); once flushed it is an ordinary unfenced free block of that stream.
+//! - Accounting: the pool's locked counters keep counting a parked block as in use by its tenant; each
+//!   thread's cache publishes how many bytes and blocks it has parked (plain stores, one writer), and
+//!   [`crate::CachingPool::stats`] moves those from "in use" to "cached". So held bytes (what the budget
+//!   bounds) are always exact, and the reported statistics are exact whenever no other thread is between
+//!   the start and the end of a pool call.
+//! - Budget and quotas: a hit turns cached bytes into used bytes without changing held bytes, so it can
+//!   never break the budget while held bytes are within it; quota tenants never use the thread caches.
+//!   Any change of the budget or a quota, any trim, and closing the pool move the pool's gate (an epoch
+//!   read with one relaxed load per hit); a thread whose cache saw another gate value flushes it at its
+//!   next call instead of using it.
+//! - Peaks: a thread flushes its own cache whenever it takes the pool lock, so with one thread the peaks
+//!   are exact; under concurrency blocks parked by *other* threads count as in use for the budget and
+//!   quota checks and the peaks (conservative: at most [`THREAD_CACHE_MAX_BYTES`] per thread and pool,
+//!   until that thread next calls the pool, calls [`crate::CachingPool::flush_thread_cache`] or exits).
+//!
+//! [`Block`]: crate::Block
+//! [`ReusePolicy::StreamOrdered`]: crate::ReusePolicy::StreamOrdered
+
+use crate::allocator::{Allocator, StreamKey};
+use crate::pool::{FreeBlock, Inner, State, TenantId};
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Largest size class a thread cache keeps.
+pub const THREAD_CACHE_MAX_CLASS: usize = 1 << 20;
+/// Most blocks one thread keeps parked for one pool.
+pub const THREAD_CACHE_MAX_BLOCKS: usize = 8;
+/// Most bytes one thread keeps parked for one pool.
+pub const THREAD_CACHE_MAX_BYTES: usize = 1 << 20;
+/// Most distinct tenants one thread's cache for one pool serves between two gate changes.
+const MAX_TENANTS: usize = 4;
+/// A shard epoch that never equals the gate.
+const INVALID: u64 = u64::MAX;
+
+/// Counters one thread publishes for the pool's statistics. One writer (the owning thread, with plain
+/// loads and stores); readers (statistics, under the pool lock) load them.
+#[derive(Debug, Default)]
+pub(crate) struct ShardCounters {
+    /// Requests served from this thread's cache (each one a hit).
+    pub(crate) hits: AtomicU64,
+    /// Tenant of each slot.
+    pub(crate) tenant_ids: [AtomicU32; MAX_TENANTS],
+    /// Per tenant slot: bytes parked (low 32 bits) and blocks parked (high 32 bits).
+    pub(crate) parked: [AtomicU64; MAX_TENANTS],
+}
+
+/// One parked block of `class` bytes in a `parked` counter.
+#[inline]
+fn parked_unit(class: usize) -> u64 {
+    class as u64 | (1 << 32)
+}
+
+impl ShardCounters {
+    /// Bytes and blocks parked.
+    pub(crate) fn parked_total(&self) -> (usize, usize) {
+        self.parked.iter().fold((0, 0), |(bytes, blocks), p| {
+            let v = p.load(Ordering::Acquire);
+            (
+                bytes + (v & 0xffff_ffff) as usize,
+                blocks + (v >> 32) as usize,
+            )
+        })
+    }
+
+    /// Bytes parked for `tenant`.
+    pub(crate) fn parked_bytes_of(&self, tenant: TenantId) -> usize {
+        self.tenant_ids
+            .iter()
+            .zip(&self.parked)
+            .filter(|(id, _)| id.load(Ordering::Acquire) == tenant.0)
+            .map(|(_, p)| (p.load(Ordering::Acquire) & 0xffff_ffff) as usize)
+            .sum()
+    }
+}
+
+/// `a += d` (wrapping) by the only writer: a load and a store, no read-modify-write instruction.
+#[inline]
+fn add(a: &AtomicU64, d: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(d), Ordering::Release);
+}
+
+/// A parked block, with the handles the block it came from held (moved, not cloned).
+pub(crate) struct Entry<A: Allocator> {
+    pub(crate) pool: Arc<Inner<A>>,
+    pub(crate) stream: A::Stream,
+    pub(crate) key: StreamKey,
+    pub(crate) class: usize,
+    pub(crate) tenant: TenantId,
+    pub(crate) addr: u64,
+}
+
+/// One thread's cache for one pool. Parked blocks are kept field by field (index `i < len` in each
+/// array, most recently parked last), so that parking and taking are plain word-sized moves.
+struct Shard<A: Allocator> {
+    pool: Weak<Inner<A>>,
+    /// The gate value this cache was validated against, or [`INVALID`].
+    epoch: u64,
+    tenants: [TenantId; MAX_TENANTS],
+    n_tenants: usize,
+    parked_bytes: usize,
+    len: usize,
+    keys: [StreamKey; THREAD_CACHE_MAX_BLOCKS],
+    classes: [usize; THREAD_CACHE_MAX_BLOCKS],
+    owners: [TenantId; THREAD_CACHE_MAX_BLOCKS],
+    slots: [usize; THREAD_CACHE_MAX_BLOCKS],
+    addrs: [u64; THREAD_CACHE_MAX_BLOCKS],
+    /// Initialised exactly at `..len`.
+    pools: [MaybeUninit<Arc<Inner<A>>>; THREAD_CACHE_MAX_BLOCKS],
+    /// Initialised exactly at `..len`.
+    streams: [MaybeUninit<A::Stream>; THREAD_CACHE_MAX_BLOCKS],
+    counters: Arc<ShardCounters>,
+}
+
+impl<A: Allocator> Shard<A> {
+    fn new(pool: &Arc<Inner<A>>, counters: Arc<ShardCounters>) -> Shard<A> {
+        Shard {
+            pool: Arc::downgrade(pool),
+            epoch: INVALID,
+            tenants: [TenantId::DEFAULT; MAX_TENANTS],
+            n_tenants: 0,
+            parked_bytes: 0,
+            len: 0,
+            keys: [0; THREAD_CACHE_MAX_BLOCKS],
+            classes: [0; THREAD_CACHE_MAX_BLOCKS],
+            owners: [TenantId::DEFAULT; THREAD_CACHE_MAX_BLOCKS],
+            slots: [0; THREAD_CACHE_MAX_BLOCKS],
+            addrs: [0; THREAD_CACHE_MAX_BLOCKS],
+            pools: [const { MaybeUninit::uninit() }; THREAD_CACHE_MAX_BLOCKS],
+            streams: [const { MaybeUninit::uninit() }; THREAD_CACHE_MAX_BLOCKS],
+            counters,
+        }
+    }
+
+    #[inline(always)]
+    fn tenant_slot(&self, tenant: TenantId) -> Option<usize> {
+        if self.n_tenants > 0 && self.tenants[0] == tenant {
+            return Some(0);
+        }
+        self.tenants[..self.n_tenants]
+            .iter()
+            .position(|&t| t == tenant)
+    }
+
+    /// The most recently parked block for (`key`, `class`, `tenant`).
+    #[inline(always)]
+    fn find(&self, key: StreamKey, class: usize, tenant: TenantId) -> Option<usize> {
+        let is =
+            |i: usize| self.keys[i] == key && self.classes[i] == class && self.owners[i] == tenant;
+        let last = self.len.checked_sub(1)?;
+        if is(last) {
+            return Some(last);
+        }
+        (0..last).rev().find(|&i| is(i))
+    }
+
+    /// Remove parked block `i < len` (the last one moves into its place).
+    #[inline(always)]
+    fn remove(&mut self, i: usize) -> Entry<A> {
+        let last = self.len - 1;
+        // SAFETY: `i <= last < len`: both are initialised; each value is read once, and the slot at
+        // `last` is treated as uninitialised from here on (`len` becomes `last`).
+        let (pool, stream) = unsafe {
+            let pool = self.pools[i].assume_init_read();
+            let stream = self.streams[i].assume_init_read();
+            if i != last {
+                self.pools[i].write(self.pools[last].assume_init_read());
+                self.streams[i].write(self.streams[last].assume_init_read());
+            }
+            (pool, stream)
+        };
+        let e = Entry {
+            pool,
+            stream,
+            key: self.keys[i],
+            class: self.classes[i],
+            tenant: self.owners[i],
+            addr: self.addrs[i],
+        };
+        let slot = self.slots[i];
+        if i != last {
+            self.keys[i] = self.keys[last];
+            self.classes[i] = self.classes[last];
+            self.owners[i] = self.owners[last];
+            self.slots[i] = self.slots[last];
+            self.addrs[i] = self.addrs[last];
+        }
+        self.len = last;
+        self.parked_bytes -= e.class;
+        add(
+            &self.counters.parked[slot],
+            parked_unit(e.class).wrapping_neg(),
+        );
+        e
+    }
+
+    /// Park `e` for tenant slot `slot` (the caller checked that there is room).
+    #[inline(always)]
+    fn push(&mut self, e: Entry<A>, slot: usize) {
+        let i = self.len;
+        self.keys[i] = e.key;
+        self.classes[i] = e.class;
+        self.owners[i] = e.tenant;
+        self.slots[i] = slot;
+        self.addrs[i] = e.addr;
+        self.pools[i].write(e.pool);
+        self.streams[i].write(e.stream);
+        self.len = i + 1;
+        self.parked_bytes += e.class;
+        add(&self.counters.parked[slot], parked_unit(e.class));
+    }
+
+    /// Move every parked block into the pool's shared free lists (the caller holds the pool lock).
+    /// Adds the pool handles the entries held to `handles`, to be dropped after the lock is released.
+    fn flush(&mut self, st: &mut State<A>, handles: &mut Vec<Arc<Inner<A>>>) {
+        while self.len > 0 {
+            let e = self.remove(self.len - 1);
+            st.unpark(e.class, e.tenant);
+            st.free.entry(e.class).or_default().push(FreeBlock {
+                addr: e.addr,
+                key: e.key,
+                stream: e.stream,
+                fence: None,
+            });
+            handles.push(e.pool);
+        }
+    }
+}
+
+impl<A: Allocator> Drop for Shard<A> {
+    /// The thread exits (or the cache is pruned): give parked blocks back to the pool and fold the
+    /// counters into it.
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.upgrade() else {
+            // Parked blocks hold the pool alive, so there are none; nothing to give back.
+            debug_assert_eq!(self.len, 0);
+            return;
+        };
+        let mut handles = Vec::new();
+        {
+            let mut st = pool.state.lock();
+            self.flush(&mut st, &mut handles);
+            let hits = self.counters.hits.load(Ordering::Acquire);
+            st.stats.requests += hits;
+            st.stats.hits += hits;
+            st.shards.retain(|c| !Arc::ptr_eq(c, &self.counters));
+            pool.after_flush(&mut st);
+        }
+        drop(handles);
+        drop(pool);
+    }
+}
+
+trait AnyShard {
+    /// The pool is gone and nothing is parked.
+    fn is_dead(&self) -> bool;
+}
+
+impl<A: Allocator> AnyShard for Shard<A> {
+    fn is_dead(&self) -> bool {
+        self.len == 0 && self.pool.strong_count() == 0
+    }
+}
+
+/// One pool's cache in this thread, type-erased.
+struct Slot {
+    pool_id: u64,
+    /// The `Shard<A>` inside `owner`, for typed access without a downcast.
+    ptr: *mut (),
+    owner: Box<dyn AnyShard>,
+}
+
+struct ThreadCaches {
+    slots: Vec<Slot>,
+    /// The slot found last: its pool id (0: none) and shard. Reset whenever `slots` changes.
+    hot_id: u64,
+    hot_ptr: *mut (),
+}
+
+impl ThreadCaches {
+    #[inline]
+    fn find<A: Allocator>(&mut self, pool_id: u64) -> Option<&mut Shard<A>> {
+        let ptr = if self.hot_id == pool_id {
+            self.hot_ptr
+        } else {
+            let slot = self.slots.iter().find(|s| s.pool_id == pool_id)?;
+            self.hot_id = pool_id;
+            self.hot_ptr = slot.ptr;
+            slot.ptr
+        };
+        // SAFETY: `ptr` is the shard of a slot with this pool id (`hot_ptr` is reset whenever `slots`
+        // changes), made by `enable::<A>` for the pool of that id: ids are unique in the process, so the
+        // pool, and with it `A`, is the one the caller names. It points into the slot's `owner`, a live
+        // box that this `&mut self` borrow covers exclusively.
+        Some(unsafe { &mut *ptr.cast::<Shard<A>>() })
+    }
+
+    fn retain_live(&mut self) {
+        self.slots.retain(|s| !s.owner.is_dead());
+        self.hot_id = 0;
+    }
+
+    fn insert<A: Allocator>(&mut self, pool_id: u64, shard: Shard<A>) {
+        let mut b = Box::new(shard);
+        let ptr = (&mut *b as *mut Shard<A>).cast::<()>();
+        self.slots.push(Slot {
+            pool_id,
+            ptr,
+            owner: b,
+        });
+        self.hot_id = 0;
+    }
+}
+
+thread_local! {
+    static CACHES: RefCell<ThreadCaches> = const { RefCell::new(ThreadCaches {
+        slots: Vec::new(),
+        hot_id: 0,
+        hot_ptr: std::ptr::null_mut(),
+    }) };
+}
+
+/// This thread's caches, or `None` while the thread's locals are being destroyed.
+#[inline]
+fn caches() -> Option<&'static RefCell<ThreadCaches>> {
+    let p = CACHES
+        .try_with(|c| c as *const RefCell<ThreadCaches>)
+        .ok()?;
+    // SAFETY: `try_with` succeeded, so this thread's value is alive and is destroyed only when the thread
+    // exits; every caller uses the reference within one call on this thread, so it never outlives it.
+    Some(unsafe { &*p })
+}
+
+/// The hit path: a block of `class` parked by this thread for (`key`, `tenant`), if the gate allows.
+#[inline]
+pub(crate) fn take<A: Allocator>(
+    inner: &Inner<A>,
+    key: StreamKey,
+    class: usize,
+    tenant: TenantId,
+) -> Option<Entry<A>> {
+    let mut c = caches()?.try_borrow_mut().ok()?;
+    let shard = c.find::<A>(inner.id)?;
+    if shard.epoch != inner.gate.load(Ordering::Relaxed) {
+        return None;
+    }
+    let i = shard.find(key, class, tenant)?;
+    add(&shard.counters.hits, 1);
+    Some(shard.remove(i))
+}
+
+/// The free path: park `e` in this thread's cache, or hand it back when it may not be parked.
+#[inline]
+pub(crate) fn park<A: Allocator>(e: Entry<A>) -> Result<(), Entry<A>> {
+    let Some(cell) = caches() else {
+        return Err(e);
+    };
+    let Ok(mut c) = cell.try_borrow_mut() else {
+        return Err(e);
+    };
+    let Some(shard) = c.find::<A>(e.pool.id) else {
+        return Err(e);
+    };
+    if shard.epoch != e.pool.gate.load(Ordering::Relaxed)
+        || shard.len >= THREAD_CACHE_MAX_BLOCKS
+        || shard.parked_bytes + e.class > THREAD_CACHE_MAX_BYTES
+    {
+        return Err(e);
+    }
+    let Some(slot) = shard.tenant_slot(e.tenant) else {
+        return Err(e);
+    };
+    shard.push(e, slot);
+    Ok(())
+}
+
+/// Under the pool lock: flush this thread's cache for `pool` into the shared free lists. Adds the pool
+/// handles the entries held to `handles`, to be dropped after the lock is released.
+pub(crate) fn flush_own<A: Allocator>(
+    pool: &Inner<A>,
+    st: &mut State<A>,
+    handles: &mut Vec<Arc<Inner<A>>>,
+) {
+    let Some(cell) = caches() else {
+        return;
+    };
+    let Ok(mut c) = cell.try_borrow_mut() else {
+        return;
+    };
+    if let Some(shard) = c.find::<A>(pool.id)
+        && shard.len > 0
+    {
+        shard.flush(st, handles);
+    }
+}
+
+/// Under the pool lock, at the end of a locked call by `tenant`: make sure this thread has a cache for
+/// `pool`, revalidate it against the gate, and admit `tenant` if it has no quota. Flushes first if the
+/// cache was validated against another gate value (adding the pool handles to drop later to `handles`).
+pub(crate) fn enable<A: Allocator>(
+    pool: &Arc<Inner<A>>,
+    st: &mut State<A>,
+    tenant: TenantId,
+    handles: &mut Vec<Arc<Inner<A>>>,
+) {
+    let Some(cell) = caches() else {
+        return;
+    };
+    let Ok(mut c) = cell.try_borrow_mut() else {
+        return;
+    };
+    if c.find::<A>(pool.id).is_none() {
+        c.retain_live();
+        let counters = Arc::new(ShardCounters::default());
+        st.shards.push(counters.clone());
+        c.insert(pool.id, Shard::<A>::new(pool, counters));
+    }
+    let Some(shard) = c.find::<A>(pool.id) else {
+        return;
+    };
+    let gate = pool.gate.load(Ordering::Relaxed);
+    if shard.epoch != gate {
+        shard.flush(st, handles);
+        shard.n_tenants = 0;
+        shard.epoch = if gate & 1 == 0 { gate } else { INVALID };
+    }
+    if shard.epoch != INVALID
+        && shard.tenant_slot(tenant).is_none()
+        && shard.n_tenants < MAX_TENANTS
+        && st
+            .tenants
+            .get(&tenant)
+            .is_none_or(|t| t.quota_bytes.is_none())
+    {
+        let slot = shard.n_tenants;
+        shard.tenants[slot] = tenant;
+        shard.counters.tenant_ids[slot].store(tenant.0, Ordering::Release);
+        shard.counters.parked[slot].store(0, Ordering::Release);
+        shard.n_tenants += 1;
+    }
+}
