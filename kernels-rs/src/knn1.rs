@@ -19,14 +19,13 @@
 //! the launcher runs the separate kernels instead.
 
 use crate::dense::{finish, step};
-use crate::select::{atomic_add, insert_sorted};
+use crate::select::atomic_add;
 use crate::util::{
     block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fence_gpu, fma,
     grid_dim_x, score_key, shared_addr, shfl_xor_u64, sqrt, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,
-    SMALL_K_MAX,
 };
 
 const TILE: usize = KNN1_TILE as usize;
@@ -34,8 +33,6 @@ const STAGES: usize = KNN1_STAGES as usize;
 const RS: usize = KNN1_ROW_STRIDE as usize;
 /// f32 of one warp's ring.
 const RING: usize = STAGES * 32 * RS;
-/// Keys each thread of the last block keeps (k <= SMALL_K_MAX).
-const SLOTS: usize = SMALL_K_MAX as usize;
 
 /// Four f32 read as one 16-byte shared load.
 #[repr(C, align(16))]
@@ -104,37 +101,42 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     }
     let row0 = (block_x() as usize * warps + warp) * 32;
     let n_tiles = dim.div_ceil(TILE);
+    // Lane `l` copies piece `l % 8` (16 bytes) of rows `l / 8 + 4 i`, i < 8, of every tile: 4 rows of 128
+    // bytes per instruction. Per lane, everything but the tile offset is fixed: the first row's source and
+    // destination, the row steps, and which of its 8 rows exist. Rows past the end and columns past `dim`
+    // are zero-filled without a read. Always commits one group (empty past the last tile), so the wait below
+    // counts groups uniformly.
+    let piece = lane % 8;
+    let first = row0 + lane / 8;
+    let src0 = p.corpus + ((first * dim + piece * 4) * 4) as u64;
+    let src_step = (4 * dim * 4) as u64;
+    let dst0 = shared_addr(ring.wrapping_add((lane / 8) * RS + piece * 4));
+    const DST_STEP: u32 = (4 * RS * 4) as u32;
+    let mut rows_ok = 0u32;
+    unroll!(8, I: usize => {
+        if first + 4 * I < n {
+            rows_ok |= 1 << I;
+        }
+    });
     let corpus = p.corpus;
-    // Tile `tile` of this warp's 32 rows into ring slot `tile % STAGES`: 32 rows x 8 pieces of 16 bytes, lane
-    // `l` copies pieces `l, l + 32, ..` (4 rows of 128 bytes per instruction). Rows past the end and columns
-    // past `dim` are zero-filled without a read. Always commits one group (empty past the last tile), so the
-    // wait below counts groups uniformly.
     let issue = |tile: usize| {
         if tile < n_tiles {
-            let slot = ring.wrapping_add((tile % STAGES) * 32 * RS);
-            let mut j = lane;
-            while j < 256 {
-                let (r, piece) = (j / 8, j % 8);
-                let col = tile * TILE + piece * 4;
-                let row = row0 + r;
-                let ok = row < n && col < dim;
-                let src = if ok {
-                    corpus + ((row * dim + col) * 4) as u64
-                } else {
-                    corpus
-                };
-                // SAFETY: the slot's row r holds RS >= 32 floats, 16-byte aligned (RS and the query area are
-                // multiples of 4 floats); when ok, row < n and col + 4 <= dim (dim is a multiple of 4), so the
-                // 16 source bytes are inside the corpus, 16-byte aligned.
+            let col_ok = tile * TILE + piece * 4 < dim;
+            let dst = dst0 + ((tile % STAGES) * 32 * RS * 4) as u32;
+            let src = src0 + (tile * TILE * 4) as u64;
+            unroll!(8, I: usize => {
+                let ok = col_ok && (rows_ok >> I) & 1 != 0;
+                // SAFETY: the destination is row `lane / 8 + 4 I` of this warp's slot, 16-byte aligned (RS and
+                // the query area are multiples of 4 floats); when ok, that row is < n and col + 4 <= dim (dim
+                // is a multiple of 4), so the 16 source bytes are inside the corpus, 16-byte aligned.
                 unsafe {
                     cp_async16(
-                        shared_addr(slot.wrapping_add(r * RS + piece * 4)),
-                        src,
+                        dst + I as u32 * DST_STEP,
+                        if ok { src + I as u64 * src_step } else { corpus },
                         if ok { 16 } else { 0 },
                     )
                 };
-                j += 32;
-            }
+            });
         }
         cp_async_commit();
     };
@@ -239,12 +241,16 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
         return;
     }
     let one_group = n_groups == 1;
-    // SAFETY: this group's blocks wrote their k keys each before their tickets; the destination is the
-    // group's k keys (or, for one group, out's 2k values).
+    // Every copy into the ring has landed (the ones still counted are empty groups): it holds the lists now.
+    cp_async_wait::<0>();
+    let keys_s = smem.wrapping_add(dim.div_ceil(4) * 4) as *mut u64;
+    // SAFETY: this group's blocks wrote their k keys each (one ascending list per block, in_group <= the
+    // block's threads) before their tickets; the destination is the group's k keys (or, for one group, out's
+    // 2k values); the rings (warps * RING floats) hold in_group * k <= 32 * warps * 32 u64.
     unsafe {
         merge(
             partial.wrapping_add(g * group_blocks * k),
-            in_group * k,
+            in_group,
             k,
             if one_group {
                 p.out as *mut u64
@@ -255,6 +261,7 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
             n,
             mins,
             warps,
+            keys_s,
         );
     }
     if t == 0 {
@@ -265,17 +272,20 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     if one_group || !unsafe { last_to_arrive(tickets, n_groups, last_flag) } {
         return;
     }
-    // SAFETY: every group's merger wrote its k keys before its ticket; out holds 2k.
+    // SAFETY: every group's merger wrote its k keys (an ascending list) before its ticket; n_groups <= the
+    // block's threads (the launcher's limit); out holds 2k; keys_s as above (its last readers passed the
+    // group ticket's barriers).
     unsafe {
         merge(
             group_keys,
-            n_groups * k,
+            n_groups,
             k,
             p.out as *mut u64,
             p.scores,
             n,
             mins,
             warps,
+            keys_s,
         )
     };
     if t == 0 {
@@ -308,65 +318,81 @@ unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut u32) -> boo
     last
 }
 
-/// The `k` smallest of the `count` keys at `src`, ascending, into `dst[0..k]`; when `scores != 0` also each
-/// one's score (read at the key's position, `< n`) into `dst[k..2k]` as f32 bits. Block-uniform.
+/// Merge `lists` ascending lists of `k` keys each (list `i` at `src[i * k ..]`, `lists <=` the block's
+/// threads) into the `k` smallest, ascending, in `dst[0..k]`; when `scores != 0` also each one's score (read
+/// at the key's position, `< n`) into `dst[k..2k]` as f32 bits. The lists go to shared memory first; thread
+/// `i` then offers list `i`'s head in `k` rounds of block minima and the winner moves to its next key.
+/// Block-uniform.
 ///
 /// # Safety
-/// `src` holds `count >= k` keys written by other blocks before their tickets; `dst` holds `k` (or `2k`)
-/// u64; `mins` as for `block_min`.
+/// `src` holds `lists * k` keys written by other blocks before their tickets; `keys_s` has room for them in
+/// this block's shared memory, with no copy into it pending; `dst` holds `k` (or `2k`) u64; `mins` as for
+/// `block_min`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn merge(
     src: *const u64,
-    count: usize,
+    lists: usize,
     k: usize,
     dst: *mut u64,
     scores: u64,
     n: usize,
     mins: *mut u64,
     warps: usize,
+    keys_s: *mut u64,
 ) {
     let t = thread_x() as usize;
-    let mut a = [u64::MAX; SLOTS];
+    let count = lists * k;
+    let threads = 32 * warps;
     let mut j = t;
     while j < count {
         // Eight loads in flight (volatile: from the device's memory, not a stale cache line).
         let mut keys = [u64::MAX; 8];
         unroll!(8, U: usize => {
-            let at = j + U * 32 * warps;
+            let at = j + U * threads;
             if at < count {
                 // SAFETY: at < count.
                 keys[U] = unsafe { src.add(at).read_volatile() };
             }
         });
         unroll!(8, U: usize => {
-            if keys[U] < a[SLOTS - 1] {
-                insert_sorted(&mut a, keys[U]);
+            let at = j + U * threads;
+            if at < count {
+                // SAFETY: at < count: inside keys_s.
+                unsafe { *keys_s.add(at) = keys[U] };
             }
         });
-        j += 8 * 32 * warps;
+        j += 8 * threads;
     }
+    sync_threads();
+    let mut pos = 0;
+    // SAFETY: t < lists: list t's first key.
+    let mut head = if t < lists {
+        unsafe { *keys_s.add(t * k) }
+    } else {
+        u64::MAX
+    };
     let mut round = 0;
     while round < k {
-        let head = a[0];
         // SAFETY: mins as the caller guarantees.
         let best = unsafe { block_min(head, mins, warps, round) };
-        if head == best {
-            let mut i = 0;
-            while i + 1 < SLOTS {
-                a[i] = a[i + 1];
-                i += 1;
-            }
-            a[SLOTS - 1] = u64::MAX;
+        if head == best && best != u64::MAX {
+            pos += 1;
+            // SAFETY: pos < k: inside list t.
+            head = if pos < k {
+                unsafe { *keys_s.add(t * k + pos) }
+            } else {
+                u64::MAX
+            };
         }
         if t == 0 {
             // SAFETY: round < k: inside dst.
             unsafe { *dst.add(round) = best };
             if scores != 0 {
-                let pos = (best as u32 as usize).min(n - 1);
-                // SAFETY: pos < n (k <= n, so every selected key is a real row's); dst holds 2k.
+                let at = (best as u32 as usize).min(n - 1);
+                // SAFETY: at < n (k <= n, so every selected key is a real row's); dst holds 2k.
                 unsafe {
-                    let score = (scores as *const f32).add(pos).read_volatile();
+                    let score = (scores as *const f32).add(at).read_volatile();
                     *dst.add(k + round) = u64::from(score.to_bits());
                 }
             }

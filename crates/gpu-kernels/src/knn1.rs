@@ -5,7 +5,7 @@
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::{Gpu, GpuError};
-use recall_kernel_shared::{KNN1_GROUP_BLOCKS, Knn1Params, SMALL_K_MAX, knn1_shared_bytes};
+use recall_kernel_shared::{Knn1Params, SMALL_K_MAX, knn1_shared_bytes};
 
 /// The most rows [`Kernels::knn1`] takes. Above it the separate scan (more warps per SM in flight) and
 /// selection are faster: at 1,000,000 x 768 on an H200 `knn1` moved 2.5 TB/s against the scan's 3.9.
@@ -97,12 +97,23 @@ fn warps_for(n_rows: usize, max_warps: u32) -> u32 {
     w.min(max_warps)
 }
 
+/// `(blocks, merge groups, threads per block)` for `n_rows` rows. A group has as many blocks as a block has
+/// threads (a merger gives each thread one block's list), and the last merge needs the groups to fit one
+/// block the same way.
+fn layout(n_rows: usize, max_warps: u32) -> (usize, usize, usize) {
+    let threads = 32 * warps_for(n_rows, max_warps) as usize;
+    let n_blocks = n_rows.div_ceil(threads);
+    (n_blocks, n_blocks.div_ceil(threads), threads)
+}
+
 impl Kernels {
     /// Whether [`Kernels::knn1`] takes this shape here: an sm_80+ image, `1 <= n_rows <=`
     /// [`KNN1_MAX_ROWS`], `dim` a multiple of 4 up to [`KNN1_MAX_DIM`], `1 <= k <= min(32, n_rows)`.
     pub fn knn1_supported(&self, n_rows: usize, dim: usize, k: usize) -> bool {
-        self.knn1.is_some()
-            && (1..=KNN1_MAX_ROWS).contains(&n_rows)
+        self.knn1.as_ref().is_some_and(|kn| {
+            let (_, n_groups, threads) = layout(n_rows, kn.max_warps);
+            n_groups <= threads
+        }) && (1..=KNN1_MAX_ROWS).contains(&n_rows)
             && (4..=KNN1_MAX_DIM).contains(&dim)
             && dim.is_multiple_of(4)
             && (1..=(SMALL_K_MAX as usize).min(n_rows)).contains(&k)
@@ -146,8 +157,7 @@ impl Kernels {
             _ => 0,
         };
         let warps = warps_for(n_rows, kernels.max_warps);
-        let n_blocks = n_rows.div_ceil(32 * warps as usize);
-        let n_groups = n_blocks.div_ceil(KNN1_GROUP_BLOCKS as usize);
+        let (n_blocks, n_groups, threads) = layout(n_rows, kernels.max_warps);
         let partial = (n_blocks + n_groups) * k;
         let mut slot = self.knn1_scratch.lock();
         if !slot
@@ -167,8 +177,11 @@ impl Kernels {
             return Err(shape("scratch missing".into()));
         };
         let result = (|| {
+            // No copy from it is in flight: every call ends with the stream synchronised.
             gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
-            gpu.upload_pinned(&sc.query_host, &mut sc.query)?;
+            // SAFETY: query_host is not written again before this call's closing synchronise
+            // (`download_pinned` below, or the synchronise on the error path).
+            unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
             let params = Knn1Params {
                 query: gpu.device_ptr(&sc.query),
                 corpus: gpu.device_ptr(corpus),
@@ -182,7 +195,7 @@ impl Kernels {
                 k: k as u32,
                 warps,
                 higher_first: u32::from(metric.higher_first()),
-                group_blocks: KNN1_GROUP_BLOCKS,
+                group_blocks: threads as u32,
             };
             let cfg = LaunchConfig {
                 grid_dim: (n_blocks as u32, 1, 1),

@@ -3,8 +3,8 @@
 use crate::discovery::{DeviceInfo, device_info};
 use crate::error::{DriverResultExt, GpuError};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -376,15 +376,56 @@ impl Gpu {
                 ),
             });
         }
+        let (src_ptr, _read) = src.device_ptr(&self.stream);
+        let host = guard("cuEventSynchronize", || {
+            dst.as_mut_slice().gpu("cuEventSynchronize")
+        })?;
         guard("cuMemcpyDtoHAsync", || {
-            self.stream
-                .memcpy_dtoh(&src.slice(0..dst.len()), dst)
-                .gpu("cuMemcpyDtoHAsync")
+            // SAFETY: `host` is page-locked memory of `dst.len()` values, borrowed mutably until this
+            // function returns, which is after the stream (and so the copy) has finished; `src` holds at
+            // least that many values (checked above) and lives as long.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(host, src_ptr, self.stream.cu_stream())
+            }
+            .gpu("cuMemcpyDtoHAsync")
         })?;
         self.synchronize()?;
-        let dst: &'a PinnedHostSlice<T> = dst;
-        guard("cuEventSynchronize", || {
-            dst.as_slice().gpu("cuEventSynchronize")
+        Ok(host)
+    }
+
+    /// Copy all of the pinned buffer `src` into the front of `dst`, queued on the handle's stream with no
+    /// per-buffer event bookkeeping (a plain `cuMemcpyHtoDAsync`).
+    ///
+    /// # Safety
+    /// `src` must not be written or freed until the copy has finished (e.g. until the stream has been
+    /// synchronised).
+    pub unsafe fn upload_pinned_raw<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        src: &PinnedHostSlice<T>,
+        dst: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        if dst.len() < src.len() {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyHtoDAsync",
+                code: 0,
+                name: format!(
+                    "destination holds {} elements, source {}",
+                    dst.len(),
+                    src.len()
+                ),
+            });
+        }
+        let host = guard("cuEventSynchronize", || {
+            src.as_slice().gpu("cuEventSynchronize")
+        })?;
+        let (dst_ptr, _write) = dst.device_ptr_mut(&self.stream);
+        guard("cuMemcpyHtoDAsync", || {
+            // SAFETY: `host` is page-locked and, by the caller's contract, stays unchanged and alive until
+            // the copy has finished; `dst` holds at least `host.len()` values (checked above).
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(dst_ptr, host, self.stream.cu_stream())
+            }
+            .gpu("cuMemcpyHtoDAsync")
         })
     }
 

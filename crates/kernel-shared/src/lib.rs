@@ -258,12 +258,11 @@ pub struct Knn1Params {
     pub warps: u32,
     /// 1: higher scores first (cosine, dot); 0: lower first (l2).
     pub higher_first: u32,
-    /// Blocks per merge group ([`KNN1_GROUP_BLOCKS`]).
+    /// Blocks per merge group: the block's thread count (a merger gives each thread one list); the groups
+    /// number at most that many too.
     pub group_blocks: u32,
 }
 
-/// Blocks per merge group of `sm80_knn1_*`.
-pub const KNN1_GROUP_BLOCKS: u32 = 64;
 /// Columns per shared tile of `sm80_knn1_*`.
 pub const KNN1_TILE: u32 = 32;
 /// Tiles in flight per warp of `sm80_knn1_*`.
