@@ -60,6 +60,10 @@ fn warp_min(mut m: u64) -> u64 {
 unsafe fn block_min(offer: u64, mins: *mut u64, warps: usize, r: usize) -> u64 {
     let t = thread_x() as usize;
     let m = warp_min(offer);
+    if warps == 1 {
+        // Every lane holds the minimum already.
+        return m;
+    }
     let set = mins.wrapping_add((r % 2) * warps);
     if t % 32 == 0 {
         // SAFETY: warp < warps: inside this round's set.
@@ -93,10 +97,18 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     let ring = smem.wrapping_add(dim.div_ceil(4) * 4 + warp * RING);
     let mins = smem.wrapping_add(dim.div_ceil(4) * 4 + warps * RING) as *mut u64;
     let last_flag = mins.wrapping_add(2 * warps) as *mut u32;
+    // The query joins the first copy group (its pieces spread over the block's threads): one round trip
+    // for all of it, overlapped with the first tiles.
     let mut i = t;
-    while i < dim {
-        // SAFETY: i < dim: the query's values; the query area holds dim floats.
-        unsafe { *q_s.add(i) = *(p.query as *const f32).add(i) };
+    while i < dim / 4 {
+        // SAFETY: piece i < dim / 4 of the query (dim a multiple of 4), 16-byte aligned on both sides.
+        unsafe {
+            cp_async16(
+                shared_addr(q_s.wrapping_add(4 * i)),
+                p.query + (16 * i) as u64,
+                16,
+            )
+        };
         i += 32 * warps;
     }
     let row0 = (block_x() as usize * warps + warp) * 32;
@@ -145,16 +157,28 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
         issue(s);
         s += 1;
     }
-    // The query is in shared memory before any lane reads it.
-    sync_threads();
+    // This row's norm, loaded now so that its latency hides under the scan.
+    let r = row0 + lane;
+    let nc = if METRIC == METRIC_COSINE && r < n {
+        // SAFETY: cosine launches pass n_rows corpus norms; r < n_rows.
+        unsafe { *(p.corpus_norms as *const f32).add(r) }
+    } else {
+        0.0
+    };
     let mut acc = 0.0f32;
     let mut acc_q = 0.0f32;
     let mut tile = 0;
     while tile < n_tiles {
         issue(tile + STAGES - 1);
         cp_async_wait::<{ KNN1_STAGES - 1 }>();
-        // Every lane's copies of this tile are complete; the barrier makes them visible to the whole warp.
-        sync_warp();
+        // Every lane's copies of this tile are complete; the barrier makes them visible to the whole warp,
+        // and the first time to the whole block (the query's pieces came from every warp). Block-uniform:
+        // every warp runs the same tiles.
+        if tile == 0 {
+            sync_threads();
+        } else {
+            sync_warp();
+        }
         let row_s = ring.wrapping_add((tile % STAGES) * 32 * RS + lane * RS) as *const F4;
         let q_t = q_s.wrapping_add(tile * TILE) as *const F4;
         let cols = TILE.min(dim - tile * TILE);
@@ -194,17 +218,13 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
         sync_warp();
         tile += 1;
     }
-    let r = row0 + lane;
     let higher_first = p.higher_first != 0;
     let mut mine = u64::MAX;
     if r < n {
-        let (nq, nc) = if METRIC == METRIC_COSINE {
-            // SAFETY: cosine launches pass n_rows corpus norms.
-            (sqrt(acc_q), unsafe {
-                *(p.corpus_norms as *const f32).add(r)
-            })
+        let nq = if METRIC == METRIC_COSINE {
+            sqrt(acc_q)
         } else {
-            (0.0, 0.0)
+            0.0
         };
         let score = finish::<METRIC>(acc, nq, nc);
         // SAFETY: r < n_rows: inside the scores.
