@@ -57,6 +57,8 @@ mod imp {
         corpus_budget: std::sync::atomic::AtomicUsize,
         /// Device copies of shared graphs, kept while the graph lives (`gpu_shared_graph.rs`).
         graphs: crate::gpu_shared_graph::GraphCache,
+        /// TEST ONLY: real launch failures on purpose (`gpu_test_fault.rs`); unset unless a test sets it.
+        test_fault: crate::gpu_test_fault::TestFaultSwitch,
     }
 
     /// A shared corpus on the device: its rows and, once a cosine call needed them, its norms.
@@ -208,6 +210,7 @@ mod imp {
         }
 
         fn open(ordinal: usize, force_sm: Option<u32>, driver: &str) -> Result<GpuBackend, String> {
+            let test_fault = crate::gpu_test_fault::TestFaultSwitch::from_env()?;
             let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
             let kernels = Kernels::load(&gpu, force_sm).map_err(|e| e.to_string())?;
             let info = gpu.info();
@@ -233,7 +236,31 @@ mod imp {
                 scratch: Mutex::new(Scratch::default()),
                 corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
+                test_fault,
             })
+        }
+
+        /// TEST ONLY: make this backend fail on purpose with real driver errors (see
+        /// [`TestFault`](crate::TestFault)); `None` clears it. Without it, calls pay one atomic load.
+        pub fn set_test_fault(&self, fault: Option<crate::TestFault>) {
+            self.test_fault.set(fault);
+        }
+
+        /// TEST ONLY: how many times the test fault switch has fired.
+        pub fn test_faults_fired(&self) -> u64 {
+            self.test_fault.fired()
+        }
+
+        /// TEST ONLY: the test fault switch's hook, called by every op under `self.lock`.
+        fn test_fault(&self, op: crate::gpu_test_fault::TestFaultOp) -> Result<(), BackendError> {
+            use crate::gpu_test_fault::TestFaultAction;
+            let (g, k) = (&self.gpu, &self.kernels);
+            match self.test_fault.fires(op) {
+                None => Ok(()),
+                Some(TestFaultAction::LaunchError) => k.test_launch_error(g),
+                Some(TestFaultAction::PoisonContext) => k.test_poison_context(g),
+            }
+            .map_err(map_kernel_error)
         }
 
         pub fn description(&self) -> &GpuDescription {
@@ -474,6 +501,7 @@ mod imp {
             chunk_rows: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             // Every chunk's scores (nq x chunk) fit the score budget.
@@ -731,6 +759,7 @@ mod imp {
             metric: Metric,
         ) -> Result<Vec<f32>, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Similarity)?;
             let (g, k) = (&self.gpu, &self.kernels);
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
@@ -765,6 +794,7 @@ mod imp {
                 return self.knn_streamed(queries, corpus, dim, metric, k, chunk);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
             self.knn_on(queries, &c, cn.as_ref(), corpus.len() / dim, dim, metric, k)
         }
@@ -782,6 +812,7 @@ mod imp {
                 return self.knn_streamed(queries, corpus.data(), dim, metric, k, chunk);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
@@ -809,6 +840,7 @@ mod imp {
                 return self.knn(queries, corpus, dim, metric, k);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = corpus.len() / dim;
             let (c, cn) = self.upload_rows(corpus, dim, fast_norm_metric(metric))?;
@@ -838,6 +870,7 @@ mod imp {
                 return self.knn_shared(queries, corpus, metric, k);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = corpus.n_rows();
             let kind = half_kind(format);
@@ -874,6 +907,7 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let cn = if metric == Metric::Cosine {
@@ -904,6 +938,7 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
             self.candidates_on(queries, &c, cn.as_ref(), dim, metric, offsets, ids, k)
         }
@@ -915,6 +950,7 @@ mod imp {
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let dev = crate::gpu_shared_graph::upload(g, kern, graph)?;
             crate::gpu_shared_graph::spread_on(g, kern, &dev, seeds, params)
@@ -927,6 +963,7 @@ mod imp {
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             crate::gpu_shared_graph::spread_resident(
                 &self.gpu,
                 &self.kernels,
@@ -946,6 +983,7 @@ mod imp {
             seed: u64,
         ) -> Result<KMeans, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Kmeans)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = points.len() / dim;
             // Seeding is O(k) and runs on the host for every backend (docs/numerics.md).
@@ -992,6 +1030,7 @@ mod imp {
             seed: u64,
         ) -> Result<Vec<f32>, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let xs = g.upload(x).map_err(map_gpu_error)?;
             let mut out = g.alloc_zeros::<f32>(x.len()).map_err(map_gpu_error)?;
@@ -1040,6 +1079,14 @@ mod imp {
 
         /// No corpus is ever resident without a GPU.
         pub fn set_corpus_budget(&self, _bytes: usize) {}
+
+        /// TEST ONLY: nothing to fail without a GPU.
+        pub fn set_test_fault(&self, _fault: Option<crate::TestFault>) {}
+
+        /// TEST ONLY: never fires without a GPU.
+        pub fn test_faults_fired(&self) -> u64 {
+            0
+        }
     }
 
     fn compiled_out<T>() -> Result<T, BackendError> {
