@@ -245,7 +245,12 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 
 /// `n_queries` lists of `per` distinct row ids: an arithmetic progression modulo `rows` with a step
 /// coprime to it.
-fn candidate_lists(rng: &mut SplitMix, n_queries: usize, per: usize, rows: usize) -> Vec<u32> {
+pub(crate) fn candidate_lists(
+    rng: &mut SplitMix,
+    n_queries: usize,
+    per: usize,
+    rows: usize,
+) -> Vec<u32> {
     let n = rows as u64;
     let mut ids = Vec::with_capacity(n_queries * per);
     for _ in 0..n_queries {
@@ -298,7 +303,7 @@ fn inputs(setup: &Setup, kind: Kind, seed: u64) -> Inputs {
 }
 
 /// FNV-1a over the answer's ids and value bits: what is kept of a sampled answer.
-fn digest(ids: &[u32], values: &[f32]) -> u64 {
+pub(crate) fn digest(ids: &[u32], values: &[f32]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for w in ids
         .iter()
@@ -1064,7 +1069,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
 
 /// `rows x dim` values in [-1, 1), generated in parallel blocks (each block its own stream, so the result
 /// does not depend on the thread count).
-fn generate_rows(seed: u64, rows: usize, dim: usize) -> Vec<f32> {
+pub(crate) fn generate_rows(seed: u64, rows: usize, dim: usize) -> Vec<f32> {
     const BLOCK: usize = 4096;
     let mut data = vec![0.0f32; rows * dim];
     let blocks: Vec<(usize, &mut [f32])> = data.chunks_mut(BLOCK * dim).enumerate().collect();
