@@ -781,6 +781,59 @@ impl Kernels {
         *self.knn1_scratch.lock() = None;
     }
 
+    /// TEST ONLY (fault drills, `recall faults kernel-failure`): a real launch that the driver refuses,
+    /// returned as its error. The block asks for more threads than any NVIDIA GPU allows, so
+    /// `cuLaunchKernel` fails with `CUDA_ERROR_INVALID_VALUE`, nothing runs, and the context stays usable.
+    pub fn test_launch_error(&self, gpu: &Gpu) -> Result<(), KernelError> {
+        let params = RowNormsParams {
+            x: 0,
+            out: 0,
+            n_rows: 0,
+            dim: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (4096, 1, 1),
+            shared_mem_bytes: ROW_TILE_BYTES,
+        };
+        // SAFETY: no GPU accepts 4096 threads per block (the limit is 1024), so the driver refuses the launch
+        // and the kernel never runs; were it to run, `n_rows = 0` makes every thread return before any access.
+        unsafe { gpu.launch(&self.row_norms_f32, cfg, params) }?;
+        Err(KernelError::Shape {
+            kernel: "row_norms_f32",
+            reason: "test launch error: the driver accepted a 4096-thread block".into(),
+        })
+    }
+
+    /// TEST ONLY (fault drills, `recall faults device-lost`): make this context unusable for real. A kernel
+    /// reads and writes an address that no allocation covers; the GPU's memory management faults on it and
+    /// the driver marks the context failed (`CUDA_ERROR_ILLEGAL_ADDRESS`, sticky: every later call on the
+    /// context fails). Returns the error the synchronisation reports.
+    pub fn test_poison_context(&self, gpu: &Gpu) -> Result<(), KernelError> {
+        // In the first 64 KiB of the device's address space, where the driver maps nothing.
+        const UNMAPPED: u64 = 0x1000;
+        let params = RowNormsParams {
+            x: UNMAPPED,
+            out: UNMAPPED,
+            n_rows: 1,
+            dim: 1,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (ROW_BLOCK, 1, 1),
+            shared_mem_bytes: ROW_TILE_BYTES,
+        };
+        // SAFETY: deliberately not: the parameters point at device addresses no allocation covers. Only the
+        // device touches them, and its memory management turns the access into a fault of this context (no
+        // other allocation, context or host memory is read or written). This is the point of the function.
+        unsafe { gpu.launch(&self.row_norms_f32, cfg, params) }?;
+        gpu.synchronize()?;
+        Err(KernelError::Shape {
+            kernel: "row_norms_f32",
+            reason: "test poison: the read of an unmapped address did not fault".into(),
+        })
+    }
+
     /// Whether fast mode (tensor cores) runs here: the loaded image is for sm_80 or newer.
     pub fn fast_mode_available(&self) -> bool {
         self.tc.is_some()

@@ -1,9 +1,11 @@
-//! Dynamic batching: concurrent single-query calls against the same corpus become one batched call.
+//! Dynamic batching: concurrent calls against the same corpus become one batched call.
 //!
 //! The first caller for a key (op, corpus identity, parameters, tenant) opens a batch and leads it: it
-//! waits until the batch is full (`max_batch`) or `max_wait` has passed, closes it, runs the whole batch
-//! once, and hands each member its own answer by position. Later callers with the same key join the open
-//! batch (their query is copied in) and wait for their answer. Each caller's answer is taken exactly once.
+//! waits until the batch is full (`max_batch` queries) or `max_wait` has passed, closes it, runs the whole
+//! batch once, and hands each member its own answer by position. Later callers with the same key join the
+//! open batch (their queries are copied in) and wait for their answer. A member brings one query or
+//! several (a batch knn call joins the single-query calls, so they share one pass over the corpus). Each
+//! caller's answer is taken exactly once.
 //!
 //! The corpus is identified by address and length. That is sound: every member borrows its corpus for
 //! the whole time it waits, so two members with the same address and length look at the same, unchanging
@@ -51,6 +53,10 @@ pub(crate) type BatchResult<R> = Result<(Vec<R>, Device, Option<String>), ExecEr
 #[derive(Debug)]
 struct State<R> {
     queries: Vec<f32>,
+    /// Queries of each member, in join order.
+    sizes: Vec<usize>,
+    /// Queries in the batch (the sum of `sizes`).
+    n_queries: usize,
     members: usize,
     closed: bool,
     answers: Option<Result<Vec<Option<R>>, ExecError>>,
@@ -102,27 +108,31 @@ impl<R> Drop for LeaderGuard<'_, R> {
 }
 
 impl<R: Send> Batcher<R> {
-    /// Join (or open and lead) the batch for `key` with `query`; `run` runs a closed batch (all its
-    /// queries, row-major) and is called by the leader only. Returns this caller's answer.
+    /// Join (or open and lead) the batch for `key` with `queries` (`n` queries, row-major); `run` runs a
+    /// closed batch (all its queries, row-major, and each member's count) and is called by the leader only.
+    /// Returns this caller's answer.
     pub(crate) fn submit(
         &self,
         key: BatchKey,
-        query: &[f32],
+        queries: &[f32],
+        n: usize,
         config: BatchConfig,
-        run: impl FnOnce(&[f32], usize) -> BatchResult<R>,
+        run: impl FnOnce(&[f32], &[usize]) -> BatchResult<R>,
     ) -> Result<Outcome<R>, ExecError> {
         let max_batch = config.max_batch.max(1);
         let (batch, index) = {
             let mut open = self.open.lock();
             let joined = open.get(&key).and_then(|b| {
                 let mut s = b.state.lock();
-                if s.closed || s.members >= max_batch {
+                if s.closed || s.n_queries + n > max_batch {
                     return None;
                 }
-                s.queries.extend_from_slice(query);
+                s.queries.extend_from_slice(queries);
                 let index = s.members;
                 s.members += 1;
-                if s.members >= max_batch {
+                s.sizes.push(n);
+                s.n_queries += n;
+                if s.n_queries >= max_batch {
                     s.closed = true;
                     b.cv.notify_all();
                 }
@@ -139,16 +149,20 @@ impl<R: Send> Batcher<R> {
                 None => {
                     let b = Arc::new(Batch {
                         state: Mutex::new(State {
-                            queries: query.to_vec(),
+                            queries: queries.to_vec(),
+                            sizes: vec![n],
+                            n_queries: n,
                             members: 1,
-                            closed: max_batch == 1,
+                            closed: n >= max_batch,
                             answers: None,
                             device: Device::Cpu,
                             fallback: None,
                         }),
                         cv: Condvar::new(),
                     });
-                    if max_batch > 1 {
+                    if n < max_batch {
+                        // (An open batch with too little room for these queries is replaced: its leader
+                        // still runs it, but nobody else joins it.)
                         open.insert(key, b.clone());
                     }
                     (b, 0)
@@ -190,7 +204,7 @@ impl<R: Send> Batcher<R> {
         batch: &Arc<Batch<R>>,
         index: usize,
         max_wait: Duration,
-        run: impl FnOnce(&[f32], usize) -> BatchResult<R>,
+        run: impl FnOnce(&[f32], &[usize]) -> BatchResult<R>,
     ) -> Result<Outcome<R>, ExecError> {
         let mut guard = LeaderGuard { batch, done: false };
         let deadline = Instant::now() + max_wait;
@@ -205,16 +219,20 @@ impl<R: Send> Batcher<R> {
         // Wait for the previous batch to finish running; callers keep joining meanwhile.
         let _running = self.runner.lock();
         // Close it (map lock first, as joiners take it).
-        let (queries, members) = {
+        let (queries, sizes, members) = {
             let mut open = self.open.lock();
             if open.get(&key).is_some_and(|b| Arc::ptr_eq(b, batch)) {
                 open.remove(&key);
             }
             let mut s = batch.state.lock();
             s.closed = true;
-            (std::mem::take(&mut s.queries), s.members)
+            (
+                std::mem::take(&mut s.queries),
+                std::mem::take(&mut s.sizes),
+                s.members,
+            )
         };
-        let result = run(&queries, members);
+        let result = run(&queries, &sizes);
         let mut s = batch.state.lock();
         s.answers = Some(match result {
             Ok((answers, device, fallback)) if answers.len() == members => {
@@ -223,7 +241,7 @@ impl<R: Send> Batcher<R> {
                 Ok(answers.into_iter().map(Some).collect())
             }
             Ok((answers, ..)) => Err(ExecError::Internal(format!(
-                "a batch of {members} queries returned {} answers",
+                "a batch of {members} members returned {} answers",
                 answers.len()
             ))),
             Err(e) => Err(e),

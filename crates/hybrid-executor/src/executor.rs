@@ -386,6 +386,8 @@ pub struct Executor {
     knn_batcher: Batcher<(Vec<u32>, Vec<f32>)>,
     /// Single-query knn calls in flight (a lone caller runs at once instead of waiting for a batch).
     knn_single_in_flight: std::sync::atomic::AtomicUsize,
+    /// Whether knn batches may mix tenants ([`Executor::set_batch_across_tenants`]).
+    batch_across_tenants: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Executor {
@@ -569,6 +571,7 @@ impl Executor {
             cosine_batcher: Batcher::default(),
             knn_batcher: Batcher::default(),
             knn_single_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            batch_across_tenants: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -1092,8 +1095,8 @@ impl Executor {
         };
         let n_rows = corpus.n_rows();
         self.cosine_batcher
-            .submit(key, query, self.config.batching, |queries, members| {
-                self.metrics.record_batch(members);
+            .submit(key, query, 1, self.config.batching, |queries, sizes| {
+                self.metrics.record_batch(sizes.len());
                 let out = self.run_op(
                     &CosineOp {
                         queries,
@@ -1111,8 +1114,8 @@ impl Executor {
 impl Executor {
     /// [`Executor::knn_shared`] for one query (`dim` values). Concurrent single-query calls against the same
     /// corpus (same tenant, metric, k and mode) are coalesced into one batched call ([`BatchConfig`]), and
-    /// each caller gets its own k neighbours; a caller with no other single-query call in flight runs at
-    /// once, without waiting for a batch to fill.
+    /// each caller gets its own k neighbours; a caller with no other such call in flight runs at once,
+    /// without waiting for a batch to fill.
     pub fn knn_shared_single(
         &self,
         opts: &CallOptions,
@@ -1121,7 +1124,6 @@ impl Executor {
         metric: Metric,
         k: usize,
     ) -> Result<Outcome<TopK>, ExecError> {
-        use std::sync::atomic::Ordering;
         let dim = corpus.dim();
         if query.len() != dim {
             return Err(CpuError::LengthMismatch {
@@ -1131,6 +1133,26 @@ impl Executor {
             }
             .into());
         }
+        self.knn_shared_coalesced(opts, query, corpus, metric, k)
+    }
+
+    /// [`Executor::knn_shared`] for a few queries that may share a batch with other calls: concurrent calls
+    /// against the same corpus (same tenant, metric, k and mode), single-query or not, are coalesced into one
+    /// batched call of up to `max_batch` queries ([`BatchConfig`]), so that they share one pass over the
+    /// corpus (on a GPU, one GEMM tile holds 128 queries, whether 9 or 128 use it). Each caller gets the k
+    /// neighbours of each of its own queries, the same answer as [`Executor::knn_shared`]. A call of
+    /// `max_batch` queries or more, or with no other such call in flight, runs at once.
+    pub fn knn_shared_coalesced(
+        &self,
+        opts: &CallOptions,
+        queries: &[f32],
+        corpus: &SharedCorpus,
+        metric: Metric,
+        k: usize,
+    ) -> Result<Outcome<TopK>, ExecError> {
+        use std::sync::atomic::Ordering;
+        let dim = corpus.dim();
+        let nq = check_matrix("queries", queries, dim)?;
         struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
         impl Drop for InFlight<'_> {
             fn drop(&mut self) {
@@ -1139,11 +1161,12 @@ impl Executor {
         }
         let others = self.knn_single_in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.knn_single_in_flight);
-        if others == 0 || self.config.batching.max_batch <= 1 {
-            return self.knn_shared(opts, query, corpus, metric, k);
+        let max_batch = self.config.batching.max_batch;
+        if others == 0 || max_batch <= 1 || nq >= max_batch {
+            return self.knn_shared(opts, queries, corpus, metric, k);
         }
-        if !all_finite(query) {
-            check_finite("query", query)?;
+        if !all_finite(queries) {
+            check_finite("queries", queries)?;
         }
         let metric_code = match metric {
             Metric::Dot => 0u64,
@@ -1155,25 +1178,40 @@ impl Executor {
             Mode::FastF16 => 1,
             Mode::FastBf16 => 2,
         };
+        let across = self.batch_across_tenants.load(Ordering::Relaxed);
         let key = BatchKey {
             // An explicit corpus id (never an address: this batcher only sees shared corpora).
             corpus: (corpus.id() as usize, usize::MAX),
             dim,
             params: (k as u64) | (metric_code << 40) | (mode_code << 48),
-            tenant: opts.tenant.map(|t| t.0),
+            tenant: if across {
+                None
+            } else {
+                opts.tenant.map(|t| t.0)
+            },
         };
         let out =
             self.knn_batcher
-                .submit(key, query, self.config.batching, |queries, members| {
-                    self.metrics.record_batch(members);
-                    let out = self.knn_shared(opts, queries, corpus, metric, k)?;
-                    let answers = out
-                        .value
-                        .ids
-                        .chunks(k)
-                        .zip(out.value.scores.chunks(k))
-                        .map(|(i, s)| (i.to_vec(), s.to_vec()))
-                        .collect();
+                .submit(key, queries, nq, self.config.batching, |all, sizes| {
+                    self.metrics.record_batch(sizes.iter().sum());
+                    let out = self.knn_shared(opts, all, corpus, metric, k)?;
+                    let mut answers = Vec::with_capacity(sizes.len());
+                    let mut at = 0;
+                    for &n in sizes {
+                        let (ids, scores) = (
+                            out.value.ids.get(at..at + n * k),
+                            out.value.scores.get(at..at + n * k),
+                        );
+                        let (Some(ids), Some(scores)) = (ids, scores) else {
+                            return Err(ExecError::Internal(format!(
+                                "a batch of {} queries returned {} neighbours",
+                                sizes.iter().sum::<usize>(),
+                                out.value.ids.len()
+                            )));
+                        };
+                        answers.push((ids.to_vec(), scores.to_vec()));
+                        at += n * k;
+                    }
                     Ok((answers, out.device, out.fallback))
                 })?;
         let (ids, scores) = out.value;
@@ -1182,6 +1220,15 @@ impl Executor {
             device: out.device,
             fallback: out.fallback,
         })
+    }
+
+    /// Let calls of different tenants share a knn batch ([`Executor::knn_shared_coalesced`]); off by default.
+    /// On, a batch runs under the tenant of the call that opened it (its queue turn and VRAM quota), with the
+    /// other tenants' queries riding along: fuller batches (fewer passes over the corpus) at the price of
+    /// per-tenant accounting for those queries. Leave it off where tenants have VRAM quotas.
+    pub fn set_batch_across_tenants(&self, on: bool) {
+        self.batch_across_tenants
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

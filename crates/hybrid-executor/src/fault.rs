@@ -177,6 +177,8 @@ pub struct FaultInjecting<B> {
     injected: AtomicU64,
     lost: AtomicBool,
     lost_fired: AtomicBool,
+    /// Whether the plan's rules apply now ([`FaultInjecting::arm`]); on from the start.
+    armed: AtomicBool,
 }
 
 impl<B: Backend> FaultInjecting<B> {
@@ -193,7 +195,15 @@ impl<B: Backend> FaultInjecting<B> {
             injected: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             lost_fired: AtomicBool::new(false),
+            armed: AtomicBool::new(true),
         }
+    }
+
+    /// Switch the plan's rules on or off (on from the start), so that a fault can begin and end in the
+    /// middle of a run (`recall faults --simulate`). A device already lost stays lost until
+    /// [`FaultInjecting::revive`]; an `AfterSuccesses` rule counts successes from the start either way.
+    pub fn arm(&self, on: bool) {
+        self.armed.store(on, Ordering::SeqCst);
     }
 
     /// Report `device` instead of GPU 0.
@@ -239,6 +249,9 @@ impl<B: Backend> FaultInjecting<B> {
             return Err(BackendError::DeviceLost(
                 "injected fault: device lost (still gone)".into(),
             ));
+        }
+        if !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
         }
         for rule in self.plan.rules.iter().filter(|r| r.step == step) {
             let fires = match rule.trigger {
@@ -324,6 +337,58 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         self.call(units, || self.inner.knn(queries, corpus, dim, metric, k))
     }
 
+    fn knn_shared(
+        &self,
+        queries: &[f32],
+        corpus: &crate::SharedCorpus,
+        metric: recall_cpu_simd::Metric,
+        k: usize,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        let units = queries.len().checked_div(corpus.dim()).unwrap_or(0);
+        self.call(units, || self.inner.knn_shared(queries, corpus, metric, k))
+    }
+
+    fn knn_shared_fast(
+        &self,
+        queries: &[f32],
+        corpus: &crate::SharedCorpus,
+        metric: recall_cpu_simd::Metric,
+        k: usize,
+        format: crate::backend::FastFormat,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        let units = queries.len().checked_div(corpus.dim()).unwrap_or(0);
+        self.call(units, || {
+            self.inner
+                .knn_shared_fast(queries, corpus, metric, k, format)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn score_candidates_shared(
+        &self,
+        queries: &[f32],
+        corpus: &crate::SharedCorpus,
+        metric: recall_cpu_simd::Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        let units = queries.len().checked_div(corpus.dim()).unwrap_or(0);
+        self.call(units, || {
+            self.inner
+                .score_candidates_shared(queries, corpus, metric, offsets, ids, k)
+        })
+    }
+
+    fn spread_shared(
+        &self,
+        graph: &crate::SharedGraph,
+        seeds: &[f32],
+        params: &recall_cpu_simd::SpreadParams,
+    ) -> Result<recall_cpu_simd::Spread, BackendError> {
+        self.call(1, || self.inner.spread_shared(graph, seeds, params))
+    }
+
     fn knn_fast(
         &self,
         queries: &[f32],
@@ -388,5 +453,45 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         self.call(units, || {
             self.inner.clip_and_noise(x, dim, clip, sigma, seed)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CpuBackend;
+
+    #[test]
+    fn a_disarmed_plan_injects_nothing_until_armed() {
+        let f = FaultInjecting::new(
+            CpuBackend,
+            FaultPlan::new().fail(FaultStep::Launch, Trigger::Always),
+        );
+        let (q, c) = ([1.0f32, 0.0], [1.0f32, 0.0, 0.0, 1.0]);
+        assert!(f.cosine_scores(&q, &c, 2).is_err());
+        f.arm(false);
+        assert_eq!(f.cosine_scores(&q, &c, 2), Ok(vec![1.0, 0.0]));
+        f.arm(true);
+        assert!(matches!(
+            f.cosine_scores(&q, &c, 2),
+            Err(BackendError::Gpu(_))
+        ));
+        assert_eq!(f.stats().injected, 2);
+        assert_eq!(f.stats().successes, 1);
+    }
+
+    #[test]
+    fn shared_calls_go_through_the_hook() {
+        let f = FaultInjecting::new(CpuBackend, FaultPlan::new().lose_device_after(1));
+        let corpus =
+            crate::SharedCorpus::new(vec![1.0, 0.0, 0.0, 1.0], 2).unwrap_or_else(|e| panic!("{e}"));
+        let q = [0.0f32, 1.0];
+        let first = f.knn_shared(&q, &corpus, recall_cpu_simd::Metric::Dot, 1);
+        assert_eq!(first.map(|t| t.ids), Ok(vec![1]));
+        assert!(matches!(
+            f.knn_shared(&q, &corpus, recall_cpu_simd::Metric::Dot, 1),
+            Err(BackendError::DeviceLost(_))
+        ));
+        assert_eq!(f.stats().calls, 2);
     }
 }

@@ -57,6 +57,8 @@ mod imp {
         corpus_budget: std::sync::atomic::AtomicUsize,
         /// Device copies of shared graphs, kept while the graph lives (`gpu_shared_graph.rs`).
         graphs: crate::gpu_shared_graph::GraphCache,
+        /// TEST ONLY: real launch failures on purpose (`gpu_test_fault.rs`); unset unless a test sets it.
+        test_fault: crate::gpu_test_fault::TestFaultSwitch,
     }
 
     /// A shared corpus on the device: its rows and, once a cosine call needed them, its norms.
@@ -334,6 +336,7 @@ mod imp {
         }
 
         fn open(ordinal: usize, force_sm: Option<u32>, driver: &str) -> Result<GpuBackend, String> {
+            let test_fault = crate::gpu_test_fault::TestFaultSwitch::from_env()?;
             let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
             let kernels = Kernels::load(&gpu, force_sm).map_err(|e| e.to_string())?;
             let info = gpu.info();
@@ -359,7 +362,31 @@ mod imp {
                 scratch: Mutex::new(Scratch::default()),
                 corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
+                test_fault,
             })
+        }
+
+        /// TEST ONLY: make this backend fail on purpose with real driver errors (see
+        /// [`TestFault`](crate::TestFault)); `None` clears it. Without it, calls pay one atomic load.
+        pub fn set_test_fault(&self, fault: Option<crate::TestFault>) {
+            self.test_fault.set(fault);
+        }
+
+        /// TEST ONLY: how many times the test fault switch has fired.
+        pub fn test_faults_fired(&self) -> u64 {
+            self.test_fault.fired()
+        }
+
+        /// TEST ONLY: the test fault switch's hook, called by every op under `self.lock`.
+        fn test_fault(&self, op: crate::gpu_test_fault::TestFaultOp) -> Result<(), BackendError> {
+            use crate::gpu_test_fault::TestFaultAction;
+            let (g, k) = (&self.gpu, &self.kernels);
+            match self.test_fault.fires(op) {
+                None => Ok(()),
+                Some(TestFaultAction::LaunchError) => k.test_launch_error(g),
+                Some(TestFaultAction::PoisonContext) => k.test_poison_context(g),
+            }
+            .map_err(map_kernel_error)
         }
 
         pub fn description(&self) -> &GpuDescription {
@@ -610,6 +637,7 @@ mod imp {
             chunk_rows: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let g = &self.gpu;
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let chunk_rows = stream_chunk_rows(chunk_rows, nq, n);
@@ -938,6 +966,7 @@ mod imp {
             metric: Metric,
         ) -> Result<Vec<f32>, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Similarity)?;
             let (g, k) = (&self.gpu, &self.kernels);
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
@@ -972,6 +1001,7 @@ mod imp {
                 return self.knn_streamed(queries, corpus, dim, metric, k, chunk);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
             self.knn_on(queries, &c, cn.as_ref(), corpus.len() / dim, dim, metric, k)
         }
@@ -988,6 +1018,7 @@ mod imp {
                 return self.knn_streamed_shared(queries, corpus, metric, k, chunk);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
@@ -1015,6 +1046,7 @@ mod imp {
                 return self.knn(queries, corpus, dim, metric, k);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = corpus.len() / dim;
             let (c, cn) = self.upload_rows(corpus, dim, fast_norm_metric(metric))?;
@@ -1045,6 +1077,7 @@ mod imp {
                 return self.knn_shared(queries, corpus, metric, k);
             }
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = corpus.n_rows();
             let kind = half_kind(format);
@@ -1081,6 +1114,7 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let cn = if metric == Metric::Cosine {
@@ -1111,6 +1145,7 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
             self.candidates_on(queries, &c, cn.as_ref(), dim, metric, offsets, ids, k)
         }
@@ -1122,6 +1157,7 @@ mod imp {
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let dev = crate::gpu_shared_graph::upload(g, kern, graph)?;
             crate::gpu_shared_graph::spread_on(g, kern, &dev, seeds, params)
@@ -1134,6 +1170,7 @@ mod imp {
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             crate::gpu_shared_graph::spread_resident(
                 &self.gpu,
                 &self.kernels,
@@ -1153,6 +1190,7 @@ mod imp {
             seed: u64,
         ) -> Result<KMeans, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Kmeans)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let n = points.len() / dim;
             // Seeding is O(k) and runs on the host for every backend (docs/numerics.md).
@@ -1199,6 +1237,7 @@ mod imp {
             seed: u64,
         ) -> Result<Vec<f32>, BackendError> {
             let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let xs = g.upload(x).map_err(map_gpu_error)?;
             let mut out = g.alloc_zeros::<f32>(x.len()).map_err(map_gpu_error)?;
@@ -1254,6 +1293,14 @@ mod imp {
 
         /// No corpus is ever resident without a GPU.
         pub fn set_corpus_budget(&self, _bytes: usize) {}
+
+        /// TEST ONLY: nothing to fail without a GPU.
+        pub fn set_test_fault(&self, _fault: Option<crate::TestFault>) {}
+
+        /// TEST ONLY: never fires without a GPU.
+        pub fn test_faults_fired(&self) -> u64 {
+            0
+        }
     }
 
     fn compiled_out<T>() -> Result<T, BackendError> {

@@ -42,6 +42,7 @@ mod fault;
 mod gpu_backend;
 #[cfg(feature = "gpu")]
 mod gpu_shared_graph;
+mod gpu_test_fault;
 mod metrics;
 mod multi_gpu;
 mod op;
@@ -62,6 +63,7 @@ pub use executor::{
 };
 pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, FaultStep, Trigger};
 pub use gpu_backend::{GpuBackend, bundle_arches};
+pub use gpu_test_fault::{TEST_FAULT_ENV, TestFault, TestFaultAction, TestFaultOp};
 pub use metrics::{FallbackReason, LogHistogram, Metrics, Pow2Histogram, TenantCounters};
 pub use multi_gpu::{GpuLoad, MultiGpu};
 pub use op::{Op, OpKind};

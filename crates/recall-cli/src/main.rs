@@ -1,8 +1,10 @@
 //! `recall`: the command-line tool. `recall info`, `recall demo`, `recall diff-test`, `recall bench`,
-//! the ops on files: `recall knn`, `recall spread`, `recall kmeans`; and `recall load`.
+//! the ops on files: `recall knn`, `recall spread`, `recall kmeans`; `recall load`; and the fault drills
+//! `recall faults` (with `recall hog`, the process that takes the GPU's memory).
 
 mod bench;
 mod demo;
+mod faults;
 mod info;
 mod load;
 mod ops;
@@ -43,6 +45,12 @@ enum Command {
     Kmeans(ops::KmeansArgs),
     /// Sustained multi-tenant load (knn, candidate scoring, spreading), answers checked against the CPU.
     Load(load::LoadArgs),
+    /// Real-fault drills on a GPU (vram-pressure, kernel-failure, device-lost): calls keep being answered
+    /// and every answer equals the CPU's; `--simulate` runs them against the fault-injecting backend.
+    Faults(faults::FaultArgs),
+    /// Hold all but `--leave-mib` of the GPU's free memory for `--seconds` (the other process of
+    /// `recall faults vram-pressure`).
+    Hog(faults::HogArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -84,6 +92,8 @@ fn main() -> ExitCode {
         Command::Spread(a) => ops::spread(a),
         Command::Kmeans(a) => ops::kmeans(a),
         Command::Load(a) => load::run(a),
+        Command::Faults(a) => faults::run(a),
+        Command::Hog(a) => faults::hog(a),
     };
     match result {
         Ok(code) => code,

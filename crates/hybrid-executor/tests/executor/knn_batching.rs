@@ -165,3 +165,75 @@ fn a_wrong_length_query_is_a_typed_error() {
         .unwrap_err();
     assert!(err.to_string().contains("query"), "{err}");
 }
+
+#[test]
+fn multi_query_calls_join_single_query_batches_and_get_their_own_answers() {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let gate = Arc::new(Gate {
+        sizes: parking_lot::Mutex::new(Vec::new()),
+        entered: parking_lot::Mutex::new(Some(entered_tx)),
+        release: parking_lot::Mutex::new(Some(release_rx)),
+    });
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        batching: BatchConfig {
+            max_batch: 8,
+            max_wait: Duration::from_secs(5),
+        },
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
+    std::thread::scope(|s| {
+        let (exec, corpus) = (&exec, &corpus);
+        // A lone call runs at once and is held in the backend: the next ones queue up behind it.
+        let lone = s.spawn(move || {
+            let q = matrix(100, 1, DIM);
+            let out = exec
+                .knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Cosine, K)
+                .unwrap();
+            assert_eq!(out.value, expected(&q, corpus));
+        });
+        entered_rx.recv().unwrap();
+        // 1 + 3 + 4 queries fill one batch of 8 exactly.
+        let joiners: Vec<_> = [(200u64, 1usize), (300, 3), (400, 4)]
+            .into_iter()
+            .map(|(seed, n)| {
+                s.spawn(move || {
+                    let q = matrix(seed, n, DIM);
+                    let out = exec
+                        .knn_shared_coalesced(
+                            &CallOptions::default(),
+                            &q,
+                            corpus,
+                            Metric::Cosine,
+                            K,
+                        )
+                        .unwrap();
+                    assert_eq!(out.value, expected(&q, corpus), "{n} queries");
+                    assert_eq!(out.value.ids.len(), n * K);
+                })
+            })
+            .collect();
+        // Let them join while the lone call holds the device (the batch closes when full), then release it.
+        std::thread::sleep(Duration::from_millis(300));
+        release_tx.send(()).unwrap();
+        lone.join().unwrap();
+        for j in joiners {
+            j.join().unwrap();
+        }
+    });
+    let sizes = gate.sizes.lock().clone();
+    assert_eq!(sizes.iter().sum::<usize>(), 1 + 1 + 3 + 4, "{sizes:?}");
+    assert!(
+        sizes.len() <= 3,
+        "the joiners did not share batches: {sizes:?}"
+    );
+    // A call of max_batch queries or more runs on its own.
+    let q = matrix(500, 8, DIM);
+    let out = exec
+        .knn_shared_coalesced(&CallOptions::default(), &q, &corpus, Metric::Cosine, K)
+        .unwrap();
+    assert_eq!(out.value, expected(&q, &corpus));
+}
