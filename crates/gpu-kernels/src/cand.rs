@@ -208,8 +208,10 @@ impl Kernels {
         let mut queries_dev = gpu.alloc_zeros::<f32>(queries.len())?;
         let mut offsets_dev = gpu.alloc_zeros::<u64>(offsets.len())?;
         st.in_flight = true;
-        let ids_src = &gpu.pinned_write(ids_host)?[..ids.len()];
-        gpu.upload_into(ids_src, &mut ids_dev)?;
+        if !ids.is_empty() {
+            let ids_src = &gpu.pinned_write(ids_host)?[..ids.len()];
+            gpu.upload_into(ids_src, &mut ids_dev)?;
+        }
         let q_src = &gpu.pinned_write(q_host)?[..queries.len()];
         gpu.upload_into(q_src, &mut queries_dev)?;
         let o_src = &gpu.pinned_write(o_host)?[..offsets.len()];
