@@ -3,6 +3,7 @@
 
 Prints one JSON object on stdout. Used by `recall bench`; runnable by hand:
     python3 benches/peers/peers.py cosine --rows 1000000 --dim 768 --queries 1 --k 10 --iters 20
+    python3 benches/peers/peers.py candidates --data-dir /tmp/recall-bench-candidates --k 10 --iters 20
 """
 import argparse
 import json
@@ -29,7 +30,8 @@ def timed(torch, fn, iters):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("op", choices=["cosine", "copy", "spread", "kmeans", "noise"])
+    ap.add_argument("op", choices=["cosine", "copy", "spread", "kmeans", "noise", "candidates"])
+    ap.add_argument("--data-dir", default="")
     ap.add_argument("--graph-dir", default="")
     ap.add_argument("--hops", type=int, default=3)
     ap.add_argument("--decay", type=float, default=0.5)
@@ -131,6 +133,31 @@ def main():
         out["spread_ms"] = cp_timed(hops, a.iters)
         out["spread_expr"] = f"{a.hops} x (SpMV, *decay, threshold, +=) + argpartition top-{a.k} + download"
         out["edges"] = int(src.shape[0])
+    if a.op == "candidates":
+        # recall bench candidates wrote the data: corpus (n x d f32), queries (q x d f32), ids (q x m u32).
+        import numpy as np
+
+        nf = torch.nn.functional
+        corpus = torch.from_numpy(np.load(f"{a.data_dir}/corpus.npy")).to(dev)
+        q_host = torch.from_numpy(np.load(f"{a.data_dir}/queries.npy"))
+        ids_host = torch.from_numpy(np.load(f"{a.data_dir}/ids.npy").astype(np.int64))
+        q, ids = q_host.to(dev), ids_host.to(dev)
+        # The corpus norms once, outside the timing (recall's handle keeps its norms resident too).
+        norms = corpus.norm(dim=1)
+
+        def rescore(q, ids):
+            rows = corpus[ids]  # (q, m, d): the gather
+            s = torch.einsum("qd,qmd->qm", nf.normalize(q, dim=1), rows) / norms[ids]
+            top = torch.topk(s, a.k, dim=1)
+            return ids.gather(1, top.indices), top.values
+
+        out["cand_ms"] = timed(torch, lambda: rescore(q, ids), a.iters)
+        out["cand_expr"] = f"topk(einsum('qd,qmd->qm', normalize(q), C[ids]) / norms[ids], {a.k})"
+        # The same with queries and ids coming from host memory each call (as recall's user path does).
+        out["cand_host_ms"] = timed(torch, lambda: rescore(q_host.to(dev), ids_host.to(dev)), a.iters)
+        top_ids, _ = rescore(q, ids)
+        np.save(f"{a.data_dir}/peer_ids.npy", top_ids.cpu().numpy().reshape(-1))
+        out["cand_gathered_gb"] = ids.numel() * corpus.shape[1] * 4 / 1e9
     if a.op == "noise":
         g = torch.Generator(device=dev).manual_seed(5)
         x = torch.rand((a.rows, a.dim), device=dev, generator=g) * 2 - 1

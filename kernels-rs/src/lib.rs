@@ -44,6 +44,7 @@ macro_rules! unroll {
     }};
 }
 
+mod cand;
 mod cluster;
 mod dense;
 mod graph;

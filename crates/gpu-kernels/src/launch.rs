@@ -96,6 +96,9 @@ pub struct Kernels {
     /// One query against few rows in one launch (`knn1.rs`), only in images for sm_80 and newer.
     pub(crate) knn1: Option<crate::knn1::Knn1Kernels>,
     pub(crate) knn1_scratch: parking_lot::Mutex<Option<crate::knn1::Knn1Scratch>>,
+    /// Candidate scoring in one launch (`cand.rs`), only in images for sm_80 and newer.
+    pub(crate) cand: Option<crate::cand::CandKernels>,
+    pub(crate) cand_staging: parking_lot::Mutex<crate::cand::CandStaging>,
 }
 
 /// The tensor-core kernels of fast mode.
@@ -338,6 +341,12 @@ impl Kernels {
                             None
                         },
                         knn1_scratch: parking_lot::Mutex::new(None),
+                        cand: if sm >= TC_MIN_SM {
+                            crate::cand::CandKernels::load(gpu, f)?
+                        } else {
+                            None
+                        },
+                        cand_staging: parking_lot::Mutex::new(Default::default()),
                         _module: module,
                     };
                     return Ok(kernels);
@@ -779,6 +788,7 @@ impl Kernels {
     pub fn release_scratch(&self) {
         *self.select_scratch.lock() = None;
         *self.knn1_scratch.lock() = None;
+        *self.cand_staging.lock() = Default::default();
     }
 
     /// TEST ONLY (fault drills, `recall faults kernel-failure`): a real launch that the driver refuses,

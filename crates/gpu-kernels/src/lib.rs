@@ -11,10 +11,12 @@
 //! runs: that is `recall-hybrid-executor`.
 
 mod bundle;
+mod cand;
 mod knn1;
 mod launch;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
+pub use cand::{CAND_MAX_DIM, CandidateBatch};
 pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS};
 pub use launch::{
     DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,

@@ -435,6 +435,25 @@ mod gpu_knn {
     }
 }
 
+/// What `candidates_ms` measured (candidate scoring, cosine, corpus and its norms resident).
+#[derive(Debug, Clone)]
+pub struct CandidateFigures {
+    /// The fused kernel (`sm80_cand_*`) with queries, ids and offsets already on the device: one launch and
+    /// the `k` pairs per query back. `None` where the fused kernel does not run (image below sm_80, `dim`
+    /// not a multiple of 4, `k` above its limit).
+    pub fused_kernel_ms: Option<f64>,
+    /// The fused path from host lists: ids checked and staged through page-locked memory, queries, ids and
+    /// offsets uploaded, one launch, `k` pairs back (what the backend runs).
+    pub fused_call_ms: Option<f64>,
+    /// The separate path (every arch): ids uploaded and `gather_*` scores every pair into a buffer, then
+    /// radix select over the ragged segments (queries and their norms resident).
+    pub gather_select_ms: f64,
+    /// The fused path's answer (or, where it does not run, the separate path's).
+    pub answer: recall_cpu_simd::TopK,
+    /// Whether the two paths gave the same lists (ids and score bits); `None` without the fused path.
+    pub paths_agree: Option<bool>,
+}
+
 /// What `stream_figures` measured.
 #[derive(Debug, Clone)]
 pub struct StreamFigures {
@@ -449,6 +468,145 @@ pub struct StreamFigures {
     /// The handle path's answer (the staged path's is checked equal to it).
     pub answer: recall_cpu_simd::TopK,
 }
+
+#[cfg(feature = "gpu")]
+mod gpu_cand {
+    use super::*;
+    use crate::gpu_backend::GpuBackend;
+    use recall_cpu_simd::TopK;
+    use recall_gpu_kernels::{Segments, SimMetric, TopKResult};
+
+    fn err(e: impl std::fmt::Display) -> String {
+        e.to_string()
+    }
+
+    fn topk(r: TopKResult) -> TopK {
+        TopK {
+            k: r.k,
+            ids: r.ids,
+            scores: r.scores,
+        }
+    }
+
+    /// Candidate scoring (cosine) with the corpus and its norms resident, both GPU paths, median of `iters`
+    /// runs after one warm-up each; every run ends with its answer on the host.
+    #[allow(clippy::too_many_arguments)]
+    pub fn candidates_ms(
+        backend: &GpuBackend,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+        iters: usize,
+    ) -> Result<CandidateFigures, String> {
+        let (g, kern) = backend.parts();
+        let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+        let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+        let c = g.upload(corpus).map_err(err)?;
+        let mut cn = g.alloc_zeros::<f32>(n).map_err(err)?;
+        kern.row_norms_f32(g, &c, n, dim, &mut cn).map_err(err)?;
+        let timed = |f: &mut dyn FnMut() -> Result<TopK, String>| -> Result<(f64, TopK), String> {
+            let mut last = f()?; // warm-up
+            let mut times = Vec::new();
+            for _ in 0..iters.max(1) {
+                let t = Instant::now();
+                last = f()?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok((median(times), last))
+        };
+        // The separate path: queries and their norms uploaded once.
+        let q = g.upload(queries).map_err(err)?;
+        let mut qn = g.alloc_zeros::<f32>(nq).map_err(err)?;
+        kern.row_norms_f32(g, &q, nq, dim, &mut qn).map_err(err)?;
+        let mut scores = g.alloc_zeros::<f32>(ids.len().max(1)).map_err(err)?;
+        let (gather_select_ms, separate) = timed(&mut || {
+            let (ids_dev, offsets_dev) = kern
+                .similarity_gather(
+                    g,
+                    SimMetric::Cosine,
+                    &q,
+                    Some(&qn),
+                    &c,
+                    Some(&cn),
+                    nq,
+                    n,
+                    dim,
+                    ids,
+                    &offsets64,
+                    &mut scores,
+                )
+                .map_err(err)?;
+            let r = kern
+                .select_topk(
+                    g,
+                    &scores,
+                    Some(&ids_dev),
+                    Segments::Ragged {
+                        offsets: &offsets64,
+                        offsets_dev: &offsets_dev,
+                    },
+                    k,
+                    true,
+                )
+                .map_err(err)?;
+            Ok(topk(r))
+        })?;
+        drop(scores);
+        if !kern.cand_supported(dim, k) {
+            return Ok(CandidateFigures {
+                fused_kernel_ms: None,
+                fused_call_ms: None,
+                gather_select_ms,
+                answer: separate,
+                paths_agree: None,
+            });
+        }
+        let (fused_call_ms, fused) = timed(&mut || {
+            kern.score_candidates(
+                g,
+                SimMetric::Cosine,
+                queries,
+                &c,
+                Some(&cn),
+                n,
+                dim,
+                ids,
+                &offsets64,
+                k,
+            )
+            .map(topk)
+            .map_err(err)
+        })?;
+        let batch = kern
+            .candidate_batch(g, queries, dim, ids, &offsets64, n)
+            .map_err(err)?;
+        let (fused_kernel_ms, resident) = timed(&mut || {
+            kern.score_candidate_batch(g, SimMetric::Cosine, &batch, &c, Some(&cn), n, k)
+                .map(topk)
+                .map_err(err)
+        })?;
+        let same = |a: &TopK, b: &TopK| {
+            a.ids == b.ids
+                && a.scores
+                    .iter()
+                    .zip(&b.scores)
+                    .all(|(x, y)| x.to_bits() == y.to_bits())
+        };
+        Ok(CandidateFigures {
+            fused_kernel_ms: Some(fused_kernel_ms),
+            fused_call_ms: Some(fused_call_ms),
+            gather_select_ms,
+            paths_agree: Some(same(&fused, &separate) && same(&fused, &resident)),
+            answer: fused,
+        })
+    }
+}
+
+#[cfg(feature = "gpu")]
+pub use gpu_cand::candidates_ms;
 
 #[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
@@ -489,6 +647,21 @@ mod no_gpu {
     }
 
     /// Without GPU support there is nothing to measure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn candidates_ms(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: &[usize],
+        _: &[u32],
+        _: usize,
+        _: usize,
+    ) -> Result<super::CandidateFigures, String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
     pub fn knn_ms(
         _: &GpuBackend,
         _: &[f32],
@@ -513,7 +686,7 @@ mod no_gpu {
 }
 
 #[cfg(not(feature = "gpu"))]
-pub use no_gpu::{copy_gbps, cosine_ms, knn_latency_parts, knn_ms, stream_figures};
+pub use no_gpu::{candidates_ms, copy_gbps, cosine_ms, knn_latency_parts, knn_ms, stream_figures};
 
 #[cfg(feature = "gpu")]
 mod gpu_graph {

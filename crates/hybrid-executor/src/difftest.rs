@@ -377,6 +377,7 @@ mod run_gpu {
         let cases = kernel_cases(gpu, &kernels, quick).and_then(|mut k| {
             k.extend(fast_cases(gpu, &kernels, quick)?);
             k.extend(knn1_cases(gpu, &kernels, quick)?);
+            k.extend(cand_cases(gpu, &kernels, quick)?);
             Ok(k)
         });
         match cases {
@@ -638,6 +639,169 @@ mod run_gpu {
             let row = awkward_matrix(&mut rng, 1, 64);
             let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
             run(&mut diffs, &row, &corpus, n, 64)?;
+        }
+        Ok(diffs)
+    }
+
+    /// Candidate scoring through both GPU paths against the CPU: `similarity_gather` + radix select over
+    /// ragged segments (every arch; what runs where the fused kernel does not), and the fused
+    /// `sm80_cand_*` (sm_80+ images; `dim` a multiple of 4, `k <= 64`), twice per case so the second call
+    /// reuses the staging buffers. Ragged lists, lists at slice boundaries (1024, 1025, 2048) and longer than
+    /// one slice (merged on the host), lists of exactly `k`, partial column tiles, and heavy ties (every row
+    /// the same, ids in random order, so the id rule decides).
+    fn cand_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
+        use recall_gpu_kernels::CandidateBatch;
+        let mut diffs = Vec::new();
+        let mut rng = SplitMix::new(0x5EED_CA4D);
+        let cpu = crate::backend::CpuBackend;
+        // (queries, rows, dim, shortest list, longest list)
+        let mut shapes: Vec<(usize, usize, usize, usize, usize)> = vec![
+            (5, 2000, 36, 64, 1100),
+            (3, 5000, 768, 64, 3000),
+            (2, 300, 4, 64, 300),
+            (4, 3000, 33, 64, 1500),
+            (3, 4000, 100, 1024, 1024),
+            (3, 4000, 96, 1025, 1025),
+            (2, 4000, 64, 2048, 2048),
+            (7, 1000, 12, 64, 64),
+            (1, 50_000, 64, 20_000, 20_000),
+            (2, 600, 4096, 64, 600),
+        ];
+        if !quick {
+            shapes.extend([
+                (1024, 100_000, 768, 1000, 1000),
+                (16, 200_000, 768, 64, 100_000),
+                (300, 20_000, 256, 64, 5000),
+            ]);
+        }
+        let run = |diffs: &mut Vec<KernelDiff>,
+                   rng: &mut SplitMix,
+                   nq: usize,
+                   corpus: &[f32],
+                   dim: usize,
+                   lists: (usize, usize)|
+         -> Result<(), String> {
+            let n = corpus.len() / dim;
+            let queries = awkward_matrix(rng, nq, dim);
+            let c = gpu.upload(corpus).map_err(e)?;
+            let cpu_cn = recall_cpu_simd::row_norms(corpus, dim).map_err(e)?;
+            let cpu_qn = recall_cpu_simd::row_norms(&queries, dim).map_err(e)?;
+            let (cn, q, qn) = (
+                gpu.upload(&cpu_cn).map_err(e)?,
+                gpu.upload(&queries).map_err(e)?,
+                gpu.upload(&cpu_qn).map_err(e)?,
+            );
+            for (metric, sim, _) in METRICS {
+                // Lists between the shortest and longest length (k at most the shortest).
+                let (offsets, ids) = candidate_lists(rng, nq, n, lists.0, lists.1);
+                let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+                let shortest = offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(0);
+                for kk in [1usize, 10, 32, 64, 65] {
+                    if kk > shortest {
+                        continue;
+                    }
+                    let a = cpu
+                        .score_candidates(&queries, corpus, dim, metric, &offsets, &ids, kk)
+                        .map_err(e)?;
+                    let mut scores = gpu.alloc_zeros::<f32>(ids.len().max(1)).map_err(e)?;
+                    let (ids_dev, offsets_dev) = k
+                        .similarity_gather(
+                            gpu,
+                            sim,
+                            &q,
+                            Some(&qn),
+                            &c,
+                            Some(&cn),
+                            nq,
+                            n,
+                            dim,
+                            &ids,
+                            &offsets64,
+                            &mut scores,
+                        )
+                        .map_err(e)?;
+                    let r = k
+                        .select_topk(
+                            gpu,
+                            &scores,
+                            Some(&ids_dev),
+                            Segments::Ragged {
+                                offsets: &offsets64,
+                                offsets_dev: &offsets_dev,
+                            },
+                            kk,
+                            sim.higher_first(),
+                        )
+                        .map_err(e)?;
+                    let as_topk = |r: recall_gpu_kernels::TopKResult| TopK {
+                        k: r.k,
+                        ids: r.ids,
+                        scores: r.scores,
+                    };
+                    compare_topk(diff_of(diffs, "gather + select_radix"), &a, &as_topk(r));
+                    if !k.cand_supported(dim, kk) {
+                        continue;
+                    }
+                    for _ in 0..2 {
+                        let r = k
+                            .score_candidates(
+                                gpu,
+                                sim,
+                                &queries,
+                                &c,
+                                Some(&cn),
+                                n,
+                                dim,
+                                &ids,
+                                &offsets64,
+                                kk,
+                            )
+                            .map_err(e)?;
+                        compare_topk(diff_of(diffs, "sm80_cand"), &a, &as_topk(r));
+                    }
+                    // Through a batch made once and scored twice (what the benchmark times).
+                    let batch: CandidateBatch = k
+                        .candidate_batch(gpu, &queries, dim, &ids, &offsets64, n)
+                        .map_err(e)?;
+                    for _ in 0..2 {
+                        let r = k
+                            .score_candidate_batch(gpu, sim, &batch, &c, Some(&cn), n, kk)
+                            .map_err(e)?;
+                        compare_topk(diff_of(diffs, "sm80_cand"), &a, &as_topk(r));
+                    }
+                }
+            }
+            Ok(())
+        };
+        for (nq, n, dim, shortest, longest) in shapes {
+            let corpus = awkward_matrix(&mut rng, n, dim);
+            run(&mut diffs, &mut rng, nq, &corpus, dim, (shortest, longest))?;
+        }
+        // Heavy ties: every row the same, so the top k are the k lowest ids of each list.
+        for (n, dim) in [(5000, 64), (3000, 36)] {
+            let row = awkward_matrix(&mut rng, 1, dim);
+            let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
+            run(&mut diffs, &mut rng, 4, &corpus, dim, (64, 2500))?;
+        }
+        // A candidate id outside the corpus is refused before any launch.
+        if k.cand_supported(4, 1) {
+            let corpus = awkward_matrix(&mut rng, 10, 4);
+            let c = gpu.upload(&corpus).map_err(e)?;
+            let bad = k.score_candidates(
+                gpu,
+                SimMetric::Dot,
+                &corpus[..4],
+                &c,
+                None,
+                10,
+                4,
+                &[3, 10],
+                &[0, 2],
+                1,
+            );
+            if bad.is_ok() {
+                return Err("sm80_cand accepted a candidate id outside the corpus".into());
+            }
         }
         Ok(diffs)
     }

@@ -894,8 +894,27 @@ mod imp {
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
             let (nq, n) = (queries.len() / dim, c.len() / dim);
-            let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+            if kern.cand_supported(dim, k) {
+                // sm_80+: gather, score and select in one launch (`sm80_cand_*`), inputs staged through
+                // page-locked buffers; the query norms are computed in the kernel.
+                let r = kern
+                    .score_candidates(
+                        g,
+                        sim_metric(metric),
+                        queries,
+                        c,
+                        cn,
+                        n,
+                        dim,
+                        ids,
+                        &offsets64,
+                        k,
+                    )
+                    .map_err(map_kernel_error)?;
+                return Ok(topk(r));
+            }
+            let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let mut scores = g
                 .alloc_zeros::<f32>(ids.len().max(1))
                 .map_err(map_gpu_error)?;

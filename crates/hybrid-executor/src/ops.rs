@@ -5,11 +5,59 @@ use crate::backend::{Backend, BackendError, FastFormat};
 use crate::executor::{CallOptions, ExecError, Executor, Mode, Outcome, check_matrix};
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
+use rayon::prelude::*;
 use recall_cpu_simd::{
     CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_clip_noise_inputs,
     check_kmeans_inputs, check_spread_inputs,
 };
 use std::ops::Range;
+
+/// An open-addressing set of u32 ids that is emptied in O(1) between lists: a slot holds
+/// `(generation << 32) | id` and counts as empty unless its generation is the current one.
+#[derive(Default)]
+struct DupTable {
+    slots: Vec<u64>,
+    generation: u32,
+}
+
+impl DupTable {
+    /// Whether `list` holds an id twice.
+    fn has_duplicate(&mut self, list: &[u32]) -> bool {
+        if list.len() < 2 {
+            return false;
+        }
+        let bits = (2 * list.len()).next_power_of_two().trailing_zeros();
+        let cap = 1usize << bits;
+        if self.slots.len() < cap {
+            self.slots = vec![0; cap];
+            self.generation = 0;
+        }
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Wrapped: stamps of the old generation 1 would read as present.
+            self.slots.fill(0);
+            self.generation = 1;
+        }
+        let g = self.generation;
+        let mask = cap - 1;
+        for &id in list {
+            // Fibonacci hashing: the top `bits` bits of the product.
+            let mut h = (u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize;
+            loop {
+                let s = self.slots[h];
+                if (s >> 32) as u32 != g {
+                    self.slots[h] = (u64::from(g) << 32) | u64::from(id);
+                    break;
+                }
+                if s as u32 == id {
+                    return true;
+                }
+                h = (h + 1) & mask;
+            }
+        }
+        false
+    }
+}
 
 fn check_k(k: usize, n: usize) -> Result<(), CpuError> {
     if k == 0 || k > n {
@@ -488,7 +536,17 @@ fn check_candidates(
         }
         .into());
     }
-    if let Some((index, &id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n) {
+    // The largest id first (chunks in parallel, each a vectorised maximum); the position of a bad one is
+    // looked for only when there is one.
+    let max_id = ids
+        .par_chunks(1 << 16)
+        .map(|c| c.iter().copied().max().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    if !ids.is_empty()
+        && max_id as usize >= n
+        && let Some((index, &id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n)
+    {
         return Err(CpuError::IdOutOfRange {
             what: "candidate ids",
             index,
@@ -499,7 +557,16 @@ fn check_candidates(
     }
     let shortest = offsets.windows(2).map(|w| w[1] - w[0]).min().unwrap_or(0);
     check_k(k, shortest)?;
-    for q in 0..nq {
+    // Duplicates: every list through a hash set in parallel; the first list with one reports its smallest
+    // repeated id (found by sorting that list alone).
+    let bad = (0..nq)
+        .into_par_iter()
+        .with_min_len(8)
+        .map_init(DupTable::default, |t, q| {
+            t.has_duplicate(&ids[offsets[q]..offsets[q + 1]])
+        })
+        .position_first(|dup| dup);
+    if let Some(q) = bad {
         let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
         list.sort_unstable();
         if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
@@ -507,4 +574,63 @@ fn check_candidates(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod dup_tests {
+    use super::DupTable;
+
+    fn by_sort(list: &[u32]) -> bool {
+        let mut v = list.to_vec();
+        v.sort_unstable();
+        v.windows(2).any(|w| w[0] == w[1])
+    }
+
+    #[test]
+    fn the_hash_set_finds_exactly_the_lists_with_a_repeated_id() {
+        let mut t = DupTable::default();
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut with, mut without) = (0, 0);
+        // Lists of many sizes through one table (generations reused, the table grown), ids from small
+        // ranges (many repeats) and from the whole u32 range (few), and strided ids (hash collisions).
+        for case in 0..3000u64 {
+            let len = (next() % 2100) as usize;
+            let range = [8u64, 5000, 1 << 32][(case % 3) as usize];
+            let mut list: Vec<u32> = (0..len).map(|_| (next() % range) as u32).collect();
+            if case % 7 == 0 {
+                list = (0..len as u32).map(|i| i.wrapping_mul(1 << 20)).collect();
+            }
+            if case % 5 == 0 && len > 1 {
+                let (a, b) = ((next() as usize) % len, (next() as usize) % len);
+                list[a] = list[b];
+            }
+            let expected = by_sort(&list);
+            assert_eq!(t.has_duplicate(&list), expected, "case {case}, len {len}");
+            if expected {
+                with += 1;
+            } else {
+                without += 1;
+            }
+        }
+        assert!(
+            with > 100 && without > 100,
+            "{with} with, {without} without"
+        );
+    }
+
+    #[test]
+    fn a_wrapped_generation_clears_the_table() {
+        let mut t = DupTable::default();
+        assert!(!t.has_duplicate(&[1, 2, 3]));
+        t.generation = u32::MAX;
+        // Generation wraps to 0, the table is cleared and the stamps of generation 1 are gone.
+        assert!(!t.has_duplicate(&[1, 2, 3]));
+        assert!(t.has_duplicate(&[4, 5, 4]));
+    }
 }

@@ -279,6 +279,62 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
     (query + rings) * 4 + 2 * warps * 8 + 8
 }
 
+/// Candidate scoring, gather, score and top-k in one launch (`sm80_cand_*`, sm_80 and newer: `cp.async`).
+///
+/// Block `(q, x)` takes query `q`'s candidates `ids[offsets[q] + CAND_SLICE * x ..]`, at most [`CAND_SLICE`]
+/// of them (`count`): warp `w` owns the groups of 32 candidates `w, w + CAND_WARPS, ..`, lane `l` one
+/// candidate of a group. The warp copies its group's 32 rows through a ring of [`CAND_STAGES`] shared tiles
+/// of [`CAND_TILE`] columns (coalesced 16-byte `cp.async`, the ring running on across groups), and every lane
+/// runs its candidate's chain in the order of `docs/numerics.md` (for cosine the query's norm chain beside
+/// it). The block then writes its `min(k, count)` smallest pair keys `(score_key << 32) | id`, ascending, to
+/// `out_keys[(q * n_slices + x) * k ..]` and their scores to the same positions of `out_scores`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CandParams {
+    /// `n_queries * dim` f32, row-major.
+    pub queries: u64,
+    /// `n_rows * dim` f32, 16-byte aligned, `dim` a multiple of 4.
+    pub corpus: u64,
+    /// `n_rows` f32 (cosine, else 0).
+    pub corpus_norms: u64,
+    /// u32 corpus row ids, every query's list one after the other; every id below `n_rows`.
+    pub ids: u64,
+    /// `n_queries + 1` u64 offsets into `ids`, non-decreasing.
+    pub offsets: u64,
+    /// `n_queries * n_slices * k` u64 keys out.
+    pub out_keys: u64,
+    /// `n_queries * n_slices * k` f32 scores out.
+    pub out_scores: u64,
+    pub dim: u32,
+    /// `1 <= k <= CAND_K_MAX`.
+    pub k: u32,
+    /// Slices per query: the grid's `y`.
+    pub n_slices: u32,
+    /// 1: higher scores first (cosine, dot); 0: lower first (l2).
+    pub higher_first: u32,
+}
+
+/// Candidates per block of `sm80_cand_*` (a longer list takes several blocks, merged on the host).
+pub const CAND_SLICE: u32 = 1024;
+/// Warps per block of `sm80_cand_*`.
+pub const CAND_WARPS: u32 = 4;
+/// Columns per shared tile of `sm80_cand_*`.
+pub const CAND_TILE: u32 = 32;
+/// Tiles in flight per warp of `sm80_cand_*`.
+pub const CAND_STAGES: u32 = 4;
+/// Shared row stride of a `sm80_cand_*` tile, in f32 (32 columns and 4 of padding, as `KNN1_ROW_STRIDE`).
+pub const CAND_ROW_STRIDE: u32 = 36;
+/// The largest `k` of `sm80_cand_*` (one block-wide minimum per rank).
+pub const CAND_K_MAX: u32 = 64;
+
+/// Dynamic shared memory of one `sm80_cand_*` block: the query, each warp's ring, the slice's ids and
+/// scores, and the block minima (two rounds' worth).
+pub const fn cand_shared_bytes(dim: u32) -> u32 {
+    let query = dim.div_ceil(4) * 4;
+    let rings = CAND_WARPS * CAND_STAGES * 32 * CAND_ROW_STRIDE;
+    (query + rings + 2 * CAND_SLICE) * 4 + 2 * CAND_WARPS * 8
+}
+
 /// `to_half_rows` (f32 or 16-bit rows to zero-padded 16-bit rows) and `widen_half_rows` (16-bit rows to
 /// f32 rows, exact).
 #[repr(C)]

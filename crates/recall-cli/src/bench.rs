@@ -11,7 +11,9 @@ use std::process::{Command, ExitCode};
 pub struct BenchArgs {
     /// The op to measure: `cosine` (all scores), `knn` (cosine similarity fused with top-k), `spread`
     /// (activation spreading over a generated power-law graph), `kmeans` (one Lloyd iteration), `noise`
-    /// (clip-and-noise), `stream` (out-of-core knn), `multi-gpu` (batch knn and single-query load over a
+    /// (clip-and-noise), `candidates` (candidate scoring: `--batch-queries` queries, `--candidates` random
+    /// ids each, resident corpus, cosine top-k), `stream` (out-of-core knn), `multi-gpu` (batch knn and
+    /// single-query load over a
     /// corpus sharded on every GPU against GPU 0 alone), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
     /// break-even sizes, written to a report directory (`--out`, default `bench-report`).
     #[arg(default_value = "cosine")]
@@ -84,6 +86,13 @@ pub struct BenchArgs {
     /// multi-gpu: single queries issued in total per run of the independent-load case.
     #[arg(long, default_value_t = 4096)]
     single_queries: usize,
+    /// candidates: distinct random candidate ids per query (the queries are `--batch-queries`).
+    #[arg(long, default_value_t = 1000)]
+    candidates: usize,
+    /// candidates: where the corpus, queries and ids are written as .npy for the peer (and the peer's
+    /// answer read back).
+    #[arg(long, default_value = "/tmp/recall-bench-candidates")]
+    data_dir: String,
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
@@ -171,9 +180,12 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     if a.op == "multi-gpu" {
         return run_multi_gpu(a);
     }
+    if a.op == "candidates" {
+        return run_candidates(a);
+    }
     if a.op != "cosine" {
         return Err(format!(
-            "unknown op {:?} (available: cosine, knn, spread, kmeans, noise, sweep)",
+            "unknown op {:?} (available: cosine, knn, candidates, spread, kmeans, noise, stream, multi-gpu, sweep)",
             a.op
         ));
     }
@@ -559,6 +571,285 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `recall bench candidates`: candidate scoring (the HNSW re-rank) against a resident corpus handle, cosine,
+/// next to torch's `C[ids]` gather + `einsum` + `topk` on the identical data (handed over as .npy files).
+fn run_candidates(a: BenchArgs) -> Result<ExitCode, String> {
+    let nq = a.batch_queries;
+    if a.rows == 0 || a.dim == 0 || nq == 0 || a.candidates == 0 || a.candidates > a.rows {
+        return Err(
+            "--rows, --dim, --batch-queries must be at least 1 and 1 <= --candidates <= --rows"
+                .into(),
+        );
+    }
+    if a.k == 0 || a.k > a.candidates {
+        return Err("1 <= --k <= --candidates".into());
+    }
+    let engine = Engine::new().map_err(|e| e.to_string())?;
+    let (Some(gpu), GpuStatus::Ready(d)) = (engine.gpu_backend(), engine.gpu_status()) else {
+        return Err(format!(
+            "bench candidates needs a GPU: {}",
+            gpu_reason(&engine)
+        ));
+    };
+    let m = a.candidates;
+    eprintln!(
+        "generating {} x {} corpus, {nq} queries, {m} distinct random candidate ids each",
+        grouped(a.rows as u64),
+        a.dim
+    );
+    let corpus = random_matrix(1, a.rows, a.dim);
+    let queries = random_matrix(2, nq, a.dim);
+    let mut rng = recall::diagnostics::SplitMix::new(7);
+    let mut ids = Vec::with_capacity(nq * m);
+    let mut seen = std::collections::HashSet::with_capacity(2 * m);
+    for _ in 0..nq {
+        seen.clear();
+        while seen.len() < m {
+            let id = rng.below(a.rows as u64) as u32;
+            if seen.insert(id) {
+                ids.push(id);
+            }
+        }
+    }
+    let offsets: Vec<usize> = (0..=nq).map(|q| q * m).collect();
+    // The same data for the peer.
+    let dir = &a.data_dir;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+    let _ = std::fs::remove_file(format!("{dir}/peer_ids.npy"));
+    recall::io::write_npy(format!("{dir}/corpus.npy"), &corpus, &[a.rows, a.dim])
+        .map_err(|e| e.to_string())?;
+    recall::io::write_npy(format!("{dir}/queries.npy"), &queries, &[nq, a.dim])
+        .map_err(|e| e.to_string())?;
+    recall::io::write_npy(format!("{dir}/ids.npy"), &ids, &[nq, m]).map_err(|e| e.to_string())?;
+    // Kernel-level parts, corpus and norms resident.
+    let f = recall::diagnostics::bench::candidates_ms(
+        gpu, &queries, &corpus, a.dim, &offsets, &ids, a.k, a.iters,
+    )?;
+    // The user's path: `Engine::score_candidates_in` with a corpus handle (uploaded once, then resident).
+    let gpu_engine = Engine::builder()
+        .device(recall::DevicePolicy::Gpu)
+        .gpu_min_work(0)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let handle = gpu_engine
+        .corpus(corpus.clone(), a.dim)
+        .map_err(|e| e.to_string())?;
+    let run = || {
+        gpu_engine.score_candidates_in(
+            &queries,
+            &handle,
+            recall::Metric::Cosine,
+            &offsets,
+            &ids,
+            a.k,
+        )
+    };
+    let first = run().map_err(|e| e.to_string())?;
+    let mut times = Vec::new();
+    for _ in 0..a.iters.max(1) {
+        let t = std::time::Instant::now();
+        run().map_err(|e| e.to_string())?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let handle_ms = recall::diagnostics::bench::median(times);
+    let handle_same = first.ids == f.answer.ids
+        && first
+            .scores
+            .iter()
+            .zip(&f.answer.scores)
+            .all(|(x, y)| x.to_bits() == y.to_bits());
+    // The CPU's answer for the same call.
+    let cpu = if a.no_cpu {
+        None
+    } else {
+        let cpu_engine = Engine::builder()
+            .device(recall::DevicePolicy::Cpu)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let cand = || {
+            cpu_engine.score_candidates(
+                &queries,
+                &corpus,
+                a.dim,
+                recall::Metric::Cosine,
+                &offsets,
+                &ids,
+                a.k,
+            )
+        };
+        cand().map_err(|e| e.to_string())?; // starts the thread pool
+        let t = std::time::Instant::now();
+        let r = cand().map_err(|e| e.to_string())?;
+        Some((t.elapsed().as_secs_f64() * 1e3, r))
+    };
+    let peer = peer_candidates(&a);
+    // The peer's top-k ids (its own rounding), for the overlap with recall's.
+    let peer_overlap = recall::io::read_npy_indices(format!("{dir}/peer_ids.npy"))
+        .ok()
+        .filter(|p| p.len() == nq * a.k)
+        .map(|p| {
+            let mut hits = 0usize;
+            for q in 0..nq {
+                let mine = &f.answer.ids[q * a.k..(q + 1) * a.k];
+                hits += p[q * a.k..(q + 1) * a.k]
+                    .iter()
+                    .filter(|&&id| mine.contains(&(id as u32)))
+                    .count();
+            }
+            hits as f64 / (nq * a.k) as f64
+        });
+    let gathered = (nq * m * a.dim * 4) as f64;
+    let mut r = String::new();
+    header(
+        &mut r,
+        &format!(
+            "candidate scoring (cosine, top-{}), {nq} queries x {m} random candidate ids, corpus {} x {} (f32, exact mode)",
+            a.k,
+            grouped(a.rows as u64),
+            a.dim
+        ),
+        format!(
+            "recall bench candidates --rows {} --dim {} --batch-queries {nq} --candidates {m} --k {} --iters {}",
+            a.rows, a.dim, a.k, a.iters
+        ),
+        d,
+    );
+    let _ = writeln!(
+        r,
+        "- timing: median of {} runs after warm-up, host clock around GPU work that ends with the answer on the host; corpus and its norms resident; {:.2} GB of candidate rows gathered per run\n",
+        a.iters,
+        gathered / 1e9
+    );
+    let _ = writeln!(r, "| what | time | gathered rows at | note |");
+    let _ = writeln!(r, "|---|---|---|---|");
+    let rate = |ms: f64| format!("{:.0} GB/s", gathered / (ms * 1e-3) / 1e9);
+    let peer_ms = match &peer {
+        Ok(p) if p.str("available").as_deref() != Some("false") => p.num("cand_ms"),
+        _ => None,
+    };
+    let vs_peer = |ms: f64| peer_ms.map_or("-".to_string(), |p| format!("{:.2}x peer", ms / p));
+    if let Some(ms) = f.fused_kernel_ms {
+        let _ = writeln!(
+            r,
+            "| recall GPU: `sm80_cand_*` (gather + score + top-k in one launch), queries and ids on the device, k pairs back | {:.1} us | {} | **{}** (kernel level, as the peer) |",
+            ms * 1e3,
+            rate(ms),
+            vs_peer(ms)
+        );
+    }
+    if let Some(ms) = f.fused_call_ms {
+        let _ = writeln!(
+            r,
+            "| recall GPU: the same from host lists (ids checked and staged page-locked, queries + ids uploaded) | {:.1} us | {} | {} |",
+            ms * 1e3,
+            rate(ms),
+            vs_peer(ms)
+        );
+    }
+    let _ = writeln!(
+        r,
+        "| recall GPU: separate path (ids uploaded, `gather_*` scores, radix select over ragged segments; below sm_80 and k > 64) | {:.1} us | {} | {} |",
+        f.gather_select_ms * 1e3,
+        rate(f.gather_select_ms),
+        vs_peer(f.gather_select_ms)
+    );
+    let _ = writeln!(
+        r,
+        "| recall `Engine::score_candidates_in` (handle resident; validation incl. duplicate check, queries + ids up, k pairs back) | {:.1} us | {} | end to end, the user's path: {} |",
+        handle_ms * 1e3,
+        rate(handle_ms),
+        vs_peer(handle_ms)
+    );
+    peer_rows(&mut r, Some(&peer), 1, |r, name, p| {
+        if let Some(ms) = p.num("cand_ms") {
+            let _ = writeln!(
+                r,
+                "| {name}: `{}` (ids and queries on the device) | {:.1} us | {} | the peer |",
+                p.str("cand_expr").unwrap_or_default(),
+                ms * 1e3,
+                rate(ms)
+            );
+        }
+        if let Some(ms) = p.num("cand_host_ms") {
+            let _ = writeln!(
+                r,
+                "| {name}: the same with ids and queries copied from host memory each call | {:.1} us | {} | compare with the user's path |",
+                ms * 1e3,
+                rate(ms)
+            );
+        }
+        if let Some(gbps) = p.num("copy_gbps") {
+            let _ = writeln!(
+                r,
+                "| {name}: `dst.copy_(src)`, 1 GiB | | {gbps:.0} GB/s | the memory ceiling (read + write) |"
+            );
+        }
+    });
+    let mut ok = handle_same && f.paths_agree != Some(false);
+    let _ = writeln!(
+        r,
+        "\n- fused and separate GPU paths, and the handle path, give identical lists: **{}**",
+        match (f.paths_agree, handle_same) {
+            (Some(true), true) => "yes",
+            (None, true) => "yes (no fused path on this device)",
+            _ => "NO",
+        }
+    );
+    if let Some((ms, cpu_top)) = &cpu {
+        let eq = cpu_top.ids == f.answer.ids
+            && cpu_top
+                .scores
+                .iter()
+                .zip(&f.answer.scores)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+        ok &= eq;
+        let _ = writeln!(
+            r,
+            "- GPU and CPU top-{} lists identical (ids and score bits): **{}** (CPU engine, {} threads: {:.2} ms)",
+            a.k,
+            if eq { "yes" } else { "NO" },
+            threads(),
+            ms
+        );
+    }
+    if let Some(o) = peer_overlap {
+        let _ = writeln!(
+            r,
+            "- the peer's top-{} ids (its own fp32 rounding) overlap recall's: {:.4}",
+            a.k, o
+        );
+    }
+    emit(&r, &a.out)?;
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The peer of `bench candidates`: reads the .npy files of `--data-dir`, writes its top ids back there.
+fn peer_candidates(a: &BenchArgs) -> Result<serde_free::Json, String> {
+    if !std::path::Path::new(&a.peer_script).exists() {
+        return Err(format!("{} not found", a.peer_script));
+    }
+    let out = Command::new("python3")
+        .arg(&a.peer_script)
+        .arg("candidates")
+        .args(["--data-dir", &a.data_dir])
+        .args(["--k", &a.k.to_string(), "--iters", &a.iters.to_string()])
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or("").to_string();
+    if !out.status.success() || line.is_empty() {
+        return Err(format!(
+            "peer script failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(serde_free::Json(line))
 }
 
 /// The peer's rows of a report: `rows` when the peer ran, else one row saying why not (`blank` empty cells
