@@ -13,6 +13,7 @@
 mod bundle;
 mod knn1;
 mod launch;
+mod spread;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS};
@@ -23,3 +24,4 @@ pub use launch::{
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
+pub use spread::{Frontier, SpreadOutcome};
