@@ -12,53 +12,95 @@
 //! leaves lanes at `+0.0`, and adding `+0.0` to the non-negative sums is exact, as the contract notes.
 //! Measured on an H200 (docs/results/): with one warp per node only, a hub with ~170,000 in-edges kept a few
 //! SMs busy for 60 % of the hop while the rest idled.
+//!
+//! A sparse hop (few active sources: see "Sparse frontiers" below) runs the same code over lists of the touched
+//! targets only, its grid striding over their blocks.
 
-use crate::util::{block_x, dynamic_shared_f32, fma, shfl_xor_f32, sync_threads, thread_x};
-use core::sync::atomic::{AtomicU32, Ordering};
-use recall_kernel_shared::{GRAPH_BLOCK, SPREAD_HUB_CHUNK, SPREAD_HUB_MIN, SpreadHopParams};
+use crate::util::{
+    ballot, block_x, dynamic_shared_f32, fma, grid_dim_x, shfl_xor_f32, shfl_xor_u64, sync_threads,
+    thread_x,
+};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use recall_kernel_shared::{
+    GRAPH_BLOCK, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_CTR_TOUCHED, SPREAD_HUB_CHUNK,
+    SPREAD_HUB_MIN, SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams,
+};
 
-/// One hop: `next[v] = (decay * pulled(v) >= threshold) ? decay * pulled(v) : 0`, `total[v] += next[v]`.
+/// One hop: `next[v] = (decay * pulled(v) >= threshold) ? decay * pulled(v) : 0`, `total[v] += next[v]`, for
+/// every node of the four class lists.
+///
+/// Dense hop (`counts == 0`): the lists are all nodes and the grid has exactly one block per list block. Sparse
+/// hop: the lists are the touched targets (`spread_collect`), their lengths are read from `counts`, and the grid
+/// strides over the list blocks; every other node must already hold `next[v] = +0.0`, which is exactly what its
+/// chain of terms from inactive sources gives (see `spread_mark`).
 ///
 /// # Safety
-/// Grid `n_hubs + ceil(n_nodes / 8)` blocks of `GRAPH_BLOCK` threads with `4 * SPREAD_HUB_CHUNK * 4` bytes of
-/// dynamic shared memory; the graph was validated (every source below `n_nodes`, `in_ptr` non-decreasing and
-/// within the edge arrays), `hubs` lists exactly the nodes with at least `SPREAD_HUB_MIN` in-edges, and the
-/// buffers are sized as `SpreadHopParams` documents.
+/// Dense: grid `n_hubs + ceil(n32 / 8) + ceil(n16 / 16) + ceil(n8 / 32)` blocks; sparse: any grid of at least one
+/// block. Blocks of `GRAPH_BLOCK` threads with `4 * SPREAD_HUB_CHUNK * 4` bytes of dynamic shared memory; the
+/// graph was validated (every source below `n_nodes`, `in_ptr` non-decreasing and within the edge arrays), each
+/// list `c` at `nodes + class_off[c]` holds only nodes of that in-degree class (hubs: at least `SPREAD_HUB_MIN`
+/// in-edges), no node twice, and the buffers are sized as `SpreadHopParams` documents.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
-    let [n_hubs, n32, n16, n8] = p.n_class;
+    let counts = if p.counts == 0 {
+        p.n_class
+    } else {
+        let c = p.counts as *const u32;
+        // SAFETY: `counts` points to four u32 written by an earlier launch.
+        unsafe { [*c, *c.add(1), *c.add(2), *c.add(3)] }
+    };
     let warps_per_block = GRAPH_BLOCK / 32;
-    let b = block_x();
+    let [n_hubs, n32, n16, n8] = counts;
+    let blocks32 = n32.div_ceil(warps_per_block);
+    let blocks16 = n16.div_ceil(2 * warps_per_block);
+    let blocks8 = n8.div_ceil(4 * warps_per_block);
+    let all = n_hubs + blocks32 + blocks16 + blocks8;
+    // Block-uniform loop (one pass in the dense hop): the hub path's barriers are reached by every thread.
+    let mut b = block_x();
+    while b < all {
+        // SAFETY: forwarded launcher contract; b < all.
+        unsafe { hop_block(&p, counts, b, blocks32, blocks16) };
+        b += grid_dim_x();
+    }
+}
+
+/// List block `b` of a hop (hub blocks first, then the three warp classes).
+///
+/// # Safety
+/// As `spread_hop`; `b` below the hop's list blocks, block-uniform.
+#[inline(always)]
+unsafe fn hop_block(p: &SpreadHopParams, counts: [u32; 4], b: u32, blocks32: u32, blocks16: u32) {
+    let [n_hubs, n32, n16, n8] = counts;
+    let [off_hubs, off32, off16, off8] = p.class_off;
+    let warps_per_block = GRAPH_BLOCK / 32;
+    let nodes = p.nodes as *const u32;
     if b < n_hubs {
         // SAFETY: forwarded launcher contract; block-uniform branch.
-        unsafe { hub(&p, b) };
+        unsafe { hub(p, *nodes.add((off_hubs + b) as usize)) };
         return;
     }
     let b = b - n_hubs;
     let t = thread_x();
     let (lane, warp) = (t % 32, b * warps_per_block + t / 32);
-    let nodes = p.nodes as *const u32;
     // Block ranges of the three warp classes; every branch below is block-uniform.
-    let blocks32 = n32.div_ceil(warps_per_block);
-    let blocks16 = n16.div_ceil(2 * warps_per_block);
     if b < blocks32 {
         if warp >= n32 {
             return; // Warp-uniform.
         }
-        // SAFETY: index below n_hubs + n32.
-        let v = unsafe { *nodes.add((n_hubs + warp) as usize) };
+        // SAFETY: index below the class's length.
+        let v = unsafe { *nodes.add((off32 + warp) as usize) };
         // SAFETY: v is a node (launcher contract).
-        let acc = unsafe { lanes32(&p, v, lane) };
+        let acc = unsafe { lanes32(p, v, lane) };
         // SAFETY: as above.
-        unsafe { finish(&p, v, lane, acc, 16) };
+        unsafe { finish(p, v, lane, acc, 16) };
     } else if b < blocks32 + blocks16 {
         let warp = warp - blocks32 * warps_per_block;
-        // SAFETY: the class's list follows the hubs and the 32-lane nodes.
-        unsafe { small::<16>(&p, nodes.add((n_hubs + n32) as usize), n16, warp, lane) };
+        // SAFETY: the class's list.
+        unsafe { small::<16>(p, nodes.add(off16 as usize), n16, warp, lane) };
     } else {
         let warp = warp - (blocks32 + blocks16) * warps_per_block;
-        // SAFETY: the class's list follows the 16-lane nodes.
-        unsafe { small::<8>(&p, nodes.add((n_hubs + n32 + n16) as usize), n8, warp, lane) };
+        // SAFETY: the class's list.
+        unsafe { small::<8>(p, nodes.add(off8 as usize), n8, warp, lane) };
     }
 }
 
@@ -219,7 +261,7 @@ unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32) {
     if !a.is_finite() || !sum.is_finite() {
         // SAFETY: overflow_hop points to one u32 that lives for the launch and is only used atomically.
         unsafe { AtomicU32::from_ptr(p.overflow_hop as *mut u32) }
-            .fetch_min(p.hop, Ordering::Relaxed);
+            .fetch_max(u32::MAX - p.hop, Ordering::Relaxed);
     }
 }
 
@@ -230,18 +272,15 @@ unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32) {
 /// like the warp path.
 ///
 /// # Safety
-/// `b < n_hubs`; the first `n_hubs` entries of `nodes` are nodes below `n_nodes`; `4 * SPREAD_HUB_CHUNK`
-/// floats of dynamic shared memory.
+/// `v < n_nodes`, called by every thread of the block; `4 * SPREAD_HUB_CHUNK` floats of dynamic shared memory.
 #[inline(always)]
-unsafe fn hub(p: &SpreadHopParams, b: u32) {
+unsafe fn hub(p: &SpreadHopParams, v: u32) {
     const CHUNK: usize = SPREAD_HUB_CHUNK as usize;
     let smem = dynamic_shared_f32();
     // [w0, a0, w1, a1], CHUNK floats each.
     let buf = |b: usize, which: usize| smem.wrapping_add((2 * b + which) * CHUNK);
     let t = thread_x() as usize;
     let (lane, warp) = (t % 32, t / 32);
-    // SAFETY: b < n_hubs: the hubs come first in `nodes`.
-    let v = unsafe { *(p.nodes as *const u32).add(b as usize) };
     let in_ptr = p.in_ptr as *const u64;
     // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
     let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
@@ -320,5 +359,216 @@ unsafe fn hub(p: &SpreadHopParams, b: u32) {
     if warp == 0 {
         // SAFETY: v < n_nodes.
         unsafe { finish(p, v, lane as u32, acc, 16) };
+    }
+}
+
+// ---- Sparse frontiers ----
+//
+// When the active sources of a hop have few out-edges, the hop runs only over the targets they reach. Every
+// other target `v` has only inactive in-neighbours: each of its terms is `fma(w, +0.0, lane)` with `w >= 0`
+// finite (validated), i.e. `lane + (+0.0)`, and `x + (+0.0) == x` for every `x >= +0.0`; so its 32 lanes stay
+// `+0.0`, the tree gives `+0.0`, `+0.0 * decay = +0.0`, `next[v] = +0.0` whatever the threshold, and
+// `total[v] + 0.0 == total[v]`. The host zeroes `next` and the kernels below list the touched targets:
+// `spread_seed` (hop 1 from a sparse seed list) or `spread_frontier` (from `prev`) lists the active sources,
+// `spread_mark` sets a bit per target they reach, `spread_collect` lists the marked targets by in-degree class,
+// and `spread_hop` pulls exactly those, in the same lane order as the dense hop (so the same bits).
+
+/// Seeds from a sparse list: `prev[v] = total[v] = x` for each pair, the nodes listed as active.
+///
+/// # Safety
+/// Grid `ceil(count / GRAPH_BLOCK)` blocks of `GRAPH_BLOCK`; `seeds` holds `count` distinct node ids below
+/// `n_nodes`, then `count` f32 values; `prev`, `total` hold `n_nodes` values, `active` at least `count`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn spread_seed(p: SpreadFrontierParams) {
+    let i = block_x() * GRAPH_BLOCK + thread_x();
+    let seeds = p.seeds as *const u32;
+    if i < p.count {
+        // SAFETY: i < count; the node is below n_nodes (launcher contract), every node once.
+        unsafe {
+            let v = *seeds.add(i as usize) as usize;
+            let x = f32::from_bits(*seeds.add((p.count + i) as usize));
+            *(p.prev as *mut f32).add(v) = x;
+            *(p.total as *mut f32).add(v) = x;
+            *(p.active as *mut u32).add(i as usize) = v as u32;
+        }
+    }
+    if i == 0 {
+        // SAFETY: the counters hold SPREAD_COUNTERS u32.
+        unsafe { *(p.counters as *mut u32).add(SPREAD_CTR_ACTIVE) = p.count };
+    }
+}
+
+/// Reserve one slot per flagged thread of the block in the list whose length is `*counter` (one atomic per
+/// block); returns the thread's slot (meaningless without `flag`). Every thread of the block calls it with the
+/// same `counter`; `smem` holds 33 u32.
+///
+/// # Safety
+/// Block of `SPREAD_SCAN_BLOCK` threads (32 warps), block-uniform call; `counter` a device u32 only used
+/// atomically while the kernel runs.
+#[inline(always)]
+unsafe fn block_append(flag: bool, counter: *mut u32, smem: *mut u32) -> u32 {
+    let t = thread_x();
+    let (lane, warp) = (t % 32, t / 32);
+    let mask = ballot(flag);
+    if lane == 0 {
+        // SAFETY: warp < 32.
+        unsafe { *smem.add(warp as usize) = mask.count_ones() };
+    }
+    sync_threads();
+    if t == 0 {
+        let mut run = 0u32;
+        let mut w = 0;
+        while w < SPREAD_SCAN_BLOCK as usize / 32 {
+            // SAFETY: w < 32.
+            unsafe {
+                let c = *smem.add(w);
+                *smem.add(w) = run;
+                run += c;
+            }
+            w += 1;
+        }
+        let base = if run > 0 {
+            // SAFETY: forwarded contract.
+            unsafe { AtomicU32::from_ptr(counter) }.fetch_add(run, Ordering::Relaxed)
+        } else {
+            0
+        };
+        // SAFETY: index 32 < 33.
+        unsafe { *smem.add(32) = base };
+    }
+    sync_threads();
+    // SAFETY: written before the barrier.
+    let slot = unsafe { *smem.add(32) + *smem.add(warp as usize) }
+        + (mask & ((1u32 << lane) - 1)).count_ones();
+    sync_threads(); // `smem` is reused by the next call.
+    slot
+}
+
+/// The active sources of `prev` (nonzero activations) listed in `active`, with their count and their out-edges'
+/// count added to the counters.
+///
+/// # Safety
+/// Grid `ceil(n_nodes / SPREAD_SCAN_BLOCK)` blocks of `SPREAD_SCAN_BLOCK`, 512 bytes of dynamic shared memory;
+/// buffers as `SpreadFrontierParams` documents, counters zero before the launch.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn spread_frontier(p: SpreadFrontierParams) {
+    let t = thread_x();
+    let v = block_x() * SPREAD_SCAN_BLOCK + t;
+    let smem = dynamic_shared_f32() as *mut u32;
+    // SAFETY: v < n_nodes before each read; prev and out_ptr hold n_nodes (+ 1) values.
+    let (active, degree) = unsafe {
+        if v < p.n_nodes && *(p.prev as *const f32).add(v as usize) != 0.0 {
+            let out_ptr = p.out_ptr as *const u64;
+            (true, *out_ptr.add(v as usize + 1) - *out_ptr.add(v as usize))
+        } else {
+            (false, 0)
+        }
+    };
+    let counters = p.counters as *mut u32;
+    // SAFETY: block-uniform call; the counter is only used atomically.
+    let slot = unsafe { block_append(active, counters.add(SPREAD_CTR_ACTIVE), smem) };
+    if active {
+        // SAFETY: at most n_nodes sources are listed.
+        unsafe { *(p.active as *mut u32).add(slot as usize) = v };
+    }
+    let mut sum = degree;
+    let mut off = 16;
+    while off > 0 {
+        sum += shfl_xor_u64(sum, off);
+        off /= 2;
+    }
+    // u64 per warp after the 33 u32 of `block_append` (bytes 256 .. 512).
+    let sums = smem.wrapping_add(64) as *mut u64;
+    if t % 32 == 0 {
+        // SAFETY: warp < 32.
+        unsafe { *sums.add((t / 32) as usize) = sum };
+    }
+    sync_threads();
+    if t == 0 {
+        let mut total = 0u64;
+        let mut w = 0;
+        while w < SPREAD_SCAN_BLOCK as usize / 32 {
+            // SAFETY: w < 32, written before the barrier.
+            total += unsafe { *sums.add(w) };
+            w += 1;
+        }
+        if total > 0 {
+            // SAFETY: the u64 counter is 8-byte aligned (word 6 of a device allocation), only used atomically.
+            unsafe { AtomicU64::from_ptr(counters.add(SPREAD_CTR_EDGES) as *mut u64) }
+                .fetch_add(total, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Set `mark[d / 32]` bit `d % 32` for every target `d` of the listed active sources: a warp per source, its
+/// lanes over the source's out-edges.
+///
+/// # Safety
+/// Any grid of `GRAPH_BLOCK`-thread blocks; `counters[SPREAD_CTR_ACTIVE]` sources listed in `active`; buffers as
+/// `SpreadFrontierParams` documents, `mark` zero before the launch.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn spread_mark(p: SpreadFrontierParams) {
+    // SAFETY: the counters hold SPREAD_COUNTERS u32, written by an earlier launch.
+    let count = unsafe { *(p.counters as *const u32).add(SPREAD_CTR_ACTIVE) };
+    let t = thread_x();
+    let lane = t % 32;
+    let mut w = (block_x() * GRAPH_BLOCK + t) / 32;
+    let n_warps = grid_dim_x() * (GRAPH_BLOCK / 32);
+    let out_ptr = p.out_ptr as *const u64;
+    while w < count {
+        // SAFETY: w < count; listed sources are nodes; out_ptr holds n_nodes + 1 values, out-edges' targets are
+        // below n_nodes (validated), so the word is inside the bitmap.
+        unsafe {
+            let u = *(p.active as *const u32).add(w as usize) as usize;
+            let (start, end) = (*out_ptr.add(u), *out_ptr.add(u + 1));
+            let mut j = start + u64::from(lane);
+            while j < end {
+                let d = *(p.out_dst as *const u32).add(j as usize);
+                AtomicU32::from_ptr((p.mark as *mut u32).add((d / 32) as usize))
+                    .fetch_or(1 << (d % 32), Ordering::Relaxed);
+                j += 32;
+            }
+        }
+        w += n_warps;
+    }
+}
+
+/// List the marked targets by in-degree class (the classes of `upload_graph`'s binning), each class's list at
+/// `touched + class_off[c]`, lengths in `counters[SPREAD_CTR_TOUCHED + c]`.
+///
+/// # Safety
+/// Grid `ceil(n_nodes / SPREAD_SCAN_BLOCK)` blocks of `SPREAD_SCAN_BLOCK`, 512 bytes of dynamic shared memory;
+/// `class_off` the class offsets of the graph's binning; buffers as `SpreadFrontierParams` documents, the
+/// touched counters zero before the launch.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn spread_collect(p: SpreadFrontierParams) {
+    let v = block_x() * SPREAD_SCAN_BLOCK + thread_x();
+    let smem = dynamic_shared_f32() as *mut u32;
+    let mut class = 4u32;
+    if v < p.n_nodes {
+        // SAFETY: v < n_nodes: the word is in the bitmap, in_ptr holds n_nodes + 1 values.
+        unsafe {
+            if (*(p.mark as *const u32).add((v / 32) as usize) >> (v % 32)) & 1 != 0 {
+                let in_ptr = p.in_ptr as *const u64;
+                class = match *in_ptr.add(v as usize + 1) - *in_ptr.add(v as usize) {
+                    d if d >= SPREAD_HUB_MIN => 0,
+                    d if d > 16 => 1,
+                    d if d > 8 => 2,
+                    _ => 3,
+                };
+            }
+        }
+    }
+    let counters = p.counters as *mut u32;
+    let mut c = 0u32;
+    while c < 4 {
+        let flag = class == c;
+        // SAFETY: block-uniform call; the counter is only used atomically.
+        let slot = unsafe { block_append(flag, counters.add(SPREAD_CTR_TOUCHED + c as usize), smem) };
+        if flag {
+            // SAFETY: at most the class's size is listed, inside its region.
+            unsafe { *(p.touched as *mut u32).add((p.class_off[c as usize] + slot) as usize) = v };
+        }
+        c += 1;
     }
 }

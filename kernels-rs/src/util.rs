@@ -145,3 +145,20 @@ pub fn sync_warp() {
     // SAFETY: callers reach it from warp-uniform control flow with all lanes active.
     unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
 }
+
+/// The warp's votes: bit `l` set when lane `l` passed `true` (`vote.sync.ballot`, all 32 lanes). Every lane of
+/// the warp must call it.
+#[inline(always)]
+pub fn ballot(flag: bool) -> u32 {
+    let out: u32;
+    // SAFETY: a full-warp vote on a predicate made from `flag`; callers reach it from warp-uniform control flow.
+    unsafe {
+        asm!(
+            "{{ .reg .pred %vp; setp.ne.u32 %vp, {f}, 0; vote.sync.ballot.b32 {o}, %vp, 0xffffffff; }}",
+            f = in(reg32) u32::from(flag),
+            o = out(reg32) out,
+            options(nostack)
+        );
+    }
+    out
+}

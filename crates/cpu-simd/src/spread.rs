@@ -163,6 +163,12 @@ impl SpreadGraph {
         (&self.in_ptr, &self.in_src, &self.in_w)
     }
 
+    /// The original (push-order) out-edges: `(out_ptr, out_dst)`, source `u`'s targets being
+    /// `out_dst[out_ptr[u] .. out_ptr[u + 1]]` (what a GPU backend uploads for sparse frontiers).
+    pub fn push_targets(&self) -> (&[usize], &[u32]) {
+        (&self.out_ptr, &self.out_dst)
+    }
+
     /// The in-edges of `v` in pull order: (source ids, weights).
     ///
     /// # Panics

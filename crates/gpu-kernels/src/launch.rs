@@ -4,11 +4,11 @@ use crate::bundle::{ImageKind, image, select_image};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
-    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, GRAPH_BLOCK, HalfRowsParams,
+    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, HalfRowsParams,
     InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
-    SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, SpreadHopParams,
-    TC_LD_ALIGN, TC_TILE, TcGemmParams, TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX,
+    SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, TC_LD_ALIGN,
+    TC_TILE, TcGemmParams, TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -78,7 +78,12 @@ pub struct Kernels {
     select_histogram: CudaFunction,
     select_choose: CudaFunction,
     select_collect: CudaFunction,
-    spread_hop: CudaFunction,
+    pub(crate) spread_hop: CudaFunction,
+    /// The sparse-frontier kernels of spreading (`spread.rs`).
+    pub(crate) spread_seed: CudaFunction,
+    pub(crate) spread_frontier: CudaFunction,
+    pub(crate) spread_mark: CudaFunction,
+    pub(crate) spread_collect: CudaFunction,
     gemm_l2_argmin: CudaFunction,
     fill_u64: CudaFunction,
     kmeans_inertia_blocks: CudaFunction,
@@ -205,14 +210,14 @@ pub struct TopKResult {
     pub scores: Vec<f32>,
 }
 
-fn shape(kernel: &'static str, reason: impl Into<String>) -> KernelError {
+pub(crate) fn shape(kernel: &'static str, reason: impl Into<String>) -> KernelError {
     KernelError::Shape {
         kernel,
         reason: reason.into(),
     }
 }
 
-fn to_u32(kernel: &'static str, what: &str, v: usize) -> Result<u32, KernelError> {
+pub(crate) fn to_u32(kernel: &'static str, what: &str, v: usize) -> Result<u32, KernelError> {
     u32::try_from(v).map_err(|_| shape(kernel, format!("{what} = {v} exceeds u32")))
 }
 
@@ -306,6 +311,10 @@ impl Kernels {
                         select_choose: f("select_choose")?,
                         select_collect: f("select_collect")?,
                         spread_hop: f("spread_hop")?,
+                        spread_seed: f("spread_seed")?,
+                        spread_frontier: f("spread_frontier")?,
+                        spread_mark: f("spread_mark")?,
+                        spread_collect: f("spread_collect")?,
                         gemm_l2_argmin: f("gemm_l2_argmin")?,
                         fill_u64: f("fill_u64")?,
                         kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
@@ -1318,21 +1327,35 @@ struct LevelInput {
 /// of running `topk_small` levels over the scores.
 pub const FILTER_MIN_LEN: usize = 65_536;
 
-/// A spreading graph on the device: the transposed (pull-order) CSR arrays.
+/// A spreading graph on the device: the transposed (pull-order) CSR arrays, the forward targets (for sparse
+/// frontiers), and the per-call buffers of spreading, kept with it so that a call allocates nothing.
 #[derive(Debug)]
 pub struct DeviceGraph {
-    n_nodes: usize,
+    pub(crate) n_nodes: usize,
+    pub(crate) n_edges: usize,
     /// Node ids by in-degree class (hubs, > 16, 9-16, <= 8 in-edges), one list after the other.
-    n_class: [u32; 4],
-    nodes: CudaSlice<u32>,
-    in_ptr: CudaSlice<u64>,
-    in_src: CudaSlice<u32>,
-    in_w: CudaSlice<f32>,
+    pub(crate) n_class: [u32; 4],
+    pub(crate) nodes: CudaSlice<u32>,
+    pub(crate) in_ptr: CudaSlice<u64>,
+    pub(crate) in_src: CudaSlice<u32>,
+    pub(crate) in_w: CudaSlice<f32>,
+    /// The original (push-order) out-edges: offsets and targets.
+    pub(crate) out_ptr: CudaSlice<u64>,
+    pub(crate) out_dst: CudaSlice<u32>,
+    /// Host copy of `out_ptr`, for deciding the first hop's form without a device round trip.
+    pub(crate) out_ptr_host: Vec<u64>,
+    /// Buffers of `Kernels::spread_graph`, made on the first call and reused.
+    pub(crate) scratch: parking_lot::Mutex<Option<crate::spread::SpreadScratch>>,
 }
 
 impl DeviceGraph {
     pub fn n_nodes(&self) -> usize {
         self.n_nodes
+    }
+
+    /// Number of edges.
+    pub fn n_edges(&self) -> usize {
+        self.n_edges
     }
 }
 
@@ -1343,12 +1366,17 @@ impl Kernels {
     /// Upload a pull-order graph (in-edges of each target sorted by source: `recall_cpu_simd::SpreadGraph`).
     /// Checked here: `in_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, the edge arrays
     /// agree in length, every source is below `n`. The kernel then never reads outside the graph.
+    ///
+    /// `out_ptr`/`out_dst` are the same edges in their original (push) order, source by source: checked the
+    /// same way (`out_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, every target below `n`).
     pub fn upload_graph(
         &self,
         gpu: &Gpu,
         in_ptr: &[u64],
         in_src: &[u32],
         in_w: &[f32],
+        out_ptr: &[u64],
+        out_dst: &[u32],
     ) -> Result<DeviceGraph, KernelError> {
         const K: &str = "spread_hop";
         let n = in_ptr
@@ -1364,6 +1392,19 @@ impl Kernels {
             return Err(shape(
                 K,
                 format!("source {bad} is not below the node count {n}"),
+            ));
+        }
+        if out_ptr.len() != n + 1 || out_dst.len() != in_src.len() {
+            return Err(shape(
+                K,
+                "the out-edge arrays do not describe the same graph",
+            ));
+        }
+        check_offsets(K, out_ptr, n, out_dst.len())?;
+        if let Some(bad) = out_dst.iter().find(|&&d| d as usize >= n) {
+            return Err(shape(
+                K,
+                format!("target {bad} is not below the node count {n}"),
             ));
         }
         let pad = |x: usize| x.max(1);
@@ -1390,73 +1431,24 @@ impl Kernels {
         }
         let n_class = [0, 1, 2, 3].map(|c| lists[c].len() as u32);
         let nodes: Vec<u32> = lists.concat();
+        let out_dst_dev = if out_dst.is_empty() {
+            gpu.alloc_zeros(pad(0))?
+        } else {
+            gpu.upload(out_dst)?
+        };
         Ok(DeviceGraph {
             n_nodes: n,
+            n_edges: in_src.len(),
             n_class,
             nodes: gpu.upload(&nodes)?,
             in_ptr: gpu.upload(in_ptr)?,
             in_src: in_src_dev,
             in_w: in_w_dev,
+            out_ptr: gpu.upload(out_ptr)?,
+            out_dst: out_dst_dev,
+            out_ptr_host: out_ptr.to_vec(),
+            scratch: parking_lot::Mutex::new(None),
         })
-    }
-
-    /// Spread `seeds` over `graph` for `hops` hops, all on the device (one launch per hop, no host round
-    /// trip between hops). Returns the accumulated activation on the device and the first hop at which a
-    /// value overflowed, if any. Seeds are read as `seed + 0.0` by the caller's contract.
-    pub fn spread(
-        &self,
-        gpu: &Gpu,
-        graph: &DeviceGraph,
-        seeds: &[f32],
-        decay: f32,
-        threshold: f32,
-        hops: usize,
-    ) -> Result<(CudaSlice<f32>, Option<u32>), KernelError> {
-        const K: &str = "spread_hop";
-        let n = graph.n_nodes;
-        if seeds.len() != n {
-            return Err(shape(K, format!("{} seeds for {n} nodes", seeds.len())));
-        }
-        let hops32 = to_u32(K, "hops", hops)?;
-        let a0: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
-        let mut prev = gpu.upload(&a0)?;
-        let mut next = gpu.alloc_zeros::<f32>(n)?;
-        let mut total = gpu.alloc_zeros::<f32>(n)?;
-        gpu.copy_dtod(&prev, &mut total)?;
-        let flag = gpu.upload(&[u32::MAX])?;
-        let warps = (GRAPH_BLOCK / 32) as usize;
-        let [hubs, n32, n16, n8] = graph.n_class.map(|c| c as usize);
-        let blocks = hubs + n32.div_ceil(warps) + n16.div_ceil(2 * warps) + n8.div_ceil(4 * warps);
-        let cfg = LaunchConfig {
-            grid_dim: (to_u32(K, "blocks", blocks)?, 1, 1),
-            block_dim: (GRAPH_BLOCK, 1, 1),
-            shared_mem_bytes: 4 * recall_kernel_shared::SPREAD_HUB_CHUNK * 4,
-        };
-        for hop in 1..=hops32 {
-            let params = SpreadHopParams {
-                in_ptr: gpu.device_ptr(&graph.in_ptr),
-                in_src: gpu.device_ptr(&graph.in_src),
-                in_w: gpu.device_ptr(&graph.in_w),
-                prev: gpu.device_ptr(&prev),
-                next: gpu.device_ptr(&next),
-                total: gpu.device_ptr(&total),
-                overflow_hop: gpu.device_ptr(&flag),
-                nodes: gpu.device_ptr(&graph.nodes),
-                n_nodes: n as u32,
-                hop,
-                decay,
-                threshold,
-                n_class: graph.n_class,
-            };
-            // SAFETY: the graph was validated by `upload_graph`, which also binned every node into exactly
-            // one in-degree class; prev, next and total hold n values, the flag one; the grid covers the four
-            // classes and the hub blocks get their shared memory, as the kernel documents.
-            unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
-            std::mem::swap(&mut prev, &mut next);
-        }
-        let mut hop = [0u32];
-        gpu.download_into(&flag, &mut hop)?;
-        Ok((total, (hop[0] != u32::MAX).then_some(hop[0])))
     }
 
     /// k-means assignment: `keys[p] = min over centroids c of (score_key(l2sq(p, c)) << 32 | c)`, i.e. the

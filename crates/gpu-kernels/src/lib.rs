@@ -14,6 +14,7 @@ mod bundle;
 mod cand;
 mod knn1;
 mod launch;
+mod spread;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
@@ -25,3 +26,4 @@ pub use launch::{
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
+pub use spread::{Frontier, SpreadOutcome};

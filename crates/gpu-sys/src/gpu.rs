@@ -196,6 +196,16 @@ impl Gpu {
         })
     }
 
+    /// Set every byte of `buf` to zero (queued on the handle's stream).
+    pub fn zero<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        buf: &mut CudaSlice<T>,
+    ) -> Result<(), GpuError> {
+        guard("cuMemsetD8Async", || {
+            self.stream.memset_zeros(buf).gpu("cuMemsetD8Async")
+        })
+    }
+
     /// Copy a device buffer back into a new `Vec` (waits for the stream).
     pub fn download<T: DeviceRepr + Default + Clone>(
         &self,
@@ -256,6 +266,34 @@ impl Gpu {
             self.stream
                 .memcpy_dtoh(&src.slice(0..dst.len()), dst)
                 .gpu("cuMemcpyDtoH")
+        })
+    }
+
+    /// Queue a copy of `src[offset .. offset + dst.len()]` into `dst` on the handle's stream. Into page-locked
+    /// memory the copy is asynchronous: wait for the stream (or an event recorded after it) before reading
+    /// `dst`, and keep `dst` alive and unread until then.
+    pub fn download_range_async<T: DeviceRepr>(
+        &self,
+        src: &CudaSlice<T>,
+        offset: usize,
+        dst: &mut [T],
+    ) -> Result<(), GpuError> {
+        let end = offset.checked_add(dst.len()).filter(|&e| e <= src.len());
+        let Some(end) = end else {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyDtoHAsync",
+                code: 0,
+                name: format!(
+                    "asked for elements {offset}..+{} of a {}-element buffer",
+                    dst.len(),
+                    src.len()
+                ),
+            });
+        };
+        guard("cuMemcpyDtoHAsync", || {
+            self.stream
+                .memcpy_dtoh(&src.slice(offset..end), dst)
+                .gpu("cuMemcpyDtoHAsync")
         })
     }
 

@@ -693,13 +693,14 @@ mod gpu_graph {
     use super::*;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{SpreadGraph, kmeans_seed_indices};
-    use recall_gpu_kernels::Segments;
+    use recall_gpu_kernels::Frontier;
 
     fn err(e: impl std::fmt::Display) -> String {
         e.to_string()
     }
 
-    /// Spreading with the graph resident: (one hop kernel ms, `hops` hops + top-k + activation download ms).
+    /// Spreading with the graph resident, as `spread_in` runs it: median ms of (one hop: seed upload, the hop,
+    /// wait; `hops` hops + top-k + activation download; the same with every hop dense).
     #[allow(clippy::too_many_arguments)]
     pub fn spread_ms(
         backend: &GpuBackend,
@@ -710,48 +711,41 @@ mod gpu_graph {
         hops: usize,
         k: usize,
         iters: usize,
-    ) -> Result<(f64, f64), String> {
+    ) -> Result<(f64, f64, f64), String> {
         let (g, kern) = backend.parts();
-        let (in_ptr, in_src, in_w) = graph.pull_arrays();
-        let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
-        let dev = kern.upload_graph(g, &in_ptr64, in_src, in_w).map_err(err)?;
-        let n = graph.n_nodes();
-        let run = |h: usize, with_top: bool| -> Result<(), String> {
-            let (total, _) = kern
-                .spread(g, &dev, seeds, decay, threshold, h)
-                .map_err(err)?;
-            if with_top {
-                kern.select_topk(
-                    g,
-                    &total,
-                    None,
-                    Segments::Dense {
-                        n_segments: 1,
-                        seg_len: n,
-                    },
-                    k,
-                    true,
-                )
-                .map_err(err)?;
-                g.download(&total).map_err(err)?;
-            } else {
-                g.synchronize().map_err(err)?;
-            }
+        let dev = crate::gpu_shared_graph::upload(g, kern, graph).map_err(err)?;
+        let run = |h: usize, with_top: bool, frontier: Frontier| -> Result<(), String> {
+            kern.spread_graph(
+                g,
+                &dev,
+                seeds,
+                decay,
+                threshold,
+                h,
+                with_top.then_some(k),
+                with_top,
+                frontier,
+            )
+            .map_err(err)?;
             Ok(())
         };
-        run(hops, true)?;
+        run(hops, true, Frontier::Auto)?;
+        run(hops, true, Frontier::Dense)?;
         let mut one = Vec::new();
         let mut full = Vec::new();
+        let mut dense = Vec::new();
         for _ in 0..iters.max(1) {
-            // One hop = (1 hop) - (0 hops' fixed costs) is not separable here; time 1 hop and `hops` hops.
             let t = Instant::now();
-            run(1, false)?;
+            run(1, false, Frontier::Auto)?;
             one.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            run(hops, true)?;
+            run(hops, true, Frontier::Auto)?;
             full.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run(hops, true, Frontier::Dense)?;
+            dense.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        Ok((median(one), median(full)))
+        Ok((median(one), median(full), median(dense)))
     }
 
     /// One k-means iteration with the points resident (assignment, inertia, member sort on the host,
@@ -818,7 +812,7 @@ mod no_gpu_graph {
         _: usize,
         _: usize,
         _: usize,
-    ) -> Result<(f64, f64), String> {
+    ) -> Result<(f64, f64, f64), String> {
         Err("this build has no GPU support".into())
     }
 

@@ -350,6 +350,7 @@ mod run_gpu {
                     noise_cases(&b, &mut arch.kernels, quick)?;
                     graph_cases(&b, &mut arch.kernels, quick)?;
                     graph_handle_cases(&b, &mut arch.kernels, quick)?;
+                    graph_frontier_cases(&b, &mut arch.kernels, quick)?;
                     kmeans_cases(&b, &mut arch.kernels, quick)
                 });
                 if let Err(e) = result {
@@ -1164,6 +1165,103 @@ mod run_gpu {
             drop(shared);
             if gpu.resident_graphs() != before {
                 return Err("a dropped shared graph is still resident on the GPU".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Spreading with each hop form forced (every hop sparse, every hop dense, and the automatic choice) against
+    /// the CPU: empty frontiers, one seed, a seed whose out-edges reach the in-hub, the out-hub as a seed, dense
+    /// seeds (uploaded whole, then listed on the device), `-0.0` seeds, and a threshold that empties the
+    /// frontier after a hop or two.
+    fn graph_frontier_cases(
+        gpu: &GpuBackend,
+        diffs: &mut Vec<KernelDiff>,
+        quick: bool,
+    ) -> Result<(), String> {
+        use crate::gpu_shared_graph::{spread_on_with, upload};
+        use recall_cpu_simd::{SpreadGraph, SpreadParams};
+        use recall_gpu_kernels::Frontier;
+        let cpu = crate::backend::CpuBackend;
+        let (g, kern) = gpu.parts();
+        let mut rng = SplitMix::new(0x5EED_0007);
+        let graphs: &[(usize, usize, usize, usize)] = if quick {
+            &[(1, 0, 0, 0), (64, 0, 0, 0), (3000, 30_000, 6000, 2000)]
+        } else {
+            &[
+                (1, 1, 0, 0),
+                (64, 0, 0, 0),
+                (3000, 30_000, 6000, 2000),
+                (20_000, 200_000, 120_000, 100_000),
+                (200_000, 2_000_000, 150_000, 0),
+            ]
+        };
+        for &(n, e, hub_in, hub_out) in graphs {
+            let (indptr, indices, weights) = power_law_graph(&mut rng, n, e, hub_in, hub_out);
+            let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(e_)?;
+            let dev = upload(g, kern, &graph).map_err(e_)?;
+            let value = |rng: &mut SplitMix| (rng.next_f32() + 1.0) * 0.5;
+            let mut seed_sets: Vec<(Vec<f32>, f32)> = Vec::new();
+            // No seed at all: every hop's frontier is empty.
+            seed_sets.push((vec![0.0; n], 0.0));
+            // One seed.
+            let mut one = vec![0.0f32; n];
+            one[rng.below(n as u64) as usize] = value(&mut rng);
+            seed_sets.push((one, 0.01));
+            // A source of an in-edge of the in-hub (node 1; node 0 where there is one node): the hub is touched.
+            let hub = 1 % n;
+            let mut to_hub = vec![0.0f32; n];
+            if let Some(&u) = graph.in_edges(hub).0.first() {
+                to_hub[u as usize] = 1.0;
+            }
+            seed_sets.push((to_hub, 0.0));
+            // The out-hub (node 2) as the seed, with -0.0 seeds around it.
+            let mut out_hub = vec![0.0f32; n];
+            out_hub[2 % n] = 1.0;
+            for _ in 0..(n / 50).max(1) {
+                let v = rng.below(n as u64) as usize;
+                if v != 2 % n {
+                    out_hub[v] = -0.0;
+                }
+            }
+            seed_sets.push((out_hub, 0.001));
+            // Dense seeds: uploaded whole.
+            let dense: Vec<f32> = (0..n)
+                .map(|_| {
+                    if rng.below(2) == 0 {
+                        value(&mut rng)
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            seed_sets.push((dense, 0.01));
+            // A few seeds and a threshold that empties the frontier after a hop or two.
+            let mut few = vec![0.0f32; n];
+            for _ in 0..(n / 100).max(1) {
+                few[rng.below(n as u64) as usize] = value(&mut rng);
+            }
+            seed_sets.push((few, 0.3));
+            for (seeds, threshold) in &seed_sets {
+                for (decay, hops) in [(0.5f32, 3usize), (1.0, 4)] {
+                    let params = SpreadParams {
+                        decay,
+                        threshold: *threshold,
+                        hops,
+                        k: n.min(100),
+                    };
+                    let a = cpu.spread(&graph, seeds, &params).map_err(e_)?;
+                    for (frontier, label) in [
+                        (Frontier::Sparse, "spread sparse hops"),
+                        (Frontier::Dense, "spread dense hops"),
+                        (Frontier::Auto, "spread auto hops"),
+                    ] {
+                        let b =
+                            spread_on_with(g, kern, &dev, seeds, &params, frontier).map_err(e_)?;
+                        compare(diff_of(diffs, label), &a.activation, &b.activation);
+                        compare_topk(diff_of(diffs, "spread hops top-k"), &a.top, &b.top);
+                    }
+                }
             }
         }
         Ok(())

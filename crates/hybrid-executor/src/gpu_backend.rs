@@ -1391,4 +1391,4 @@ mod imp {
 
 pub use imp::{GpuBackend, bundle_arches};
 #[cfg(feature = "gpu")]
-pub(crate) use imp::{drop_dead, map_gpu_error, map_kernel_error};
+pub(crate) use imp::{drop_dead, map_kernel_error};

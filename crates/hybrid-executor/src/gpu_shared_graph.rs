@@ -6,11 +6,11 @@
 //! cache is touched. Callers hold the backend's serialising lock around every function here.
 
 use crate::backend::BackendError;
-use crate::gpu_backend::{drop_dead, map_gpu_error, map_kernel_error};
+use crate::gpu_backend::{drop_dead, map_kernel_error};
 use crate::shared_graph::{GraphInner, SharedGraph};
 use parking_lot::Mutex;
 use recall_cpu_simd::{CpuError, Spread, SpreadGraph, SpreadParams, TopK};
-use recall_gpu_kernels::{DeviceGraph, Kernels, Segments};
+use recall_gpu_kernels::{DeviceGraph, Frontier, Kernels};
 use recall_gpu_sys::Gpu;
 use std::sync::Weak;
 
@@ -41,20 +41,22 @@ impl GraphCache {
     }
 }
 
-/// Upload a validated graph's pull arrays.
+/// Upload a validated graph's pull arrays and its out-edge targets.
 pub(crate) fn upload(
     gpu: &Gpu,
     kern: &Kernels,
     graph: &SpreadGraph,
 ) -> Result<DeviceGraph, BackendError> {
     let (in_ptr, in_src, in_w) = graph.pull_arrays();
+    let (out_ptr, out_dst) = graph.push_targets();
     let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
-    kern.upload_graph(gpu, &in_ptr64, in_src, in_w)
+    let out_ptr64: Vec<u64> = out_ptr.iter().map(|&p| p as u64).collect();
+    kern.upload_graph(gpu, &in_ptr64, in_src, in_w, &out_ptr64, out_dst)
         .map_err(map_kernel_error)
 }
 
 /// `params.hops` hops from `seeds` over a graph already on the device, the top `params.k`, and every
-/// node's activation downloaded.
+/// node's activation downloaded (sparse hops where the frontier is small: `Frontier::Auto`).
 pub(crate) fn spread_on(
     gpu: &Gpu,
     kern: &Kernels,
@@ -62,30 +64,41 @@ pub(crate) fn spread_on(
     seeds: &[f32],
     params: &SpreadParams,
 ) -> Result<Spread, BackendError> {
-    let (total, overflow) = kern
-        .spread(gpu, dev, seeds, params.decay, params.threshold, params.hops)
+    spread_on_with(gpu, kern, dev, seeds, params, Frontier::Auto)
+}
+
+/// [`spread_on`] with the hops' form chosen (every form gives the same bits; the diff-test runs each).
+pub(crate) fn spread_on_with(
+    gpu: &Gpu,
+    kern: &Kernels,
+    dev: &DeviceGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+    frontier: Frontier,
+) -> Result<Spread, BackendError> {
+    let out = kern
+        .spread_graph(
+            gpu,
+            dev,
+            seeds,
+            params.decay,
+            params.threshold,
+            params.hops,
+            Some(params.k),
+            true,
+            frontier,
+        )
         .map_err(map_kernel_error)?;
-    if let Some(hop) = overflow {
+    if let Some(hop) = out.overflow {
         return Err(BackendError::Input(CpuError::ActivationOverflow {
             hop: hop as usize,
         }));
     }
-    let top = kern
-        .select_topk(
-            gpu,
-            &total,
-            None,
-            Segments::Dense {
-                n_segments: 1,
-                seg_len: dev.n_nodes(),
-            },
-            params.k,
-            true,
-        )
-        .map_err(map_kernel_error)?;
-    let activation = gpu.download(&total).map_err(map_gpu_error)?;
+    let Some(top) = out.top else {
+        return Err(BackendError::Gpu("spreading returned no top-k".into()));
+    };
     Ok(Spread {
-        activation,
+        activation: out.activation,
         top: TopK {
             k: top.k,
             ids: top.ids,

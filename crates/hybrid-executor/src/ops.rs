@@ -239,7 +239,9 @@ impl Op for SpreadOp<'_> {
         (self.graph.n_edges() as u64).saturating_mul(self.params.hops as u64)
     }
     fn device_bytes(&self, _: Range<usize>) -> u64 {
-        (self.graph.n_nodes() as u64) * 24 + (self.graph.n_edges() as u64) * 8
+        // The graph (pull arrays, class lists, out-edge targets: 20 B a node, 12 an edge) and the call's
+        // buffers (activations, lists, bitmap, seed pairs: about 22 B a node).
+        (self.graph.n_nodes() as u64) * 44 + (self.graph.n_edges() as u64) * 12
     }
     fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<Spread, BackendError> {
         backend.spread(self.graph, self.seeds, self.params)

@@ -373,7 +373,8 @@ pub struct SpreadHopParams {
     pub next: u64,
     /// f32 accumulated activations, `n_nodes` (updated).
     pub total: u64,
-    /// u32: the first hop at which a value became infinite (`atomicMin`), `u32::MAX` if none.
+    /// u32: `u32::MAX - h` for the first hop `h` at which a value became infinite (`atomicMax`), 0 if none
+    /// (so a zeroed word means none).
     pub overflow_hop: u64,
     /// u32 node ids by in-degree class, one list after the other: the hubs (at least `SPREAD_HUB_MIN`
     /// in-edges, a block each), then nodes with more than 16 in-edges (a warp each), then 9 to 16 (two per
@@ -383,8 +384,57 @@ pub struct SpreadHopParams {
     pub hop: u32,
     pub decay: f32,
     pub threshold: f32,
-    /// Lengths of the four lists in `nodes`: hubs, 32-lane, 16-lane, 8-lane.
+    /// Lengths of the four lists in `nodes`: hubs, 32-lane, 16-lane, 8-lane (used when `counts` is 0).
     pub n_class: [u32; 4],
+    /// Where each class's list starts in `nodes`.
+    pub class_off: [u32; 4],
+    /// 0: the lists hold `n_class` nodes and the grid covers them exactly (the dense hop). Otherwise the address
+    /// of four device u32 (the lengths, written by `spread_collect`: the sparse hop) and the grid strides over
+    /// the lists' blocks.
+    pub counts: u64,
+}
+
+/// The u32 counters of the sparse hop (`SpreadFrontierParams::counters`): `[SPREAD_CTR_ACTIVE]` active
+/// sources listed, `[SPREAD_CTR_TOUCHED + c]` touched targets of in-degree class `c`, and at
+/// `[SPREAD_CTR_EDGES]` (8-byte aligned) a u64: the out-edges of the listed sources.
+pub const SPREAD_COUNTERS: usize = 8;
+/// See [`SPREAD_COUNTERS`].
+pub const SPREAD_CTR_ACTIVE: usize = 0;
+/// See [`SPREAD_COUNTERS`].
+pub const SPREAD_CTR_TOUCHED: usize = 1;
+/// See [`SPREAD_COUNTERS`].
+pub const SPREAD_CTR_EDGES: usize = 6;
+/// Threads per block of `spread_frontier` and `spread_collect` (one node each, 32 warps).
+pub const SPREAD_SCAN_BLOCK: u32 = 1024;
+
+/// `spread_seed`, `spread_frontier`, `spread_mark` and `spread_collect`: the sparse frontier of a hop.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpreadFrontierParams {
+    /// f32 activations of the previous hop, `n_nodes` (`spread_seed` writes the seeds into it).
+    pub prev: u64,
+    /// f32 accumulated activations, `n_nodes` (`spread_seed` writes the seeds into it).
+    pub total: u64,
+    /// `spread_seed`: `count` u32 node ids, then `count` f32 values (as bits), distinct nodes.
+    pub seeds: u64,
+    /// `n_nodes + 1` u64: source `u`'s out-edges are `out_ptr[u] .. out_ptr[u + 1]`.
+    pub out_ptr: u64,
+    /// u32 target of each out-edge.
+    pub out_dst: u64,
+    /// `n_nodes + 1` u64: the pull-order offsets (for the in-degree class of a touched target).
+    pub in_ptr: u64,
+    /// u32 list of active sources, capacity `n_nodes`.
+    pub active: u64,
+    /// u32 bitmap of touched targets, `ceil(n_nodes / 32)` words, zero before `spread_mark`.
+    pub mark: u64,
+    /// u32 touched targets by in-degree class, class `c` from `class_off[c]` (capacity: that class's size).
+    pub touched: u64,
+    /// `SPREAD_COUNTERS` u32 (see there), zero before the first kernel of a hop.
+    pub counters: u64,
+    pub n_nodes: u32,
+    /// `spread_seed`: the number of seeds.
+    pub count: u32,
+    pub class_off: [u32; 4],
 }
 
 /// Nodes with at least this many in-edges take the block-staged hub path of `spread_hop`.

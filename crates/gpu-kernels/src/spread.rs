@@ -1,0 +1,432 @@
+//! The launcher of spreading (`spread_hop` and the sparse-frontier kernels of `kernels-rs/src/graph.rs`).
+//!
+//! A call allocates nothing on the device: its buffers live with the graph's device copy ([`DeviceGraph`]) and
+//! are reused. Seeds go up from pinned memory, as a short list of (node, value) pairs scattered on the device
+//! when few are nonzero; the activations come back into pinned memory. Per hop, when the active sources'
+//! out-edges are at most 1/16 of the edges ([`Frontier::Auto`]), only the targets they reach are pulled
+//! (`spread_mark`, `spread_collect`, then `spread_hop` over those lists); the other targets get `+0.0`, which is
+//! what the contract's chain gives them (`docs/numerics.md`, "Activation spreading"). The first dense hop makes
+//! the remaining hops dense (frontiers rarely shrink that much again), so the host waits for the device only
+//! after sparse hops, to read how large the next frontier is.
+
+use crate::launch::{DeviceGraph, KernelError, Kernels, Segments, TopKResult, shape, to_u32};
+use recall_gpu_sys::Gpu;
+use recall_gpu_sys::driver::{CudaEvent, CudaSlice, LaunchConfig, PinnedHostSlice};
+use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
+use recall_kernel_shared::{
+    GRAPH_BLOCK, SPREAD_COUNTERS, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_HUB_CHUNK,
+    SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams,
+};
+
+/// How the hops of a spreading call are computed. Every choice gives the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Frontier {
+    /// Sparse hops while the active sources' out-edges are at most 1/16 of all edges; from the first hop above
+    /// that on, dense hops.
+    #[default]
+    Auto,
+    /// Every hop over every node (the pull form only).
+    Dense,
+    /// Every hop over the targets of the active sources only (for tests: any frontier size).
+    Sparse,
+}
+
+/// What [`Kernels::spread_graph`] gives back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpreadOutcome {
+    /// The accumulated activation of every node (empty unless asked for, or on overflow).
+    pub activation: Vec<f32>,
+    /// The top `k` of the accumulated activation, when asked for (and no overflow).
+    pub top: Option<TopKResult>,
+    /// The first hop at which a value became infinite, if any.
+    pub overflow: Option<u32>,
+    /// How many hops ran in the sparse form.
+    pub sparse_hops: u32,
+}
+
+/// Seeds with at most `n_nodes / SEED_PAIRS_DIV` nonzero values go up as (node, value) pairs.
+const SEED_PAIRS_DIV: usize = 4;
+/// A hop is sparse under [`Frontier::Auto`] when its active out-edges are at most `n_edges / SPARSE_DIV` (the
+/// CPU's push/pull switch too).
+const SPARSE_DIV: u64 = 16;
+
+/// The activations come back in this many chunks (the host copies one while the next crosses the bus).
+const OUT_CHUNKS: usize = 4;
+/// Seeds are scanned in blocks of this many values (one vectorisable test per block for any nonzero value).
+const SEED_SCAN: usize = 64;
+
+/// The per-call buffers of spreading over one graph.
+#[derive(Debug)]
+pub(crate) struct SpreadScratch {
+    prev: CudaSlice<f32>,
+    next: CudaSlice<f32>,
+    total: CudaSlice<f32>,
+    /// u32: `u32::MAX - hop` of the first overflow, 0 if none.
+    flag: CudaSlice<u32>,
+    counters: CudaSlice<u32>,
+    mark: CudaSlice<u32>,
+    active: CudaSlice<u32>,
+    touched: CudaSlice<u32>,
+    /// Seed pairs: `count` node ids, then `count` values' bits.
+    pairs: CudaSlice<u32>,
+    pairs_host: Option<PinnedHostSlice<u32>>,
+    dense_host: Option<PinnedHostSlice<f32>>,
+    /// The counters and then the flag, read back.
+    small_host: PinnedHostSlice<u32>,
+    out_host: Option<PinnedHostSlice<f32>>,
+    /// One event per chunk of the activations' download, so the host copies a chunk while the next one crosses.
+    out_fences: Vec<CudaEvent>,
+    /// The nonzero seeds' node ids (host, reused).
+    seed_ids: Vec<u32>,
+}
+
+impl SpreadScratch {
+    fn new(gpu: &Gpu, n: usize) -> Result<SpreadScratch, KernelError> {
+        Ok(SpreadScratch {
+            prev: gpu.alloc_zeros(n)?,
+            next: gpu.alloc_zeros(n)?,
+            total: gpu.alloc_zeros(n)?,
+            flag: gpu.alloc_zeros(1)?,
+            counters: gpu.alloc_zeros(SPREAD_COUNTERS)?,
+            mark: gpu.alloc_zeros(n.div_ceil(32))?,
+            active: gpu.alloc_zeros(n)?,
+            touched: gpu.alloc_zeros(n)?,
+            pairs: gpu.alloc_zeros(2 * (n / SEED_PAIRS_DIV).max(1))?,
+            pairs_host: None,
+            dense_host: None,
+            small_host: gpu.alloc_pinned_readback(SPREAD_COUNTERS + 1)?,
+            out_host: None,
+            out_fences: (0..OUT_CHUNKS)
+                .map(|_| new_fence(gpu.context()))
+                .collect::<Result<_, _>>()?,
+            seed_ids: Vec::new(),
+        })
+    }
+}
+
+/// The exclusive prefix of the class sizes: where each class's list starts.
+fn class_offsets(n_class: [u32; 4]) -> [u32; 4] {
+    [
+        0,
+        n_class[0],
+        n_class[0] + n_class[1],
+        n_class[0] + n_class[1] + n_class[2],
+    ]
+}
+
+/// Blocks of a dense hop over lists of these sizes.
+fn hop_blocks(n_class: [u32; 4]) -> usize {
+    let warps = (GRAPH_BLOCK / 32) as usize;
+    let [hubs, n32, n16, n8] = n_class.map(|c| c as usize);
+    hubs + n32.div_ceil(warps) + n16.div_ceil(2 * warps) + n8.div_ceil(4 * warps)
+}
+
+impl Kernels {
+    /// Spread `seeds` over `graph` for `hops` hops, all on the device (no host round trip between dense hops),
+    /// then, when `k` is given, the top `k` of the accumulated activation, and when `download` is set, every
+    /// node's accumulated activation. Seeds are read as `seed + 0.0`; they must be finite and non-negative
+    /// (the executor validates them), as must the graph's weights. Waits for the device before returning.
+    #[allow(clippy::too_many_arguments)]
+    pub fn spread_graph(
+        &self,
+        gpu: &Gpu,
+        graph: &DeviceGraph,
+        seeds: &[f32],
+        decay: f32,
+        threshold: f32,
+        hops: usize,
+        k: Option<usize>,
+        download: bool,
+        frontier: Frontier,
+    ) -> Result<SpreadOutcome, KernelError> {
+        const K: &str = "spread_hop";
+        let n = graph.n_nodes;
+        if seeds.len() != n {
+            return Err(shape(K, format!("{} seeds for {n} nodes", seeds.len())));
+        }
+        if let Some(k) = k
+            && (k == 0 || k > n)
+        {
+            return Err(shape(K, format!("k = {k} for {n} nodes")));
+        }
+        let hops32 = to_u32(K, "hops", hops)?;
+        let n32 = to_u32(K, "n_nodes", n)?;
+        let mut guard = graph.scratch.lock();
+        if guard.is_none() {
+            *guard = Some(SpreadScratch::new(gpu, n)?);
+        }
+        let Some(s) = guard.as_mut() else {
+            return Err(shape(K, "spreading buffers missing"));
+        };
+        let sparse_ok = |edges: u64| match frontier {
+            Frontier::Dense => false,
+            Frontier::Sparse => true,
+            Frontier::Auto => edges <= graph.n_edges as u64 / SPARSE_DIV,
+        };
+        let sm = gpu.info().sm_count.max(1);
+        let class_off = class_offsets(graph.n_class);
+        let dense_blocks = hop_blocks(graph.n_class);
+        let frontier_params = |s: &SpreadScratch, count: u32| SpreadFrontierParams {
+            prev: gpu.device_ptr(&s.prev),
+            total: gpu.device_ptr(&s.total),
+            seeds: gpu.device_ptr(&s.pairs),
+            out_ptr: gpu.device_ptr(&graph.out_ptr),
+            out_dst: gpu.device_ptr(&graph.out_dst),
+            in_ptr: gpu.device_ptr(&graph.in_ptr),
+            active: gpu.device_ptr(&s.active),
+            mark: gpu.device_ptr(&s.mark),
+            touched: gpu.device_ptr(&s.touched),
+            counters: gpu.device_ptr(&s.counters),
+            n_nodes: n32,
+            count,
+            class_off,
+        };
+        let scan_cfg = LaunchConfig {
+            grid_dim: (n32.div_ceil(SPREAD_SCAN_BLOCK), 1, 1),
+            block_dim: (SPREAD_SCAN_BLOCK, 1, 1),
+            shared_mem_bytes: 512,
+        };
+
+        // Hop 0: the seeds, and what the host knows of the first frontier. `-0.0` is no seed (`+0.0` after
+        // `seed + 0.0`); `bits << 1` drops the sign.
+        s.seed_ids.clear();
+        for (c, block) in seeds.chunks(SEED_SCAN).enumerate() {
+            if block.iter().fold(0u32, |a, x| a | (x.to_bits() << 1)) == 0 {
+                continue;
+            }
+            for (i, &x) in block.iter().enumerate() {
+                if x != 0.0 {
+                    s.seed_ids.push((c * SEED_SCAN + i) as u32);
+                }
+            }
+        }
+        let n_seeds = s.seed_ids.len();
+        let mut edges: u64 = s
+            .seed_ids
+            .iter()
+            .map(|&v| graph.out_ptr_host[v as usize + 1] - graph.out_ptr_host[v as usize])
+            .sum();
+        gpu.zero(&mut s.flag)?;
+        gpu.zero(&mut s.counters)?;
+        let pairs = n_seeds <= n / SEED_PAIRS_DIV;
+        if pairs {
+            gpu.zero(&mut s.prev)?;
+            gpu.zero(&mut s.total)?;
+            if n_seeds > 0 {
+                if s.pairs_host.is_none() {
+                    s.pairs_host = Some(gpu.alloc_pinned(s.pairs.len())?);
+                }
+                let Some(host) = s.pairs_host.as_mut() else {
+                    return Err(shape(K, "seed staging missing"));
+                };
+                // The stream is idle: every call ends by waiting for it.
+                let host = gpu.pinned_write(host)?;
+                let (ids, vals) = host.split_at_mut(n_seeds);
+                for ((id, val), &v) in ids.iter_mut().zip(vals.iter_mut()).zip(&s.seed_ids) {
+                    *id = v;
+                    *val = (seeds[v as usize] + 0.0).to_bits();
+                }
+                gpu.upload_into(&host[..2 * n_seeds], &mut s.pairs)?;
+                let count = n_seeds as u32;
+                let cfg = LaunchConfig {
+                    grid_dim: (count.div_ceil(GRAPH_BLOCK), 1, 1),
+                    block_dim: (GRAPH_BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: `count` distinct nodes below n, then their values, are in `pairs`; prev and total
+                // hold n values, active n, counters SPREAD_COUNTERS; one thread per pair.
+                unsafe { gpu.launch(&self.spread_seed, cfg, frontier_params(s, count)) }?;
+            }
+        } else {
+            if s.dense_host.is_none() {
+                s.dense_host = Some(gpu.alloc_pinned(n)?);
+            }
+            let Some(host) = s.dense_host.as_mut() else {
+                return Err(shape(K, "seed staging missing"));
+            };
+            let host = gpu.pinned_write(host)?;
+            for (h, &x) in host.iter_mut().zip(seeds) {
+                *h = x + 0.0;
+            }
+            gpu.upload_into(&host[..n], &mut s.prev)?;
+            gpu.copy_dtod(&s.prev, &mut s.total)?;
+        }
+
+        let mut dense_from_now = false;
+        let mut sparse_hops = 0;
+        for hop in 1..=hops32 {
+            let mut active = n_seeds as u64;
+            let sparse = if dense_from_now || frontier == Frontier::Dense {
+                false
+            } else if hop == 1 {
+                let sparse = sparse_ok(edges);
+                if sparse && !pairs {
+                    // SAFETY: one thread per node over prev (n values); counters zero; 512 bytes of shared.
+                    unsafe { gpu.launch(&self.spread_frontier, scan_cfg, frontier_params(s, 0)) }?;
+                }
+                sparse
+            } else {
+                gpu.zero(&mut s.counters)?;
+                // SAFETY: as above.
+                unsafe { gpu.launch(&self.spread_frontier, scan_cfg, frontier_params(s, 0)) }?;
+                let small = s.small_host.len();
+                let host = gpu.pinned_write(&mut s.small_host)?;
+                gpu.download_prefix(&s.counters, &mut host[..SPREAD_COUNTERS.min(small)])?;
+                gpu.synchronize()?;
+                let host = gpu.pinned_write(&mut s.small_host)?;
+                active = u64::from(host[SPREAD_CTR_ACTIVE]);
+                edges = u64::from(host[SPREAD_CTR_EDGES])
+                    | (u64::from(host[SPREAD_CTR_EDGES + 1]) << 32);
+                sparse_ok(edges)
+            };
+            let mut params = SpreadHopParams {
+                in_ptr: gpu.device_ptr(&graph.in_ptr),
+                in_src: gpu.device_ptr(&graph.in_src),
+                in_w: gpu.device_ptr(&graph.in_w),
+                prev: gpu.device_ptr(&s.prev),
+                next: gpu.device_ptr(&s.next),
+                total: gpu.device_ptr(&s.total),
+                overflow_hop: gpu.device_ptr(&s.flag),
+                nodes: gpu.device_ptr(&graph.nodes),
+                n_nodes: n32,
+                hop,
+                decay,
+                threshold,
+                n_class: graph.n_class,
+                class_off,
+                counts: 0,
+            };
+            let hop_cfg = |blocks: usize| -> Result<LaunchConfig, KernelError> {
+                Ok(LaunchConfig {
+                    grid_dim: (to_u32(K, "blocks", blocks.max(1))?, 1, 1),
+                    block_dim: (GRAPH_BLOCK, 1, 1),
+                    shared_mem_bytes: 4 * SPREAD_HUB_CHUNK * 4,
+                })
+            };
+            if sparse {
+                sparse_hops += 1;
+                // Targets no active source reaches keep next = +0.0.
+                gpu.zero(&mut s.next)?;
+                if active > 0 && edges > 0 {
+                    gpu.zero(&mut s.mark)?;
+                    let mark_blocks = active
+                        .div_ceil(u64::from(GRAPH_BLOCK / 32))
+                        .min(u64::from(sm) * 16);
+                    let cfg = LaunchConfig {
+                        grid_dim: (mark_blocks as u32, 1, 1),
+                        block_dim: (GRAPH_BLOCK, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // SAFETY: the active sources are listed (seed or frontier kernel) with their count in the
+                    // counters; out_ptr/out_dst validated at upload; mark zeroed, ceil(n / 32) words.
+                    unsafe { gpu.launch(&self.spread_mark, cfg, frontier_params(s, 0)) }?;
+                    // SAFETY: one thread per node over the bitmap; `touched` holds n ids in the graph's class
+                    // regions; touched counters zero (zeroed with the counters before this hop's listing).
+                    unsafe { gpu.launch(&self.spread_collect, scan_cfg, frontier_params(s, 0)) }?;
+                    params.nodes = gpu.device_ptr(&s.touched);
+                    params.counts = gpu.device_ptr(&s.counters)
+                        + (recall_kernel_shared::SPREAD_CTR_TOUCHED * 4) as u64;
+                    // Touched targets are at most the active out-edges: a bound on the list blocks.
+                    let bound = dense_blocks.min(
+                        usize::try_from(edges)
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(4),
+                    );
+                    let cfg = hop_cfg(bound.min(sm as usize * 8))?;
+                    // SAFETY: the lists hold each touched target once, in its class's region; their
+                    // lengths are in the counters; the kernel strides over any grid.
+                    unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
+                }
+            } else {
+                if frontier == Frontier::Auto {
+                    dense_from_now = true;
+                }
+                // SAFETY: the graph was validated by `upload_graph`, which also binned every node into exactly
+                // one in-degree class; prev, next and total hold n values, the flag one; the grid is exactly
+                // the dense hop's and the hub blocks get their shared memory, as the kernel documents.
+                unsafe { gpu.launch(&self.spread_hop, hop_cfg(dense_blocks)?, params) }?;
+            }
+            std::mem::swap(&mut s.prev, &mut s.next);
+        }
+
+        // The overflow flag, read after the wait below (or select_topk's).
+        let flag_at = SPREAD_COUNTERS;
+        {
+            let host = gpu.pinned_write(&mut s.small_host)?;
+            gpu.download_prefix(&s.flag, &mut host[flag_at..flag_at + 1])?;
+        }
+        gpu.synchronize()?;
+        let word = gpu.pinned_write(&mut s.small_host)?[flag_at];
+        let overflow = (word != 0).then_some(u32::MAX - word);
+        if overflow.is_some() {
+            return Ok(SpreadOutcome {
+                activation: Vec::new(),
+                top: None,
+                overflow,
+                sparse_hops,
+            });
+        }
+        let top = match k {
+            Some(k) => Some(self.select_topk(
+                gpu,
+                &s.total,
+                None,
+                Segments::Dense {
+                    n_segments: 1,
+                    seg_len: n,
+                },
+                k,
+                true,
+            )?),
+            None => None,
+        };
+        let activation = if download {
+            if s.out_host.is_none() {
+                s.out_host = Some(gpu.alloc_pinned_readback(n)?);
+            }
+            let Some(out) = s.out_host.as_mut() else {
+                return Err(shape(K, "readback buffer missing"));
+            };
+            // The stream is idle (select_topk or the flag's read waited for it): the chunks cross one after
+            // the other while the host copies the ones that have arrived.
+            let host = gpu.pinned_write(out)?;
+            let chunk = n.div_ceil(OUT_CHUNKS);
+            let mut activation = Vec::with_capacity(n);
+            for (i, part) in host[..n].chunks_mut(chunk).enumerate() {
+                gpu.download_range_async(&s.total, i * chunk, part)?;
+                record_event(&s.out_fences[i], gpu.stream())?;
+            }
+            for (i, part) in host[..n].chunks(chunk).enumerate() {
+                event_synchronize(&s.out_fences[i])?;
+                activation.extend_from_slice(part);
+            }
+            activation
+        } else {
+            Vec::new()
+        };
+        Ok(SpreadOutcome {
+            activation,
+            top,
+            overflow: None,
+            sparse_hops,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_offsets_are_the_exclusive_prefix() {
+        assert_eq!(class_offsets([2, 3, 5, 7]), [0, 2, 5, 10]);
+        assert_eq!(class_offsets([0, 0, 0, 9]), [0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn dense_blocks_cover_every_class() {
+        // 1 hub block, 9 warps -> 2 blocks, 17 pairs of 16 -> 2 blocks, 33 quads -> 2 blocks.
+        assert_eq!(hop_blocks([1, 9, 17, 33]), 1 + 2 + 2 + 2);
+        assert_eq!(hop_blocks([0, 0, 0, 0]), 0);
+    }
+}
