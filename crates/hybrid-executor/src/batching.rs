@@ -74,42 +74,17 @@ struct Batch<R> {
 #[derive(Debug)]
 pub(crate) struct Batcher<R> {
     open: Mutex<HashMap<BatchKey, Arc<Batch<R>>>>,
-    /// One slot per batch that may run at once (one per GPU that can answer a batch alone), held by the
-    /// leader whose batch is running: the next leader keeps its batch open (and growing) until a slot is
-    /// free, so under load batches grow to what arrives during one run.
-    runners: Vec<Mutex<()>>,
-    /// Where the next leader waits when every slot is taken.
-    next_runner: std::sync::atomic::AtomicUsize,
+    /// Held by the leader whose batch is running: the next leader keeps its batch open (and growing)
+    /// until the device is free, so under load batches grow to what arrives during one run.
+    runner: Mutex<()>,
 }
 
 impl<R> Default for Batcher<R> {
     fn default() -> Self {
-        Batcher::with_runners(1)
-    }
-}
-
-impl<R> Batcher<R> {
-    /// A batcher that runs up to `runners` batches at once (at least one).
-    pub(crate) fn with_runners(runners: usize) -> Self {
         Batcher {
             open: Mutex::new(HashMap::new()),
-            runners: (0..runners.max(1)).map(|_| Mutex::new(())).collect(),
-            next_runner: std::sync::atomic::AtomicUsize::new(0),
+            runner: Mutex::new(()),
         }
-    }
-
-    /// A free run slot, or (all taken) the next one in turn once it frees.
-    fn run_slot(&self) -> parking_lot::MutexGuard<'_, ()> {
-        for r in &self.runners {
-            if let Some(g) = r.try_lock() {
-                return g;
-            }
-        }
-        let i = self
-            .next_runner
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % self.runners.len();
-        self.runners[i].lock()
     }
 }
 
@@ -241,8 +216,8 @@ impl<R: Send> Batcher<R> {
                 }
             }
         }
-        // Wait for a run slot (the previous batch to finish, with one); callers keep joining meanwhile.
-        let _running = self.run_slot();
+        // Wait for the previous batch to finish running; callers keep joining meanwhile.
+        let _running = self.runner.lock();
         // Close it (map lock first, as joiners take it).
         let (queries, sizes, members) = {
             let mut open = self.open.lock();

@@ -444,10 +444,6 @@ impl Executor {
         };
         let first = gpus.first().cloned();
         let mut exec = Executor::assemble(config, cpu, dyn_gpu, first, gpu_status)?;
-        if multi.is_some() {
-            // Small batches run whole on one GPU (`MultiGpu::knn_shared`): one batch per GPU at once.
-            exec.knn_batcher = Batcher::with_runners(gpus.len());
-        }
         exec.gpu_all = gpus;
         exec.multi = multi;
         Ok(exec)
@@ -462,7 +458,6 @@ impl Executor {
     ) -> Result<Executor, ExecError> {
         let mut exec =
             Executor::with_backends(config, cpu, Some(multi.clone() as Arc<dyn Backend>))?;
-        exec.knn_batcher = Batcher::with_runners(multi.len());
         exec.multi = Some(multi);
         Ok(exec)
     }

@@ -75,8 +75,6 @@ pub struct MultiGpu {
     shards: Mutex<Vec<ShardSet>>,
     /// Work moved to the last resort.
     to_cpu: AtomicU64,
-    /// knn batches of at most this many queries run whole on one GPU ([`REPLICA_MAX_QUERIES`]).
-    replica_max_queries: usize,
 }
 
 impl fmt::Debug for MultiGpu {
@@ -114,15 +112,7 @@ impl MultiGpu {
             next: AtomicUsize::new(0),
             shards: Mutex::new(Vec::new()),
             to_cpu: AtomicU64::new(0),
-            replica_max_queries: REPLICA_MAX_QUERIES,
         }
-    }
-
-    /// Run knn batches of at most `queries` queries whole on one GPU (0: always shard). Default
-    /// [`REPLICA_MAX_QUERIES`].
-    pub fn with_replica_max_queries(mut self, queries: usize) -> MultiGpu {
-        self.replica_max_queries = queries;
-        self
     }
 
     /// The GPUs, in shard order.
@@ -306,18 +296,6 @@ impl MultiGpu {
     }
 }
 
-/// Batches of at most this many queries run whole on one GPU (a replica of the corpus there), larger ones
-/// sharded over all GPUs.
-pub const REPLICA_MAX_QUERIES: usize = 256;
-/// Corpora of at most this many bytes get a replica per GPU for small batches (beside the shards).
-pub const REPLICA_MAX_BYTES: usize = 16 << 30;
-
-/// Whether this knn runs whole on one GPU (see [`REPLICA_MAX_QUERIES`]).
-fn replica_fits(queries: &[f32], corpus: &SharedCorpus, max_queries: usize) -> bool {
-    let nq = queries.len() / corpus.dim().max(1);
-    nq <= max_queries && corpus.n_rows() * corpus.dim() * 4 <= REPLICA_MAX_BYTES
-}
-
 /// Merge per-part top lists (ids relative to each part's first row `base`) into the top `k` per query by
 /// pair key: the total order of the numerics contract, so the result is the whole corpus's top `k`.
 pub(crate) fn merge_topk(parts: &[(usize, TopK)], nq: usize, k: usize, metric: Metric) -> TopK {
@@ -390,11 +368,6 @@ impl Backend for MultiGpu {
         metric: Metric,
         k: usize,
     ) -> Result<TopK, BackendError> {
-        if replica_fits(queries, corpus, self.replica_max_queries) {
-            // A small batch (coalesced single queries) runs whole on the least-loaded GPU against its own
-            // copy of the corpus: batches on different GPUs overlap, with no per-shard fixed cost.
-            return self.independent(&|b| b.knn_shared(queries, corpus, metric, k));
-        }
         self.sharded_knn(queries, corpus, metric, k, &|b, part, kk| {
             b.knn_shared(queries, part, metric, kk)
         })

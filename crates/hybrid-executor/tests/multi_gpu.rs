@@ -39,41 +39,11 @@ fn gpu(ordinal: usize, plan: FaultPlan) -> Arc<FaultInjecting<CpuBackend>> {
     Arc::new(FaultInjecting::new(CpuBackend, plan).as_device(Device::Gpu { ordinal }))
 }
 
-/// A multi-GPU backend that always shards knn against a handle (the shard tests' subject).
 fn multi(gpus: &[Arc<FaultInjecting<CpuBackend>>]) -> MultiGpu {
     MultiGpu::new(
         gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect(),
         Arc::new(CpuBackend),
     )
-    .with_replica_max_queries(0)
-}
-
-#[test]
-fn small_batches_run_whole_on_one_gpu_and_stay_exact() {
-    let dim = 8;
-    let data = matrix(21, 300, dim);
-    let queries = matrix(22, 4, dim);
-    // GPU 0 fails every launch: the whole call moves to GPU 1, never to the CPU.
-    let gpus = vec![
-        gpu(0, FaultPlan::new().fail(FaultStep::Launch, Trigger::Always)),
-        gpu(1, FaultPlan::new()),
-    ];
-    let m = MultiGpu::new(
-        gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect(),
-        Arc::new(CpuBackend),
-    );
-    let corpus = SharedCorpus::new(data.clone(), dim).unwrap();
-    for metric in [Metric::Dot, Metric::Cosine, Metric::L2] {
-        let want = CpuBackend.knn(&queries, &data, dim, metric, 7).unwrap();
-        for _ in 0..4 {
-            let got = m.knn_shared(&queries, &corpus, metric, 7).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{metric:?}");
-        }
-    }
-    assert_eq!(m.sharded_corpora(), 0, "a small batch needs no shards");
-    let loads = m.loads();
-    assert_eq!(loads[1].calls, 12, "every call answered whole by GPU 1");
-    assert_eq!(m.moved_to_cpu(), 0);
 }
 
 #[test]
