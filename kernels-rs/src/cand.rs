@@ -146,7 +146,10 @@ unsafe fn cand<const METRIC: u32>(p: &CandParams) {
     let issue = |s: usize| {
         if s < n_steps {
             // 32-bit division: a 64-bit one is a long emulated sequence on the GPU.
-            let (g, tile) = ((s as u32 / n_tiles as u32) as usize, (s as u32 % n_tiles as u32) as usize);
+            let (g, tile) = (
+                (s as u32 / n_tiles as u32) as usize,
+                (s as u32 % n_tiles as u32) as usize,
+            );
             let base = (warp + g * WARPS) * 32;
             let slot = ring.wrapping_add((s % STAGES) * 32 * RS);
             let mut j = lane;

@@ -459,7 +459,10 @@ pub unsafe extern "ptx-kernel" fn spread_frontier(p: SpreadFrontierParams) {
     let (active, degree) = unsafe {
         if v < p.n_nodes && *(p.prev as *const f32).add(v as usize) != 0.0 {
             let out_ptr = p.out_ptr as *const u64;
-            (true, *out_ptr.add(v as usize + 1) - *out_ptr.add(v as usize))
+            (
+                true,
+                *out_ptr.add(v as usize + 1) - *out_ptr.add(v as usize),
+            )
         } else {
             (false, 0)
         }
@@ -564,7 +567,8 @@ pub unsafe extern "ptx-kernel" fn spread_collect(p: SpreadFrontierParams) {
     while c < 4 {
         let flag = class == c;
         // SAFETY: block-uniform call; the counter is only used atomically.
-        let slot = unsafe { block_append(flag, counters.add(SPREAD_CTR_TOUCHED + c as usize), smem) };
+        let slot =
+            unsafe { block_append(flag, counters.add(SPREAD_CTR_TOUCHED + c as usize), smem) };
         if flag {
             // SAFETY: at most the class's size is listed, inside its region.
             unsafe { *(p.touched as *mut u32).add((p.class_off[c as usize] + slot) as usize) = v };
