@@ -22,8 +22,8 @@
 
 use crate::dense::{finish, step};
 use crate::util::{
-    block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
-    score_key, shared_addr, shfl_xor_u64, sqrt, sync_threads, sync_warp, thread_x,
+    F4, block_min, block_x, block_y, cp_async_commit, cp_async_wait, cp_async16,
+    dynamic_shared_f32, fma, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     CAND_ROW_STRIDE, CAND_SLICE, CAND_STAGES, CAND_TILE, CAND_WARPS, CandParams, METRIC_COSINE,
@@ -42,48 +42,6 @@ const RING: usize = STAGES * 32 * RS;
 /// assume 8).
 const OWN: usize = SLICE / THREADS;
 const _: () = assert!(OWN == 8);
-
-/// Four f32 read as one 16-byte shared load.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct F4([f32; 4]);
-
-/// The smallest of the 32 lanes' values (every lane gets it). Every lane of the warp must call it.
-#[inline(always)]
-fn warp_min(mut m: u64) -> u64 {
-    m = m.min(shfl_xor_u64(m, 16));
-    m = m.min(shfl_xor_u64(m, 8));
-    m = m.min(shfl_xor_u64(m, 4));
-    m = m.min(shfl_xor_u64(m, 2));
-    m.min(shfl_xor_u64(m, 1))
-}
-
-/// Round `r`'s smallest key over the block: every thread offers `offer`; returns the block's minimum.
-/// Block-uniform. The minima alternate between two slot sets, so one barrier per round is enough (a warp
-/// writes set `r % 2` again only after round `r + 1`'s barrier, which every warp passes only after reading
-/// round `r`'s minima).
-///
-/// # Safety
-/// `mins` points to `2 * WARPS` u64 of shared memory.
-#[inline(always)]
-unsafe fn block_min(offer: u64, mins: *mut u64, r: usize) -> u64 {
-    let t = thread_x() as usize;
-    let m = warp_min(offer);
-    let set = mins.wrapping_add((r % 2) * WARPS);
-    if t % 32 == 0 {
-        // SAFETY: t / 32 < WARPS: inside this round's set.
-        unsafe { *set.add(t / 32) = m };
-    }
-    sync_threads();
-    let mut best = u64::MAX;
-    let mut w = 0;
-    while w < WARPS {
-        // SAFETY: w < WARPS; written before the barrier.
-        best = best.min(unsafe { *set.add(w) });
-        w += 1;
-    }
-    best
-}
 
 /// See the module comment.
 ///
@@ -287,7 +245,7 @@ unsafe fn cand<const METRIC: u32>(p: &CandParams) {
             }
         });
         // SAFETY: mins holds 2 * WARPS u64.
-        let best = unsafe { block_min(offer, mins, r) };
+        let best = unsafe { block_min(offer, mins, WARPS, r) };
         // Keys are unique (a list holds no id twice, and every key below u64::MAX): one thread matches.
         if offer == best && best != u64::MAX {
             unroll!(8, I: usize => {

@@ -21,8 +21,8 @@
 use crate::dense::{finish, step};
 use crate::select::atomic_add;
 use crate::util::{
-    block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fence_gpu, fma,
-    grid_dim_x, score_key, shared_addr, shfl_xor_u64, sqrt, sync_threads, sync_warp, thread_x,
+    F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32,
+    fence_gpu, fma, grid_dim_x, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,
@@ -33,52 +33,6 @@ const STAGES: usize = KNN1_STAGES as usize;
 const RS: usize = KNN1_ROW_STRIDE as usize;
 /// f32 of one warp's ring.
 const RING: usize = STAGES * 32 * RS;
-
-/// Four f32 read as one 16-byte shared load.
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct F4([f32; 4]);
-
-/// The smallest of the 32 lanes' values (every lane gets it). Every lane of the warp must call it.
-#[inline(always)]
-fn warp_min(mut m: u64) -> u64 {
-    m = m.min(shfl_xor_u64(m, 16));
-    m = m.min(shfl_xor_u64(m, 8));
-    m = m.min(shfl_xor_u64(m, 4));
-    m = m.min(shfl_xor_u64(m, 2));
-    m.min(shfl_xor_u64(m, 1))
-}
-
-/// Round `r`'s smallest key over the block: every thread offers `offer`; returns the block's minimum.
-/// Block-uniform: every thread calls it with the same `r`. The minima alternate between two slot sets, so
-/// one barrier per round is enough (a warp writes set `r % 2` again only after round `r + 1`'s barrier,
-/// which every warp passes only after reading round `r`'s minima).
-///
-/// # Safety
-/// `mins` points to `2 * warps` u64 of shared memory.
-#[inline(always)]
-unsafe fn block_min(offer: u64, mins: *mut u64, warps: usize, r: usize) -> u64 {
-    let t = thread_x() as usize;
-    let m = warp_min(offer);
-    if warps == 1 {
-        // Every lane holds the minimum already.
-        return m;
-    }
-    let set = mins.wrapping_add((r % 2) * warps);
-    if t % 32 == 0 {
-        // SAFETY: warp < warps: inside this round's set.
-        unsafe { *set.add(t / 32) = m };
-    }
-    sync_threads();
-    let mut best = u64::MAX;
-    let mut w = 0;
-    while w < warps {
-        // SAFETY: w < warps; written before the barrier.
-        best = best.min(unsafe { *set.add(w) });
-        w += 1;
-    }
-    best
-}
 
 /// See the module comment.
 ///

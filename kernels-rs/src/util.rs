@@ -162,3 +162,49 @@ pub fn ballot(flag: bool) -> u32 {
     }
     out
 }
+
+/// Four f32 read as one 16-byte shared load.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct F4(pub [f32; 4]);
+
+/// The smallest of the 32 lanes' values (every lane gets it). Every lane of the warp must call it.
+#[inline(always)]
+pub fn warp_min(mut m: u64) -> u64 {
+    m = m.min(shfl_xor_u64(m, 16));
+    m = m.min(shfl_xor_u64(m, 8));
+    m = m.min(shfl_xor_u64(m, 4));
+    m = m.min(shfl_xor_u64(m, 2));
+    m.min(shfl_xor_u64(m, 1))
+}
+
+/// Round `r`'s smallest key over a block of `warps` warps: every thread offers `offer`; returns the block's
+/// minimum. Block-uniform: every thread calls it with the same `r`. The minima alternate between two slot
+/// sets, so one barrier per round is enough (a warp writes set `r % 2` again only after round `r + 1`'s
+/// barrier, which every warp passes only after reading round `r`'s minima). A one-warp block needs neither.
+///
+/// # Safety
+/// `mins` points to `2 * warps` u64 of shared memory.
+#[inline(always)]
+pub unsafe fn block_min(offer: u64, mins: *mut u64, warps: usize, r: usize) -> u64 {
+    let t = thread_x() as usize;
+    let m = warp_min(offer);
+    if warps == 1 {
+        // Every lane holds the minimum already.
+        return m;
+    }
+    let set = mins.wrapping_add((r % 2) * warps);
+    if t % 32 == 0 {
+        // SAFETY: warp < warps: inside this round's set.
+        unsafe { *set.add(t / 32) = m };
+    }
+    sync_threads();
+    let mut best = u64::MAX;
+    let mut w = 0;
+    while w < warps {
+        // SAFETY: w < warps; written before the barrier.
+        best = best.min(unsafe { *set.add(w) });
+        w += 1;
+    }
+    best
+}
