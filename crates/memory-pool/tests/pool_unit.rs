@@ -240,17 +240,24 @@ fn budget_defaults_to_80_percent_and_checks_fractions() {
 fn pool_and_blocks_cross_threads() {
     let p = pool(256 * MIB, 256 * MIB);
     std::thread::scope(|s| {
-        for t in 0..4u64 {
-            let p = p.clone();
-            s.spawn(move || {
-                for i in 0..200usize {
-                    let b = p.allocate((i * 997) % (3 * MIB), &FakeStream(t)).unwrap();
-                    p.allocator().use_block(b.addr(), FakeStream(t));
-                    if i % 50 == 0 {
-                        p.allocator().complete(FakeStream(t));
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let p = p.clone();
+                s.spawn(move || {
+                    for i in 0..200usize {
+                        let b = p.allocate((i * 997) % (3 * MIB), &FakeStream(t)).unwrap();
+                        p.allocator().use_block(b.addr(), FakeStream(t));
+                        if i % 50 == 0 {
+                            p.allocator().complete(FakeStream(t));
+                        }
                     }
-                }
-            });
+                })
+            })
+            .collect();
+        // Join each thread itself: `scope` returns once the closures have returned, which can be before a
+        // thread's locals (its block cache, flushed into the pool on exit) have been destroyed.
+        for w in workers {
+            w.join().unwrap();
         }
     });
     assert_eq!(p.stats().in_use_bytes, 0);
