@@ -516,9 +516,10 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         if let Some(ms) = p.num("topk_ms") {
             let _ = writeln!(
                 r,
-                "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x |",
+                "| {name}: `{}` | {:.1} us | recall / peer = {:.2}x (`Engine::knn_in`), {:.2}x (kernel-level knn) |",
                 p.str("topk_expr").unwrap_or_default(),
                 ms * 1e3,
+                handle_ms / ms,
                 knn_ms / ms
             );
         }

@@ -1009,12 +1009,15 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
         informational: false,
     });
     if m_start.gpu_used.is_some() {
+        // Shown, not decisive: the driver's stream-ordered pool keeps freed buffers for reuse, so a batch
+        // larger than any of the warm-up's leaves its score buffer cached (up to one score chunk) until
+        // `trim_gpu_memory`; the released check below (after the trim) is the one a leak would fail.
         checks.push(MemCheck {
             name: "GPU memory under load (loaded -> after load)",
             before: m_loaded.gpu_used,
             after: m_after_load.gpu_used,
             ok: within(m_loaded.gpu_used, m_after_load.gpu_used),
-            informational: false,
+            informational: true,
         });
         checks.push(MemCheck {
             name: "GPU memory released (start -> end)",
