@@ -44,6 +44,18 @@ pub(crate) fn guard<T>(
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(Err(GpuError::BindingPanicked { call }))
 }
 
+/// `Ok` when a copy's destination (`have` elements) takes its source (`need`), else the call's error.
+fn room(call: &'static str, have: usize, need: usize) -> Result<(), GpuError> {
+    if have < need {
+        return Err(GpuError::Driver {
+            call,
+            code: 0,
+            name: format!("{need} elements do not fit a {have}-element buffer"),
+        });
+    }
+    Ok(())
+}
+
 impl Gpu {
     /// Open device `ordinal`. Call [`crate::probe`] first: this assumes the driver is present.
     pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
@@ -129,17 +141,7 @@ impl Gpu {
         data: &[T],
         dst: &mut CudaSlice<T>,
     ) -> Result<(), GpuError> {
-        if dst.len() < data.len() {
-            return Err(GpuError::Driver {
-                call: "cuMemcpyHtoDAsync",
-                code: 0,
-                name: format!(
-                    "destination holds {} elements, source {}",
-                    dst.len(),
-                    data.len()
-                ),
-            });
-        }
+        room("cuMemcpyHtoDAsync", dst.len(), data.len())?;
         guard("cuMemcpyHtoDAsync", || {
             self.stream
                 .memcpy_htod(data, &mut dst.slice_mut(0..data.len()))
@@ -168,17 +170,7 @@ impl Gpu {
         src: &PinnedHostSlice<T>,
         dst: &mut CudaSlice<T>,
     ) -> Result<(), GpuError> {
-        if dst.len() < src.len() {
-            return Err(GpuError::Driver {
-                call: "cuMemcpyHtoDAsync",
-                code: 0,
-                name: format!(
-                    "destination holds {} elements, source {}",
-                    dst.len(),
-                    src.len()
-                ),
-            });
-        }
+        room("cuMemcpyHtoDAsync", dst.len(), src.len())?;
         guard("cuMemcpyHtoDAsync", || {
             self.stream
                 .memcpy_htod(src, &mut dst.slice_mut(0..src.len()))
@@ -229,17 +221,7 @@ impl Gpu {
 
     /// Copy `src` into the front of `dst` on the device (queued on the handle's stream).
     pub fn copy_dtod<T>(&self, src: &CudaSlice<T>, dst: &mut CudaSlice<T>) -> Result<(), GpuError> {
-        if dst.len() < src.len() {
-            return Err(GpuError::Driver {
-                call: "cuMemcpyDtoDAsync",
-                code: 0,
-                name: format!(
-                    "destination holds {} elements, source {}",
-                    dst.len(),
-                    src.len()
-                ),
-            });
-        }
+        room("cuMemcpyDtoDAsync", dst.len(), src.len())?;
         guard("cuMemcpyDtoDAsync", || {
             self.stream.memcpy_dtod(src, dst).gpu("cuMemcpyDtoDAsync")
         })
@@ -251,17 +233,7 @@ impl Gpu {
         src: &CudaSlice<T>,
         dst: &mut [T],
     ) -> Result<(), GpuError> {
-        if dst.len() > src.len() {
-            return Err(GpuError::Driver {
-                call: "cuMemcpyDtoH",
-                code: 0,
-                name: format!(
-                    "asked for {} elements of a {}-element buffer",
-                    dst.len(),
-                    src.len()
-                ),
-            });
-        }
+        room("cuMemcpyDtoH", src.len(), dst.len())?;
         guard("cuMemcpyDtoH", || {
             self.stream
                 .memcpy_dtoh(&src.slice(0..dst.len()), dst)
@@ -403,17 +375,7 @@ impl Gpu {
         src: &CudaSlice<T>,
         dst: &'a mut PinnedHostSlice<T>,
     ) -> Result<&'a [T], GpuError> {
-        if dst.len() > src.len() {
-            return Err(GpuError::Driver {
-                call: "cuMemcpyDtoHAsync",
-                code: 0,
-                name: format!(
-                    "asked for {} elements of a {}-element buffer",
-                    dst.len(),
-                    src.len()
-                ),
-            });
-        }
+        room("cuMemcpyDtoHAsync", src.len(), dst.len())?;
         let (src_ptr, _read) = src.device_ptr(&self.stream);
         let host = guard("cuEventSynchronize", || {
             dst.as_mut_slice().gpu("cuEventSynchronize")
@@ -442,17 +404,7 @@ impl Gpu {
         src: &PinnedHostSlice<T>,
         dst: &mut CudaSlice<T>,
     ) -> Result<(), GpuError> {
-        if dst.len() < src.len() {
-            return Err(GpuError::Driver {
-                call: "cuMemcpyHtoDAsync",
-                code: 0,
-                name: format!(
-                    "destination holds {} elements, source {}",
-                    dst.len(),
-                    src.len()
-                ),
-            });
-        }
+        room("cuMemcpyHtoDAsync", dst.len(), src.len())?;
         let host = guard("cuEventSynchronize", || {
             src.as_slice().gpu("cuEventSynchronize")
         })?;
