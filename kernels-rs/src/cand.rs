@@ -264,22 +264,9 @@ unsafe fn cand<const METRIC: u32>(p: &CandParams) {
     }
 }
 
-macro_rules! cand_kernels {
-    ($($name:ident => $metric:ident;)*) => {$(
-        /// `cand` for one metric (see the module comment).
-        ///
-        /// # Safety
-        /// Launched only through `Kernels::score_candidates` in `recall-gpu-kernels`.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: CandParams) {
-            // SAFETY: forwarded launcher contract.
-            unsafe { cand::<$metric>(&p) }
-        }
-    )*};
-}
-
-cand_kernels! {
-    sm80_cand_dot => METRIC_DOT;
-    sm80_cand_cosine => METRIC_COSINE;
-    sm80_cand_l2 => METRIC_L2;
+kernels! {
+    CandParams;
+    sm80_cand_dot => cand::<METRIC_DOT>;
+    sm80_cand_cosine => cand::<METRIC_COSINE>;
+    sm80_cand_l2 => cand::<METRIC_L2>;
 }

@@ -594,21 +594,8 @@ unsafe fn gemm<const METRIC: u32, const ARGMIN: bool>(p: &SimParams) {
     });
 }
 
-macro_rules! kernels {
-    ($($name:ident => $body:ident::<$($generic:tt),*>;)*) => {$(
-        /// See the generic body named in the macro call; the metric is fixed per entry point.
-        ///
-        /// # Safety
-        /// Launched only through its typed launcher in `recall-gpu-kernels`.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: SimParams) {
-            // SAFETY: forwarded launcher contract.
-            unsafe { $body::<$($generic),*>(&p) }
-        }
-    )*};
-}
-
 kernels! {
+    SimParams;
     scan_dot => scan::<METRIC_DOT, false>;
     scan_cosine => scan::<METRIC_COSINE, false>;
     scan_l2 => scan::<METRIC_L2, false>;
@@ -759,6 +746,7 @@ unsafe fn scan_warp<const METRIC: u32>(p: &SimParams) {
 }
 
 kernels! {
+    SimParams;
     scan_warp_dot => scan_warp::<METRIC_DOT>;
     scan_warp_cosine => scan_warp::<METRIC_COSINE>;
     scan_warp_l2 => scan_warp::<METRIC_L2>;

@@ -375,22 +375,9 @@ unsafe fn merge(
     }
 }
 
-macro_rules! knn1_kernels {
-    ($($name:ident => $metric:ident;)*) => {$(
-        /// `knn1` for one metric (see the module comment).
-        ///
-        /// # Safety
-        /// Launched only through `Kernels::knn1` in `recall-gpu-kernels`.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: Knn1Params) {
-            // SAFETY: forwarded launcher contract.
-            unsafe { knn1::<$metric>(&p) }
-        }
-    )*};
-}
-
-knn1_kernels! {
-    sm80_knn1_dot => METRIC_DOT;
-    sm80_knn1_cosine => METRIC_COSINE;
-    sm80_knn1_l2 => METRIC_L2;
+kernels! {
+    Knn1Params;
+    sm80_knn1_dot => knn1::<METRIC_DOT>;
+    sm80_knn1_cosine => knn1::<METRIC_COSINE>;
+    sm80_knn1_l2 => knn1::<METRIC_L2>;
 }

@@ -44,6 +44,23 @@ macro_rules! unroll {
     }};
 }
 
+/// Entry points that fix a generic kernel body's const parameters (metric, variant), one per line:
+/// `kernels!(Params; name => body::<A, B>; ...)`. Each takes the parameter struct by value, its only
+/// parameter.
+macro_rules! kernels {
+    ($params:ty; $($name:ident => $body:ident::<$($generic:tt),*>;)*) => {$(
+        /// See the generic body named in the macro call; its const parameters are fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: $params) {
+            // SAFETY: forwarded launcher contract.
+            unsafe { $body::<$($generic),*>(&p) }
+        }
+    )*};
+}
+
 mod cand;
 mod cluster;
 mod dense;

@@ -224,27 +224,14 @@ unsafe fn tc_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
     });
 }
 
-macro_rules! tc_kernels {
-    ($($name:ident => $metric:ident, $bf16:literal;)*) => {$(
-        /// Fast-mode similarity; see the module documentation.
-        ///
-        /// # Safety
-        /// Launched only through its typed launcher in `recall-gpu-kernels`.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(p: TcGemmParams) {
-            // SAFETY: forwarded launcher contract.
-            unsafe { tc_gemm::<$metric, $bf16>(&p) }
-        }
-    )*};
-}
-
-tc_kernels! {
-    tc_gemm_f16_dot => METRIC_DOT, false;
-    tc_gemm_f16_cosine => METRIC_COSINE, false;
-    tc_gemm_f16_l2 => METRIC_L2, false;
-    tc_gemm_bf16_dot => METRIC_DOT, true;
-    tc_gemm_bf16_cosine => METRIC_COSINE, true;
-    tc_gemm_bf16_l2 => METRIC_L2, true;
+kernels! {
+    TcGemmParams;
+    tc_gemm_f16_dot => tc_gemm::<METRIC_DOT, false>;
+    tc_gemm_f16_cosine => tc_gemm::<METRIC_COSINE, false>;
+    tc_gemm_f16_l2 => tc_gemm::<METRIC_L2, false>;
+    tc_gemm_bf16_dot => tc_gemm::<METRIC_DOT, true>;
+    tc_gemm_bf16_cosine => tc_gemm::<METRIC_COSINE, true>;
+    tc_gemm_bf16_l2 => tc_gemm::<METRIC_L2, true>;
 }
 
 /// f32 to f16 or bf16, round to nearest even.
