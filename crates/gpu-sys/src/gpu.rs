@@ -150,8 +150,9 @@ impl Gpu {
     }
 
     /// Page-locked (pinned), write-combined host memory for `len` values: a staging buffer that the device
-    /// reads by DMA at full bus speed. Its contents start unset; write them through `as_mut_slice`, which
-    /// first waits for the buffer's last copy to finish.
+    /// reads by DMA at full bus speed. Its contents start unset; write them through [`Gpu::pinned_write`]
+    /// once no copy from the buffer can still be running. `PinnedHostSlice::as_mut_slice` does not wait
+    /// for one: with event tracking off (see [`Gpu::open`]) cudarc records no event for pinned buffers.
     pub fn alloc_pinned<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         len: usize,
@@ -163,8 +164,9 @@ impl Gpu {
         })
     }
 
-    /// Copy all of the pinned buffer `src` into the front of `dst` (asynchronous on the handle's stream;
-    /// `src` is not written again before the copy has finished: `as_mut_slice` waits for it).
+    /// Copy all of the pinned buffer `src` into the front of `dst` (asynchronous on the handle's stream). The
+    /// caller writes `src` again only after the copy has finished, e.g. after a synchronise of the stream
+    /// (see [`Gpu::alloc_pinned`]: nothing waits for it on its own).
     pub fn upload_pinned<T: DeviceRepr>(
         &self,
         src: &PinnedHostSlice<T>,
@@ -208,7 +210,9 @@ impl Gpu {
         })
     }
 
-    /// Copy a device buffer into `dst` (waits for the stream). `dst.len()` must equal the buffer's.
+    /// Copy a device buffer into `dst`. `dst.len()` must equal the buffer's. Into pageable memory (a `Vec`)
+    /// the call returns once the copy is done; into page-locked memory (a pinned buffer's slice) the driver
+    /// copies asynchronously, so synchronise the stream before reading it ([`Gpu::download_pinned`] does).
     pub fn download_into<T: DeviceRepr>(
         &self,
         src: &CudaSlice<T>,
@@ -227,7 +231,8 @@ impl Gpu {
         })
     }
 
-    /// Copy the first `dst.len()` elements of a device buffer into `dst` (waits for the stream).
+    /// Copy the first `dst.len()` elements of a device buffer into `dst`: done on return for pageable
+    /// memory, asynchronous into page-locked memory (as [`Gpu::download_into`]).
     pub fn download_prefix<T: DeviceRepr>(
         &self,
         src: &CudaSlice<T>,

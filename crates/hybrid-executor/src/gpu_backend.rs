@@ -680,7 +680,9 @@ mod imp {
                     (&mut b[0], &mut a[0])
                 };
                 g.upload_pinned(cur, &mut dev).map_err(map_gpu_error)?;
-                // The next chunk goes into the other staging buffer while the device works on this one.
+                // The next chunk goes into the other staging buffer while the device works on this one. That
+                // buffer's own copy (chunk c - 1) has finished: chunk c - 1's selection ended by downloading
+                // its result, which waited for the stream.
                 let device_part = std::thread::scope(|s| {
                     let helper = (c + 1 < n_chunks).then(|| s.spawn(|| fill(next, c + 1)));
                     let part =
