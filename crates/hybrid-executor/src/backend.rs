@@ -296,3 +296,34 @@ impl Backend for CpuBackend {
         Ok(recall_cpu_simd::clip_and_noise(x, dim, clip, sigma, seed)?)
     }
 }
+
+/// Merge per-part top lists (ids relative to each part's first row `base`) into the top `k` per query by
+/// pair key: the total order of the numerics contract, so the result is the whole corpus's top `k`.
+pub(crate) fn merge_topk(parts: &[(usize, TopK)], nq: usize, k: usize, metric: Metric) -> TopK {
+    let order = metric.order();
+    let mut result = TopK {
+        k,
+        ids: Vec::with_capacity(nq * k),
+        scores: Vec::with_capacity(nq * k),
+    };
+    let mut list: Vec<(u64, f32)> = Vec::new();
+    for q in 0..nq {
+        list.clear();
+        for (base, part) in parts {
+            let kp = part.k;
+            for j in q * kp..(q + 1) * kp {
+                let id = (*base + part.ids[j] as usize) as u32;
+                list.push((
+                    recall_cpu_simd::pair_key(part.scores[j], id, order),
+                    part.scores[j],
+                ));
+            }
+        }
+        list.sort_unstable_by_key(|e| e.0);
+        for &(key, score) in list.iter().take(k) {
+            result.ids.push(key as u32);
+            result.scores.push(score);
+        }
+    }
+    result
+}

@@ -158,53 +158,6 @@ mod imp {
         }
     }
 
-    /// Every chunk's top k per query, merged exactly by pair key (the total order of the numerics
-    /// contract), so the result equals the top k of the whole corpus.
-    struct ChunkMerge {
-        order: recall_cpu_simd::Order,
-        /// Per query: (pair key, score) of every chunk's top k.
-        found: Vec<Vec<(u64, f32)>>,
-    }
-
-    impl ChunkMerge {
-        fn new(nq: usize, metric: Metric) -> ChunkMerge {
-            ChunkMerge {
-                order: metric.order(),
-                found: vec![Vec::new(); nq],
-            }
-        }
-
-        /// Add one chunk's answer; its ids are relative to row `base`.
-        fn add(&mut self, part: &TopK, base: usize) {
-            let kc = part.k;
-            let base = base as u32;
-            for (qi, list) in self.found.iter_mut().enumerate() {
-                for j in 0..kc {
-                    let id = base + part.ids[qi * kc + j];
-                    let score = part.scores[qi * kc + j];
-                    list.push((recall_cpu_simd::pair_key(score, id, self.order), score));
-                }
-            }
-        }
-
-        fn finish(self, k: usize) -> TopK {
-            let nq = self.found.len();
-            let mut result = TopK {
-                k,
-                ids: Vec::with_capacity(nq * k),
-                scores: Vec::with_capacity(nq * k),
-            };
-            for mut list in self.found {
-                list.sort_unstable_by_key(|e| e.0);
-                for &(key, score) in list.iter().take(k) {
-                    result.ids.push(key as u32);
-                    result.scores.push(score);
-                }
-            }
-            result
-        }
-    }
-
     /// One query chunk's device buffers, handed to the scoring step of `knn_chunked`.
     struct ChunkBuffers<'a> {
         q: &'a CudaSlice<f32>,
@@ -652,8 +605,9 @@ mod imp {
                 g.alloc_pinned::<f32>(chunk_rows * dim)
                     .map_err(map_gpu_error)?,
             ];
-            let mut merge = ChunkMerge::new(nq, metric);
             let n_chunks = n.div_ceil(chunk_rows);
+            // Every chunk's top k (ids relative to its first row), merged exactly at the end.
+            let mut parts = Vec::with_capacity(n_chunks);
             let fill = |buf: &mut recall_gpu_sys::driver::PinnedHostSlice<f32>,
                         c: usize|
              -> Result<(), BackendError> {
@@ -695,9 +649,9 @@ mod imp {
                     };
                     filled.and(part)
                 })?;
-                merge.add(&device_part, c * chunk_rows);
+                parts.push((c * chunk_rows, device_part));
             }
-            Ok(merge.finish(k))
+            Ok(crate::backend::merge_topk(&parts, nq, k, metric))
         }
 
         /// Out-of-core knn over a corpus handle: its memory is page-locked once (`cuMemHostRegister`, kept
@@ -755,7 +709,8 @@ mod imp {
             g.record_fence(&fence).map_err(map_gpu_error)?;
             g.upload_registered(&copies, &fence, &reg, elems(0), &mut dev[0])
                 .map_err(map_gpu_error)?;
-            let mut merge = ChunkMerge::new(nq, metric);
+            // Every chunk's top k (ids relative to its first row), merged exactly at the end.
+            let mut parts = Vec::with_capacity(n_chunks);
             for c in 0..n_chunks {
                 let rows = chunk_rows.min(n - c * chunk_rows);
                 // This chunk's kernels wait for its copy (the last one queued).
@@ -775,10 +730,10 @@ mod imp {
                 }
                 let part =
                     self.chunk_topk(&q, qn.as_ref(), cur, &mut bufs, nq, rows, dim, metric, k)?;
-                merge.add(&part, c * chunk_rows);
+                parts.push((c * chunk_rows, part));
             }
             drop(copies);
-            Ok(merge.finish(k))
+            Ok(crate::backend::merge_topk(&parts, nq, k, metric))
         }
 
         /// One streamed chunk's top-k: norms for cosine, scores of every query against the chunk's `rows`

@@ -18,12 +18,12 @@
 //! Architecture invariant: nothing here knows about the driver; the GPUs are `Arc<dyn Backend>`, so CI
 //! tests this file with CPU and fault-injecting backends standing in for GPUs.
 
-use crate::backend::{Backend, BackendError, FastFormat};
+use crate::backend::{Backend, BackendError, FastFormat, merge_topk};
 use crate::device::Device;
 use crate::shared_corpus::{Inner, SharedCorpus};
 use crate::shared_graph::SharedGraph;
 use parking_lot::Mutex;
-use recall_cpu_simd::{KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, pair_key};
+use recall_cpu_simd::{KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::Weak;
@@ -294,34 +294,6 @@ impl MultiGpu {
         let nq = queries.len() / corpus.dim().max(1);
         Ok(merge_topk(&answers, nq, k, metric))
     }
-}
-
-/// Merge per-part top lists (ids relative to each part's first row `base`) into the top `k` per query by
-/// pair key: the total order of the numerics contract, so the result is the whole corpus's top `k`.
-pub(crate) fn merge_topk(parts: &[(usize, TopK)], nq: usize, k: usize, metric: Metric) -> TopK {
-    let order = metric.order();
-    let mut result = TopK {
-        k,
-        ids: Vec::with_capacity(nq * k),
-        scores: Vec::with_capacity(nq * k),
-    };
-    let mut list: Vec<(u64, f32)> = Vec::new();
-    for q in 0..nq {
-        list.clear();
-        for (base, part) in parts {
-            let kp = part.k;
-            for j in q * kp..(q + 1) * kp {
-                let id = (*base + part.ids[j] as usize) as u32;
-                list.push((pair_key(part.scores[j], id, order), part.scores[j]));
-            }
-        }
-        list.sort_unstable_by_key(|e| e.0);
-        for &(key, score) in list.iter().take(k) {
-            result.ids.push(key as u32);
-            result.scores.push(score);
-        }
-    }
-    result
 }
 
 impl Backend for MultiGpu {
