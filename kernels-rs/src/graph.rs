@@ -3,9 +3,15 @@
 //! Thread mapping: nodes are binned by in-degree once, on the host; one launch covers the four classes, each a
 //! block-uniform range of blocks:
 //! - hubs (at least `SPREAD_HUB_MIN` in-edges): a block each (see [`hub`]);
-//! - more than 16 in-edges: a warp each. Lane `l` walks positions `l, l + 32, ...` with one FMA chain, 8 terms
-//!   at a time (sources, weights and gathered activations are loaded before the 8 FMAs run in order);
-//! - 9 to 16 in-edges: two per warp, 16 lanes each; at most 8: four per warp, 8 lanes each (see [`small`]).
+//! - more than 16 in-edges: two nodes per warp (see [`pair32`]). Lane `l` walks positions `l, l + 32, ...` of
+//!   each with one FMA chain, 8 terms at a time (sources, weights and gathered activations of both nodes are
+//!   loaded before the FMAs run in order);
+//! - 9 to 16 in-edges: two per warp, 16 lanes each; at most 8: four per warp, 8 lanes each; four such rounds
+//!   per warp with all their loads in flight together (see [`small`]).
+//!
+//! The hop is bound by chains of dependent loads (list entry, in-edge span, source, gathered activation), not
+//! by bytes: the dense hop reads each node's span from `spans` beside its id, and every warp keeps several
+//! nodes' loads in flight.
 //!
 //! The 32 lane sums are combined by five `shfl.sync.bfly` steps (`s = s + shfl_xor(s, off)`, off =
 //! 16, 8, 4, 2, 1), after which lane 0 holds exactly the fixed tree of the contract. A node with few in-edges
@@ -23,7 +29,8 @@ use crate::util::{
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_CTR_TOUCHED, SPREAD_HUB_CHUNK,
-    SPREAD_HUB_MIN, SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams,
+    SPREAD_HUB_MIN, SPREAD_PAIR, SPREAD_SCAN_BLOCK, SPREAD_SMALL_ROUNDS, SpreadFrontierParams,
+    SpreadHopParams, spread_hop_blocks,
 };
 
 /// One hop: `next[v] = (decay * pulled(v) >= threshold) ? decay * pulled(v) : 0`, `total[v] += next[v]`, for
@@ -35,11 +42,14 @@ use recall_kernel_shared::{
 /// chain of terms from inactive sources gives (see `spread_mark`).
 ///
 /// # Safety
-/// Dense: grid `n_hubs + ceil(n32 / 8) + ceil(n16 / 16) + ceil(n8 / 32)` blocks; sparse: any grid of at least one
+/// Dense: grid of the sum of `spread_hop_blocks(n_class)` blocks; sparse: any grid of at least one
 /// block. Blocks of `GRAPH_BLOCK` threads with `4 * SPREAD_HUB_CHUNK * 4` bytes of dynamic shared memory; the
 /// graph was validated (every source below `n_nodes`, `in_ptr` non-decreasing and within the edge arrays), each
 /// list `c` at `nodes + class_off[c]` holds only nodes of that in-degree class (hubs: at least `SPREAD_HUB_MIN`
 /// in-edges), no node twice, and the buffers are sized as `SpreadHopParams` documents.
+// `pair32` and `small` unroll for exactly these.
+const _: () = assert!(SPREAD_PAIR == 2 && SPREAD_SMALL_ROUNDS == 4);
+
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
     let counts = if p.counts == 0 {
@@ -49,155 +59,201 @@ pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
         // SAFETY: `counts` points to four u32 written by an earlier launch.
         unsafe { [*c, *c.add(1), *c.add(2), *c.add(3)] }
     };
-    let warps_per_block = GRAPH_BLOCK / 32;
-    let [n_hubs, n32, n16, n8] = counts;
-    let blocks32 = n32.div_ceil(warps_per_block);
-    let blocks16 = n16.div_ceil(2 * warps_per_block);
-    let blocks8 = n8.div_ceil(4 * warps_per_block);
-    let all = n_hubs + blocks32 + blocks16 + blocks8;
+    let blocks = spread_hop_blocks(counts);
+    let all = blocks[0] + blocks[1] + blocks[2] + blocks[3];
     // Block-uniform loop (one pass in the dense hop): the hub path's barriers are reached by every thread.
     let mut b = block_x();
     while b < all {
         // SAFETY: forwarded launcher contract; b < all.
-        unsafe { hop_block(&p, counts, b, blocks32, blocks16) };
+        unsafe { hop_block(&p, counts, blocks, b) };
         b += grid_dim_x();
     }
 }
 
-/// List block `b` of a hop (hub blocks first, then the three warp classes).
+/// List block `b` of a hop (hub blocks first, then the three warp classes; `blocks` from
+/// `spread_hop_blocks(counts)`).
 ///
 /// # Safety
 /// As `spread_hop`; `b` below the hop's list blocks, block-uniform.
 #[inline(always)]
-unsafe fn hop_block(p: &SpreadHopParams, counts: [u32; 4], b: u32, blocks32: u32, blocks16: u32) {
-    let [n_hubs, n32, n16, n8] = counts;
+unsafe fn hop_block(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: u32) {
+    let [_, n32, n16, n8] = counts;
     let [off_hubs, off32, off16, off8] = p.class_off;
     let warps_per_block = GRAPH_BLOCK / 32;
     let nodes = p.nodes as *const u32;
-    if b < n_hubs {
+    if b < blocks[0] {
         // SAFETY: forwarded launcher contract; block-uniform branch.
         unsafe { hub(p, *nodes.add((off_hubs + b) as usize)) };
         return;
     }
-    let b = b - n_hubs;
+    let b = b - blocks[0];
     let t = thread_x();
     let (lane, warp) = (t % 32, b * warps_per_block + t / 32);
     // Block ranges of the three warp classes; every branch below is block-uniform.
-    if b < blocks32 {
-        if warp >= n32 {
-            return; // Warp-uniform.
-        }
-        // SAFETY: index below the class's length.
-        let v = unsafe { *nodes.add((off32 + warp) as usize) };
-        // SAFETY: v is a node (launcher contract).
-        let acc = unsafe { lanes32(p, v, lane) };
-        // SAFETY: as above.
-        unsafe { finish(p, v, lane, acc, 16) };
-    } else if b < blocks32 + blocks16 {
-        let warp = warp - blocks32 * warps_per_block;
+    if b < blocks[1] {
         // SAFETY: the class's list.
-        unsafe { small::<16>(p, nodes.add(off16 as usize), n16, warp, lane) };
+        unsafe { pair32(p, off32, n32, warp, lane) };
+    } else if b < blocks[1] + blocks[2] {
+        let warp = warp - blocks[1] * warps_per_block;
+        // SAFETY: the class's list.
+        unsafe { small::<16>(p, off16, n16, warp, lane) };
     } else {
-        let warp = warp - (blocks32 + blocks16) * warps_per_block;
+        let warp = warp - (blocks[1] + blocks[2]) * warps_per_block;
         // SAFETY: the class's list.
-        unsafe { small::<8>(p, nodes.add(off8 as usize), n8, warp, lane) };
+        unsafe { small::<8>(p, off8, n8, warp, lane) };
     }
 }
 
-/// The 32 lane chains of node `v` (fewer than `SPREAD_HUB_MIN` in-edges), 8 terms per lane in flight.
+/// In-edge positions `start .. end` of the node at entry `at` of `nodes`, whose id is `v`: from `spans` when
+/// the launch has them (the dense hop: a load that does not wait for `v`), else from `in_ptr`.
 ///
 /// # Safety
-/// `v < n_nodes`; the graph validated as `spread_hop` requires.
+/// `at` is an entry of `nodes` and `v` its id (`< n_nodes`), not a hub when `spans` is set.
 #[inline(always)]
-unsafe fn lanes32(p: &SpreadHopParams, v: u32, lane: u32) -> f32 {
-    let in_ptr = p.in_ptr as *const u64;
-    // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
-    let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
+unsafe fn span(p: &SpreadHopParams, at: u32, v: u32) -> (u64, u64) {
+    if p.spans != 0 {
+        // SAFETY: spans has one entry per entry of nodes.
+        let s = unsafe { *(p.spans as *const u64).add(at as usize) };
+        (s >> 16, (s >> 16) + (s & 0xFFFF))
+    } else {
+        let in_ptr = p.in_ptr as *const u64;
+        // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
+        unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) }
+    }
+}
+
+/// Nodes with 17 up to `SPREAD_HUB_MIN` in-edges, `SPREAD_PAIR` per warp: entries `off + PAIR * warp ..` of
+/// the list of `count`. Lane `l` runs each node's chain over positions `l, l + 32, ...`, 8 terms per node at a
+/// time, the nodes' loads interleaved (sources and weights of all, then all gathers, then each node's FMAs in
+/// order), then each node's fixed tree.
+///
+/// # Safety
+/// Entries `off .. off + count` of `nodes` are nodes of this class; the graph validated as `spread_hop` requires.
+#[inline(always)]
+unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32) {
+    const P: usize = SPREAD_PAIR as usize;
+    const UNROLL: u64 = 8;
+    let first = warp * SPREAD_PAIR;
+    if first >= count {
+        return; // Warp-uniform.
+    }
+    let nodes = p.nodes as *const u32;
+    let (mut v, mut start, mut end) = ([0u32; P], [0u64; P], [0u64; P]);
+    unroll!(2, R: usize => {
+        let i = first + R as u32;
+        if i < count {
+            // SAFETY: i < count: an entry of the class's list.
+            v[R] = unsafe { *nodes.add((off + i) as usize) };
+            // SAFETY: as above; v[R] is that entry's id.
+            (start[R], end[R]) = unsafe { span(p, off + i, v[R]) };
+        }
+    });
     let (src, w, prev) = (
         p.in_src as *const u32,
         p.in_w as *const f32,
         p.prev as *const f32,
     );
-    let mut acc = 0.0f32;
-    const UNROLL: u64 = 8;
-    let mut j0 = start + u64::from(lane);
-    while j0 < end {
-        let mut sw = [(0u32, 0.0f32); UNROLL as usize];
-        let mut i = 0;
-        while i < UNROLL {
-            let j = j0 + 32 * i;
-            if j < end {
-                // SAFETY: j < end <= number of edges.
-                sw[i as usize] = unsafe { (*src.add(j as usize), *w.add(j as usize)) };
-            }
-            i += 1;
-        }
-        let mut a = [0.0f32; UNROLL as usize];
-        let mut i = 0;
-        while i < UNROLL {
-            if j0 + 32 * i < end {
-                // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
-                a[i as usize] = unsafe { *prev.add(sw[i as usize].0 as usize) };
-            }
-            i += 1;
-        }
-        let mut i = 0;
-        while i < UNROLL {
-            if j0 + 32 * i < end {
-                acc = fma(sw[i as usize].1, a[i as usize], acc);
-            }
-            i += 1;
-        }
-        j0 += 32 * UNROLL;
+    let mut acc = [0.0f32; P];
+    let mut base = 0u64;
+    // Warp-uniform: while any node has positions left.
+    while start[0] + base < end[0] || start[1] + base < end[1] {
+        let mut sw = [[(0u32, 0.0f32); UNROLL as usize]; P];
+        unroll!(2, R: usize => {
+            let j0 = start[R] + base + u64::from(lane);
+            unroll!(8, I: usize => {
+                let j = j0 + 32 * (I as u64);
+                if j < end[R] {
+                    // SAFETY: j < end <= number of edges.
+                    sw[R][I] = unsafe { (*src.add(j as usize), *w.add(j as usize)) };
+                }
+            });
+        });
+        let mut a = [[0.0f32; UNROLL as usize]; P];
+        unroll!(2, R: usize => {
+            let j0 = start[R] + base + u64::from(lane);
+            unroll!(8, I: usize => {
+                if j0 + 32 * (I as u64) < end[R] {
+                    // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
+                    a[R][I] = unsafe { *prev.add(sw[R][I].0 as usize) };
+                }
+            });
+        });
+        unroll!(2, R: usize => {
+            let j0 = start[R] + base + u64::from(lane);
+            unroll!(8, I: usize => {
+                if j0 + 32 * (I as u64) < end[R] {
+                    acc[R] = fma(sw[R][I].1, a[R][I], acc[R]);
+                }
+            });
+        });
+        base += 32 * UNROLL;
     }
-    acc
+    unroll!(2, R: usize => {
+        if first + (R as u32) < count {
+            // Warp-uniform branch. SAFETY: v[R] is a node.
+            unsafe { finish(p, v[R], lane, acc[R], 16) };
+        }
+    });
 }
 
-/// Nodes with at most `W` in-edges, `32 / W` per warp: group `lane / W` owns one node, its lane `l` the single
-/// term at position `l` (lanes past the degree hold `+0.0`). The contract's 32-lane tree over such a node adds
-/// only `+0.0` in its steps 16 .. W, which is exact for the non-negative sums, so the group's tree over
-/// offsets `W / 2 .. 1` gives the same bits.
+/// Nodes with at most `W` in-edges, `32 / W` per warp and round, `SPREAD_SMALL_ROUNDS` rounds: group `lane /
+/// W` of round `r` owns entry `off + (ROUNDS * warp + r) * (32 / W) + lane / W` of the list of `count`, its
+/// lane `l` the single term at position `l` (lanes past the degree hold `+0.0`). Every round's loads are
+/// issued before any round's sum. The contract's 32-lane tree over such a node adds only `+0.0` in its steps
+/// 16 .. W, which is exact for the non-negative sums, so the group's tree over offsets `W / 2 .. 1` gives the
+/// same bits.
 ///
 /// # Safety
-/// `list` holds `count` node ids with at most `W` in-edges each; the graph validated as `spread_hop` requires.
+/// Entries `off .. off + count` of `nodes` are nodes with at most `W` in-edges; the graph validated as
+/// `spread_hop` requires.
 #[inline(always)]
-unsafe fn small<const W: u32>(
-    p: &SpreadHopParams,
-    list: *const u32,
-    count: u32,
-    warp: u32,
-    lane: u32,
-) {
-    if warp * (32 / W) >= count {
+unsafe fn small<const W: u32>(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32) {
+    const R: usize = SPREAD_SMALL_ROUNDS as usize;
+    let per_round = 32 / W;
+    let first = warp * per_round * SPREAD_SMALL_ROUNDS;
+    if first >= count {
         return; // Warp-uniform: no group of this warp has a node.
     }
     let (group, l) = (lane / W, lane % W);
-    let idx = warp * (32 / W) + group;
-    let valid = idx < count;
-    let mut acc = 0.0f32;
-    let mut v = 0;
-    if valid {
-        // SAFETY: idx < count.
-        v = unsafe { *list.add(idx as usize) };
-        let in_ptr = p.in_ptr as *const u64;
-        // SAFETY: v < n_nodes.
-        let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
-        let j = start + u64::from(l);
-        if j < end {
-            // SAFETY: j < end; sources below n_nodes.
-            acc = unsafe {
-                let s = *(p.in_src as *const u32).add(j as usize);
-                fma(
-                    *(p.in_w as *const f32).add(j as usize),
-                    *(p.prev as *const f32).add(s as usize),
-                    0.0,
+    let nodes = p.nodes as *const u32;
+    let (mut v, mut pos) = ([0u32; R], [u64::MAX; R]);
+    unroll!(4, Q: usize => {
+        let i = first + Q as u32 * per_round + group;
+        if i < count {
+            // SAFETY: i < count: an entry of the class's list.
+            v[Q] = unsafe { *nodes.add((off + i) as usize) };
+            // SAFETY: as above; v[Q] is that entry's id.
+            let (start, end) = unsafe { span(p, off + i, v[Q]) };
+            if start + u64::from(l) < end {
+                pos[Q] = start + u64::from(l);
+            }
+        }
+    });
+    let mut sw = [(0u32, 0.0f32); R];
+    unroll!(4, Q: usize => {
+        if pos[Q] != u64::MAX {
+            // SAFETY: pos < end <= number of edges.
+            sw[Q] = unsafe {
+                (
+                    *(p.in_src as *const u32).add(pos[Q] as usize),
+                    *(p.in_w as *const f32).add(pos[Q] as usize),
                 )
             };
         }
-    }
-    // Every lane of the warp takes part in the shuffles, valid or not; offsets below W stay in the group.
-    // SAFETY: only group leaders of valid groups write.
-    unsafe { finish_group(p, v, l, acc, W / 2, valid) };
+    });
+    let mut acc = [0.0f32; R];
+    unroll!(4, Q: usize => {
+        if pos[Q] != u64::MAX {
+            // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
+            acc[Q] = fma(sw[Q].1, unsafe { *(p.prev as *const f32).add(sw[Q].0 as usize) }, 0.0);
+        }
+    });
+    unroll!(4, Q: usize => {
+        let i = first + Q as u32 * per_round + group;
+        // Every lane of the warp takes part in the shuffles, valid or not; offsets below W stay in the group.
+        // SAFETY: only group leaders of valid groups write; v[Q] is then a node.
+        unsafe { finish_group(p, v[Q], l, acc[Q], W / 2, i < count) };
+    });
 }
 
 /// [`finish`] for a group whose tree starts at offset `first_off` (< 16), writing only when `valid`.

@@ -1336,6 +1336,9 @@ pub struct DeviceGraph {
     /// Node ids by in-degree class (hubs, > 16, 9-16, <= 8 in-edges), one list after the other.
     pub(crate) n_class: [u32; 4],
     pub(crate) nodes: CudaSlice<u32>,
+    /// `start << 16 | count` of each entry of `nodes` (hub entries 0), or none if an offset needs more than 48
+    /// bits: `SpreadHopParams::spans`.
+    pub(crate) spans: Option<CudaSlice<u64>>,
     pub(crate) in_ptr: CudaSlice<u64>,
     pub(crate) in_src: CudaSlice<u32>,
     pub(crate) in_w: CudaSlice<f32>,
@@ -1431,6 +1434,25 @@ impl Kernels {
         }
         let n_class = [0, 1, 2, 3].map(|c| lists[c].len() as u32);
         let nodes: Vec<u32> = lists.concat();
+        // Below the hub class a count fits 16 bits (SPREAD_HUB_MIN <= 65,536); the start needs 48.
+        let spans = if in_src.len() < 1 << 48 {
+            let n_hubs = n_class[0] as usize;
+            let spans: Vec<u64> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let v = v as usize;
+                    if i < n_hubs {
+                        0
+                    } else {
+                        (in_ptr[v] << 16) | degree(v)
+                    }
+                })
+                .collect();
+            Some(gpu.upload(&spans)?)
+        } else {
+            None
+        };
         let out_dst_dev = if out_dst.is_empty() {
             gpu.alloc_zeros(pad(0))?
         } else {
@@ -1441,6 +1463,7 @@ impl Kernels {
             n_edges: in_src.len(),
             n_class,
             nodes: gpu.upload(&nodes)?,
+            spans,
             in_ptr: gpu.upload(in_ptr)?,
             in_src: in_src_dev,
             in_w: in_w_dev,

@@ -15,7 +15,7 @@ use recall_gpu_sys::driver::{CudaEvent, CudaSlice, LaunchConfig, PinnedHostSlice
 use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
 use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_COUNTERS, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_HUB_CHUNK,
-    SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams,
+    SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams, spread_hop_blocks,
 };
 
 /// How the hops of a spreading call are computed. Every choice gives the same bits.
@@ -116,9 +116,7 @@ fn class_offsets(n_class: [u32; 4]) -> [u32; 4] {
 
 /// Blocks of a dense hop over lists of these sizes.
 fn hop_blocks(n_class: [u32; 4]) -> usize {
-    let warps = (GRAPH_BLOCK / 32) as usize;
-    let [hubs, n32, n16, n8] = n_class.map(|c| c as usize);
-    hubs + n32.div_ceil(warps) + n16.div_ceil(2 * warps) + n8.div_ceil(4 * warps)
+    spread_hop_blocks(n_class).iter().map(|&b| b as usize).sum()
 }
 
 impl Kernels {
@@ -288,6 +286,7 @@ impl Kernels {
                 total: gpu.device_ptr(&s.total),
                 overflow_hop: gpu.device_ptr(&s.flag),
                 nodes: gpu.device_ptr(&graph.nodes),
+                spans: graph.spans.as_ref().map_or(0, |sp| gpu.device_ptr(sp)),
                 n_nodes: n32,
                 hop,
                 decay,
@@ -324,6 +323,7 @@ impl Kernels {
                     // regions; touched counters zero (zeroed with the counters before this hop's listing).
                     unsafe { gpu.launch(&self.spread_collect, scan_cfg, frontier_params(s, 0)) }?;
                     params.nodes = gpu.device_ptr(&s.touched);
+                    params.spans = 0; // the touched lists are not the graph's lists
                     params.counts = gpu.device_ptr(&s.counters)
                         + (recall_kernel_shared::SPREAD_CTR_TOUCHED * 4) as u64;
                     // Touched targets are at most the active out-edges: a bound on the list blocks.
@@ -426,7 +426,8 @@ mod tests {
     #[test]
     fn dense_blocks_cover_every_class() {
         // 1 hub block, 9 warps -> 2 blocks, 17 pairs of 16 -> 2 blocks, 33 quads -> 2 blocks.
-        assert_eq!(hop_blocks([1, 9, 17, 33]), 1 + 2 + 2 + 2);
+        assert_eq!(hop_blocks([1, 9, 17, 33]), 1 + 1 + 1 + 1);
+        assert_eq!(hop_blocks([2, 17, 65, 129]), 2 + 2 + 2 + 2);
         assert_eq!(hop_blocks([0, 0, 0, 0]), 0);
     }
 }

@@ -711,7 +711,7 @@ mod gpu_graph {
         hops: usize,
         k: usize,
         iters: usize,
-    ) -> Result<(f64, f64, f64), String> {
+    ) -> Result<SpreadTimes, String> {
         let (g, kern) = backend.parts();
         let dev = crate::gpu_shared_graph::upload(g, kern, graph).map_err(err)?;
         let run = |h: usize, with_top: bool, frontier: Frontier| -> Result<(), String> {
@@ -734,6 +734,8 @@ mod gpu_graph {
         let mut one = Vec::new();
         let mut full = Vec::new();
         let mut dense = Vec::new();
+        let mut dense1 = Vec::new();
+        let mut dense5 = Vec::new();
         for _ in 0..iters.max(1) {
             let t = Instant::now();
             run(1, false, Frontier::Auto)?;
@@ -744,8 +746,19 @@ mod gpu_graph {
             let t = Instant::now();
             run(hops, true, Frontier::Dense)?;
             dense.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run(1, false, Frontier::Dense)?;
+            dense1.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run(5, false, Frontier::Dense)?;
+            dense5.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        Ok((median(one), median(full), median(dense)))
+        Ok(SpreadTimes {
+            one_hop_ms: median(one),
+            full_ms: median(full),
+            full_dense_ms: median(dense),
+            dense_hop_ms: (median(dense5) - median(dense1)) / 4.0,
+        })
     }
 
     /// One k-means iteration with the points resident (assignment, inertia, member sort on the host,
@@ -812,7 +825,7 @@ mod no_gpu_graph {
         _: usize,
         _: usize,
         _: usize,
-    ) -> Result<(f64, f64, f64), String> {
+    ) -> Result<super::SpreadTimes, String> {
         Err("this build has no GPU support".into())
     }
 
@@ -830,6 +843,20 @@ mod no_gpu_graph {
 
 #[cfg(not(feature = "gpu"))]
 pub use no_gpu_graph::{kmeans_iter_ms, spread_ms};
+
+/// Median times of `spread_ms`, in ms.
+#[derive(Debug, Clone, Copy)]
+pub struct SpreadTimes {
+    /// One hop from the seeds (auto frontier), no top-k, no download: the call as a user makes it.
+    pub one_hop_ms: f64,
+    /// All hops (auto frontier), top-k and the activation download.
+    pub full_ms: f64,
+    /// The same with every hop dense.
+    pub full_dense_ms: f64,
+    /// One dense hop on the device: (5 dense hops - 1 dense hop) / 4, no top-k, no download; the device-side
+    /// cost to set next to one SpMV.
+    pub dense_hop_ms: f64,
+}
 
 /// GPU clip-and-noise with the data resident: median ms of the two kernels (row norms, clip_noise).
 #[cfg(feature = "gpu")]

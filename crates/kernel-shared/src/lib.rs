@@ -380,6 +380,10 @@ pub struct SpreadHopParams {
     /// in-edges, a block each), then nodes with more than 16 in-edges (a warp each), then 9 to 16 (two per
     /// warp), then at most 8 (four per warp).
     pub nodes: u64,
+    /// 0 (read each node's in-edges from `in_ptr`), or, for the dense hop over the graph's own lists, one u64
+    /// per entry of `nodes`: `start << 16 | count` of that node's in-edges (hub entries unused). Read beside the
+    /// node id, so the in-edge positions do not wait for it.
+    pub spans: u64,
     pub n_nodes: u32,
     pub hop: u32,
     pub decay: f32,
@@ -437,8 +441,28 @@ pub struct SpreadFrontierParams {
     pub class_off: [u32; 4],
 }
 
-/// Nodes with at least this many in-edges take the block-staged hub path of `spread_hop`.
+/// Nodes with at least this many in-edges take the block-staged hub path of `spread_hop`. Below it a node's
+/// in-edge count fits the 16 bits of a `SpreadHopParams::spans` entry.
 pub const SPREAD_HUB_MIN: u64 = 4096;
+const _: () = assert!(SPREAD_HUB_MIN <= 1 << 16, "span counts are 16 bits");
+/// Nodes of the 32-lane class (17 in-edges up to the hubs) per warp of `spread_hop`, their loads interleaved.
+pub const SPREAD_PAIR: u32 = 2;
+/// Rounds of `spread_hop`'s 16- and 8-lane classes per warp (2 or 4 nodes a round), all rounds' loads issued
+/// before any round's sum: the hop is bound by dependent memory latency, not bytes.
+pub const SPREAD_SMALL_ROUNDS: u32 = 4;
+
+/// Blocks of one dense `spread_hop` over class lists of these sizes (hubs, 32-, 16-, 8-lane): a block per
+/// hub, then the warp classes at `SPREAD_PAIR`, `2 * SPREAD_SMALL_ROUNDS` and `4 * SPREAD_SMALL_ROUNDS`
+/// nodes per warp. The kernel and its launcher both use this.
+pub const fn spread_hop_blocks(n_class: [u32; 4]) -> [u32; 4] {
+    let warps = GRAPH_BLOCK / 32;
+    [
+        n_class[0],
+        n_class[1].div_ceil(SPREAD_PAIR * warps),
+        n_class[2].div_ceil(2 * SPREAD_SMALL_ROUNDS * warps),
+        n_class[3].div_ceil(4 * SPREAD_SMALL_ROUNDS * warps),
+    ]
+}
 /// In-edge positions a hub block stages per step (a multiple of 32, so lane = position mod 32 holds).
 pub const SPREAD_HUB_CHUNK: u32 = 2048;
 
