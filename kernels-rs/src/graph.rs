@@ -2,7 +2,7 @@
 //!
 //! Thread mapping: nodes are binned by in-degree once, on the host; one launch covers the four classes, each a
 //! block-uniform range of blocks:
-//! - hubs (at least `SPREAD_HUB_MIN` in-edges): a block each (see [`hub`]);
+//! - hubs (at least `SPREAD_HUB_MIN` in-edges): 32 blocks each, one per lane chain (see [`hub`]);
 //! - more than 16 in-edges: two nodes per warp (see [`pair32`]). Lane `l` walks positions `l, l + 32, ...` of
 //!   each with one FMA chain, 8 terms at a time (sources, weights and gathered activations of both nodes are
 //!   loaded before the FMAs run in order);
@@ -23,8 +23,8 @@
 //! targets only, its grid striding over their blocks.
 
 use crate::util::{
-    ballot, block_x, dynamic_shared_f32, fma, grid_dim_x, shfl_xor_f32, shfl_xor_u64, sync_threads,
-    thread_x,
+    ballot, block_x, dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, shfl_xor_f32, shfl_xor_u64,
+    sync_threads, thread_x,
 };
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use recall_kernel_shared::{
@@ -82,8 +82,9 @@ unsafe fn hop_block(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: 
     let warps_per_block = GRAPH_BLOCK / 32;
     let nodes = p.nodes as *const u32;
     if b < blocks[0] {
-        // SAFETY: forwarded launcher contract; block-uniform branch.
-        unsafe { hub(p, *nodes.add((off_hubs + b) as usize)) };
+        let (h, l) = (b / 32, b % 32);
+        // SAFETY: forwarded launcher contract (h below the hubs listed); block-uniform branch.
+        unsafe { hub(p, h, *nodes.add((off_hubs + h) as usize), l) };
         return;
     }
     let b = b - blocks[0];
@@ -321,36 +322,45 @@ unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32) {
     }
 }
 
-/// A hub, one block of `GRAPH_BLOCK` threads: warps 1..8 gather the weights and activations of
-/// `SPREAD_HUB_CHUNK` positions into shared memory (double-buffered) while warp 0 runs the 32 lane chains
-/// over the previous chunk, lane `l` taking positions `l, l + 32, ...` in order (the chunk length is a
-/// multiple of 32, so lane `l` owns the same positions as in the warp path). Then warp 0 finishes exactly
-/// like the warp path.
+/// Lane chain `l` of hub `v` (entry `h` of the hub list), one block of `GRAPH_BLOCK` threads; the hub's 32
+/// chains run in 32 blocks at once. Warps 1..8 gather the chain's weights and activations (positions `l, l +
+/// 32, ...`) `SPREAD_HUB_CHUNK` at a time into shared memory (double-buffered) while thread 0 runs the chain
+/// over the previous chunk in order. Thread 0 stores the chain's sum in `hub_lanes[32 h + l]`; the block that
+/// takes the hub's last ticket loads the 32 sums into its warp 0 (lane `l` the sum of chain `l`) and finishes
+/// exactly like the warp path, then resets the ticket.
+///
+/// The contract fixes 32 sequential chains per node; the chain of a hub with 170,000 in-edges is 5,300 FMAs,
+/// about 11 us. Run as one block (warp 0 on all 32 chains, one chunk of 2,048 positions per two memory
+/// latencies) it took about 300 us and bounded the whole hop (ncu: SMs active 37 % of the hop's cycles).
 ///
 /// # Safety
-/// `v < n_nodes`, called by every thread of the block; `4 * SPREAD_HUB_CHUNK` floats of dynamic shared memory.
+/// `v < n_nodes`, called by every thread of the block; `4 * SPREAD_HUB_CHUNK` floats of dynamic shared memory;
+/// `hub_lanes` and `hub_tickets` hold entry `h` as `SpreadHopParams` documents, the ticket zero before the hop.
 #[inline(always)]
-unsafe fn hub(p: &SpreadHopParams, v: u32) {
+unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, l: u32) {
     const CHUNK: usize = SPREAD_HUB_CHUNK as usize;
     let smem = dynamic_shared_f32();
     // [w0, a0, w1, a1], CHUNK floats each.
     let buf = |b: usize, which: usize| smem.wrapping_add((2 * b + which) * CHUNK);
     let t = thread_x() as usize;
-    let (lane, warp) = (t % 32, t / 32);
+    let warp = t / 32;
     let in_ptr = p.in_ptr as *const u64;
     // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
     let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
     let len = (end - start) as usize;
-    let n_chunks = len.div_ceil(CHUNK);
+    let l = l as usize;
+    // Positions l, l + 32, ... below len.
+    let chain = if l < len { (len - l).div_ceil(32) } else { 0 };
+    let n_chunks = chain.div_ceil(CHUNK);
     let (src, w, prev) = (
         p.in_src as *const u32,
         p.in_w as *const f32,
         p.prev as *const f32,
     );
     let loaders = GRAPH_BLOCK as usize - 32;
-    // Warps 1..8 stage chunk c into buffer c % 2. Each loader owns positions `t - 32 + loaders * m`: all
-    // its sources and weights are loaded, then all gathers issued, then all stores done, so a chunk costs
-    // about two memory latencies instead of two per position.
+    // Warps 1..8 stage chunk c into buffer c % 2. Each loader owns chain steps `t - 32 + loaders * m`: all its
+    // sources and weights are loaded, then all gathers issued, then all stores done, so a chunk costs about
+    // two memory latencies instead of two per position.
     const PER: usize = CHUNK.div_ceil(GRAPH_BLOCK as usize - 32);
     let stage = |c: usize| {
         if warp == 0 || c >= n_chunks {
@@ -358,14 +368,14 @@ unsafe fn hub(p: &SpreadHopParams, v: u32) {
         }
         let base = c * CHUNK;
         let (wb, ab) = (buf(c % 2, 0), buf(c % 2, 1));
-        let here = (len - base).min(CHUNK);
+        let here = (chain - base).min(CHUNK);
         let mut sw = [(0u32, 0.0f32); PER];
         let mut m = 0;
         while m < PER {
             let i = t - 32 + loaders * m;
             if i < here {
-                let j = start as usize + base + i;
-                // SAFETY: j < end.
+                let j = start as usize + l + 32 * (base + i);
+                // SAFETY: step base + i < chain, so j < end.
                 sw[m] = unsafe { (*src.add(j), *w.add(j)) };
             }
             m += 1;
@@ -399,22 +409,41 @@ unsafe fn hub(p: &SpreadHopParams, v: u32) {
     // Block-uniform loop: every thread reaches the barrier.
     while c < n_chunks {
         stage(c + 1);
-        if warp == 0 {
+        if t == 0 {
             let (wb, ab) = (buf(c % 2, 0), buf(c % 2, 1));
-            let here = (len - c * CHUNK).min(CHUNK);
-            let mut i = lane;
+            let here = (chain - c * CHUNK).min(CHUNK);
+            let mut i = 0;
             while i < here {
                 // SAFETY: i < CHUNK inside the buffers, staged before the last barrier.
                 acc = unsafe { fma(*wb.add(i), *ab.add(i), acc) };
-                i += 32;
+                i += 1;
             }
         }
         sync_threads();
         c += 1;
     }
+    let lanes = p.hub_lanes as *mut f32;
+    let slot = 32 * h as usize;
+    if t == 0 {
+        // SAFETY: entry h of hub_lanes has 32 values.
+        unsafe { *lanes.add(slot + l) = acc };
+    }
+    // The buffers are free (the last barrier passed): the flag lives in their first word.
+    let ticket = (p.hub_tickets as *mut u32).wrapping_add(h as usize);
+    // SAFETY: the ticket is a device u32 used only atomically during the hop; the flag is shared memory.
+    if !unsafe { last_to_arrive(ticket, 32, smem as *mut u32) } {
+        return;
+    }
     if warp == 0 {
+        // SAFETY: the 32 blocks of this hub stored their sums before their tickets (volatile: not a stale
+        // cache line).
+        let s = unsafe { lanes.add(slot + t).read_volatile() };
         // SAFETY: v < n_nodes.
-        unsafe { finish(p, v, lane as u32, acc, 16) };
+        unsafe { finish(p, v, t as u32, s, 16) };
+        if t == 0 {
+            // SAFETY: every block of the hub has taken its ticket; the next hop starts from zero.
+            unsafe { ticket.write_volatile(0) };
+        }
     }
 }
 

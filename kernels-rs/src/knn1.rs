@@ -19,10 +19,9 @@
 //! the launcher runs the separate kernels instead.
 
 use crate::dense::{finish, step};
-use crate::select::atomic_add;
 use crate::util::{
     F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32,
-    fence_gpu, fma, grid_dim_x, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
+    fma, last_to_arrive, grid_dim_x, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,
@@ -266,30 +265,6 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
         // SAFETY: every group has taken its ticket.
         unsafe { tickets.write_volatile(0) };
     }
-}
-
-/// Publish this block's writes, take a ticket from `counter`, and say (to every thread) whether it was the
-/// last of `total`. Block-uniform.
-///
-/// # Safety
-/// `counter` is a device u32 only used atomically while the kernel runs; `flag` a shared u32.
-#[inline(always)]
-unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut u32) -> bool {
-    fence_gpu();
-    sync_threads();
-    if thread_x() == 0 {
-        let ticket = atomic_add(counter, 1);
-        // SAFETY: the flag is this block's shared memory.
-        unsafe { *flag = u32::from(ticket as usize + 1 == total) };
-    }
-    sync_threads();
-    // SAFETY: written before the barrier.
-    let last = unsafe { *flag } != 0;
-    if last {
-        // Acquire: the other blocks' writes before their tickets are visible from here on.
-        fence_gpu();
-    }
-    last
 }
 
 /// Merge `lists` ascending lists of `k` keys each (list `i` at `src[i * k ..]`, `lists <=` the block's

@@ -130,12 +130,13 @@ pub fn cp_async_wait<const N: u32>() {
     unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
 }
 
-/// A fence of the acquire-release kind at GPU scope (`fence.acq_rel.gpu`, sm_70 and newer): this thread's
-/// writes before it are visible device-wide to whoever observes a later write of this thread.
+/// A memory fence at GPU scope (`membar.gl`, every arch; from sm_70 on it is `fence.sc.gpu`, stronger than the
+/// acquire-release this needs): this thread's writes before it are visible device-wide to whoever observes a
+/// later write of this thread, and its reads after it see what such writers published before theirs.
 #[inline(always)]
 pub fn fence_gpu() {
     // SAFETY: a memory fence; no operands.
-    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) }
+    unsafe { asm!("membar.gl;", options(nostack)) }
 }
 
 /// Barrier for the 32 lanes of the warp (`bar.warp.sync`), ordering their shared-memory accesses. Every lane
@@ -207,4 +208,28 @@ pub unsafe fn block_min(offer: u64, mins: *mut u64, warps: usize, r: usize) -> u
         w += 1;
     }
     best
+}
+
+/// Publish this block's writes, take a ticket from `counter`, and say (to every thread) whether it was the
+/// last of `total`. Block-uniform.
+///
+/// # Safety
+/// `counter` is a device u32 only used atomically while the kernel runs; `flag` a shared u32.
+#[inline(always)]
+pub(crate) unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut u32) -> bool {
+    fence_gpu();
+    sync_threads();
+    if thread_x() == 0 {
+        let ticket = crate::select::atomic_add(counter, 1);
+        // SAFETY: the flag is this block's shared memory.
+        unsafe { *flag = u32::from(ticket as usize + 1 == total) };
+    }
+    sync_threads();
+    // SAFETY: written before the barrier.
+    let last = unsafe { *flag } != 0;
+    if last {
+        // Acquire: the other blocks' writes before their tickets are visible from here on.
+        fence_gpu();
+    }
+    last
 }

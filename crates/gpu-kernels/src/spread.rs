@@ -69,6 +69,9 @@ pub(crate) struct SpreadScratch {
     touched: CudaSlice<u32>,
     /// Seed pairs: `count` node ids, then `count` values' bits.
     pairs: CudaSlice<u32>,
+    /// 32 lane-chain sums per hub, and each hub's ticket (zero between hops): `SpreadHopParams`.
+    hub_lanes: CudaSlice<f32>,
+    hub_tickets: CudaSlice<u32>,
     pairs_host: Option<PinnedHostSlice<u32>>,
     dense_host: Option<PinnedHostSlice<f32>>,
     /// The counters and then the flag, read back.
@@ -81,7 +84,7 @@ pub(crate) struct SpreadScratch {
 }
 
 impl SpreadScratch {
-    fn new(gpu: &Gpu, n: usize) -> Result<SpreadScratch, KernelError> {
+    fn new(gpu: &Gpu, n: usize, n_hubs: usize) -> Result<SpreadScratch, KernelError> {
         Ok(SpreadScratch {
             prev: gpu.alloc_zeros(n)?,
             next: gpu.alloc_zeros(n)?,
@@ -92,6 +95,8 @@ impl SpreadScratch {
             active: gpu.alloc_zeros(n)?,
             touched: gpu.alloc_zeros(n)?,
             pairs: gpu.alloc_zeros(2 * (n / SEED_PAIRS_DIV).max(1))?,
+            hub_lanes: gpu.alloc_zeros(32 * n_hubs.max(1))?,
+            hub_tickets: gpu.alloc_zeros(n_hubs.max(1))?,
             pairs_host: None,
             dense_host: None,
             small_host: gpu.alloc_pinned_readback(SPREAD_COUNTERS + 1)?,
@@ -151,7 +156,7 @@ impl Kernels {
         let n32 = to_u32(K, "n_nodes", n)?;
         let mut guard = graph.scratch.lock();
         if guard.is_none() {
-            *guard = Some(SpreadScratch::new(gpu, n)?);
+            *guard = Some(SpreadScratch::new(gpu, n, graph.n_class[0] as usize)?);
         }
         let Some(s) = guard.as_mut() else {
             return Err(shape(K, "spreading buffers missing"));
@@ -287,6 +292,8 @@ impl Kernels {
                 overflow_hop: gpu.device_ptr(&s.flag),
                 nodes: gpu.device_ptr(&graph.nodes),
                 spans: graph.spans.as_ref().map_or(0, |sp| gpu.device_ptr(sp)),
+                hub_lanes: gpu.device_ptr(&s.hub_lanes),
+                hub_tickets: gpu.device_ptr(&s.hub_tickets),
                 n_nodes: n32,
                 hop,
                 decay,
@@ -426,8 +433,8 @@ mod tests {
     #[test]
     fn dense_blocks_cover_every_class() {
         // 1 hub block, 9 warps -> 2 blocks, 17 pairs of 16 -> 2 blocks, 33 quads -> 2 blocks.
-        assert_eq!(hop_blocks([1, 9, 17, 33]), 1 + 1 + 1 + 1);
-        assert_eq!(hop_blocks([2, 17, 65, 129]), 2 + 2 + 2 + 2);
+        assert_eq!(hop_blocks([1, 9, 17, 33]), 32 + 1 + 1 + 1);
+        assert_eq!(hop_blocks([2, 17, 65, 129]), 64 + 2 + 2 + 2);
         assert_eq!(hop_blocks([0, 0, 0, 0]), 0);
     }
 }

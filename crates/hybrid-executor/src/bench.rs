@@ -714,20 +714,24 @@ mod gpu_graph {
     ) -> Result<SpreadTimes, String> {
         let (g, kern) = backend.parts();
         let dev = crate::gpu_shared_graph::upload(g, kern, graph).map_err(err)?;
-        let run = |h: usize, with_top: bool, frontier: Frontier| -> Result<(), String> {
-            kern.spread_graph(
-                g,
-                &dev,
-                seeds,
-                decay,
-                threshold,
-                h,
-                with_top.then_some(k),
-                with_top,
-                frontier,
-            )
-            .map_err(err)?;
-            Ok(())
+        let run_parts =
+            |h: usize, top: bool, download: bool, frontier: Frontier| -> Result<(), String> {
+                kern.spread_graph(
+                    g,
+                    &dev,
+                    seeds,
+                    decay,
+                    threshold,
+                    h,
+                    top.then_some(k),
+                    download,
+                    frontier,
+                )
+                .map_err(err)?;
+                Ok(())
+            };
+        let run = |h: usize, with_top: bool, frontier: Frontier| {
+            run_parts(h, with_top, with_top, frontier)
         };
         run(hops, true, Frontier::Auto)?;
         run(hops, true, Frontier::Dense)?;
@@ -736,6 +740,7 @@ mod gpu_graph {
         let mut dense = Vec::new();
         let mut dense1 = Vec::new();
         let mut dense5 = Vec::new();
+        let (mut top_only, mut download_only) = (Vec::new(), Vec::new());
         for _ in 0..iters.max(1) {
             let t = Instant::now();
             run(1, false, Frontier::Auto)?;
@@ -752,12 +757,22 @@ mod gpu_graph {
             let t = Instant::now();
             run(5, false, Frontier::Dense)?;
             dense5.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run_parts(1, true, false, Frontier::Dense)?;
+            top_only.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run_parts(1, false, true, Frontier::Dense)?;
+            download_only.push(t.elapsed().as_secs_f64() * 1e3);
         }
+        let dense1 = median(dense1);
         Ok(SpreadTimes {
             one_hop_ms: median(one),
             full_ms: median(full),
             full_dense_ms: median(dense),
-            dense_hop_ms: (median(dense5) - median(dense1)) / 4.0,
+            dense_hop_ms: (median(dense5) - dense1) / 4.0,
+            dense1_ms: dense1,
+            top_ms: median(top_only) - dense1,
+            download_ms: median(download_only) - dense1,
         })
     }
 
@@ -856,6 +871,12 @@ pub struct SpreadTimes {
     /// One dense hop on the device: (5 dense hops - 1 dense hop) / 4, no top-k, no download; the device-side
     /// cost to set next to one SpMV.
     pub dense_hop_ms: f64,
+    /// One dense hop from the seeds, no top-k, no download: seeds in, the hop, the wait.
+    pub dense1_ms: f64,
+    /// What the top-k adds to `dense1_ms`.
+    pub top_ms: f64,
+    /// What the activation download adds to `dense1_ms`.
+    pub download_ms: f64,
 }
 
 /// GPU clip-and-noise with the data resident: median ms of the two kernels (row norms, clip_noise).

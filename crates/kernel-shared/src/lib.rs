@@ -384,6 +384,10 @@ pub struct SpreadHopParams {
     /// per entry of `nodes`: `start << 16 | count` of that node's in-edges (hub entries unused). Read beside the
     /// node id, so the in-edge positions do not wait for it.
     pub spans: u64,
+    /// f32, 32 per entry of the hub list: each hub's 32 lane-chain sums, written by its 32 blocks.
+    pub hub_lanes: u64,
+    /// u32, one per entry of the hub list, zero between hops: the hub's blocks take tickets, the last finishes it.
+    pub hub_tickets: u64,
     pub n_nodes: u32,
     pub hop: u32,
     pub decay: f32,
@@ -451,13 +455,13 @@ pub const SPREAD_PAIR: u32 = 2;
 /// before any round's sum: the hop is bound by dependent memory latency, not bytes.
 pub const SPREAD_SMALL_ROUNDS: u32 = 4;
 
-/// Blocks of one dense `spread_hop` over class lists of these sizes (hubs, 32-, 16-, 8-lane): a block per
-/// hub, then the warp classes at `SPREAD_PAIR`, `2 * SPREAD_SMALL_ROUNDS` and `4 * SPREAD_SMALL_ROUNDS`
+/// Blocks of one dense `spread_hop` over class lists of these sizes (hubs, 32-, 16-, 8-lane): 32 blocks per
+/// hub (one per lane chain), then the warp classes at `SPREAD_PAIR`, `2 * SPREAD_SMALL_ROUNDS` and `4 * SPREAD_SMALL_ROUNDS`
 /// nodes per warp. The kernel and its launcher both use this.
 pub const fn spread_hop_blocks(n_class: [u32; 4]) -> [u32; 4] {
     let warps = GRAPH_BLOCK / 32;
     [
-        n_class[0],
+        n_class[0] * 32,
         n_class[1].div_ceil(SPREAD_PAIR * warps),
         n_class[2].div_ceil(2 * SPREAD_SMALL_ROUNDS * warps),
         n_class[3].div_ceil(4 * SPREAD_SMALL_ROUNDS * warps),

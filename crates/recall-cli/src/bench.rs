@@ -1029,6 +1029,14 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
         "| recall GPU: one dense hop on the device, activation resident ((5 dense hops - 1) / 4) | {:.1} us | all nodes pulled, as an SpMV |",
         times.dense_hop_ms * 1e3
     );
+    let _ = writeln!(
+        r,
+        "| recall GPU: parts of a call: 1 dense hop with seeds in and the wait / + top-{} / + activation download | {:.1} / +{:.1} / +{:.1} us | |",
+        a.k,
+        times.dense1_ms * 1e3,
+        times.top_ms * 1e3,
+        times.download_ms * 1e3
+    );
     peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
         if let Some(ms) = p.num("hop_ms") {
             let _ = writeln!(
