@@ -1,10 +1,10 @@
 //! Activation spreading: one hop in the pull order of `docs/numerics.md` ("Activation spreading").
 //!
-//! Thread mapping: nodes are binned by in-degree once, on the host; one launch covers the four classes, each a
-//! block-uniform range of blocks:
+//! Thread mapping: nodes are binned by in-degree once, on the host; `spread_hub` covers the hubs and one
+//! `spread_hop` launch the three other classes, each a block-uniform range of blocks:
 //! - hubs (at least `SPREAD_HUB_MIN` in-edges): 32 blocks each, one per lane chain (see [`hub`]);
 //! - more than 16 in-edges: two nodes per warp (see [`pair32`]). Lane `l` walks positions `l, l + 32, ...` of
-//!   each with one FMA chain, 8 terms at a time (sources, weights and gathered activations of both nodes are
+//!   each with one FMA chain, 2 terms at a time (sources, weights and gathered activations of both nodes are
 //!   loaded before the FMAs run in order);
 //! - 9 to 16 in-edges: two per warp, 16 lanes each; at most 8: four per warp, 8 lanes each; four such rounds
 //!   per warp with all their loads in flight together (see [`small`]).
@@ -33,61 +33,83 @@ use recall_kernel_shared::{
     SpreadHopParams, spread_hop_blocks,
 };
 
-/// One hop: `next[v] = (decay * pulled(v) >= threshold) ? decay * pulled(v) : 0`, `total[v] += next[v]`, for
-/// every node of the four class lists.
+/// One hop over the three warp classes (the hubs are `spread_hub`'s): `next[v] = (decay * pulled(v) >=
+/// threshold) ? decay * pulled(v) : 0`, `total[v] += next[v]`, for every node of their lists.
 ///
 /// Dense hop (`counts == 0`): the lists are all nodes and the grid has exactly one block per list block. Sparse
 /// hop: the lists are the touched targets (`spread_collect`), their lengths are read from `counts`, and the grid
 /// strides over the list blocks; every other node must already hold `next[v] = +0.0`, which is exactly what its
 /// chain of terms from inactive sources gives (see `spread_mark`).
 ///
+/// Kept apart from the hubs so that its registers (and no shared memory) set its occupancy: the hop is bound by
+/// dependent loads, and warps in flight are what hides them.
+///
 /// # Safety
-/// Dense: grid of the sum of `spread_hop_blocks(n_class)` blocks; sparse: any grid of at least one
-/// block. Blocks of `GRAPH_BLOCK` threads with `4 * SPREAD_HUB_CHUNK * 4` bytes of dynamic shared memory; the
-/// graph was validated (every source below `n_nodes`, `in_ptr` non-decreasing and within the edge arrays), each
-/// list `c` at `nodes + class_off[c]` holds only nodes of that in-degree class (hubs: at least `SPREAD_HUB_MIN`
-/// in-edges), no node twice, and the buffers are sized as `SpreadHopParams` documents.
-// `pair32` and `small` unroll for exactly these.
-const _: () = assert!(SPREAD_PAIR == 2 && SPREAD_SMALL_ROUNDS == 4);
-
+/// Dense: grid of `spread_hop_blocks(n_class)[1..]` summed; sparse: any grid of at least one block. Blocks of
+/// `GRAPH_BLOCK` threads; the graph was validated (every source below `n_nodes`, `in_ptr` non-decreasing and
+/// within the edge arrays), each list `c` at `nodes + class_off[c]` holds only nodes of that in-degree class, no
+/// node twice, and the buffers are sized as `SpreadHopParams` documents.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
-    let counts = if p.counts == 0 {
-        p.n_class
-    } else {
-        let c = p.counts as *const u32;
-        // SAFETY: `counts` points to four u32 written by an earlier launch.
-        unsafe { [*c, *c.add(1), *c.add(2), *c.add(3)] }
-    };
+    // SAFETY: forwarded launcher contract.
+    let counts = unsafe { hop_counts(&p) };
     let blocks = spread_hop_blocks(counts);
-    let all = blocks[0] + blocks[1] + blocks[2] + blocks[3];
-    // Block-uniform loop (one pass in the dense hop): the hub path's barriers are reached by every thread.
+    let all = blocks[1] + blocks[2] + blocks[3];
     let mut b = block_x();
     while b < all {
         // SAFETY: forwarded launcher contract; b < all.
-        unsafe { hop_block(&p, counts, blocks, b) };
+        unsafe { class_block(&p, counts, blocks, b) };
         b += grid_dim_x();
     }
 }
 
-/// List block `b` of a hop (hub blocks first, then the three warp classes; `blocks` from
-/// `spread_hop_blocks(counts)`).
+/// The hubs' part of a hop: 32 blocks per hub of the hub list (see [`hub`]), in the grid-strided order of
+/// `spread_hop`. Launched before `spread_hop` in the same stream, on the same buffers.
 ///
 /// # Safety
-/// As `spread_hop`; `b` below the hop's list blocks, block-uniform.
-#[inline(always)]
-unsafe fn hop_block(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: u32) {
-    let [_, n32, n16, n8] = counts;
-    let [off_hubs, off32, off16, off8] = p.class_off;
-    let warps_per_block = GRAPH_BLOCK / 32;
+/// As `spread_hop` (dense: exactly `32 * n_class[0]` blocks; sparse: any grid), with `4 * SPREAD_HUB_CHUNK * 4`
+/// bytes of dynamic shared memory; the hub list holds nodes with at least `SPREAD_HUB_MIN` in-edges, and the hub
+/// tickets are zero.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn spread_hub(p: SpreadHopParams) {
+    // SAFETY: forwarded launcher contract.
+    let counts = unsafe { hop_counts(&p) };
+    let all = spread_hop_blocks(counts)[0];
     let nodes = p.nodes as *const u32;
-    if b < blocks[0] {
+    // Block-uniform loop: the hub path's barriers are reached by every thread.
+    let mut b = block_x();
+    while b < all {
         let (h, l) = (b / 32, b % 32);
-        // SAFETY: forwarded launcher contract (h below the hubs listed); block-uniform branch.
-        unsafe { hub(p, h, *nodes.add((off_hubs + h) as usize), l) };
-        return;
+        // SAFETY: h is below the hubs listed; their list starts at class_off[0].
+        unsafe { hub(&p, h, *nodes.add((p.class_off[0] + h) as usize), l) };
+        b += grid_dim_x();
     }
-    let b = b - blocks[0];
+}
+
+/// The four class lengths of this hop: `n_class` (dense) or the touched counts (sparse).
+///
+/// # Safety
+/// `counts` is 0 or points to four u32 written by an earlier launch.
+#[inline(always)]
+unsafe fn hop_counts(p: &SpreadHopParams) -> [u32; 4] {
+    if p.counts == 0 {
+        p.n_class
+    } else {
+        let c = p.counts as *const u32;
+        // SAFETY: caller.
+        unsafe { [*c, *c.add(1), *c.add(2), *c.add(3)] }
+    }
+}
+
+/// List block `b` of the three warp classes (`blocks` from `spread_hop_blocks(counts)`; hubs excluded).
+///
+/// # Safety
+/// As `spread_hop`; `b` below the classes' list blocks, block-uniform.
+#[inline(always)]
+unsafe fn class_block(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: u32) {
+    let [_, n32, n16, n8] = counts;
+    let [_, off32, off16, off8] = p.class_off;
+    let warps_per_block = GRAPH_BLOCK / 32;
     let t = thread_x();
     let (lane, warp) = (t % 32, b * warps_per_block + t / 32);
     // Block ranges of the three warp classes; every branch below is block-uniform.
@@ -104,6 +126,9 @@ unsafe fn hop_block(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: 
         unsafe { small::<8>(p, off8, n8, warp, lane) };
     }
 }
+
+// `pair32` and `small` unroll for exactly these.
+const _: () = assert!(SPREAD_PAIR == 2 && SPREAD_SMALL_ROUNDS == 4);
 
 /// In-edge positions `start .. end` of the node at entry `at` of `nodes`, whose id is `v`: from `spans` when
 /// the launch has them (the dense hop: a load that does not wait for `v`), else from `in_ptr`.
@@ -124,7 +149,7 @@ unsafe fn span(p: &SpreadHopParams, at: u32, v: u32) -> (u64, u64) {
 }
 
 /// Nodes with 17 up to `SPREAD_HUB_MIN` in-edges, `SPREAD_PAIR` per warp: entries `off + PAIR * warp ..` of
-/// the list of `count`. Lane `l` runs each node's chain over positions `l, l + 32, ...`, 8 terms per node at a
+/// the list of `count`. Lane `l` runs each node's chain over positions `l, l + 32, ...`, 2 terms per node at a
 /// time, the nodes' loads interleaved (sources and weights of all, then all gathers, then each node's FMAs in
 /// order), then each node's fixed tree.
 ///
@@ -133,7 +158,7 @@ unsafe fn span(p: &SpreadHopParams, at: u32, v: u32) -> (u64, u64) {
 #[inline(always)]
 unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32) {
     const P: usize = SPREAD_PAIR as usize;
-    const UNROLL: u64 = 8;
+    const UNROLL: u64 = 2;
     let first = warp * SPREAD_PAIR;
     if first >= count {
         return; // Warp-uniform.
@@ -161,7 +186,7 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
         let mut sw = [[(0u32, 0.0f32); UNROLL as usize]; P];
         unroll!(2, R: usize => {
             let j0 = start[R] + base + u64::from(lane);
-            unroll!(8, I: usize => {
+            unroll!(2, I: usize => {
                 let j = j0 + 32 * (I as u64);
                 if j < end[R] {
                     // SAFETY: j < end <= number of edges.
@@ -172,7 +197,7 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
         let mut a = [[0.0f32; UNROLL as usize]; P];
         unroll!(2, R: usize => {
             let j0 = start[R] + base + u64::from(lane);
-            unroll!(8, I: usize => {
+            unroll!(2, I: usize => {
                 if j0 + 32 * (I as u64) < end[R] {
                     // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
                     a[R][I] = unsafe { *prev.add(sw[R][I].0 as usize) };
@@ -181,7 +206,7 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
         });
         unroll!(2, R: usize => {
             let j0 = start[R] + base + u64::from(lane);
-            unroll!(8, I: usize => {
+            unroll!(2, I: usize => {
                 if j0 + 32 * (I as u64) < end[R] {
                     acc[R] = fma(sw[R][I].1, a[R][I], acc[R]);
                 }

@@ -79,6 +79,7 @@ pub struct Kernels {
     select_choose: CudaFunction,
     select_collect: CudaFunction,
     pub(crate) spread_hop: CudaFunction,
+    pub(crate) spread_hub: CudaFunction,
     /// The sparse-frontier kernels of spreading (`spread.rs`).
     pub(crate) spread_seed: CudaFunction,
     pub(crate) spread_frontier: CudaFunction,
@@ -311,6 +312,7 @@ impl Kernels {
                         select_choose: f("select_choose")?,
                         select_collect: f("select_collect")?,
                         spread_hop: f("spread_hop")?,
+                        spread_hub: f("spread_hub")?,
                         spread_seed: f("spread_seed")?,
                         spread_frontier: f("spread_frontier")?,
                         spread_mark: f("spread_mark")?,

@@ -51,7 +51,9 @@ const SEED_PAIRS_DIV: usize = 4;
 const SPARSE_DIV: u64 = 16;
 
 /// The activations come back in this many chunks (the host copies one while the next crosses the bus).
-const OUT_CHUNKS: usize = 4;
+const OUT_CHUNKS: usize = 8;
+/// Activations from which the download's host copies run on several threads.
+const PARALLEL_COPY_MIN: usize = 1 << 18;
 /// Seeds are scanned in blocks of this many values (one vectorisable test per block for any nonzero value).
 const SEED_SCAN: usize = 64;
 
@@ -119,9 +121,10 @@ fn class_offsets(n_class: [u32; 4]) -> [u32; 4] {
     ]
 }
 
-/// Blocks of a dense hop over lists of these sizes.
-fn hop_blocks(n_class: [u32; 4]) -> usize {
-    spread_hop_blocks(n_class).iter().map(|&b| b as usize).sum()
+/// Blocks of a dense hop over lists of these sizes: `spread_hub`'s, then `spread_hop`'s.
+fn hop_blocks(n_class: [u32; 4]) -> (usize, usize) {
+    let b = spread_hop_blocks(n_class).map(|b| b as usize);
+    (b[0], b[1] + b[2] + b[3])
 }
 
 impl Kernels {
@@ -168,7 +171,7 @@ impl Kernels {
         };
         let sm = gpu.info().sm_count.max(1);
         let class_off = class_offsets(graph.n_class);
-        let dense_blocks = hop_blocks(graph.n_class);
+        let (hub_blocks, dense_blocks) = hop_blocks(graph.n_class);
         let frontier_params = |s: &SpreadScratch, count: u32| SpreadFrontierParams {
             prev: gpu.device_ptr(&s.prev),
             total: gpu.device_ptr(&s.total),
@@ -306,7 +309,13 @@ impl Kernels {
                 Ok(LaunchConfig {
                     grid_dim: (to_u32(K, "blocks", blocks.max(1))?, 1, 1),
                     block_dim: (GRAPH_BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            };
+            let hub_cfg = |blocks: usize| -> Result<LaunchConfig, KernelError> {
+                Ok(LaunchConfig {
                     shared_mem_bytes: 4 * SPREAD_HUB_CHUNK * 4,
+                    ..hop_cfg(blocks)?
                 })
             };
             if sparse {
@@ -339,6 +348,11 @@ impl Kernels {
                             .unwrap_or(usize::MAX)
                             .saturating_add(4),
                     );
+                    if hub_blocks > 0 {
+                        // SAFETY: as below, for the touched hubs (at most all hubs: the tickets and lane
+                        // sums have room); the tickets are zero between hops.
+                        unsafe { gpu.launch(&self.spread_hub, hub_cfg(hub_blocks)?, params) }?;
+                    }
                     let cfg = hop_cfg(bound.min(sm as usize * 8))?;
                     // SAFETY: the lists hold each touched target once, in its class's region; their
                     // lengths are in the counters; the kernel strides over any grid.
@@ -348,9 +362,14 @@ impl Kernels {
                 if frontier == Frontier::Auto {
                     dense_from_now = true;
                 }
+                if hub_blocks > 0 {
+                    // SAFETY: as below; 32 blocks per hub with the hub path's shared memory; the tickets
+                    // are zero between hops (the last block of each hub resets its own).
+                    unsafe { gpu.launch(&self.spread_hub, hub_cfg(hub_blocks)?, params) }?;
+                }
                 // SAFETY: the graph was validated by `upload_graph`, which also binned every node into exactly
                 // one in-degree class; prev, next and total hold n values, the flag one; the grid is exactly
-                // the dense hop's and the hub blocks get their shared memory, as the kernel documents.
+                // the dense hop's three warp classes, as the kernel documents.
                 unsafe { gpu.launch(&self.spread_hop, hop_cfg(dense_blocks)?, params) }?;
             }
             std::mem::swap(&mut s.prev, &mut s.next);
@@ -403,9 +422,27 @@ impl Kernels {
                 gpu.download_range_async(&s.total, i * chunk, part)?;
                 record_event(&s.out_fences[i], gpu.stream())?;
             }
-            for (i, part) in host[..n].chunks(chunk).enumerate() {
-                event_synchronize(&s.out_fences[i])?;
-                activation.extend_from_slice(part);
+            if n < PARALLEL_COPY_MIN {
+                for (i, part) in host[..n].chunks(chunk).enumerate() {
+                    event_synchronize(&s.out_fences[i])?;
+                    activation.extend_from_slice(part);
+                }
+            } else {
+                // A fresh vector's pages fault in on first write (about 16 GB/s on one thread, slower than
+                // the bus): each chunk is copied on its own thread as soon as it has crossed.
+                activation.resize(n, 0.0);
+                let host = &host[..n];
+                std::thread::scope(|scope| -> Result<(), KernelError> {
+                    for ((i, part), dst) in host
+                        .chunks(chunk)
+                        .enumerate()
+                        .zip(activation.chunks_mut(chunk))
+                    {
+                        event_synchronize(&s.out_fences[i])?;
+                        scope.spawn(move || dst.copy_from_slice(part));
+                    }
+                    Ok(())
+                })?;
             }
             activation
         } else {
@@ -433,8 +470,8 @@ mod tests {
     #[test]
     fn dense_blocks_cover_every_class() {
         // 1 hub block, 9 warps -> 2 blocks, 17 pairs of 16 -> 2 blocks, 33 quads -> 2 blocks.
-        assert_eq!(hop_blocks([1, 9, 17, 33]), 32 + 1 + 1 + 1);
-        assert_eq!(hop_blocks([2, 17, 65, 129]), 64 + 2 + 2 + 2);
-        assert_eq!(hop_blocks([0, 0, 0, 0]), 0);
+        assert_eq!(hop_blocks([1, 9, 17, 33]), (32, 1 + 1 + 1));
+        assert_eq!(hop_blocks([2, 17, 65, 129]), (64, 2 + 2 + 2));
+        assert_eq!(hop_blocks([0, 0, 0, 0]), (0, 0));
     }
 }
