@@ -272,7 +272,8 @@ pub fn build(args: &[String]) -> Result<(), String> {
             .arg(module)
             .arg("-o")
             .arg(&ptx_path))?;
-        let ptx = fs::read_to_string(&ptx_path).map_err(|e| e.to_string())?;
+        let ptx = add_launch_bounds(&fs::read_to_string(&ptx_path).map_err(|e| e.to_string())?);
+        fs::write(&ptx_path, &ptx).map_err(|e| e.to_string())?;
         numerics_guard(&ptx).map_err(|e| format!("sm_{sm}: {e}"))?;
         let cubin = out_dir.join(format!("sm_{sm}.cubin"));
         let log = run(Command::new(&ptxas)
@@ -329,6 +330,38 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
             problems.join("\n  ")
         ))
     }
+}
+
+/// Launch bounds that rustc cannot express (CUDA's `__launch_bounds__`), per kernel-name prefix: threads per
+/// block and the blocks per SM that `ptxas` must leave room for (so it keeps registers at or below
+/// `65536 / (threads * blocks)`). `sm80_gemm_*` (256 threads, 64 accumulators each) needs two blocks per SM to
+/// hide one block's barrier behind the other's arithmetic.
+const LAUNCH_BOUNDS: [(&str, u32, u32); 1] = [("sm80_gemm_", 256, 2)];
+
+/// `ptx` with `.maxntid` and `.minnctapersm` after the parameter list of every entry that [`LAUNCH_BOUNDS`]
+/// names (`.entry NAME(` ... `)` then `{`).
+fn add_launch_bounds(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len() + 256);
+    let mut pending: Option<(u32, u32)> = None;
+    for line in ptx.lines() {
+        if let Some((threads, blocks)) = pending
+            && line.trim() == "{"
+        {
+            out.push_str(&format!(
+                ".maxntid {threads}, 1, 1\n.minnctapersm {blocks}\n"
+            ));
+            pending = None;
+        }
+        if let Some(rest) = line.strip_prefix(".visible .entry ") {
+            pending = LAUNCH_BOUNDS
+                .iter()
+                .find(|(prefix, _, _)| rest.starts_with(prefix))
+                .map(|&(_, t, b)| (t, b));
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Kernels whose names start with one of these (tensor cores; other sm_80 instructions such as `cp.async`)
@@ -514,4 +547,21 @@ fn is_bitcode(path: &Path) -> bool {
     fs::read(path)
         .map(|b| b.starts_with(b"BC\xC0\xDE"))
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::add_launch_bounds;
+
+    #[test]
+    fn launch_bounds_go_to_the_named_entries_only() {
+        let ptx = ".visible .entry sm80_gemm_dot(\n\t.param .align 8 .b8 p[72]\n)\n{\n\tret;\n}\n\
+                   .visible .entry gemm_dot(\n\t.param .align 8 .b8 p[72]\n)\n{\n\tret;\n}\n";
+        let out = add_launch_bounds(ptx);
+        assert_eq!(
+            out,
+            ".visible .entry sm80_gemm_dot(\n\t.param .align 8 .b8 p[72]\n)\n.maxntid 256, 1, 1\n.minnctapersm 2\n{\n\tret;\n}\n\
+             .visible .entry gemm_dot(\n\t.param .align 8 .b8 p[72]\n)\n{\n\tret;\n}\n"
+        );
+    }
 }
