@@ -19,6 +19,8 @@
 //! transposed in shared memory (`[k][128 + 4]`), so each thread reads its 8 queries and 8 rows for one `k`
 //! as four 16-byte loads, conflict-free, and the next tile is prefetched into registers meanwhile.
 //! `gemm_l2_argmin` (k-means assignment) replaces the store of scores by a per-query minimum of pair keys.
+//! On sm_80 and newer `sm80_gemm_*` (`sgemm.rs`: `cp.async` stages of 16 columns, 3 in flight) runs instead;
+//! these kernels are the fallback below sm_80 and the comparison the diff-test and `bench knn` run beside it.
 
 use crate::util::{
     block_x, block_y, dynamic_shared_f32, fma, score_key, shfl_xor_u64, sqrt, sync_threads,

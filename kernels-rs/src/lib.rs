@@ -67,6 +67,7 @@ mod dense;
 mod graph;
 mod knn1;
 mod select;
+mod sgemm;
 mod tensor;
 mod util;
 

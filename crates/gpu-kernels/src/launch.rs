@@ -1,6 +1,7 @@
 //! Loading the bundle into a context and the typed launchers.
 
 use crate::bundle::{ImageKind, image, select_image};
+use crate::sgemm::{GemmKernel, SGEMM_SMEM_BYTES};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
@@ -105,6 +106,8 @@ pub struct Kernels {
     /// Candidate scoring in one launch (`cand.rs`), only in images for sm_80 and newer.
     pub(crate) cand: Option<crate::cand::CandKernels>,
     pub(crate) cand_staging: parking_lot::Mutex<crate::cand::CandStaging>,
+    /// The exact GEMM of sm_80 and newer (`sgemm.rs`); `None` below sm_80 or without its shared memory.
+    pub(crate) sgemm: Option<crate::sgemm::Sm80Gemm>,
 }
 
 /// The tensor-core kernels of fast mode.
@@ -358,6 +361,11 @@ impl Kernels {
                             None
                         },
                         cand_staging: parking_lot::Mutex::new(Default::default()),
+                        sgemm: if sm >= TC_MIN_SM {
+                            crate::sgemm::Sm80Gemm::load(gpu, f)?
+                        } else {
+                            None
+                        },
                         _module: module,
                     };
                     return Ok(kernels);
@@ -378,6 +386,34 @@ impl Kernels {
     /// The image this instance runs.
     pub fn image(&self) -> LoadedImage {
         self.image
+    }
+
+    /// The kernel that runs the exact many-query GEMM (similarity of more than [`SCAN_MAX_QUERIES`] queries,
+    /// k-means assignment) for rows of `dim` values.
+    pub fn gemm_kernel(&self, dim: usize) -> GemmKernel {
+        match &self.sgemm {
+            Some(g) if g.runs(dim) => GemmKernel::Sm80,
+            _ => GemmKernel::Legacy,
+        }
+    }
+
+    /// Choose the GEMM kernel: [`GemmKernel::Legacy`] sets `sm80_gemm_*` aside (for comparisons: benchmarks,
+    /// the diff-test), [`GemmKernel::Sm80`] takes it back where the image has it. Both give the same bits.
+    /// Applies to every later launch through this instance, from any thread. Returns the kernel that runs
+    /// now for a typical `dim`.
+    pub fn set_gemm_kernel(&self, kernel: GemmKernel) -> GemmKernel {
+        if let Some(g) = &self.sgemm {
+            g.set_legacy(kernel == GemmKernel::Legacy);
+        }
+        match &self.sgemm {
+            Some(g) if !g.legacy() => GemmKernel::Sm80,
+            _ => GemmKernel::Legacy,
+        }
+    }
+
+    /// The `sm80_gemm_*` kernels when they run for `dim`.
+    fn sgemm_for(&self, dim: usize) -> Option<&crate::sgemm::Sm80Gemm> {
+        self.sgemm.as_ref().filter(|g| g.runs(dim))
     }
 
     /// `out[r] = norm(x[r])` for the `n_rows x dim` row-major matrix `x` (`docs/numerics.md`).
@@ -499,12 +535,16 @@ impl Kernels {
                 },
             )
         } else {
+            let (smem, func) = match self.sgemm_for(dim) {
+                Some(g) => (SGEMM_SMEM_BYTES, &g.sim[metric.index()]),
+                None => (GEMM_SMEM_BYTES, &self.gemm[metric.index()]),
+            };
             (
                 MAX_GRID_Y * GEMM_TILE as usize,
                 n_rows32.div_ceil(GEMM_TILE),
                 GEMM_THREADS,
-                GEMM_SMEM_BYTES,
-                &self.gemm[metric.index()],
+                smem,
+                func,
             )
         };
         let q_per_block = if n_queries <= SCAN_MAX_QUERIES {
@@ -1511,6 +1551,10 @@ impl Kernels {
         unsafe { gpu.launch(&self.fill_u64, fill_cfg, fill) }?;
         let per_launch = MAX_GRID_Y * GEMM_TILE as usize;
         let k32 = to_u32(K, "k", k)?;
+        let (func, smem) = match self.sgemm_for(dim) {
+            Some(g) => (&g.l2_argmin, SGEMM_SMEM_BYTES),
+            None => (&self.gemm_l2_argmin, GEMM_SMEM_BYTES),
+        };
         let mut p0 = 0;
         while p0 < n_points {
             let m = per_launch.min(n_points - p0);
@@ -1530,11 +1574,12 @@ impl Kernels {
             let cfg = LaunchConfig {
                 grid_dim: (k32.div_ceil(GEMM_TILE), (m as u32).div_ceil(GEMM_TILE), 1),
                 block_dim: (GEMM_THREADS, 1, 1),
-                shared_mem_bytes: GEMM_SMEM_BYTES,
+                shared_mem_bytes: smem,
             };
             // SAFETY: points, centroids and keys were checked for the sizes the kernel uses for points
-            // p0 .. p0 + m; grid and shared memory as the GEMM kernel documents.
-            unsafe { gpu.launch(&self.gemm_l2_argmin, cfg, params) }?;
+            // p0 .. p0 + m; grid and shared memory as the GEMM kernel (either one) documents; the sm80
+            // kernel only for dim <= SGEMM_MAX_DIM.
+            unsafe { gpu.launch(func, cfg, params) }?;
             p0 += m;
         }
         Ok(())

@@ -14,6 +14,7 @@ mod bundle;
 mod cand;
 mod knn1;
 mod launch;
+mod sgemm;
 mod spread;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
@@ -26,4 +27,5 @@ pub use launch::{
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
+pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
 pub use spread::{Frontier, SpreadOutcome};

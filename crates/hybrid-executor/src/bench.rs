@@ -181,7 +181,7 @@ mod gpu_knn {
     use super::*;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Metric, TopK};
-    use recall_gpu_kernels::{Segments, SimMetric};
+    use recall_gpu_kernels::{GemmKernel, Segments, SimMetric};
 
     /// Out-of-core knn: host-to-device bandwidth from pinned memory (median GB/s of 1 GiB copies), and the
     /// median milliseconds of streamed knn over `corpus` in chunks of `chunk_rows` rows, both through the
@@ -358,7 +358,7 @@ mod gpu_knn {
         let mut cn = g.alloc_zeros::<f32>(n).map_err(|x| err(&x))?;
         kern.row_norms_f32(g, &c, n, dim, &mut cn)
             .map_err(|x| err(&x))?;
-        let chunk = ((1usize << 30) / (n * 4)).clamp(1, nq);
+        let chunk = recall_gpu_kernels::query_chunk(n, nq, 1 << 30);
         let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(|x| err(&x))?;
         let run = |with_topk: bool,
                    scores: &mut recall_gpu_sys::driver::CudaSlice<f32>|
@@ -433,6 +433,103 @@ mod gpu_knn {
             }),
         ))
     }
+
+    /// The exact GEMM alone (cosine similarity, no top-k) with every GEMM kernel this device runs
+    /// (`sm80_gemm_*` first where the image has it, then `gemm_*`), corpus, queries and norms resident, the
+    /// queries in the chunks knn uses. The backend's default kernel is restored afterwards.
+    pub fn gemm_ms(
+        backend: &GpuBackend,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        iters: usize,
+    ) -> Result<Vec<super::GemmTiming>, String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let (g, kern) = backend.parts();
+        let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+        let c = g.upload(corpus).map_err(|x| err(&x))?;
+        let mut cn = g.alloc_zeros::<f32>(n).map_err(|x| err(&x))?;
+        kern.row_norms_f32(g, &c, n, dim, &mut cn)
+            .map_err(|x| err(&x))?;
+        let chunk = recall_gpu_kernels::query_chunk(n, nq, 1 << 30);
+        let mut chunks = Vec::new();
+        for q0 in (0..nq).step_by(chunk) {
+            let m = chunk.min(nq - q0);
+            let q = g
+                .upload(&queries[q0 * dim..(q0 + m) * dim])
+                .map_err(|x| err(&x))?;
+            let mut qn = g.alloc_zeros::<f32>(m).map_err(|x| err(&x))?;
+            kern.row_norms_f32(g, &q, m, dim, &mut qn)
+                .map_err(|x| err(&x))?;
+            chunks.push((q, qn, m));
+        }
+        let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(|x| err(&x))?;
+        let run = |scores: &mut recall_gpu_sys::driver::CudaSlice<f32>| -> Result<(), String> {
+            for (q, qn, m) in &chunks {
+                kern.similarity(
+                    g,
+                    SimMetric::Cosine,
+                    q,
+                    Some(qn),
+                    &c,
+                    Some(&cn),
+                    *m,
+                    n,
+                    dim,
+                    scores,
+                )
+                .map_err(|x| err(&x))?;
+            }
+            g.synchronize().map_err(|x| err(&x))
+        };
+        let default = kern.gemm_kernel(dim);
+        let mut kernels = vec![default];
+        if default != GemmKernel::Legacy {
+            kernels.push(GemmKernel::Legacy);
+        }
+        let mut first_bits: Option<Vec<f32>> = None;
+        let mut time_one = |kernel: GemmKernel| -> Result<super::GemmTiming, String> {
+            kern.set_gemm_kernel(kernel);
+            run(&mut scores)?; // warm-up
+            let mut times = Vec::new();
+            for _ in 0..iters.max(1) {
+                let t = Instant::now();
+                run(&mut scores)?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let ms = median(times);
+            let bits = g.download(&scores).map_err(|x| err(&x))?;
+            let same_bits = match &first_bits {
+                None => true,
+                Some(f) => f.iter().zip(&bits).all(|(a, b)| a.to_bits() == b.to_bits()),
+            };
+            if first_bits.is_none() {
+                first_bits = Some(bits);
+            }
+            Ok(super::GemmTiming {
+                kernel: kernel.prefix(),
+                ms,
+                tflops: 2.0 * (nq * n * dim) as f64 / (ms * 1e-3) / 1e12,
+                same_bits,
+            })
+        };
+        let result: Result<Vec<_>, String> = kernels.into_iter().map(&mut time_one).collect();
+        kern.set_gemm_kernel(default);
+        result
+    }
+}
+
+/// One exact GEMM kernel's figures from `gemm_ms` (cosine similarity only, no top-k).
+#[derive(Debug, Clone)]
+pub struct GemmTiming {
+    /// The kernel family (`sm80_gemm`, `gemm`).
+    pub kernel: &'static str,
+    /// Median milliseconds for all the queries (in the chunks knn uses), synchronised.
+    pub ms: f64,
+    /// `2 * queries * rows * dim` floating-point operations over `ms`, in TFLOP/s.
+    pub tflops: f64,
+    /// Whether its scores (the last chunk's, every bit) equal the first kernel's.
+    pub same_bits: bool,
 }
 
 /// What `candidates_ms` measured (candidate scoring, cosine, corpus and its norms resident).
@@ -611,7 +708,7 @@ pub use gpu_cand::candidates_ms;
 #[cfg(feature = "gpu")]
 pub use gpu::{copy_gbps, cosine_ms};
 #[cfg(feature = "gpu")]
-pub use gpu_knn::{knn_latency_parts, knn_ms, stream_figures};
+pub use gpu_knn::{gemm_ms, knn_latency_parts, knn_ms, stream_figures};
 
 #[cfg(not(feature = "gpu"))]
 mod no_gpu {
@@ -662,6 +759,17 @@ mod no_gpu {
     }
 
     /// Without GPU support there is nothing to measure.
+    pub fn gemm_ms(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: usize,
+    ) -> Result<Vec<super::GemmTiming>, String> {
+        Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support there is nothing to measure.
     pub fn knn_ms(
         _: &GpuBackend,
         _: &[f32],
@@ -686,7 +794,9 @@ mod no_gpu {
 }
 
 #[cfg(not(feature = "gpu"))]
-pub use no_gpu::{candidates_ms, copy_gbps, cosine_ms, knn_latency_parts, knn_ms, stream_figures};
+pub use no_gpu::{
+    candidates_ms, copy_gbps, cosine_ms, gemm_ms, knn_latency_parts, knn_ms, stream_figures,
+};
 
 #[cfg(feature = "gpu")]
 mod gpu_graph {

@@ -263,7 +263,7 @@ mod run_gpu {
     use crate::backend::Backend;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Corpus, Metric, TopK};
-    use recall_gpu_kernels::{ARCHES, Kernels, SCAN_MAX_QUERIES, Segments, SimMetric};
+    use recall_gpu_kernels::{ARCHES, GemmKernel, Kernels, SCAN_MAX_QUERIES, Segments, SimMetric};
     use recall_gpu_sys::Gpu;
 
     const METRICS: [(Metric, SimMetric, &str); 3] = [
@@ -271,6 +271,28 @@ mod run_gpu {
         (Metric::Cosine, SimMetric::Cosine, "cosine"),
         (Metric::L2, SimMetric::L2, "l2"),
     ];
+
+    /// The GEMM kernels `k` can run for rows of `dim` values: the default first, then `gemm_*` if different.
+    fn gemm_kernels(k: &Kernels, dim: usize) -> Vec<GemmKernel> {
+        let default = k.gemm_kernel(dim);
+        if default == GemmKernel::Legacy {
+            vec![default]
+        } else {
+            vec![default, GemmKernel::Legacy]
+        }
+    }
+
+    /// The diff-test label of a GEMM kernel for a metric.
+    fn gemm_label(kernel: GemmKernel, metric: &str) -> &'static str {
+        match (kernel, metric) {
+            (GemmKernel::Sm80, "dot") => "sm80_gemm_dot",
+            (GemmKernel::Sm80, "cosine") => "sm80_gemm_cosine",
+            (GemmKernel::Sm80, _) => "sm80_gemm_l2",
+            (GemmKernel::Legacy, "dot") => "gemm_dot",
+            (GemmKernel::Legacy, "cosine") => "gemm_cosine",
+            (GemmKernel::Legacy, _) => "gemm_l2",
+        }
+    }
 
     fn new_diff(kernel: &'static str) -> KernelDiff {
         KernelDiff {
@@ -406,13 +428,24 @@ mod run_gpu {
         let mut rng = SplitMix::new(0x5EED_0001);
         let mut diffs = Vec::new();
         let mut shapes = dense_shapes(&mut rng, quick);
-        // Many-query shapes take the GEMM kernel.
+        // Many-query shapes take the GEMM kernels: dims of 1, 3 and a tail past every 16-column stage,
+        // query and row counts off the 128 tile, one row, exact tiles.
         shapes.extend([
             (9, 700, 33),
             (17, 1000, 768),
             (130, 2000, 100),
             (257, 513, 1025),
+            (9, 1, 1),
+            (12, 300, 3),
+            (129, 1, 768),
+            (140, 129, 767),
+            (128, 128, 16),
+            (33, 257, 17),
+            (200, 1000, 4),
         ]);
+        if !quick {
+            shapes.push((300, 3000, 768));
+        }
         if !quick {
             shapes.push((1024, 20_000, 768));
         }
@@ -460,6 +493,31 @@ mod run_gpu {
                     gpu.upload(&cpu_qn).map_err(e)?,
                     gpu.upload(&cpu_cn).map_err(e)?,
                 );
+                // Many queries: every GEMM kernel but the default first (its scores stay for the top-k).
+                if nq > SCAN_MAX_QUERIES {
+                    for kernel in gemm_kernels(k, dim).into_iter().skip(1) {
+                        k.set_gemm_kernel(kernel);
+                        let r = k.similarity(
+                            gpu,
+                            sim,
+                            &q,
+                            Some(&cqn),
+                            &c,
+                            Some(&ccn),
+                            nq,
+                            n,
+                            dim,
+                            &mut out,
+                        );
+                        k.set_gemm_kernel(GemmKernel::Sm80);
+                        r.map_err(e)?;
+                        compare(
+                            diff_of(&mut diffs, gemm_label(kernel, name)),
+                            &cpu,
+                            &gpu.download(&out).map_err(e)?,
+                        );
+                    }
+                }
                 k.similarity(
                     gpu,
                     sim,
@@ -485,9 +543,7 @@ mod run_gpu {
                     (true, "dot") => "scan_dot",
                     (true, "cosine") => "scan_cosine",
                     (true, _) => "scan_l2",
-                    (false, "dot") => "gemm_dot",
-                    (false, "cosine") => "gemm_cosine",
-                    (false, _) => "gemm_l2",
+                    (false, _) => gemm_label(k.gemm_kernel(dim), name),
                 };
                 let gpu_scores = gpu.download(&out).map_err(e)?;
                 compare(diff_of(&mut diffs, kernel), &cpu, &gpu_scores);
@@ -1332,18 +1388,25 @@ mod run_gpu {
                 }
             }
             let a = cpu.kmeans(&points, dim, k, iters, 42).map_err(e_)?;
-            let b = gpu.kmeans(&points, dim, k, iters, 42).map_err(e_)?;
-            compare(
-                diff_of(diffs, "kmeans centroids"),
-                &a.centroids,
-                &b.centroids,
-            );
-            compare_ids(
-                diff_of(diffs, "kmeans assign"),
-                &a.assignments,
-                &b.assignments,
-            );
-            compare_bits_f64(diff_of(diffs, "kmeans inertia"), &a.inertia, &b.inertia);
+            // The assignment runs the GEMM's argmin: every GEMM kernel of the image, the default last.
+            let kern = gpu.parts().1;
+            for kernel in gemm_kernels(kern, dim).into_iter().rev() {
+                kern.set_gemm_kernel(kernel);
+                let b = gpu.kmeans(&points, dim, k, iters, 42);
+                kern.set_gemm_kernel(GemmKernel::Sm80);
+                let b = b.map_err(e_)?;
+                let (centroids, assign, inertia) = match kernel {
+                    GemmKernel::Sm80 => (
+                        "kmeans centroids (sm80_gemm_l2_argmin)",
+                        "kmeans assign (sm80_gemm_l2_argmin)",
+                        "kmeans inertia (sm80_gemm_l2_argmin)",
+                    ),
+                    GemmKernel::Legacy => ("kmeans centroids", "kmeans assign", "kmeans inertia"),
+                };
+                compare(diff_of(diffs, centroids), &a.centroids, &b.centroids);
+                compare_ids(diff_of(diffs, assign), &a.assignments, &b.assignments);
+                compare_bits_f64(diff_of(diffs, inertia), &a.inertia, &b.inertia);
+            }
         }
         Ok(())
     }

@@ -494,7 +494,7 @@ mod imp {
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
             let nq = queries.len() / dim;
-            let chunk = (SCORE_CHUNK_BYTES / (n * 4)).clamp(1, nq);
+            let chunk = recall_gpu_kernels::query_chunk(n, nq, SCORE_CHUNK_BYTES);
             let mut sc = self.scratch.lock();
             let Scratch { q, qn, qh, scores } = &mut *sc;
             let q = grown(g, q, chunk * dim)?;

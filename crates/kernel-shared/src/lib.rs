@@ -30,6 +30,18 @@ pub const GEMM_TILE: u32 = 128;
 pub const GEMM_TILE_K: u32 = 8;
 pub const GEMM_THREADS: u32 = 256;
 
+/// The sm_80 GEMM (`sm80_gemm_*`): the same 128 x 128 tile and 256 threads as `gemm_*`, `SGEMM_TILE_K`
+/// columns per stage, `SGEMM_STAGES` stages in flight (`cp.async`). Each stage holds both operands k-major,
+/// `SGEMM_STRIDE` floats per column (128 values + 4 of padding: conflict-free copies, 16-byte aligned reads).
+pub const SGEMM_TILE_K: u32 = 16;
+pub const SGEMM_STAGES: u32 = 3;
+pub const SGEMM_STRIDE: u32 = GEMM_TILE + 4;
+
+/// Dynamic shared memory of one `sm80_gemm_*` block with `tile_k` columns per stage and `stages` stages.
+pub const fn sgemm_shared_bytes(tile_k: u32, stages: u32) -> u32 {
+    stages * 2 * tile_k * SGEMM_STRIDE * 4
+}
+
 /// Threads per block of the top-k selection kernels, and elements each thread reads per pass.
 pub const SELECT_BLOCK: u32 = 256;
 pub const SELECT_ITEMS: u32 = 16;
