@@ -51,9 +51,7 @@ const SEED_PAIRS_DIV: usize = 4;
 const SPARSE_DIV: u64 = 16;
 
 /// The activations come back in this many chunks (the host copies one while the next crosses the bus).
-const OUT_CHUNKS: usize = 8;
-/// Activations from which the download's host copies run on several threads.
-const PARALLEL_COPY_MIN: usize = 1 << 18;
+const OUT_CHUNKS: usize = 4;
 /// Seeds are scanned in blocks of this many values (one vectorisable test per block for any nonzero value).
 const SEED_SCAN: usize = 64;
 
@@ -422,27 +420,9 @@ impl Kernels {
                 gpu.download_range_async(&s.total, i * chunk, part)?;
                 record_event(&s.out_fences[i], gpu.stream())?;
             }
-            if n < PARALLEL_COPY_MIN {
-                for (i, part) in host[..n].chunks(chunk).enumerate() {
-                    event_synchronize(&s.out_fences[i])?;
-                    activation.extend_from_slice(part);
-                }
-            } else {
-                // A fresh vector's pages fault in on first write (about 16 GB/s on one thread, slower than
-                // the bus): each chunk is copied on its own thread as soon as it has crossed.
-                activation.resize(n, 0.0);
-                let host = &host[..n];
-                std::thread::scope(|scope| -> Result<(), KernelError> {
-                    for ((i, part), dst) in host
-                        .chunks(chunk)
-                        .enumerate()
-                        .zip(activation.chunks_mut(chunk))
-                    {
-                        event_synchronize(&s.out_fences[i])?;
-                        scope.spawn(move || dst.copy_from_slice(part));
-                    }
-                    Ok(())
-                })?;
+            for (i, part) in host[..n].chunks(chunk).enumerate() {
+                event_synchronize(&s.out_fences[i])?;
+                activation.extend_from_slice(part);
             }
             activation
         } else {
