@@ -67,6 +67,7 @@ mod dense;
 mod graph;
 mod knn1;
 mod select;
+mod tc_knn;
 mod tensor;
 mod util;
 

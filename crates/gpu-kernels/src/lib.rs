@@ -15,6 +15,7 @@ mod cand;
 mod knn1;
 mod launch;
 mod spread;
+mod tc_knn;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
