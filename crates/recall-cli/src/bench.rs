@@ -539,14 +539,15 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         );
     }
     peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
-        if let (Some(ms), Some((_, f))) = (p.num("topk_fp16_ms"), fast_kernel.first()) {
-            if let Some(fused) = f.fused_ms {
-                let _ = writeln!(
-                    r,
-                    "| {name}: fp16 matmul + topk (below) against recall fast f16 fused, kernel level | | **{:.2}x** the peer's time |",
-                    fused / ms
-                );
-            }
+        if let (Some(ms), Some(fused)) = (
+            p.num("topk_fp16_ms"),
+            fast_kernel.first().and_then(|(_, f)| f.fused_ms),
+        ) {
+            let _ = writeln!(
+                r,
+                "| {name}: fp16 matmul + topk (below) against recall fast f16 fused, kernel level | | **{:.2}x** the peer's time |",
+                fused / ms
+            );
         }
         for (key, expr) in [
             ("topk_fp16_ms", "topk_fp16_expr"),
