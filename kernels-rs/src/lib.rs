@@ -68,6 +68,7 @@ mod graph;
 mod knn1;
 mod select;
 mod sgemm;
+mod tc_knn;
 mod tensor;
 mod util;
 

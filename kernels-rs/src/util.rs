@@ -147,6 +147,23 @@ pub fn sync_warp() {
     unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
 }
 
+/// Barrier for all threads of the block that also returns, to every thread, whether any thread passed `true`
+/// (`bar.red.or`, as `__syncthreads_or`). Every thread of the block must reach it.
+#[inline(always)]
+pub fn sync_threads_or(flag: bool) -> bool {
+    let out: u32;
+    // SAFETY: a block-wide barrier with a reduction; callers reach it from block-uniform control flow.
+    unsafe {
+        asm!(
+            "{{ .reg .pred %rp_in, %rp_out; setp.ne.u32 %rp_in, {f}, 0; bar.red.or.pred %rp_out, 0, %rp_in; selp.u32 {o}, 1, 0, %rp_out; }}",
+            f = in(reg32) u32::from(flag),
+            o = out(reg32) out,
+            options(nostack)
+        );
+    }
+    out != 0
+}
+
 /// The warp's votes: bit `l` set when lane `l` passed `true` (`vote.sync.ballot`, all 32 lanes). Every lane of
 /// the warp must call it.
 #[inline(always)]

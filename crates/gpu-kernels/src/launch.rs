@@ -9,7 +9,8 @@ use recall_kernel_shared::{
     InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
     SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, TC_LD_ALIGN,
-    TC_TILE, TcGemmParams, TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX,
+    TC_PIPE_BYTES, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcGemmParams, TopkFilterParams,
+    TopkSmallParams, WARP_ROW_DIM_MAX,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -108,6 +109,9 @@ pub struct Kernels {
     pub(crate) cand_staging: parking_lot::Mutex<crate::cand::CandStaging>,
     /// The exact GEMM of sm_80 and newer (`sgemm.rs`); `None` below sm_80 or without its shared memory.
     pub(crate) sgemm: Option<crate::sgemm::Sm80Gemm>,
+    /// Fast-mode knn with top-k fused (`tc_knn.rs`), only in images for sm_80 and newer.
+    pub(crate) tc_knn: Option<crate::tc_knn::TcKnnKernels>,
+    pub(crate) tc_knn_scratch: parking_lot::Mutex<Option<crate::tc_knn::TcKnnScratch>>,
 }
 
 /// The tensor-core kernels of fast mode.
@@ -116,6 +120,40 @@ struct TcKernels {
     to_half_rows: CudaFunction,
     /// `[f16, bf16]` x `[dot, cosine, l2]`.
     gemm: [[CudaFunction; 3]; 2],
+}
+
+impl TcKernels {
+    /// Look the kernels up and opt the GEMM into its ring's shared memory; `None` when the device has less
+    /// per block (fast mode then runs exact).
+    fn load(
+        gpu: &Gpu,
+        f: impl Fn(&str) -> Result<CudaFunction, GpuError>,
+    ) -> Result<Option<TcKernels>, GpuError> {
+        let gemm = [
+            [
+                f("tc_gemm_f16_dot")?,
+                f("tc_gemm_f16_cosine")?,
+                f("tc_gemm_f16_l2")?,
+            ],
+            [
+                f("tc_gemm_bf16_dot")?,
+                f("tc_gemm_bf16_cosine")?,
+                f("tc_gemm_bf16_l2")?,
+            ],
+        ];
+        if !gemm
+            .iter()
+            .flatten()
+            .all(|func| gpu.allow_dynamic_shared(func, TC_PIPE_BYTES).is_ok())
+        {
+            tracing::debug!("tc_gemm: not enough shared memory per block; fast mode runs exact");
+            return Ok(None);
+        }
+        Ok(Some(TcKernels {
+            to_half_rows: f("tc_to_half_rows")?,
+            gemm,
+        }))
+    }
 }
 
 /// The oldest SM whose images hold the tensor-core kernels (`tc_*`).
@@ -259,8 +297,6 @@ fn grid_stride(total: usize) -> LaunchConfig {
     }
 }
 
-/// Shared memory of the tensor-core GEMM: two stages of two 128 x 40 tiles of 16-bit values.
-const TC_SMEM_BYTES: u32 = 2 * 2 * TC_TILE * 40 * 2;
 /// Up to this many rows, one query (or a few rows of norms) runs the warp-per-row kernels: a launch this
 /// small is bound by latency, and staging a whole row with one warp pays one round of it instead of one per
 /// column tile.
@@ -330,24 +366,16 @@ impl Kernels {
                         topk_filter: f("topk_filter")?,
                         widen_half_rows: f("widen_half_rows")?,
                         tc: if sm >= TC_MIN_SM {
-                            Some(TcKernels {
-                                to_half_rows: f("tc_to_half_rows")?,
-                                gemm: [
-                                    [
-                                        f("tc_gemm_f16_dot")?,
-                                        f("tc_gemm_f16_cosine")?,
-                                        f("tc_gemm_f16_l2")?,
-                                    ],
-                                    [
-                                        f("tc_gemm_bf16_dot")?,
-                                        f("tc_gemm_bf16_cosine")?,
-                                        f("tc_gemm_bf16_l2")?,
-                                    ],
-                                ],
-                            })
+                            TcKernels::load(gpu, f)?
                         } else {
                             None
                         },
+                        tc_knn: if sm >= TC_MIN_SM {
+                            crate::tc_knn::TcKnnKernels::load(gpu, f)?
+                        } else {
+                            None
+                        },
+                        tc_knn_scratch: parking_lot::Mutex::new(None),
                         select_scratch: parking_lot::Mutex::new(None),
                         knn1: if sm >= TC_MIN_SM {
                             crate::knn1::Knn1Kernels::load(gpu, f)?
@@ -840,6 +868,7 @@ impl Kernels {
         *self.select_scratch.lock() = None;
         *self.knn1_scratch.lock() = None;
         *self.cand_staging.lock() = Default::default();
+        *self.tc_knn_scratch.lock() = None;
     }
 
     /// TEST ONLY (fault drills, `recall faults kernel-failure`): a real launch that the driver refuses,
@@ -1026,7 +1055,7 @@ impl Kernels {
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
         let ld32 = to_u32(K, "ld", ld)?;
         to_u32(K, "n_queries", n_queries)?;
-        let per_launch = MAX_GRID_Y * TC_TILE as usize;
+        let per_launch = MAX_GRID_Y * TC_TILE_Q as usize;
         let mut q0 = 0;
         while q0 < n_queries {
             let nq = per_launch.min(n_queries - q0);
@@ -1042,9 +1071,13 @@ impl Kernels {
                 _pad: 0,
             };
             let cfg = LaunchConfig {
-                grid_dim: (n_rows32.div_ceil(TC_TILE), (nq as u32).div_ceil(TC_TILE), 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: TC_SMEM_BYTES,
+                grid_dim: (
+                    n_rows32.div_ceil(TC_TILE_R),
+                    (nq as u32).div_ceil(TC_TILE_Q),
+                    1,
+                ),
+                block_dim: (TC_THREADS, 1, 1),
+                shared_mem_bytes: TC_PIPE_BYTES,
             };
             // SAFETY: every buffer was checked above for queries q0 .. q0 + nq with row stride ld (a
             // multiple of 32, as the kernel's column tiles need); the image is sm_80+ (tc present); grid,

@@ -16,6 +16,7 @@ mod knn1;
 mod launch;
 mod sgemm;
 mod spread;
+mod tc_knn;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};

@@ -69,6 +69,20 @@ pub fn cpu_cosine_ms(
     Ok((median(times), out))
 }
 
+/// Fast-mode knn at kernel level (cosine, corpus and queries already 16-bit and resident, norms resident; k
+/// pairs downloaded): the fused path against the GEMM alone and the GEMM followed by the separate selection.
+#[derive(Debug, Clone)]
+pub struct FastKnnFigures {
+    /// `tc_knn_*` + `tc_knn_merge` + the download: median ms (`None` where the fused kernels do not run).
+    pub fused_ms: Option<f64>,
+    /// `tc_gemm_*` alone, writing every score (query chunks of at most 1 GiB of scores): median ms.
+    pub gemm_ms: f64,
+    /// The GEMM followed by `select_topk` per chunk (the path without fusion): median ms.
+    pub gemm_select_ms: f64,
+    /// Whether the fused lists equal the GEMM + selection lists (ids and score bits).
+    pub same: Option<bool>,
+}
+
 #[cfg(feature = "gpu")]
 mod gpu {
     use super::*;
@@ -703,6 +717,152 @@ mod gpu_cand {
 }
 
 #[cfg(feature = "gpu")]
+mod gpu_fast {
+    use super::*;
+    use crate::gpu_backend::GpuBackend;
+    use recall_gpu_kernels::{HalfKind, HalfSource, Segments, SimMetric, TopKResult, half_ld};
+
+    /// See [`FastKnnFigures`]; `bf16` picks the format.
+    pub fn fast_knn_ms(
+        backend: &GpuBackend,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        k: usize,
+        iters: usize,
+        bf16: bool,
+    ) -> Result<FastKnnFigures, String> {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let (g, kern) = backend.parts();
+        if !kern.fast_mode_available() {
+            return Err("fast mode needs an sm_80+ image".into());
+        }
+        let kind = if bf16 { HalfKind::Bf16 } else { HalfKind::F16 };
+        let (nq, n) = (queries.len() / dim, corpus.len() / dim);
+        let ld = half_ld(dim);
+        let half = |x: &[f32], rows: usize| -> Result<_, String> {
+            let d = g.upload(x).map_err(|e| err(&e))?;
+            let mut norms = g.alloc_zeros::<f32>(rows).map_err(|e| err(&e))?;
+            kern.row_norms_f32(g, &d, rows, dim, &mut norms)
+                .map_err(|e| err(&e))?;
+            let mut h = g.alloc_zeros::<u16>(rows * ld).map_err(|e| err(&e))?;
+            kern.to_half_rows(g, HalfSource::F32(&d), kind, rows, dim, &mut h)
+                .map_err(|e| err(&e))?;
+            Ok((h, norms))
+        };
+        let (ch, cn) = half(corpus, n)?;
+        let (qh, qn) = half(queries, nq)?;
+        // Query chunks (multiples of 128) whose scores stay under 1 GiB, as the unfused path.
+        let chunk = (((1usize << 30) / (n * 4)) / 128 * 128).clamp(1, nq);
+        let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(|e| err(&e))?;
+        let mut chunks = Vec::new();
+        for q0 in (0..nq).step_by(chunk) {
+            let m = chunk.min(nq - q0);
+            let (cq, cqn) = half(&queries[q0 * dim..(q0 + m) * dim], m)?;
+            chunks.push((cq, cqn, m));
+        }
+        let gemm = |select: bool,
+                    scores: &mut recall_gpu_sys::driver::CudaSlice<f32>|
+         -> Result<TopKResult, String> {
+            let mut all = TopKResult {
+                k,
+                ids: Vec::new(),
+                scores: Vec::new(),
+            };
+            for (cq, cqn, m) in &chunks {
+                let m = *m;
+                kern.similarity_fast(
+                    g,
+                    kind,
+                    SimMetric::Cosine,
+                    cq,
+                    Some(cqn),
+                    &ch,
+                    Some(&cn),
+                    m,
+                    n,
+                    ld,
+                    scores,
+                )
+                .map_err(|e| err(&e))?;
+                if select {
+                    let r = kern
+                        .select_topk(
+                            g,
+                            scores,
+                            None,
+                            Segments::Dense {
+                                n_segments: m,
+                                seg_len: n,
+                            },
+                            k,
+                            true,
+                        )
+                        .map_err(|e| err(&e))?;
+                    all.ids.extend(r.ids);
+                    all.scores.extend(r.scores);
+                }
+            }
+            g.synchronize().map_err(|e| err(&e))?;
+            Ok(all)
+        };
+        let fused = || -> Result<TopKResult, String> {
+            kern.knn_fast(
+                g,
+                kind,
+                SimMetric::Cosine,
+                &qh,
+                Some(&qn),
+                &ch,
+                Some(&cn),
+                nq,
+                n,
+                ld,
+                k,
+            )
+            .map_err(|e| err(&e))
+        };
+        let runs_fused = kern.knn_fast_supported(n, k);
+        let separate = gemm(true, &mut scores)?; // warm-up
+        let same = if runs_fused {
+            let f = fused()?;
+            Some(
+                f.ids == separate.ids
+                    && f.scores
+                        .iter()
+                        .zip(&separate.scores)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+            )
+        } else {
+            None
+        };
+        let (mut t_fused, mut t_gemm, mut t_sel) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..iters.max(1) {
+            if runs_fused {
+                let t = Instant::now();
+                fused()?;
+                t_fused.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let t = Instant::now();
+            gemm(false, &mut scores)?;
+            t_gemm.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            gemm(true, &mut scores)?;
+            t_sel.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(FastKnnFigures {
+            fused_ms: runs_fused.then(|| median(t_fused)),
+            gemm_ms: median(t_gemm),
+            gemm_select_ms: median(t_sel),
+            same,
+        })
+    }
+}
+
+#[cfg(feature = "gpu")]
+pub use gpu_fast::fast_knn_ms;
+
+#[cfg(feature = "gpu")]
 pub use gpu_cand::candidates_ms;
 
 #[cfg(feature = "gpu")]
@@ -713,6 +873,19 @@ pub use gpu_knn::{gemm_ms, knn_latency_parts, knn_ms, stream_figures};
 #[cfg(not(feature = "gpu"))]
 mod no_gpu {
     use crate::gpu_backend::GpuBackend;
+
+    /// Without GPU support there is nothing to measure.
+    pub fn fast_knn_ms(
+        _: &GpuBackend,
+        _: &[f32],
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: usize,
+        _: bool,
+    ) -> Result<super::FastKnnFigures, String> {
+        Err("this build has no GPU support".into())
+    }
 
     /// Without GPU support there is nothing to measure.
     pub fn copy_gbps(_: &GpuBackend, _: usize, _: usize) -> Result<f64, String> {
@@ -795,7 +968,8 @@ mod no_gpu {
 
 #[cfg(not(feature = "gpu"))]
 pub use no_gpu::{
-    candidates_ms, copy_gbps, cosine_ms, gemm_ms, knn_latency_parts, knn_ms, stream_figures,
+    candidates_ms, copy_gbps, cosine_ms, fast_knn_ms, gemm_ms, knn_latency_parts, knn_ms,
+    stream_figures,
 };
 
 #[cfg(feature = "gpu")]

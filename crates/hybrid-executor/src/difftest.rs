@@ -399,6 +399,7 @@ mod run_gpu {
         let image = kernels.image().to_string();
         let cases = kernel_cases(gpu, &kernels, quick).and_then(|mut k| {
             k.extend(fast_cases(gpu, &kernels, quick)?);
+            k.extend(fused_fast_cases(gpu, &kernels, quick)?);
             k.extend(knn1_cases(gpu, &kernels, quick)?);
             k.extend(cand_cases(gpu, &kernels, quick)?);
             Ok(k)
@@ -1086,6 +1087,160 @@ mod run_gpu {
                     "fast mode f16 cosine top-{kk} recall against exact: {:.4} ({nq} queries x {n} rows x {dim})",
                     hits as f64 / (nq * kk) as f64
                 );
+            }
+        }
+        Ok(diffs)
+    }
+
+    /// The fused fast-mode knn (`tc_knn_*` + `tc_knn_merge`; sm_80+ images whose device has the shared
+    /// memory) against `select_topk` over `tc_gemm_*`'s scores: the same ids and the same score bits, for k in
+    /// {1, 10, 32} and n = k, n not a multiple of the 256-row tile, one and many splits, dims 1, 33 and 768,
+    /// every metric, f16 and bf16; heavy ties (every row the same: the id rule decides, and the first tile
+    /// overflows the candidate lists) and scores that rise with the row id (every tile beats the lists).
+    fn fused_fast_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
+        use recall_gpu_kernels::{HalfKind, HalfSource, half_ld};
+        let mut diffs = Vec::new();
+        if !k.knn_fast_supported(1, 1) {
+            return Ok(diffs);
+        }
+        let mut rng = SplitMix::new(0x5EED_F05E);
+        let uniform = |rng: &mut SplitMix, len: usize| -> Vec<f32> {
+            (0..len).map(|_| rng.next_f32() * 2.0 - 1.0).collect()
+        };
+        // (queries, rows, dim, data): 0 uniform, 1 awkward (bf16 only), 2 ties, 3 rising.
+        let mut cases: Vec<(usize, usize, usize, u8)> = vec![
+            (9, 1, 1, 0),
+            (20, 10, 33, 0),
+            (130, 32, 768, 0),
+            (9, 517, 33, 0),
+            (200, 1000, 1, 0),
+            (130, 3000, 768, 0),
+            (257, 4097, 100, 0),
+            (40, 300, 64, 2),
+            (33, 2000, 40, 3),
+            (130, 3000, 96, 1),
+        ];
+        for _ in 0..if quick { 2 } else { 8 } {
+            cases.push((
+                1 + rng.below(300) as usize,
+                1 + rng.below(6000) as usize,
+                1 + rng.below(800) as usize,
+                0,
+            ));
+        }
+        if !quick {
+            cases.push((1024, 50_000, 768, 0));
+        }
+        for (nq, n, dim, data) in cases {
+            let queries = match data {
+                1 => awkward_matrix(&mut rng, nq, dim),
+                _ => uniform(&mut rng, nq * dim),
+            };
+            let corpus = match data {
+                1 => awkward_matrix(&mut rng, n, dim),
+                2 => {
+                    let row = uniform(&mut rng, dim);
+                    (0..n).flat_map(|_| row.iter().copied()).collect()
+                }
+                3 => {
+                    // Row r = (r + 1) / n * the first query: dot and cosine's ties aside, scores rise with r.
+                    (0..n)
+                        .flat_map(|r| {
+                            let f = (r + 1) as f32 / n as f32;
+                            queries[..dim].iter().map(move |v| v * f)
+                        })
+                        .collect()
+                }
+                _ => uniform(&mut rng, n * dim),
+            };
+            let ld = half_ld(dim);
+            let q = gpu.upload(&queries).map_err(e)?;
+            let c = gpu.upload(&corpus).map_err(e)?;
+            let mut qn = gpu.alloc_zeros::<f32>(nq).map_err(e)?;
+            let mut cn = gpu.alloc_zeros::<f32>(n).map_err(e)?;
+            k.row_norms_f32(gpu, &q, nq, dim, &mut qn).map_err(e)?;
+            k.row_norms_f32(gpu, &c, n, dim, &mut cn).map_err(e)?;
+            let kinds: &[(HalfKind, &'static str)] = if data == 1 {
+                &[(HalfKind::Bf16, "fused_knn_bf16")]
+            } else {
+                &[
+                    (HalfKind::F16, "fused_knn_f16"),
+                    (HalfKind::Bf16, "fused_knn_bf16"),
+                ]
+            };
+            for &(kind, name) in kinds {
+                let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
+                let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
+                k.to_half_rows(gpu, HalfSource::F32(&q), kind, nq, dim, &mut qh)
+                    .map_err(e)?;
+                k.to_half_rows(gpu, HalfSource::F32(&c), kind, n, dim, &mut ch)
+                    .map_err(e)?;
+                for (metric, sim, _) in METRICS {
+                    let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
+                    k.similarity_fast(
+                        gpu,
+                        kind,
+                        sim,
+                        &qh,
+                        Some(&qn),
+                        &ch,
+                        Some(&cn),
+                        nq,
+                        n,
+                        ld,
+                        &mut out,
+                    )
+                    .map_err(e)?;
+                    for kk in [1usize, 10, 32] {
+                        if kk > n {
+                            continue;
+                        }
+                        let want = k
+                            .select_topk(
+                                gpu,
+                                &out,
+                                None,
+                                Segments::Dense {
+                                    n_segments: nq,
+                                    seg_len: n,
+                                },
+                                kk,
+                                metric != Metric::L2,
+                            )
+                            .map_err(e)?;
+                        // Twice: the second launch reuses the scratch.
+                        for _ in 0..2 {
+                            let got = k
+                                .knn_fast(
+                                    gpu,
+                                    kind,
+                                    sim,
+                                    &qh,
+                                    Some(&qn),
+                                    &ch,
+                                    Some(&cn),
+                                    nq,
+                                    n,
+                                    ld,
+                                    kk,
+                                )
+                                .map_err(e)?;
+                            compare_topk(
+                                diff_of(&mut diffs, name),
+                                &TopK {
+                                    k: want.k,
+                                    ids: want.ids.clone(),
+                                    scores: want.scores.clone(),
+                                },
+                                &TopK {
+                                    k: got.k,
+                                    ids: got.ids,
+                                    scores: got.scores,
+                                },
+                            );
+                        }
+                    }
+                }
             }
         }
         Ok(diffs)

@@ -168,6 +168,9 @@ mod imp {
         scores: &'a mut CudaSlice<f32>,
     }
 
+    /// Queries per launch of the fused fast-mode knn (its scratch grows with them; no score matrix).
+    const FUSED_CHUNK_QUERIES: usize = 1 << 16;
+
     /// Score buffers up to this size stay allocated between calls.
     const KEEP_SCORES_BYTES: usize = 64 << 20;
 
@@ -445,6 +448,9 @@ mod imp {
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
             let ld = half_ld(dim);
+            if kern.knn_fast_supported(n, k) {
+                return self.knn_fused_fast(queries, ch, cn, n, dim, metric, k, kind);
+            }
             self.knn_chunked(
                 queries,
                 n,
@@ -475,6 +481,67 @@ mod imp {
                     .map_err(map_kernel_error)
                 },
             )
+        }
+
+        /// Fast-mode knn with top-k fused into the tensor-core GEMM (`Kernels::knn_fast`, k <= 32): no score
+        /// matrix, so queries go in chunks of `FUSED_CHUNK_QUERIES` only to bound the scratch. The same lists
+        /// as the GEMM followed by `select_topk`.
+        #[allow(clippy::too_many_arguments)]
+        fn knn_fused_fast(
+            &self,
+            queries: &[f32],
+            ch: &CudaSlice<u16>,
+            cn: Option<&CudaSlice<f32>>,
+            n: usize,
+            dim: usize,
+            metric: Metric,
+            k: usize,
+            kind: HalfKind,
+        ) -> Result<TopK, BackendError> {
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let ld = half_ld(dim);
+            let nq = queries.len() / dim;
+            let chunk = FUSED_CHUNK_QUERIES.min(nq).max(1);
+            let norms = metric != Metric::Dot;
+            let mut sc = self.scratch.lock();
+            let Scratch { q, qn, qh, .. } = &mut *sc;
+            let q = grown(g, q, chunk * dim)?;
+            let qn = grown(g, qn, chunk)?;
+            let qh = grown(g, qh, chunk * ld)?;
+            let mut result = TopK {
+                k,
+                ids: Vec::with_capacity(nq * k),
+                scores: Vec::with_capacity(nq * k),
+            };
+            for q0 in (0..nq).step_by(chunk) {
+                let m = chunk.min(nq - q0);
+                g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
+                    .map_err(map_gpu_error)?;
+                if norms {
+                    kern.row_norms_f32(g, q, m, dim, qn)
+                        .map_err(map_kernel_error)?;
+                }
+                kern.to_half_rows(g, HalfSource::F32(q), kind, m, dim, qh)
+                    .map_err(map_kernel_error)?;
+                let part = kern
+                    .knn_fast(
+                        g,
+                        kind,
+                        sim_metric(metric),
+                        qh,
+                        norms.then_some(&*qn),
+                        ch,
+                        cn,
+                        m,
+                        n,
+                        ld,
+                        k,
+                    )
+                    .map_err(map_kernel_error)?;
+                result.ids.extend(part.ids);
+                result.scores.extend(part.scores);
+            }
+            Ok(result)
         }
 
         /// The query-chunk loop of `knn_on` and `knn_on_fast`: upload each chunk into the reused scratch,

@@ -207,12 +207,32 @@ pub struct TopkFilterParams {
     pub _pad: u32,
 }
 
-/// Tensor-core tile of the fast-mode GEMM (`tc_gemm_*`): 128 queries x 128 rows per block of 256 threads,
-/// 32 columns per step.
-pub const TC_TILE: u32 = 128;
+/// Tensor-core tiles of fast mode (`tc_gemm_*`, `tc_knn_*`): [`TC_TILE_Q`] queries x [`TC_TILE_R`] corpus rows
+/// per block of [`TC_THREADS`] threads (8 warps of 64 x 64), [`TC_TILE_K`] columns per step, [`TC_STAGES`]
+/// steps in the shared-memory ring.
+pub const TC_TILE_Q: u32 = 128;
+pub const TC_TILE_R: u32 = 256;
 pub const TC_TILE_K: u32 = 32;
+pub const TC_STAGES: u32 = 3;
+pub const TC_THREADS: u32 = 256;
+/// Shared row stride of a fast-mode operand tile, in 16-bit values (32 columns and 8 of padding: the eight
+/// 16-byte row pieces one `ldmatrix` phase reads fall in eight different bank groups).
+pub const TC_SROW: u32 = 40;
+/// Dynamic shared memory of `tc_gemm_*`: the ring of [`TC_STAGES`] query and corpus tiles.
+pub const TC_PIPE_BYTES: u32 = TC_STAGES * (TC_TILE_Q + TC_TILE_R) * TC_SROW * 2;
 /// Fast-mode operands are 16-bit rows padded with zeros to a multiple of this many columns.
 pub const TC_LD_ALIGN: u32 = 32;
+/// The largest `k` of the fused fast-mode knn (`tc_knn_*`).
+pub const TC_KNN_K_MAX: u32 = 32;
+/// Candidates per query that one filter round of `tc_knn_*` can hold (more start another round).
+pub const TC_KNN_CAP: u32 = 32;
+
+/// Dynamic shared memory of one `tc_knn_*` block for top-`k`: the ring, then per query of the tile its sorted
+/// list (`k` keys, `k` scores), its candidates ([`TC_KNN_CAP`] keys and scores), its candidate count, norm and
+/// inverse norm; then per corpus row of the tile its norm and inverse norm.
+pub const fn tc_knn_shared_bytes(k: u32) -> u32 {
+    TC_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * TC_KNN_CAP + 12) + TC_TILE_R * 8
+}
 
 /// Fast mode (`tc_gemm_{f16,bf16}_{dot,cosine,l2}`, sm_80 and newer): scores of every query against every
 /// row from 16-bit operands on tensor cores with f32 accumulation, `out[q * n_rows + r]`. Cosine and l2 use
@@ -234,6 +254,55 @@ pub struct TcGemmParams {
     pub n_rows: u32,
     /// Row stride of both operands in 16-bit values, a multiple of [`TC_LD_ALIGN`].
     pub ld: u32,
+    pub _pad: u32,
+}
+
+/// Fast-mode knn with top-k fused (`tc_knn_{f16,bf16}_{dot,cosine,l2}`, sm_80 and newer): the scores of
+/// `tc_gemm_*` (the same main loop, so the same bits), never written out. Block `(x, y)` takes queries
+/// `TC_TILE_Q * x ..` and the row tiles `y, y + n_splits, ..` of `TC_TILE_R` rows; it keeps each query's `k`
+/// best pair keys `(score_key(score) << 32) | row` in shared memory and writes them, ascending, with their
+/// scores to `out_keys[(q * n_splits + y) * k ..]` and `out_scores` (key `u64::MAX` where the split had fewer
+/// than `k` rows). `tc_knn_merge` then merges the `n_splits` lists of each query.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcKnnParams {
+    /// `n_queries * ld` 16-bit values, zero-padded rows.
+    pub queries: u64,
+    /// `n_queries` f32 (cosine and l2, else 0).
+    pub query_norms: u64,
+    /// `n_rows * ld` 16-bit values, zero-padded rows.
+    pub corpus: u64,
+    /// `n_rows` f32 (cosine and l2, else 0).
+    pub corpus_norms: u64,
+    /// `n_queries * n_splits * k` u64 out.
+    pub out_keys: u64,
+    /// `n_queries * n_splits * k` f32 out.
+    pub out_scores: u64,
+    pub n_queries: u32,
+    pub n_rows: u32,
+    /// Row stride of both operands in 16-bit values, a multiple of [`TC_LD_ALIGN`].
+    pub ld: u32,
+    /// `1 <= k <= TC_KNN_K_MAX`.
+    pub k: u32,
+    /// The grid's `y`: at most the number of row tiles.
+    pub n_splits: u32,
+    pub _pad: u32,
+}
+
+/// `tc_knn_merge`: block `q` (of `32 * ceil(n_lists / 32)` threads) merges query `q`'s `n_lists` ascending
+/// lists of `k` keys (`keys[(q * n_lists + l) * k ..]`, scores beside them in `scores`) into its `k`
+/// smallest keys, ascending, at `out_keys[q * k ..]`, with their scores at `out_scores[q * k ..]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcMergeParams {
+    pub keys: u64,
+    pub scores: u64,
+    pub out_keys: u64,
+    pub out_scores: u64,
+    pub n_queries: u32,
+    /// `1 <= n_lists <= 1024`.
+    pub n_lists: u32,
+    pub k: u32,
     pub _pad: u32,
 }
 

@@ -442,6 +442,19 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             fast.push((name, ms, hits as f64 / (a.queries * a.k) as f64));
         }
     }
+    // Fast mode at kernel level (16-bit operands and norms resident): the fused knn against the GEMM alone
+    // (its TFLOP/s) and the GEMM + separate selection.
+    let mut fast_kernel = Vec::new();
+    if a.queries > 8 {
+        for (bf16, name) in [(false, "f16"), (true, "bf16")] {
+            match recall::diagnostics::bench::fast_knn_ms(
+                gpu, &queries, &corpus, a.dim, a.k, a.iters, bf16,
+            ) {
+                Ok(f) => fast_kernel.push((name, f)),
+                Err(e) => eprintln!("fast mode {name} kernel figures skipped: {e}"),
+            }
+        }
+    }
     let parts = if a.queries == 1 && a.rows <= 100_000 {
         recall::diagnostics::bench::knn_latency_parts(
             gpu,
@@ -515,7 +528,45 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             rec
         );
     }
+    let flop = 2.0 * a.queries as f64 * a.rows as f64 * a.dim as f64;
+    for (name, f) in &fast_kernel {
+        if let Some(ms) = f.fused_ms {
+            let _ = writeln!(
+                r,
+                "| recall GPU fast {name}, kernel level: `tc_knn_{name}_cosine` (GEMM + fused top-{}) + `tc_knn_merge`, k pairs back | {:.1} us | {:.0} TFLOP/s effective; lists equal GEMM + select_topk: {} |",
+                a.k,
+                ms * 1e3,
+                flop / (ms * 1e-3) / 1e12,
+                match f.same {
+                    Some(true) => "yes",
+                    Some(false) => "**NO**",
+                    None => "-",
+                }
+            );
+        }
+        let _ = writeln!(
+            r,
+            "| recall GPU fast {name}, kernel level: `tc_gemm_{name}_cosine` alone (every score written) | {:.1} us | {:.0} TFLOP/s |",
+            f.gemm_ms * 1e3,
+            flop / (f.gemm_ms * 1e-3) / 1e12
+        );
+        let _ = writeln!(
+            r,
+            "| recall GPU fast {name}, kernel level: `tc_gemm_{name}_cosine` + `select_topk` (unfused) | {:.1} us | |",
+            f.gemm_select_ms * 1e3
+        );
+    }
     peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
+        if let (Some(ms), Some(fused)) = (
+            p.num("topk_fp16_ms"),
+            fast_kernel.first().and_then(|(_, f)| f.fused_ms),
+        ) {
+            let _ = writeln!(
+                r,
+                "| {name}: fp16 matmul + topk (below) against recall fast f16 fused, kernel level | | **{:.2}x** the peer's time |",
+                fused / ms
+            );
+        }
         for (key, expr) in [
             ("topk_fp16_ms", "topk_fp16_expr"),
             ("topk_tf32_ms", "topk_tf32_expr"),

@@ -1,0 +1,249 @@
+//! The launcher of fast-mode knn with top-k fused (`tc_knn_*` and `tc_knn_merge`, sm_80 and newer): the
+//! scores of [`Kernels::similarity_fast`] never reach device memory; each block keeps its queries' best `k`
+//! in shared memory and a small merge kernel joins the per-split lists.
+
+use crate::launch::{HalfKind, KernelError, Kernels, SimMetric, TopKResult, shape, to_u32};
+use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
+use recall_gpu_sys::{Gpu, GpuError};
+use recall_kernel_shared::{
+    TC_KNN_K_MAX, TC_LD_ALIGN, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams,
+    tc_knn_shared_bytes,
+};
+
+/// The most lists per query that `tc_knn_merge` joins (one per thread of its block).
+const MAX_SPLITS: usize = 1024;
+
+/// `[f16, bf16]` x `[dot, cosine, l2]`, the merge, and the device's SM count (for the split count).
+#[derive(Debug)]
+pub(crate) struct TcKnnKernels {
+    knn: [[CudaFunction; 3]; 2],
+    merge: CudaFunction,
+    sm_count: usize,
+}
+
+impl TcKnnKernels {
+    /// Look the kernels up and opt them into the shared memory of `k = TC_KNN_K_MAX`; `None` when the device
+    /// has less per block (then fast knn runs the GEMM and the separate selection).
+    pub(crate) fn load(
+        gpu: &Gpu,
+        f: impl Fn(&str) -> Result<CudaFunction, GpuError>,
+    ) -> Result<Option<TcKnnKernels>, GpuError> {
+        let knn = [
+            [
+                f("tc_knn_f16_dot")?,
+                f("tc_knn_f16_cosine")?,
+                f("tc_knn_f16_l2")?,
+            ],
+            [
+                f("tc_knn_bf16_dot")?,
+                f("tc_knn_bf16_cosine")?,
+                f("tc_knn_bf16_l2")?,
+            ],
+        ];
+        let bytes = tc_knn_shared_bytes(TC_KNN_K_MAX);
+        if !knn
+            .iter()
+            .flatten()
+            .all(|func| gpu.allow_dynamic_shared(func, bytes).is_ok())
+        {
+            tracing::debug!(
+                bytes,
+                "tc_knn: not enough shared memory per block; fast knn runs the GEMM and the selection"
+            );
+            return Ok(None);
+        }
+        Ok(Some(TcKnnKernels {
+            knn,
+            merge: f("tc_knn_merge")?,
+            sm_count: (gpu.info().sm_count as usize).max(1),
+        }))
+    }
+}
+
+/// Device buffers of `knn_fast`, grown on demand and reused: the per-split lists and the merged answer.
+#[derive(Debug)]
+pub(crate) struct TcKnnScratch {
+    part_keys: CudaSlice<u64>,
+    part_scores: CudaSlice<f32>,
+    out_keys: CudaSlice<u64>,
+    out_scores: CudaSlice<f32>,
+}
+
+/// Splits (row-tile strides) for `query_tiles` query tiles over `row_tiles` row tiles: enough blocks for one
+/// per SM (each block holds an SM's shared memory), at most one per row tile and [`MAX_SPLITS`].
+fn splits(sm_count: usize, query_tiles: usize, row_tiles: usize) -> usize {
+    (sm_count / query_tiles).clamp(1, row_tiles.min(MAX_SPLITS))
+}
+
+impl Kernels {
+    /// Whether [`Kernels::knn_fast`] runs here for this shape: an sm_80+ image whose device has the shared
+    /// memory, and `1 <= k <= min(TC_KNN_K_MAX, n_rows)`.
+    pub fn knn_fast_supported(&self, n_rows: usize, k: usize) -> bool {
+        self.tc_knn.is_some() && k >= 1 && k <= (TC_KNN_K_MAX as usize).min(n_rows)
+    }
+
+    /// Fast-mode knn with top-k fused: the `k` best (score, id) pairs of every query against every row, best
+    /// first, from operands laid out by [`Kernels::to_half_rows`] (row stride `ld`), with the f32 norms for
+    /// cosine and l2. The same lists as [`Kernels::similarity_fast`] followed by [`Kernels::select_topk`]
+    /// (same scores bit for bit, same order), without the score matrix.
+    #[allow(clippy::too_many_arguments)]
+    pub fn knn_fast(
+        &self,
+        gpu: &Gpu,
+        kind: HalfKind,
+        metric: SimMetric,
+        queries: &CudaSlice<u16>,
+        query_norms: Option<&CudaSlice<f32>>,
+        corpus: &CudaSlice<u16>,
+        corpus_norms: Option<&CudaSlice<f32>>,
+        n_queries: usize,
+        n_rows: usize,
+        ld: usize,
+        k: usize,
+    ) -> Result<TopKResult, KernelError> {
+        const K: &str = "knn_fast";
+        let Some(tk) = &self.tc_knn else {
+            return Err(shape(
+                K,
+                "needs an sm_80+ image and the shared memory of tc_knn",
+            ));
+        };
+        if n_queries == 0 || n_rows == 0 || ld == 0 || !ld.is_multiple_of(TC_LD_ALIGN as usize) {
+            return Err(shape(
+                K,
+                "n_queries and n_rows must be at least 1 and ld a positive multiple of 32",
+            ));
+        }
+        if !self.knn_fast_supported(n_rows, k) {
+            return Err(shape(
+                K,
+                format!("k = {k} must be between 1 and min({TC_KNN_K_MAX}, n_rows = {n_rows})"),
+            ));
+        }
+        let elems = |a: usize, b: usize| {
+            a.checked_mul(b)
+                .ok_or_else(|| shape(K, format!("{a} x {b} elements overflow")))
+        };
+        if queries.len() < elems(n_queries, ld)? || corpus.len() < elems(n_rows, ld)? {
+            return Err(shape(K, "the 16-bit operands are shorter than the shape"));
+        }
+        let (qn, cn) = match (metric, query_norms, corpus_norms) {
+            (SimMetric::Dot, _, _) => (0, 0),
+            (_, Some(qn), Some(cn)) if qn.len() >= n_queries && cn.len() >= n_rows => {
+                (gpu.device_ptr(qn), gpu.device_ptr(cn))
+            }
+            _ => {
+                return Err(shape(
+                    K,
+                    "cosine and l2 need n_queries query norms and n_rows corpus norms",
+                ));
+            }
+        };
+        let n_rows32 = to_u32(K, "n_rows", n_rows)?;
+        let n_queries32 = to_u32(K, "n_queries", n_queries)?;
+        let query_tiles = n_queries.div_ceil(TC_TILE_Q as usize);
+        let row_tiles = n_rows.div_ceil(TC_TILE_R as usize);
+        if query_tiles > (1 << 31) - 1 {
+            return Err(shape(K, "too many queries for one launch"));
+        }
+        let n_splits = splits(tk.sm_count, query_tiles, row_tiles);
+        let part = elems(elems(n_queries, n_splits)?, k)?;
+        let out = elems(n_queries, k)?;
+        let mut slot = self.tc_knn_scratch.lock();
+        if !slot
+            .as_ref()
+            .is_some_and(|s| s.part_keys.len() >= part && s.out_keys.len() >= out)
+        {
+            *slot = None; // free first
+            *slot = Some(TcKnnScratch {
+                part_keys: gpu.alloc_zeros::<u64>(part)?,
+                part_scores: gpu.alloc_zeros::<f32>(part)?,
+                out_keys: gpu.alloc_zeros::<u64>(out)?,
+                out_scores: gpu.alloc_zeros::<f32>(out)?,
+            });
+        }
+        let Some(sc) = slot.as_mut() else {
+            return Err(shape(K, "scratch missing"));
+        };
+        let params = TcKnnParams {
+            queries: gpu.device_ptr(queries),
+            query_norms: qn,
+            corpus: gpu.device_ptr(corpus),
+            corpus_norms: cn,
+            out_keys: gpu.device_ptr(&sc.part_keys),
+            out_scores: gpu.device_ptr(&sc.part_scores),
+            n_queries: n_queries32,
+            n_rows: n_rows32,
+            ld: to_u32(K, "ld", ld)?,
+            k: k as u32,
+            n_splits: n_splits as u32,
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (query_tiles as u32, n_splits as u32, 1),
+            block_dim: (TC_THREADS, 1, 1),
+            shared_mem_bytes: tc_knn_shared_bytes(k as u32),
+        };
+        let func = &tk.knn[usize::from(kind == HalfKind::Bf16)][metric.index()];
+        // SAFETY: the operands hold n_queries * ld and n_rows * ld values with ld a multiple of 32, the norms
+        // n_queries and n_rows (cosine, l2); the outputs n_queries * n_splits * k; 1 <= k <= 32; n_splits is
+        // at most the row tiles (<= 1024, so the grid's y fits); the function was opted into the shared memory
+        // of k = 32, the most a launch asks for; the image is sm_80+ (tc_knn present).
+        unsafe { gpu.launch(func, cfg, params) }?;
+        let warps = n_splits.div_ceil(32) as u32;
+        let merge = TcMergeParams {
+            keys: gpu.device_ptr(&sc.part_keys),
+            scores: gpu.device_ptr(&sc.part_scores),
+            out_keys: gpu.device_ptr(&sc.out_keys),
+            out_scores: gpu.device_ptr(&sc.out_scores),
+            n_queries: n_queries32,
+            n_lists: n_splits as u32,
+            k: k as u32,
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (n_queries32, 1, 1),
+            block_dim: (32 * warps, 1, 1),
+            shared_mem_bytes: 16 * warps,
+        };
+        // SAFETY: the lists were written by the launch above (same stream) for n_queries x n_splits x k; the
+        // outputs hold n_queries * k; n_splits <= 1024 threads; 2 * warps u64 of shared memory.
+        unsafe { gpu.launch(&tk.merge, cfg, merge) }?;
+        let mut keys = vec![0u64; out];
+        let mut scores = vec![0f32; out];
+        gpu.download_prefix(&sc.out_keys, &mut keys)?;
+        gpu.download_prefix(&sc.out_scores, &mut scores)?;
+        drop(slot);
+        let mut ids = Vec::with_capacity(out);
+        for &key in &keys {
+            // Every merged key names a row; one that does not is a device fault, reported, not returned.
+            if key == u64::MAX || (key as u32) >= n_rows32 {
+                return Err(shape(
+                    K,
+                    format!("the device selected an invalid key {key:#x}"),
+                ));
+            }
+            ids.push(key as u32);
+        }
+        Ok(TopKResult { k, ids, scores })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fill_the_sms_once_and_stay_in_range() {
+        // 1,024 queries (8 tiles) on 132 SMs: 16 splits, 128 blocks.
+        assert_eq!(splits(132, 8, 3907), 16);
+        // One query tile: a block per SM.
+        assert_eq!(splits(132, 1, 3907), 132);
+        // More query tiles than SMs: one split.
+        assert_eq!(splits(132, 500, 3907), 1);
+        // Few row tiles: at most one split per tile.
+        assert_eq!(splits(132, 1, 3), 3);
+        // Never above the merge's limit.
+        assert_eq!(splits(4096, 1, 1 << 20), MAX_SPLITS);
+    }
+}

@@ -1,0 +1,440 @@
+//! Fast-mode knn with the top-k fused into the tensor-core GEMM (`tc_knn_*`, sm_80 and newer), and the merge
+//! of its per-split lists (`tc_knn_merge`). No score matrix is written: the scores are `tc_gemm_*`'s (the
+//! same main loop and the same score function, so the same bits), and the lists equal `select_topk` over them.
+//!
+//! Block `(x, y)` takes queries `128 x ..` and walks the row tiles `y, y + n_splits, ..` (256 rows each)
+//! through the main loop of `tensor.rs`; the blocks of one split run side by side, so a row tile is read from
+//! memory once and from L2 by the other query tiles. Per query of its tile the block keeps a sorted list of
+//! its `k` smallest pair keys `(score_key(score) << 32) | row` (and their scores) in shared memory, the
+//! `k`-th key being the query's threshold. After each row tile:
+//!
+//! 1. Filter: every thread checks its 128 accumulators (8 queries x 16 rows, the mma C-fragment layout)
+//!    against their queries' thresholds and appends the pairs that beat it to the query's candidate list in
+//!    shared memory (an atomic slot; at most `TC_KNN_CAP`). Cosine first compares `dot * (1/nq) * (1/nc)`,
+//!    widened by a margin far above its rounding error, so that the division runs only for pairs that can
+//!    pass; the pairs it lets through are decided by the exact score and key.
+//! 2. Merge: warp `w` takes queries `w, w + 8, ..`: lane `l` holds list entry `l` and candidate `l`; each
+//!    computes its rank in the union (its index plus the candidates below it; for a candidate, the list
+//!    entries and candidates below it) and the entries ranked below `k` are written at their rank.
+//! 3. A candidate list that overflowed leaves its pairs unmarked in the filtering thread's bit mask; the
+//!    block repeats 1 and 2 (the thresholds have fallen meanwhile) until nothing overflows.
+//!
+//! Keys are unique (one row id per pair), so the ranks are distinct and the order is the total order of
+//! `docs/numerics.md`, "Top-k": the same keys as `select_topk`, so the same lists.
+
+use crate::select::atomic_add;
+use crate::tensor::{Acc, Epilogue, Operands, score, stream};
+use crate::util::{
+    block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, score_key, shared_addr,
+    sync_threads, sync_threads_or, sync_warp, thread_x,
+};
+use recall_kernel_shared::{
+    METRIC_COSINE, METRIC_DOT, METRIC_L2, TC_KNN_CAP, TC_PIPE_BYTES, TC_TILE_Q, TC_TILE_R,
+    TcKnnParams, TcMergeParams,
+};
+
+const TQ: usize = TC_TILE_Q as usize;
+const CAP: usize = TC_KNN_CAP as usize;
+/// The cosine pre-filter's relative margin (its rounding error is below 8 * 2^-24).
+const MARGIN: f32 = 1.0 / 65536.0;
+/// And its absolute margin (covers subnormal scores).
+const TINY: f32 = 1e-30;
+
+/// `1 / x` for norms where the pre-filter's products stay normal, else 0 (the pre-filter is skipped).
+#[inline(always)]
+fn inv_or_zero(x: f32) -> f32 {
+    // 2^-60 and 2^60: the product of two inverses and a score stays far from subnormal and infinite.
+    if x >= 8.673_617e-19 && x <= 1.152_921_5e18 {
+        1.0 / x
+    } else {
+        0.0
+    }
+}
+
+/// `x`, through an instruction the compiler may not move or merge: keeps the filter's per-pair work inside
+/// its round instead of hoisted out of the retry loop for all 128 pairs at once (which spills registers).
+#[inline(always)]
+fn opaque(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: a register move.
+    unsafe {
+        core::arch::asm!("mov.b32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack))
+    };
+    y
+}
+
+/// The block's shared state (generic pointers into its dynamic shared memory, laid out as
+/// `tc_knn_shared_bytes` counts it) and the epilogue that folds each row tile into the lists.
+struct Lists<const METRIC: u32> {
+    list_key: *mut u64,
+    cand_key: *mut u64,
+    list_score: *mut f32,
+    cand_score: *mut f32,
+    count: *mut u32,
+    qn: *mut f32,
+    qinv: *mut f32,
+    rn: *mut f32,
+    rinv: *mut f32,
+    corpus_norms: u64,
+    n_rows: u32,
+    n_queries: u32,
+    q0: u32,
+    k: usize,
+    /// This thread's row norm of the tile in flight (row `r0 + thread`), loaded by `begin`.
+    nc_next: f32,
+}
+
+impl<const METRIC: u32> Lists<METRIC> {
+    /// Merge query `ql`'s candidates into its list (step 2 of the module documentation). Warp-uniform.
+    ///
+    /// # Safety
+    /// `ql < TC_TILE_Q`; the candidates were written before a block barrier; no other warp touches this
+    /// query's list, candidates or count until the next block barrier.
+    #[inline(always)]
+    unsafe fn merge_one(&self, ql: usize, lane: usize) {
+        let k = self.k;
+        // SAFETY: (all accesses) ql < 128, lane < 32, k <= 32 and cnt <= CAP: inside the query's slots.
+        unsafe {
+            let cnt = (*self.count.add(ql) as usize).min(CAP);
+            if cnt == 0 {
+                return;
+            }
+            let (base, cb) = (ql * k, ql * CAP);
+            let (lk, ls) = if lane < k {
+                (
+                    *self.list_key.add(base + lane),
+                    *self.list_score.add(base + lane),
+                )
+            } else {
+                (u64::MAX, 0.0)
+            };
+            let (ck, cs) = if lane < cnt {
+                (
+                    *self.cand_key.add(cb + lane),
+                    *self.cand_score.add(cb + lane),
+                )
+            } else {
+                (u64::MAX, 0.0)
+            };
+            let mut rank_l = lane;
+            let mut rank_c = 0usize;
+            let mut j = 0;
+            while j < cnt {
+                let x = *self.cand_key.add(cb + j);
+                rank_l += usize::from(x < lk);
+                rank_c += usize::from(x < ck);
+                j += 1;
+            }
+            let mut i = 0;
+            while i < k {
+                rank_c += usize::from(*self.list_key.add(base + i) < ck);
+                i += 1;
+            }
+            // Every lane has read the list and the count before any lane writes them.
+            sync_warp();
+            if lane < k && rank_l < k {
+                *self.list_key.add(base + rank_l) = lk;
+                *self.list_score.add(base + rank_l) = ls;
+            }
+            if lane < cnt && rank_c < k {
+                *self.list_key.add(base + rank_c) = ck;
+                *self.list_score.add(base + rank_c) = cs;
+            }
+            if lane == 0 {
+                *self.count.add(ql) = 0;
+            }
+        }
+    }
+}
+
+impl<const METRIC: u32> Epilogue for Lists<METRIC> {
+    #[inline(always)]
+    fn begin(&mut self, r0: u32) {
+        let r = r0 + thread_x();
+        self.nc_next = if METRIC != METRIC_DOT && r < self.n_rows {
+            // SAFETY: r < n_rows; cosine and l2 launches pass n_rows corpus norms.
+            unsafe { *(self.corpus_norms as *const f32).add(r as usize) }
+        } else {
+            0.0
+        };
+    }
+
+    #[inline(always)]
+    fn end(&mut self, r0: u32, acc: &Acc) {
+        let t = thread_x() as usize;
+        let (lane, warp) = (t % 32, t / 32);
+        let (wm, wn) = (warp % 2, warp / 2);
+        let (g, c) = (lane / 4, 2 * (lane % 4));
+        let k = self.k;
+        let higher_first = METRIC != METRIC_L2;
+        if METRIC != METRIC_DOT {
+            // SAFETY: t < 256 rows of the tile. The last readers of the previous tile's values passed the
+            // barrier that ended its epilogue.
+            unsafe {
+                *self.rn.add(t) = self.nc_next;
+                if METRIC == METRIC_COSINE {
+                    *self.rinv.add(t) = inv_or_zero(self.nc_next);
+                }
+            }
+        }
+        sync_threads();
+        // Bit ((i * 2 + h) * 8 + j) * 2 + e: accumulator [i][j][2h + e] is decided (filtered out, or written).
+        let mut done = [0u32; 4];
+        // Block-uniform loop (the flag comes from a block-wide vote).
+        loop {
+            let mut overflow = false;
+            unroll!(4, I: usize => {
+                unroll!(2, H: usize => {
+                    let ql = wm * 64 + I * 16 + g + 8 * H;
+                    if self.q0 as usize + ql < self.n_queries as usize {
+                        let last = ql * k + k - 1;
+                        // SAFETY: ql < 128: inside the lists and the query norms.
+                        let (thr, nq, qi, thr_s) = unsafe {
+                            let thr = *self.list_key.add(last);
+                            let nq = if METRIC != METRIC_DOT { *self.qn.add(ql) } else { 0.0 };
+                            let (qi, thr_s) = if METRIC == METRIC_COSINE {
+                                (
+                                    *self.qinv.add(ql),
+                                    if thr == u64::MAX { f32::NEG_INFINITY } else { *self.list_score.add(last) },
+                                )
+                            } else {
+                                (0.0, 0.0)
+                            };
+                            (thr, nq, qi, thr_s)
+                        };
+                        unroll!(8, J: usize => {
+                            unroll!(2, E: usize => {
+                                let bit = ((I * 2 + H) * 8 + J) * 2 + E;
+                                let (word, mask) = (bit / 32, 1u32 << (bit % 32));
+                                if done[word] & mask == 0 {
+                                    let rl = wn * 64 + J * 8 + c + E;
+                                    let r = r0 + rl as u32;
+                                    let dot = f32::from_bits(opaque(acc[I][J][2 * H + E]));
+                                    let mut pass = r < self.n_rows;
+                                    if pass && METRIC == METRIC_COSINE {
+                                        // SAFETY: rl < 256.
+                                        let ri = unsafe { *self.rinv.add(rl) };
+                                        if qi != 0.0 && ri != 0.0 {
+                                            let approx = dot * (qi * ri);
+                                            let upper = approx + f32::from_bits(approx.to_bits() & 0x7fff_ffff) * MARGIN + TINY;
+                                            // NaN passes: the exact key decides.
+                                            pass = !(upper < thr_s);
+                                        }
+                                    }
+                                    let (mut key, mut s) = (u64::MAX, 0.0f32);
+                                    if pass {
+                                        let nc = if METRIC != METRIC_DOT {
+                                            // SAFETY: rl < 256.
+                                            unsafe { *self.rn.add(rl) }
+                                        } else {
+                                            0.0
+                                        };
+                                        s = score::<METRIC>(dot, nq, nc);
+                                        key = (u64::from(score_key(s, higher_first)) << 32) | u64::from(r);
+                                        pass = key < thr;
+                                    }
+                                    if pass {
+                                        let slot = atomic_add(self.count.wrapping_add(ql), 1) as usize;
+                                        if slot < CAP {
+                                            // SAFETY: ql < 128, slot < CAP.
+                                            unsafe {
+                                                *self.cand_key.add(ql * CAP + slot) = key;
+                                                *self.cand_score.add(ql * CAP + slot) = s;
+                                            }
+                                            done[word] |= mask;
+                                        } else {
+                                            overflow = true;
+                                        }
+                                    } else {
+                                        done[word] |= mask;
+                                    }
+                                }
+                            });
+                        });
+                    }
+                });
+            });
+            // The candidates are visible to every warp after this barrier.
+            let again = sync_threads_or(overflow);
+            let mut ql = warp;
+            while ql < TQ {
+                // SAFETY: ql < 128; warp `warp` alone touches queries warp, warp + 8, .. until the barrier.
+                unsafe { self.merge_one(ql, lane) };
+                ql += 8;
+            }
+            sync_threads();
+            if !again {
+                break;
+            }
+        }
+    }
+}
+
+/// See the module documentation.
+///
+/// # Safety
+/// Grid `(ceil(n_queries / 128), n_splits)` with `n_splits <=` the row tiles, 256 threads,
+/// `tc_knn_shared_bytes(k)` bytes of dynamic shared memory; buffers as [`TcKnnParams`] documents; `1 <= k
+/// <= TC_KNN_K_MAX`; sm_80 or newer.
+#[inline(always)]
+unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
+    let base = dynamic_shared_f32() as *mut u8;
+    let k = p.k as usize;
+    let list_key = base.wrapping_add(TC_PIPE_BYTES as usize) as *mut u64;
+    let cand_key = list_key.wrapping_add(TQ * k);
+    let list_score = cand_key.wrapping_add(TQ * CAP) as *mut f32;
+    let cand_score = list_score.wrapping_add(TQ * k);
+    let count = cand_score.wrapping_add(TQ * CAP) as *mut u32;
+    let qn = count.wrapping_add(TQ) as *mut f32;
+    let qinv = qn.wrapping_add(TQ);
+    let rn = qinv.wrapping_add(TQ);
+    let rinv = rn.wrapping_add(TC_TILE_R as usize);
+    let t = thread_x() as usize;
+    let q0 = block_x() * TC_TILE_Q;
+    let mut i = t;
+    while i < TQ * k {
+        // SAFETY: i < 128 k: inside the lists.
+        unsafe {
+            *list_key.add(i) = u64::MAX;
+            *list_score.add(i) = 0.0;
+        }
+        i += 256;
+    }
+    if t < TQ {
+        let q = q0 + t as u32;
+        let nq = if METRIC != METRIC_DOT && q < p.n_queries {
+            // SAFETY: q < n_queries; cosine and l2 launches pass n_queries query norms.
+            unsafe { *(p.query_norms as *const f32).add(q as usize) }
+        } else {
+            0.0
+        };
+        // SAFETY: t < 128: inside the counts and query norms.
+        unsafe {
+            *count.add(t) = 0;
+            *qn.add(t) = nq;
+            *qinv.add(t) = inv_or_zero(nq);
+        }
+    }
+    // The writes above are read after the main loop's first barrier.
+    let tiles = p.n_rows.div_ceil(TC_TILE_R);
+    let split = block_y();
+    let n_tiles = if split < tiles {
+        (tiles - split).div_ceil(p.n_splits)
+    } else {
+        0
+    };
+    let o = Operands {
+        queries: p.queries,
+        corpus: p.corpus,
+        n_queries: p.n_queries,
+        n_rows: p.n_rows,
+        ld: p.ld,
+        q0,
+    };
+    let mut lists = Lists::<METRIC> {
+        list_key,
+        cand_key,
+        list_score,
+        cand_score,
+        count,
+        qn,
+        qinv,
+        rn,
+        rinv,
+        corpus_norms: p.corpus_norms,
+        n_rows: p.n_rows,
+        n_queries: p.n_queries,
+        q0,
+        k,
+        nc_next: 0.0,
+    };
+    // SAFETY: the ring is the first TC_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
+    // contract for the operands.
+    unsafe {
+        stream::<BF16, _>(
+            &o,
+            shared_addr(dynamic_shared_f32()),
+            split,
+            p.n_splits,
+            n_tiles,
+            &mut lists,
+        )
+    };
+    sync_threads();
+    let (s, ns) = (split as usize, p.n_splits as usize);
+    let mut i = t;
+    while i < TQ * k {
+        let q = q0 as usize + i / k;
+        if q < p.n_queries as usize {
+            let at = (q * ns + s) * k + i % k;
+            // SAFETY: q < n_queries, s < n_splits: inside the outputs; i < 128 k: inside the lists.
+            unsafe {
+                *(p.out_keys as *mut u64).add(at) = *list_key.add(i);
+                *(p.out_scores as *mut f32).add(at) = *list_score.add(i);
+            }
+        }
+        i += 256;
+    }
+}
+
+kernels! {
+    TcKnnParams;
+    tc_knn_f16_dot => tc_knn::<METRIC_DOT, false>;
+    tc_knn_f16_cosine => tc_knn::<METRIC_COSINE, false>;
+    tc_knn_f16_l2 => tc_knn::<METRIC_L2, false>;
+    tc_knn_bf16_dot => tc_knn::<METRIC_DOT, true>;
+    tc_knn_bf16_cosine => tc_knn::<METRIC_COSINE, true>;
+    tc_knn_bf16_l2 => tc_knn::<METRIC_L2, true>;
+}
+
+/// See [`TcMergeParams`]: thread `l` offers list `l`'s head in `k` rounds of block minima; the winner (keys are
+/// unique) writes it with its score and moves to its next key.
+///
+/// # Safety
+/// Grid `n_queries`, `32 * ceil(n_lists / 32)` threads, `16 * ceil(n_lists / 32)` bytes of dynamic shared
+/// memory; buffers as [`TcMergeParams`] documents.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn tc_knn_merge(p: TcMergeParams) {
+    let mins = dynamic_shared_f32() as *mut u64;
+    let t = thread_x() as usize;
+    let q = block_x() as usize;
+    let (k, n_lists) = (p.k as usize, p.n_lists as usize);
+    let warps = block_dim_x() as usize / 32;
+    let keys = p.keys as *const u64;
+    let base = (q * n_lists + t) * k;
+    let out = q * k;
+    let mut pos = 0;
+    let mut head = if t < n_lists {
+        // SAFETY: t < n_lists: list t's first key.
+        unsafe { *keys.add(base) }
+    } else {
+        u64::MAX
+    };
+    let mut round = 0;
+    // Block-uniform loop.
+    while round < k {
+        // SAFETY: mins holds 2 * warps u64.
+        let best = unsafe { block_min(head, mins, warps, round) };
+        // SAFETY: (the writes) out + round < n_queries * k; (the reads) pos < k inside list t.
+        unsafe {
+            if best == u64::MAX {
+                // Fewer than k keys in all (the launcher rules it out): an invalid key the host rejects.
+                if t == 0 {
+                    *(p.out_keys as *mut u64).add(out + round) = u64::MAX;
+                    *(p.out_scores as *mut f32).add(out + round) = 0.0;
+                }
+            } else if head == best {
+                *(p.out_keys as *mut u64).add(out + round) = best;
+                *(p.out_scores as *mut f32).add(out + round) =
+                    *(p.scores as *const f32).add(base + pos);
+                pos += 1;
+                head = if pos < k {
+                    *keys.add(base + pos)
+                } else {
+                    u64::MAX
+                };
+            }
+        }
+        round += 1;
+    }
+}
