@@ -310,6 +310,68 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     }
 }
 
+/// A [`DeviceBuffer`] that reads as a cudarc `CudaSlice<T>` for as long as it lives, for code that keeps
+/// device buffers in fields and hands them to launchers taking `&CudaSlice<T>` / `&mut CudaSlice<T>`
+/// (the executor's resident corpora and scratch): `&slice` coerces to `&CudaSlice<T>`, and
+/// `Option<DeviceSlice<T>>::as_deref()` gives `Option<&CudaSlice<T>>`. The memory is the pool's: the budget,
+/// the tenant's quota and the statistics count it, and dropping the slice gives it back to the pool's cache.
+///
+/// The view never frees the memory (see [`BorrowedSlice`]); use the `CudaSlice` it derefs to only as a
+/// launcher argument or for its length, never to replace or take it (`std::mem::swap`/`replace` on the
+/// `&mut CudaSlice<T>` would separate the view from its block).
+pub struct DeviceSlice<T: DeviceCopy> {
+    /// Declared first, so dropped before `buf`: the view goes before the memory it points into.
+    view: BorrowedSlice<T>,
+    buf: DeviceBuffer<T>,
+}
+
+impl<T: DeviceCopy> fmt::Debug for DeviceSlice<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceSlice")
+            .field("buf", &self.buf)
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> DeviceSlice<T> {
+    /// `buf` as a cudarc slice on the buffer's stream.
+    pub fn new(buf: DeviceBuffer<T>) -> Result<Self, PoolError> {
+        // SAFETY: the block holds `len` elements of `T` and lives as long as the view (both are fields of
+        // the returned value, the view dropped first); recall's contexts have event tracking disabled.
+        let view = unsafe { BorrowedSlice::new(buf.stream(), buf.device_ptr(), buf.len()) }?;
+        Ok(DeviceSlice { view, buf })
+    }
+
+    /// `len` zeroed elements on `mem`'s stream for the default tenant.
+    pub fn try_zeroed(mem: &GpuMemory, len: usize) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_zeroed(mem, len)?)
+    }
+
+    /// A copy of `data` on `mem`'s stream for the default tenant (the copy is queued; `data` may be dropped
+    /// when this returns).
+    pub fn try_from_host(mem: &GpuMemory, data: &[T]) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_from_host(mem, data)?)
+    }
+
+    /// The pool buffer underneath.
+    pub fn buffer(&self) -> &DeviceBuffer<T> {
+        &self.buf
+    }
+}
+
+impl<T: DeviceCopy> Deref for DeviceSlice<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.view
+    }
+}
+
+impl<T: DeviceCopy> DerefMut for DeviceSlice<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.view
+    }
+}
+
 /// `len` elements of `T` in page-locked host memory from the pinned pool; back to the pool on drop.
 ///
 /// The host side waits for the last asynchronous copy that used the buffer before it hands out a
