@@ -8,7 +8,10 @@
 //!    every element): managed memory with prefetch (whole, with read-mostly advice, and chunked: prefetch
 //!    of chunk i + 1 on other streams, from one or several threads, while chunk i is scanned), pinned
 //!    memory with an asynchronous copy (whole, and chunked the same way), pageable memory with a copy
-//!    (target: managed with prefetch within 5 % of pinned plus async copy).
+//!    (target: managed with prefetch within 5 % of pinned plus async copy). Also managed memory freshly
+//!    allocated and written by the host, and with preferred-location-device advice; and, as a diagnostic,
+//!    the move alone (prefetch, copy) without the scan, to show which part of the path sets the ratio.
+//!    `--streams S --chunk-mib C` with `S * C` = the corpus gives one prefetch call per issuer thread.
 //!
 //! Run: `pool_bench [--corpus-mib N] [--reps N] [--chunk-mib N] [--streams N] [--cpu-only]`; set
 //! `RECALL_COMMIT` to have the commit printed. Without a GPU it prints section 0, says why it skipped
@@ -325,6 +328,8 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
         timed(gpu, reps, reset, body)
     };
     let mut rows: Vec<Row> = Vec::new();
+    // Diagnostics: the move alone, no scan (not candidates for the ratio).
+    let mut moves: Vec<(&str, Duration)> = Vec::new();
     let mut reference: Vec<f32> = Vec::new();
     let mut record = |rows: &mut Vec<Row>,
                       out: &DeviceBuffer<f32>,
@@ -395,6 +400,13 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
             false,
             true,
         )?;
+        // Diagnostic: the move alone (the scan is the same kernel on every path; `out` keeps its answer).
+        let t = timed(&mut reset, &mut || {
+            dev.borrow_mut()
+                .copy_from_pinned_async(&mut pinned.borrow_mut())?;
+            Ok(())
+        })?;
+        moves.push(("pinned + cuMemcpyHtoDAsync (whole), no scan", t));
         for s in dedup([1, n_streams]) {
             let streams: Vec<Stream> =
                 (0..s).map(|_| gpu.new_stream()).collect::<Result<_, _>>()?;
@@ -476,6 +488,13 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
                 true,
                 false,
             )?;
+            if !read_mostly {
+                let t = timed(&mut reset, &mut || {
+                    mr.prefetch_to_device()?;
+                    Ok(())
+                })?;
+                moves.push(("managed + cuMemPrefetchAsync (whole), no scan", t));
+            }
 
             let pstream = gpu.new_stream()?;
             let t = timed(&mut reset, &mut || {
@@ -577,6 +596,61 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
         }
     }
 
+    // Managed, two other starting points: a fresh allocation written by the host (first touch on the host,
+    // as a loader filling new managed memory would; the allocation and the write are not timed), and
+    // preferred-location-device advice given before the host writes.
+    if mem.unified_mode() == UnifiedMode::Managed {
+        let fresh: std::cell::RefCell<Option<ManagedBuffer<f32>>> = std::cell::RefCell::new(None);
+        let mut reset = || -> R<()> {
+            *fresh.borrow_mut() = None;
+            *fresh.borrow_mut() = Some(ManagedBuffer::try_from_slice(mem, &host)?);
+            Ok(())
+        };
+        let t = timed(&mut reset, &mut || {
+            let f = fresh.borrow();
+            let m = f.as_ref().ok_or("no managed buffer")?;
+            m.prefetch_to_device()?;
+            scan(m.device_ptr(), 0, n_rows)
+        })?;
+        record(
+            &mut rows,
+            &out,
+            "managed, fresh allocation written by the host + cuMemPrefetchAsync (whole) + scan"
+                .into(),
+            t,
+            true,
+            false,
+        )?;
+        *fresh.borrow_mut() = None;
+
+        let m = ManagedBuffer::try_from_slice(mem, &host)?;
+        m.advise_preferred_device()?;
+        let mr = &m;
+        let x = mr.device_ptr();
+        let mut reset = || -> R<()> {
+            mr.prefetch_to_host()?;
+            mr.synchronize()?;
+            // SAFETY: as in the managed rows above: this live managed allocation of `host.len()` f32,
+            // host-accessible, its stream finished, no other reference in use.
+            unsafe {
+                std::ptr::copy_nonoverlapping(host.as_ptr(), x as usize as *mut f32, host.len())
+            };
+            Ok(())
+        };
+        let t = timed(&mut reset, &mut || {
+            mr.prefetch_to_device()?;
+            scan(x, 0, n_rows)
+        })?;
+        record(
+            &mut rows,
+            &out,
+            "managed + preferred-location-device advice + cuMemPrefetchAsync (whole) + scan".into(),
+            t,
+            true,
+            false,
+        )?;
+    }
+
     let pinned_whole = rows
         .iter()
         .find(|r| r.pinned)
@@ -599,6 +673,18 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
             r.time.as_secs_f64() / best_pinned.time.as_secs_f64(),
             if r.same_answer { "yes" } else { "NO" }
         );
+    }
+    if !moves.is_empty() {
+        println!("\nThe move alone (diagnostic, same reset, no scan):\n");
+        println!("| move | time | GB/s |");
+        println!("|:---|---:|---:|");
+        for (name, t) in &moves {
+            println!(
+                "| {name} | {:.2} ms | {:.1} |",
+                t.as_secs_f64() * 1e3,
+                bytes as f64 / t.as_secs_f64() / 1e9
+            );
+        }
     }
     match rows.iter().filter(|r| r.managed).min_by_key(|r| r.time) {
         Some(m) => {

@@ -320,6 +320,11 @@ struct ThreadCaches {
 
 impl ThreadCaches {
     fn find_ptr(&self, pool_id: u64) -> Option<*mut ()> {
+        // `HOT` is one of these slots' shards (it is cleared before any slot is removed).
+        let (id, ptr) = HOT.get();
+        if id == pool_id {
+            return Some(ptr);
+        }
         self.slots
             .iter()
             .find(|s| s.pool_id == pool_id)
