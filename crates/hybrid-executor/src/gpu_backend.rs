@@ -49,7 +49,8 @@ mod imp {
     pub struct GpuBackend {
         gpu: Gpu,
         kernels: Kernels,
-        /// The device memory recall holds (resident corpora, knn scratch), from the memory pool: its VRAM
+        /// The device memory recall holds (resident corpora, knn scratch, per-call row uploads), from the
+        /// memory pool: its VRAM
         /// budget is checked before the driver is asked (`RECALL_GPU_VRAM_BUDGET_MIB`, else 80 % of the
         /// device's memory) and its statistics count these bytes.
         mem: GpuMemory,
@@ -410,18 +411,19 @@ mod imp {
             Some((free as u64, total as u64))
         }
 
-        /// Upload a row-major matrix and, for cosine, compute its row norms on the device.
+        /// Upload a row-major matrix and, for cosine, compute its row norms on the device (both from the
+        /// memory pool).
         fn upload_rows(
             &self,
             x: &[f32],
             dim: usize,
             metric: Metric,
-        ) -> Result<(CudaSlice<f32>, Option<CudaSlice<f32>>), BackendError> {
+        ) -> Result<(DeviceSlice<f32>, Option<DeviceSlice<f32>>), BackendError> {
             let (g, k) = (&self.gpu, &self.kernels);
-            let rows = g.upload(x).map_err(map_gpu_error)?;
+            let rows = DeviceSlice::try_from_host(&self.mem, x).map_err(map_pool_error)?;
             let norms = if metric == Metric::Cosine {
                 let n = x.len() / dim;
-                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
+                let mut norms = DeviceSlice::try_zeroed(&self.mem, n).map_err(map_pool_error)?;
                 k.row_norms_f32(g, &rows, n, dim, &mut norms)
                     .map_err(map_kernel_error)?;
                 Some(norms)
@@ -617,8 +619,8 @@ mod imp {
 
         /// Give the cached memory of both allocators back to the driver: the memory pool's cache (waiting for
         /// the streams that freed it) and the driver's stream-ordered pool (buffers that are not the pool's
-        /// yet: per-call uploads and the kernels' own scratch). The two never hold the same bytes: each
-        /// allocation comes from one of them.
+        /// yet: out-of-core chunks, k-means, clip-and-noise, graphs, the kernels' own scratch). The two never
+        /// hold the same bytes: each allocation comes from one of them.
         fn release_cached(&self) -> Result<(), BackendError> {
             self.mem.device_pool().trim_all();
             self.gpu.release_cached_memory().map_err(map_gpu_error)
@@ -720,8 +722,17 @@ mod imp {
                 // its result, which waited for the stream.
                 let device_part = std::thread::scope(|s| {
                     let helper = (c + 1 < n_chunks).then(|| s.spawn(|| fill(next, c + 1)));
-                    let part =
-                        self.chunk_topk(&q, qn.as_ref(), &dev, &mut bufs, nq, rows, dim, metric, k);
+                    let part = self.chunk_topk(
+                        &q,
+                        qn.as_deref(),
+                        &dev,
+                        &mut bufs,
+                        nq,
+                        rows,
+                        dim,
+                        metric,
+                        k,
+                    );
                     let filled = match helper {
                         Some(h) => h.join().unwrap_or_else(|_| {
                             Err(BackendError::Gpu("staging copy panicked".into()))
@@ -810,7 +821,7 @@ mod imp {
                         .map_err(map_gpu_error)?;
                 }
                 let part =
-                    self.chunk_topk(&q, qn.as_ref(), cur, &mut bufs, nq, rows, dim, metric, k)?;
+                    self.chunk_topk(&q, qn.as_deref(), cur, &mut bufs, nq, rows, dim, metric, k)?;
                 parts.push((c * chunk_rows, part));
             }
             drop(copies);
@@ -974,7 +985,7 @@ mod imp {
                     g,
                     sim_metric(metric),
                     &q,
-                    qn.as_ref(),
+                    qn.as_deref(),
                     c,
                     cn,
                     nq,
@@ -1048,14 +1059,14 @@ mod imp {
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            let mut out = g.alloc_zeros::<f32>(nq * n).map_err(map_gpu_error)?;
+            let mut out = DeviceSlice::try_zeroed(&self.mem, nq * n).map_err(map_pool_error)?;
             k.similarity(
                 g,
                 sim_metric(metric),
                 &q,
-                qn.as_ref(),
+                qn.as_deref(),
                 &c,
-                cn.as_ref(),
+                cn.as_deref(),
                 nq,
                 n,
                 dim,
@@ -1080,7 +1091,15 @@ mod imp {
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            self.knn_on(queries, &c, cn.as_ref(), corpus.len() / dim, dim, metric, k)
+            self.knn_on(
+                queries,
+                &c,
+                cn.as_deref(),
+                corpus.len() / dim,
+                dim,
+                metric,
+                k,
+            )
         }
 
         fn knn_shared(
@@ -1128,13 +1147,12 @@ mod imp {
             let n = corpus.len() / dim;
             let (c, cn) = self.upload_rows(corpus, dim, fast_norm_metric(metric))?;
             let kind = half_kind(format);
-            let mut ch = g
-                .alloc_zeros::<u16>(n * half_ld(dim))
-                .map_err(map_gpu_error)?;
+            let mut ch =
+                DeviceSlice::try_zeroed(&self.mem, n * half_ld(dim)).map_err(map_pool_error)?;
             kern.to_half_rows(g, HalfSource::F32(&c), kind, n, dim, &mut ch)
                 .map_err(map_kernel_error)?;
             drop(c);
-            self.knn_on_fast(queries, &ch, cn.as_ref(), n, dim, metric, k, kind)
+            self.knn_on_fast(queries, &ch, cn.as_deref(), n, dim, metric, k, kind)
         }
 
         fn knn_shared_fast(
@@ -1223,7 +1241,7 @@ mod imp {
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            self.candidates_on(queries, &c, cn.as_ref(), dim, metric, offsets, ids, k)
+            self.candidates_on(queries, &c, cn.as_deref(), dim, metric, offsets, ids, k)
         }
 
         fn spread(
