@@ -1412,6 +1412,41 @@ mod run_gpu {
             .knn_shared(&queries, &shared, Metric::Cosine, kk)
             .map_err(e)?;
         compare_topk(diff_of(diffs, "knn resident (pool)"), &a, &c);
+        // A tenant's per-call buffers count against its quota in the pool: a slice call whose corpus
+        // upload is over the quota is a tenant out-of-memory; within it the call runs and gives it back.
+        let tenant = |quota: u64| {
+            crate::tenant::ContextGuard::enter(Some(crate::tenant::TenantContext {
+                id: crate::tenant::TenantId(6),
+                vram_quota: Some(quota),
+            }))
+        };
+        {
+            let _t = tenant((bytes / 2) as u64);
+            match gpu.knn(&queries, &corpus, dim, Metric::Cosine, kk) {
+                Err(crate::BackendError::OutOfMemory(msg)) if msg.contains("tenant 7 quota") => {}
+                other => {
+                    return Err(format!(
+                        "a call over its tenant's quota gave {other:?}, not a tenant out-of-memory"
+                    ));
+                }
+            }
+        }
+        {
+            let _t = tenant((bytes * 4) as u64);
+            let c = gpu
+                .knn(&queries, &corpus, dim, Metric::Cosine, kk)
+                .map_err(e)?;
+            compare_topk(diff_of(diffs, "knn resident (pool)"), &a, &c);
+        }
+        let t = gpu
+            .memory()
+            .device_pool()
+            .tenant_stats(recall_memory_pool::TenantId(7));
+        if t.in_use_bytes != 0 || t.failed_requests == 0 {
+            return Err(format!(
+                "the tenant's per-call buffers were not counted and given back: {t:?}"
+            ));
+        }
         Ok(())
     }
 

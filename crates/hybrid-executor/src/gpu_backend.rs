@@ -20,6 +20,7 @@ mod imp {
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
     use recall_memory_pool::{
         Budget, DeviceCopy, DeviceSlice, GpuMemory, MemoryConfig, PoolError, PoolStats,
+        TenantId as PoolTenant,
     };
 
     /// The score buffer of one knn chunk stays below this many bytes (queries are processed in chunks).
@@ -54,6 +55,8 @@ mod imp {
         /// budget is checked before the driver is asked (`RECALL_GPU_VRAM_BUDGET_MIB`, else 80 % of the
         /// device's memory) and its statistics count these bytes.
         mem: GpuMemory,
+        /// The tenants' VRAM quotas as last set in the memory pool (see `call_tenant`).
+        pool_quotas: Mutex<std::collections::HashMap<PoolTenant, Option<usize>>>,
         description: GpuDescription,
         lock: Mutex<()>,
         /// Device copies of shared corpora, kept while the corpus lives (checked on every shared call).
@@ -362,6 +365,7 @@ mod imp {
                 gpu,
                 kernels,
                 mem,
+                pool_quotas: Mutex::new(std::collections::HashMap::new()),
                 description,
                 lock: Mutex::new(()),
                 resident: Mutex::new(Vec::new()),
@@ -411,8 +415,33 @@ mod imp {
             Some((free as u64, total as u64))
         }
 
+        /// The memory-pool tenant of the call running on this thread: the executor's tenant (index + 1; the
+        /// pool's tenant 0 holds what no one tenant owns: resident corpora, shared scratch), with the
+        /// tenant's VRAM quota set in the pool, so a call's own buffers count against it; no tenant: 0.
+        fn call_tenant(&self) -> PoolTenant {
+            let Some(ctx) = crate::tenant::current_tenant() else {
+                return PoolTenant::DEFAULT;
+            };
+            let tenant =
+                PoolTenant(u32::try_from(ctx.id.index()).map_or(u32::MAX, |i| i.saturating_add(1)));
+            let quota = ctx
+                .vram_quota
+                .map(|q| usize::try_from(q).unwrap_or(usize::MAX));
+            let mut known = self.pool_quotas.lock();
+            if known.get(&tenant) != Some(&quota) {
+                self.mem.device_pool().set_tenant_quota(tenant, quota);
+                known.insert(tenant, quota);
+            }
+            tenant
+        }
+
+        /// A zeroed buffer of `len` elements from the memory pool for this call's tenant.
+        fn call_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceSlice<T>, BackendError> {
+            DeviceSlice::try_zeroed_for(&self.mem, self.call_tenant(), len).map_err(map_pool_error)
+        }
+
         /// Upload a row-major matrix and, for cosine, compute its row norms on the device (both from the
-        /// memory pool).
+        /// memory pool, counted against the call's tenant).
         fn upload_rows(
             &self,
             x: &[f32],
@@ -420,10 +449,11 @@ mod imp {
             metric: Metric,
         ) -> Result<(DeviceSlice<f32>, Option<DeviceSlice<f32>>), BackendError> {
             let (g, k) = (&self.gpu, &self.kernels);
-            let rows = DeviceSlice::try_from_host(&self.mem, x).map_err(map_pool_error)?;
+            let rows = DeviceSlice::try_from_host_for(&self.mem, self.call_tenant(), x)
+                .map_err(map_pool_error)?;
             let norms = if metric == Metric::Cosine {
                 let n = x.len() / dim;
-                let mut norms = DeviceSlice::try_zeroed(&self.mem, n).map_err(map_pool_error)?;
+                let mut norms = self.call_zeroed::<f32>(n)?;
                 k.row_norms_f32(g, &rows, n, dim, &mut norms)
                     .map_err(map_kernel_error)?;
                 Some(norms)
@@ -1059,7 +1089,7 @@ mod imp {
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            let mut out = DeviceSlice::try_zeroed(&self.mem, nq * n).map_err(map_pool_error)?;
+            let mut out = self.call_zeroed::<f32>(nq * n)?;
             k.similarity(
                 g,
                 sim_metric(metric),
@@ -1147,8 +1177,7 @@ mod imp {
             let n = corpus.len() / dim;
             let (c, cn) = self.upload_rows(corpus, dim, fast_norm_metric(metric))?;
             let kind = half_kind(format);
-            let mut ch =
-                DeviceSlice::try_zeroed(&self.mem, n * half_ld(dim)).map_err(map_pool_error)?;
+            let mut ch = self.call_zeroed::<u16>(n * half_ld(dim))?;
             kern.to_half_rows(g, HalfSource::F32(&c), kind, n, dim, &mut ch)
                 .map_err(map_kernel_error)?;
             drop(c);

@@ -148,7 +148,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// `len` zeroed elements (the zeroing is queued on the stream).
     pub fn try_zeroed(mem: &GpuMemory, len: usize) -> Result<Self, PoolError> {
-        let buf = Self::try_alloc(mem, len)?;
+        Self::try_zeroed_for(mem, TenantId::DEFAULT, len)
+    }
+
+    /// `len` zeroed elements on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_zeroed_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        len: usize,
+    ) -> Result<Self, PoolError> {
+        let buf = Self::try_alloc_on(mem, len, mem.stream(), tenant)?;
         // SAFETY: the range is this live block; the set is ordered on the block's stream.
         unsafe { memory::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), buf.stream()) }?;
         Ok(buf)
@@ -156,7 +165,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// A copy of `data` (the copy is queued; `data` may be dropped when this returns).
     pub fn try_from_host(mem: &GpuMemory, data: &[T]) -> Result<Self, PoolError> {
-        let mut buf = Self::try_alloc(mem, data.len())?;
+        Self::try_from_host_for(mem, TenantId::DEFAULT, data)
+    }
+
+    /// A copy of `data` on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_from_host_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        data: &[T],
+    ) -> Result<Self, PoolError> {
+        let mut buf = Self::try_alloc_on(mem, data.len(), mem.stream(), tenant)?;
         buf.copy_from_host(data)?;
         Ok(buf)
     }
@@ -347,10 +365,28 @@ impl<T: DeviceCopy> DeviceSlice<T> {
         Self::new(DeviceBuffer::try_zeroed(mem, len)?)
     }
 
+    /// `len` zeroed elements on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_zeroed_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        len: usize,
+    ) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_zeroed_for(mem, tenant, len)?)
+    }
+
     /// A copy of `data` on `mem`'s stream for the default tenant (the copy is queued; `data` may be dropped
     /// when this returns).
     pub fn try_from_host(mem: &GpuMemory, data: &[T]) -> Result<Self, PoolError> {
         Self::new(DeviceBuffer::try_from_host(mem, data)?)
+    }
+
+    /// A copy of `data` on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_from_host_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        data: &[T],
+    ) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_from_host_for(mem, tenant, data)?)
     }
 
     /// The pool buffer underneath.
