@@ -40,6 +40,12 @@ pub enum BackendError {
 pub trait Backend: Send + Sync {
     fn device(&self) -> Device;
 
+    /// Give the device memory the backend keeps cached back to the driver. The executor calls it when a
+    /// call ran out of device memory, before it retries with a smaller batch, so that memory cached by one
+    /// allocator (the memory pool) can serve another (the driver's pool) and the other way round.
+    /// Backends that cache nothing do nothing.
+    fn release_cached_memory(&self) {}
+
     /// Cosine similarity of `queries` (`n_queries x dim`) against `corpus` (`n_rows x dim`), query-major.
     fn cosine_scores(
         &self,

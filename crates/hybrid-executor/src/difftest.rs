@@ -369,6 +369,7 @@ mod run_gpu {
                 let forced = GpuBackend::discover(Some(sm));
                 let result = forced.and_then(|b| {
                     backend_cases(&b, &mut arch.kernels, quick)?;
+                    pool_cases(&b, &mut arch.kernels)?;
                     noise_cases(&b, &mut arch.kernels, quick)?;
                     graph_cases(&b, &mut arch.kernels, quick)?;
                     graph_handle_cases(&b, &mut arch.kernels, quick)?;
@@ -1571,6 +1572,103 @@ mod run_gpu {
     }
 
     /// The GPU backend's ops end to end (what the executor calls), against the CPU backend.
+    /// The backend's device memory through the memory pool: a resident corpus is the pool's (its bytes
+    /// in use), given back when the handle goes; a corpus over the pool's VRAM budget is a typed
+    /// out-of-memory before the driver is asked (a failed request, no new allocation), and the same call
+    /// works again once the budget allows it.
+    fn pool_cases(gpu: &GpuBackend, diffs: &mut Vec<KernelDiff>) -> Result<(), String> {
+        let cpu = crate::backend::CpuBackend;
+        let mut rng = SplitMix::new(0x5EED_0006);
+        let (nq, n, dim, kk) = (4, 20_000, 64, 10);
+        let queries = awkward_matrix(&mut rng, nq, dim);
+        let corpus = awkward_matrix(&mut rng, n, dim);
+        let bytes = corpus.len() * 4;
+        let a = cpu
+            .knn(&queries, &corpus, dim, Metric::Cosine, kk)
+            .map_err(e)?;
+        gpu.trim().map_err(e)?;
+        let base = gpu.memory_stats();
+        let shared = crate::shared_corpus::SharedCorpus::new(corpus.clone(), dim).map_err(e)?;
+        let c = gpu
+            .knn_shared(&queries, &shared, Metric::Cosine, kk)
+            .map_err(e)?;
+        compare_topk(diff_of(diffs, "knn resident (pool)"), &a, &c);
+        let held = gpu.memory_stats();
+        if held.in_use_bytes < base.in_use_bytes + bytes {
+            return Err(format!(
+                "a resident corpus of {bytes} bytes is not in the memory pool: {held:?}"
+            ));
+        }
+        drop(shared);
+        gpu.trim().map_err(e)?;
+        let after = gpu.memory_stats();
+        if after.in_use_bytes > base.in_use_bytes || after.cached_bytes != 0 {
+            return Err(format!(
+                "a dropped resident corpus still holds pool memory: before {base:?}, after {after:?}"
+            ));
+        }
+        // Over the budget: typed, before the driver.
+        let budget = after.budget_bytes;
+        gpu.set_vram_budget(bytes / 2);
+        let shared = crate::shared_corpus::SharedCorpus::new(corpus.clone(), dim).map_err(e)?;
+        let r = gpu.knn_shared(&queries, &shared, Metric::Cosine, kk);
+        let over = gpu.memory_stats();
+        gpu.set_vram_budget(budget);
+        match r {
+            Err(crate::BackendError::OutOfMemory(msg)) if msg.contains("pool budget") => {}
+            other => {
+                return Err(format!(
+                    "a corpus over the pool's VRAM budget gave {other:?}, not a pool-budget out-of-memory"
+                ));
+            }
+        }
+        if over.failed_requests <= after.failed_requests || over.misses != after.misses {
+            return Err(format!(
+                "the over-budget request reached the driver or was not counted: before {after:?}, after {over:?}"
+            ));
+        }
+        let c = gpu
+            .knn_shared(&queries, &shared, Metric::Cosine, kk)
+            .map_err(e)?;
+        compare_topk(diff_of(diffs, "knn resident (pool)"), &a, &c);
+        // A tenant's per-call buffers count against its quota in the pool: a slice call whose corpus
+        // upload is over the quota is a tenant out-of-memory; within it the call runs and gives it back.
+        let tenant = |quota: u64| {
+            crate::tenant::ContextGuard::enter(Some(crate::tenant::TenantContext {
+                id: crate::tenant::TenantId(6),
+                vram_quota: Some(quota),
+            }))
+        };
+        {
+            let _t = tenant((bytes / 2) as u64);
+            match gpu.knn(&queries, &corpus, dim, Metric::Cosine, kk) {
+                Err(crate::BackendError::OutOfMemory(msg)) if msg.contains("tenant 7 quota") => {}
+                other => {
+                    return Err(format!(
+                        "a call over its tenant's quota gave {other:?}, not a tenant out-of-memory"
+                    ));
+                }
+            }
+        }
+        {
+            let _t = tenant((bytes * 4) as u64);
+            let c = gpu
+                .knn(&queries, &corpus, dim, Metric::Cosine, kk)
+                .map_err(e)?;
+            compare_topk(diff_of(diffs, "knn resident (pool)"), &a, &c);
+        }
+        let t = gpu
+            .memory()
+            .device_pool()
+            .tenant_stats(recall_memory_pool::TenantId(7));
+        if t.in_use_bytes != 0 || t.failed_requests == 0 {
+            return Err(format!(
+                "the tenant's per-call buffers were not counted and given back: {t:?}"
+            ));
+        }
+        Ok(())
+    }
+
     fn backend_cases(
         gpu: &GpuBackend,
         diffs: &mut Vec<KernelDiff>,

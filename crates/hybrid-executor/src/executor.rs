@@ -1012,6 +1012,8 @@ impl Executor {
                 }
                 Err(BackendError::OutOfMemory(msg)) => {
                     self.metrics.record_oom();
+                    // Cached memory (the pool's or the driver's) may be what the call was missing.
+                    gpu.release_cached_memory();
                     if chunk > floor {
                         let next = halve(chunk);
                         tracing::info!(op = %op.kind(), from = chunk, to = next, error = %msg,

@@ -302,6 +302,10 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         self.device
     }
 
+    fn release_cached_memory(&self) {
+        self.inner.release_cached_memory();
+    }
+
     fn cosine_scores(
         &self,
         queries: &[f32],

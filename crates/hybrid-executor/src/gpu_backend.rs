@@ -18,6 +18,10 @@ mod imp {
     };
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
+    use recall_memory_pool::{
+        Budget, DeviceCopy, DeviceSlice, GpuMemory, MemoryConfig, PoolError, PoolStats,
+        TenantId as PoolTenant,
+    };
 
     /// The score buffer of one knn chunk stays below this many bytes (queries are processed in chunks).
     const SCORE_CHUNK_BYTES: usize = 1 << 30;
@@ -46,6 +50,13 @@ mod imp {
     pub struct GpuBackend {
         gpu: Gpu,
         kernels: Kernels,
+        /// The device memory recall holds (resident corpora, knn scratch, per-call row uploads), from the
+        /// memory pool: its VRAM
+        /// budget is checked before the driver is asked (`RECALL_GPU_VRAM_BUDGET_MIB`, else 80 % of the
+        /// device's memory) and its statistics count these bytes.
+        mem: GpuMemory,
+        /// The tenants' VRAM quotas as last set in the memory pool (see `call_tenant`).
+        pool_quotas: Mutex<std::collections::HashMap<PoolTenant, Option<usize>>>,
         description: GpuDescription,
         lock: Mutex<()>,
         /// Device copies of shared corpora, kept while the corpus lives (checked on every shared call).
@@ -66,10 +77,10 @@ mod imp {
     struct Resident {
         id: u64,
         alive: std::sync::Weak<crate::shared_corpus::Inner>,
-        rows: CudaSlice<f32>,
-        norms: Option<CudaSlice<f32>>,
+        rows: DeviceSlice<f32>,
+        norms: Option<DeviceSlice<f32>>,
         /// Fast mode's padded 16-bit copy, made by the first fast call in that format.
-        half: Option<(HalfKind, CudaSlice<u16>)>,
+        half: Option<(HalfKind, DeviceSlice<u16>)>,
     }
 
     fn half_kind(f: FastFormat) -> HalfKind {
@@ -113,21 +124,56 @@ mod imp {
     }
 
     /// Device buffers reused by every knn call (grown on demand; the score buffer is kept only up to
-    /// `KEEP_SCORES_BYTES`).
+    /// `KEEP_SCORES_BYTES`), from the memory pool.
     #[derive(Debug, Default)]
     struct Scratch {
-        q: Option<CudaSlice<f32>>,
-        qn: Option<CudaSlice<f32>>,
-        qh: Option<CudaSlice<u16>>,
-        scores: Option<CudaSlice<f32>>,
+        q: Option<DeviceSlice<f32>>,
+        qn: Option<DeviceSlice<f32>>,
+        qh: Option<DeviceSlice<u16>>,
+        scores: Option<DeviceSlice<f32>>,
     }
 
-    /// The corpus budget: `RECALL_GPU_CORPUS_BUDGET_MIB` (MiB) when set and valid, else 80 % of `free`.
-    fn corpus_budget_from_env(free: usize) -> usize {
+    /// The VRAM budget of the backend's memory pool: `RECALL_GPU_VRAM_BUDGET_MIB` (MiB) when set and valid,
+    /// else 80 % of the device's memory.
+    fn vram_budget_from_env() -> Budget {
+        std::env::var("RECALL_GPU_VRAM_BUDGET_MIB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map_or(Budget::default(), |mib| {
+                Budget::Bytes(mib.saturating_mul(1 << 20))
+            })
+    }
+
+    /// A memory-pool error as the executor's error: out-of-memory (the budget, or the device after the pool
+    /// trimmed and retried) and a lost device keep their kinds, so the executor splits or falls back.
+    pub(crate) fn map_pool_error(e: PoolError) -> BackendError {
+        if e.is_out_of_memory() {
+            BackendError::OutOfMemory(e.to_string())
+        } else if e.is_device_lost() {
+            BackendError::DeviceLost(e.to_string())
+        } else {
+            BackendError::Gpu(format!("{e}: {}", error_chain(&e)))
+        }
+    }
+
+    fn error_chain(e: &dyn std::error::Error) -> String {
+        let mut parts = Vec::new();
+        let mut cur = e.source();
+        while let Some(c) = cur {
+            parts.push(c.to_string());
+            cur = c.source();
+        }
+        parts.join(": ")
+    }
+
+    /// The corpus budget: `RECALL_GPU_CORPUS_BUDGET_MIB` (MiB) when set and valid, else 80 % of `free` but
+    /// at most `cap` (three quarters of the memory pool's budget: a resident corpus leaves room there for
+    /// its norms, a 16-bit copy and the knn scratch).
+    fn corpus_budget_from_env(free: usize, cap: usize) -> usize {
         std::env::var("RECALL_GPU_CORPUS_BUDGET_MIB")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
-            .map_or(free / 10 * 8, |mib| mib.saturating_mul(1 << 20))
+            .map_or((free / 10 * 8).min(cap), |mib| mib.saturating_mul(1 << 20))
     }
 
     /// Bytes of corpus rows per streamed chunk (at most).
@@ -174,20 +220,18 @@ mod imp {
     /// Score buffers up to this size stay allocated between calls.
     const KEEP_SCORES_BYTES: usize = 64 << 20;
 
-    /// `slot`'s buffer, replaced by a new one of `len` elements if it is missing or shorter.
-    fn grown<
-        's,
-        T: recall_gpu_sys::driver::DeviceRepr + recall_gpu_sys::driver::ValidAsZeroBits,
-    >(
-        g: &Gpu,
-        slot: &'s mut Option<CudaSlice<T>>,
+    /// `slot`'s buffer, replaced by a new one of `len` elements from the memory pool if it is missing or
+    /// shorter.
+    fn grown<'s, T: DeviceCopy>(
+        mem: &GpuMemory,
+        slot: &'s mut Option<DeviceSlice<T>>,
         len: usize,
     ) -> Result<&'s mut CudaSlice<T>, BackendError> {
         if slot.as_ref().is_none_or(|b| b.len() < len) {
             *slot = None; // free first: the old buffer's memory may be needed for the new one
-            *slot = Some(g.alloc_zeros::<T>(len.max(1)).map_err(map_gpu_error)?);
+            *slot = Some(DeviceSlice::try_zeroed(mem, len.max(1)).map_err(map_pool_error)?);
         }
-        slot.as_mut()
+        slot.as_deref_mut()
             .ok_or_else(|| BackendError::Gpu("scratch buffer missing".into()))
     }
 
@@ -296,7 +340,18 @@ mod imp {
             let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
             let kernels = Kernels::load(&gpu, force_sm).map_err(|e| e.to_string())?;
             let info = gpu.info();
-            let budget = corpus_budget_from_env(info.free_memory);
+            let mem = GpuMemory::new(
+                &gpu,
+                MemoryConfig {
+                    budget: vram_budget_from_env(),
+                    ..MemoryConfig::default()
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            let budget = corpus_budget_from_env(
+                info.free_memory,
+                mem.device_pool().stats().budget_bytes / 4 * 3,
+            );
             let description = GpuDescription {
                 ordinal,
                 name: info.name.clone(),
@@ -312,6 +367,8 @@ mod imp {
             Ok(GpuBackend {
                 gpu,
                 kernels,
+                mem,
+                pool_quotas: Mutex::new(std::collections::HashMap::new()),
                 description,
                 lock: Mutex::new(()),
                 resident: Mutex::new(Vec::new()),
@@ -361,18 +418,45 @@ mod imp {
             Some((free as u64, total as u64))
         }
 
-        /// Upload a row-major matrix and, for cosine, compute its row norms on the device.
+        /// The memory-pool tenant of the call running on this thread: the executor's tenant (index + 1; the
+        /// pool's tenant 0 holds what no one tenant owns: resident corpora, shared scratch), with the
+        /// tenant's VRAM quota set in the pool, so a call's own buffers count against it; no tenant: 0.
+        fn call_tenant(&self) -> PoolTenant {
+            let Some(ctx) = crate::tenant::current_tenant() else {
+                return PoolTenant::DEFAULT;
+            };
+            let tenant =
+                PoolTenant(u32::try_from(ctx.id.index()).map_or(u32::MAX, |i| i.saturating_add(1)));
+            let quota = ctx
+                .vram_quota
+                .map(|q| usize::try_from(q).unwrap_or(usize::MAX));
+            let mut known = self.pool_quotas.lock();
+            if known.get(&tenant) != Some(&quota) {
+                self.mem.device_pool().set_tenant_quota(tenant, quota);
+                known.insert(tenant, quota);
+            }
+            tenant
+        }
+
+        /// A zeroed buffer of `len` elements from the memory pool for this call's tenant.
+        fn call_zeroed<T: DeviceCopy>(&self, len: usize) -> Result<DeviceSlice<T>, BackendError> {
+            DeviceSlice::try_zeroed_for(&self.mem, self.call_tenant(), len).map_err(map_pool_error)
+        }
+
+        /// Upload a row-major matrix and, for cosine, compute its row norms on the device (both from the
+        /// memory pool, counted against the call's tenant).
         fn upload_rows(
             &self,
             x: &[f32],
             dim: usize,
             metric: Metric,
-        ) -> Result<(CudaSlice<f32>, Option<CudaSlice<f32>>), BackendError> {
+        ) -> Result<(DeviceSlice<f32>, Option<DeviceSlice<f32>>), BackendError> {
             let (g, k) = (&self.gpu, &self.kernels);
-            let rows = g.upload(x).map_err(map_gpu_error)?;
+            let rows = DeviceSlice::try_from_host_for(&self.mem, self.call_tenant(), x)
+                .map_err(map_pool_error)?;
             let norms = if metric == Metric::Cosine {
                 let n = x.len() / dim;
-                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
+                let mut norms = self.call_zeroed::<f32>(n)?;
                 k.row_norms_f32(g, &rows, n, dim, &mut norms)
                     .map_err(map_kernel_error)?;
                 Some(norms)
@@ -505,9 +589,10 @@ mod imp {
             let norms = metric != Metric::Dot;
             let mut sc = self.scratch.lock();
             let Scratch { q, qn, qh, .. } = &mut *sc;
-            let q = grown(g, q, chunk * dim)?;
-            let qn = grown(g, qn, chunk)?;
-            let qh = grown(g, qh, chunk * ld)?;
+            let mem = &self.mem;
+            let q = grown(mem, q, chunk * dim)?;
+            let qn = grown(mem, qn, chunk)?;
+            let qh = grown(mem, qh, chunk * ld)?;
             let mut result = TopK {
                 k,
                 ids: Vec::with_capacity(nq * k),
@@ -564,13 +649,14 @@ mod imp {
             let chunk = recall_gpu_kernels::query_chunk(n, nq, SCORE_CHUNK_BYTES);
             let mut sc = self.scratch.lock();
             let Scratch { q, qn, qh, scores } = &mut *sc;
-            let q = grown(g, q, chunk * dim)?;
-            let qn = grown(g, qn, chunk)?;
+            let mem = &self.mem;
+            let q = grown(mem, q, chunk * dim)?;
+            let qn = grown(mem, qn, chunk)?;
             let mut qh = match ld {
-                Some(ld) => Some(grown(g, qh, chunk * ld)?),
+                Some(ld) => Some(grown(mem, qh, chunk * ld)?),
                 None => None,
             };
-            let scores_buf = grown(g, scores, chunk * n)?;
+            let scores_buf = grown(mem, scores, chunk * n)?;
             let mut result = TopK {
                 k,
                 ids: Vec::with_capacity(nq * k),
@@ -609,22 +695,50 @@ mod imp {
                 result.scores.extend(part.scores);
             }
             if chunk * n * 4 > KEEP_SCORES_BYTES {
-                // Freed to the driver's pool (reused by the next large call; `trim` gives it back).
+                // Freed to the memory pool's cache (reused by the next large call; `trim`, or an
+                // out-of-memory, gives it back).
                 *scores = None;
             }
             Ok(result)
         }
 
         /// Give back every cached device buffer (knn and selection scratch, copies of corpora that no longer
-        /// exist) and trim the driver's pool, so the device's used memory drops to what live handles hold.
-        /// The caches are rebuilt on demand; call it when memory is short or before measuring memory.
+        /// exist), then empty the memory pool's cache and trim the driver's pool, so the device's used memory
+        /// drops to what live handles hold. The caches are rebuilt on demand; call it when memory is short or
+        /// before measuring memory.
         pub fn trim(&self) -> Result<(), BackendError> {
             let _serial = self.lock.lock();
             *self.scratch.lock() = Scratch::default();
             self.kernels.release_scratch();
             self.resident.lock().retain(|r| r.alive.strong_count() > 0);
             self.graphs.drop_dead_entries();
+            self.release_cached()
+        }
+
+        /// Give the cached memory of both allocators back to the driver: the memory pool's cache (waiting for
+        /// the streams that freed it) and the driver's stream-ordered pool (buffers that are not the pool's
+        /// yet: out-of-core chunks, k-means, clip-and-noise, graphs, the kernels' own scratch). The two never
+        /// hold the same bytes: each allocation comes from one of them.
+        fn release_cached(&self) -> Result<(), BackendError> {
+            self.mem.device_pool().trim_all();
             self.gpu.release_cached_memory().map_err(map_gpu_error)
+        }
+
+        /// The memory pool that holds the backend's resident corpora and knn scratch (its statistics, budget
+        /// and tenants).
+        pub fn memory(&self) -> &GpuMemory {
+            &self.mem
+        }
+
+        /// The memory pool's counters (bytes in use and cached, peak, hits, misses, failed requests).
+        pub fn memory_stats(&self) -> PoolStats {
+            self.mem.device_pool().stats()
+        }
+
+        /// Change the memory pool's VRAM budget (bytes). A request that would take the pool's live bytes
+        /// over it is a typed out-of-memory before the driver is asked.
+        pub fn set_vram_budget(&self, bytes: usize) {
+            self.mem.device_pool().set_budget(bytes);
         }
 
         /// The corpus size above which knn streams the corpus instead of keeping it resident.
@@ -706,8 +820,17 @@ mod imp {
                 // its result, which waited for the stream.
                 let device_part = std::thread::scope(|s| {
                     let helper = (c + 1 < n_chunks).then(|| s.spawn(|| fill(next, c + 1)));
-                    let part =
-                        self.chunk_topk(&q, qn.as_ref(), &dev, &mut bufs, nq, rows, dim, metric, k);
+                    let part = self.chunk_topk(
+                        &q,
+                        qn.as_deref(),
+                        &dev,
+                        &mut bufs,
+                        nq,
+                        rows,
+                        dim,
+                        metric,
+                        k,
+                    );
                     let filled = match helper {
                         Some(h) => h.join().unwrap_or_else(|_| {
                             Err(BackendError::Gpu("staging copy panicked".into()))
@@ -796,7 +919,7 @@ mod imp {
                         .map_err(map_gpu_error)?;
                 }
                 let part =
-                    self.chunk_topk(&q, qn.as_ref(), cur, &mut bufs, nq, rows, dim, metric, k)?;
+                    self.chunk_topk(&q, qn.as_deref(), cur, &mut bufs, nq, rows, dim, metric, k)?;
                 parts.push((c * chunk_rows, part));
             }
             drop(copies);
@@ -868,17 +991,19 @@ mod imp {
             let (g, kern) = (&self.gpu, &self.kernels);
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             // Free the device copies of corpora that no longer exist.
-            drop_dead(g, resident, |r| r.alive.strong_count() > 0)?;
+            self.drop_dead_resident(resident)?;
             if !resident.iter().any(|r| r.id == corpus.id()) {
-                let rows = match g.upload(corpus.data()) {
+                let rows = match DeviceSlice::try_from_host(&self.mem, corpus.data()) {
                     Ok(rows) => rows,
                     Err(e) if e.is_out_of_memory() => {
-                        // Make room: drop the other corpora's copies (they are uploaded again when used).
+                        // Make room: drop the other corpora's copies (they are uploaded again when used); the
+                        // pool reuses or gives back their memory.
                         resident.clear();
-                        g.release_cached_memory().map_err(map_gpu_error)?;
-                        g.upload(corpus.data()).map_err(map_gpu_error)?
+                        self.release_cached()?;
+                        DeviceSlice::try_from_host(&self.mem, corpus.data())
+                            .map_err(map_pool_error)?
                     }
-                    Err(e) => return Err(map_gpu_error(e)),
+                    Err(e) => return Err(map_pool_error(e)),
                 };
                 resident.push(Resident {
                     id: corpus.id(),
@@ -894,12 +1019,23 @@ mod imp {
                 ));
             };
             if metric == Metric::Cosine && entry.norms.is_none() {
-                let mut norms = g.alloc_zeros::<f32>(n).map_err(map_gpu_error)?;
+                let mut norms = DeviceSlice::try_zeroed(&self.mem, n).map_err(map_pool_error)?;
                 kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
                     .map_err(map_kernel_error)?;
                 entry.norms = Some(norms);
             }
             Ok(entry)
+        }
+
+        /// Drop the device copies of corpora that no longer exist and, when any went, give the memory back
+        /// (see [`drop_dead`]; the copies are the memory pool's, so its cache is emptied too).
+        fn drop_dead_resident(&self, resident: &mut Vec<Resident>) -> Result<usize, BackendError> {
+            let before = resident.len();
+            resident.retain(|r| r.alive.strong_count() > 0);
+            if resident.len() < before {
+                self.release_cached()?;
+            }
+            Ok(resident.len())
         }
 
         /// Candidate scoring against rows already on the device (`c`, with its norms for cosine): gather,
@@ -947,7 +1083,7 @@ mod imp {
                     g,
                     sim_metric(metric),
                     &q,
-                    qn.as_ref(),
+                    qn.as_deref(),
                     c,
                     cn,
                     nq,
@@ -984,7 +1120,7 @@ mod imp {
         pub fn resident_corpora(&self) -> usize {
             let mut resident = self.resident.lock();
             // Best effort: the copies are freed either way; the pool keeps their memory if the release fails.
-            drop_dead(&self.gpu, &mut resident, |r| r.alive.strong_count() > 0)
+            self.drop_dead_resident(&mut resident)
                 .unwrap_or(resident.len())
         }
 
@@ -1001,6 +1137,13 @@ mod imp {
             }
         }
 
+        fn release_cached_memory(&self) {
+            let _serial = self.lock.lock();
+            if let Err(e) = self.release_cached() {
+                tracing::warn!(error = %e, "recall: could not give cached GPU memory back");
+            }
+        }
+
         fn similarity(
             &self,
             queries: &[f32],
@@ -1014,14 +1157,14 @@ mod imp {
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            let mut out = g.alloc_zeros::<f32>(nq * n).map_err(map_gpu_error)?;
+            let mut out = self.call_zeroed::<f32>(nq * n)?;
             k.similarity(
                 g,
                 sim_metric(metric),
                 &q,
-                qn.as_ref(),
+                qn.as_deref(),
                 &c,
-                cn.as_ref(),
+                cn.as_deref(),
                 nq,
                 n,
                 dim,
@@ -1046,7 +1189,15 @@ mod imp {
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            self.knn_on(queries, &c, cn.as_ref(), corpus.len() / dim, dim, metric, k)
+            self.knn_on(
+                queries,
+                &c,
+                cn.as_deref(),
+                corpus.len() / dim,
+                dim,
+                metric,
+                k,
+            )
         }
 
         fn knn_shared(
@@ -1066,7 +1217,7 @@ mod imp {
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let norms = if metric == Metric::Cosine {
-                entry.norms.as_ref()
+                entry.norms.as_deref()
             } else {
                 None
             };
@@ -1094,13 +1245,11 @@ mod imp {
             let n = corpus.len() / dim;
             let (c, cn) = self.upload_rows(corpus, dim, fast_norm_metric(metric))?;
             let kind = half_kind(format);
-            let mut ch = g
-                .alloc_zeros::<u16>(n * half_ld(dim))
-                .map_err(map_gpu_error)?;
+            let mut ch = self.call_zeroed::<u16>(n * half_ld(dim))?;
             kern.to_half_rows(g, HalfSource::F32(&c), kind, n, dim, &mut ch)
                 .map_err(map_kernel_error)?;
             drop(c);
-            self.knn_on_fast(queries, &ch, cn.as_ref(), n, dim, metric, k, kind)
+            self.knn_on_fast(queries, &ch, cn.as_deref(), n, dim, metric, k, kind)
         }
 
         fn knn_shared_fast(
@@ -1129,9 +1278,8 @@ mod imp {
             let entry = self.resident_entry(&mut resident, corpus, fast_norm_metric(metric))?;
             if !matches!(&entry.half, Some((kd, _)) if *kd == kind) {
                 entry.half = None; // one 16-bit copy at a time
-                let mut ch = g
-                    .alloc_zeros::<u16>(n * half_ld(dim))
-                    .map_err(map_gpu_error)?;
+                let mut ch =
+                    DeviceSlice::try_zeroed(&self.mem, n * half_ld(dim)).map_err(map_pool_error)?;
                 kern.to_half_rows(g, HalfSource::F32(&entry.rows), kind, n, dim, &mut ch)
                     .map_err(map_kernel_error)?;
                 entry.half = Some((kind, ch));
@@ -1142,7 +1290,7 @@ mod imp {
             let norms = if metric == Metric::Dot {
                 None
             } else {
-                entry.norms.as_ref()
+                entry.norms.as_deref()
             };
             self.knn_on_fast(queries, ch, norms, n, dim, metric, k, kind)
         }
@@ -1161,7 +1309,7 @@ mod imp {
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let cn = if metric == Metric::Cosine {
-                entry.norms.as_ref()
+                entry.norms.as_deref()
             } else {
                 None
             };
@@ -1190,7 +1338,7 @@ mod imp {
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let (c, cn) = self.upload_rows(corpus, dim, metric)?;
-            self.candidates_on(queries, &c, cn.as_ref(), dim, metric, offsets, ids, k)
+            self.candidates_on(queries, &c, cn.as_deref(), dim, metric, offsets, ids, k)
         }
 
         fn spread(

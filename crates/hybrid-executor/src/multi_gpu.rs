@@ -303,6 +303,12 @@ impl Backend for MultiGpu {
             .map_or(Device::Gpu { ordinal: 0 }, |s| s.backend.device())
     }
 
+    fn release_cached_memory(&self) {
+        for s in &self.slots {
+            s.backend.release_cached_memory();
+        }
+    }
+
     fn cosine_scores(
         &self,
         queries: &[f32],

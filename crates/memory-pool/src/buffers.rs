@@ -148,7 +148,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// `len` zeroed elements (the zeroing is queued on the stream).
     pub fn try_zeroed(mem: &GpuMemory, len: usize) -> Result<Self, PoolError> {
-        let buf = Self::try_alloc(mem, len)?;
+        Self::try_zeroed_for(mem, TenantId::DEFAULT, len)
+    }
+
+    /// `len` zeroed elements on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_zeroed_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        len: usize,
+    ) -> Result<Self, PoolError> {
+        let buf = Self::try_alloc_on(mem, len, mem.stream(), tenant)?;
         // SAFETY: the range is this live block; the set is ordered on the block's stream.
         unsafe { memory::memset_d8_async(buf.device_ptr(), 0, buf.byte_len(), buf.stream()) }?;
         Ok(buf)
@@ -156,7 +165,16 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
 
     /// A copy of `data` (the copy is queued; `data` may be dropped when this returns).
     pub fn try_from_host(mem: &GpuMemory, data: &[T]) -> Result<Self, PoolError> {
-        let mut buf = Self::try_alloc(mem, data.len())?;
+        Self::try_from_host_for(mem, TenantId::DEFAULT, data)
+    }
+
+    /// A copy of `data` on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_from_host_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        data: &[T],
+    ) -> Result<Self, PoolError> {
+        let mut buf = Self::try_alloc_on(mem, data.len(), mem.stream(), tenant)?;
         buf.copy_from_host(data)?;
         Ok(buf)
     }
@@ -307,6 +325,86 @@ impl<T: DeviceCopy> DeviceBuffer<T> {
     pub unsafe fn set_stream(&mut self, stream: Stream) {
         // SAFETY: forwarded to the caller.
         unsafe { self.block.set_stream(stream) }
+    }
+}
+
+/// A [`DeviceBuffer`] that reads as a cudarc `CudaSlice<T>` for as long as it lives, for code that keeps
+/// device buffers in fields and hands them to launchers taking `&CudaSlice<T>` / `&mut CudaSlice<T>`
+/// (the executor's resident corpora and scratch): `&slice` coerces to `&CudaSlice<T>`, and
+/// `Option<DeviceSlice<T>>::as_deref()` gives `Option<&CudaSlice<T>>`. The memory is the pool's: the budget,
+/// the tenant's quota and the statistics count it, and dropping the slice gives it back to the pool's cache.
+///
+/// The view never frees the memory (see [`BorrowedSlice`]); use the `CudaSlice` it derefs to only as a
+/// launcher argument or for its length, never to replace or take it (`std::mem::swap`/`replace` on the
+/// `&mut CudaSlice<T>` would separate the view from its block).
+pub struct DeviceSlice<T: DeviceCopy> {
+    /// Declared first, so dropped before `buf`: the view goes before the memory it points into.
+    view: BorrowedSlice<T>,
+    buf: DeviceBuffer<T>,
+}
+
+impl<T: DeviceCopy> fmt::Debug for DeviceSlice<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceSlice")
+            .field("buf", &self.buf)
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> DeviceSlice<T> {
+    /// `buf` as a cudarc slice on the buffer's stream.
+    pub fn new(buf: DeviceBuffer<T>) -> Result<Self, PoolError> {
+        // SAFETY: the block holds `len` elements of `T` and lives as long as the view (both are fields of
+        // the returned value, the view dropped first); recall's contexts have event tracking disabled.
+        let view = unsafe { BorrowedSlice::new(buf.stream(), buf.device_ptr(), buf.len()) }?;
+        Ok(DeviceSlice { view, buf })
+    }
+
+    /// `len` zeroed elements on `mem`'s stream for the default tenant.
+    pub fn try_zeroed(mem: &GpuMemory, len: usize) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_zeroed(mem, len)?)
+    }
+
+    /// `len` zeroed elements on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_zeroed_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        len: usize,
+    ) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_zeroed_for(mem, tenant, len)?)
+    }
+
+    /// A copy of `data` on `mem`'s stream for the default tenant (the copy is queued; `data` may be dropped
+    /// when this returns).
+    pub fn try_from_host(mem: &GpuMemory, data: &[T]) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_from_host(mem, data)?)
+    }
+
+    /// A copy of `data` on `mem`'s stream, counted against `tenant`'s quota.
+    pub fn try_from_host_for(
+        mem: &GpuMemory,
+        tenant: TenantId,
+        data: &[T],
+    ) -> Result<Self, PoolError> {
+        Self::new(DeviceBuffer::try_from_host_for(mem, tenant, data)?)
+    }
+
+    /// The pool buffer underneath.
+    pub fn buffer(&self) -> &DeviceBuffer<T> {
+        &self.buf
+    }
+}
+
+impl<T: DeviceCopy> Deref for DeviceSlice<T> {
+    type Target = CudaSlice<T>;
+    fn deref(&self) -> &CudaSlice<T> {
+        &self.view
+    }
+}
+
+impl<T: DeviceCopy> DerefMut for DeviceSlice<T> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<T> {
+        &mut self.view
     }
 }
 

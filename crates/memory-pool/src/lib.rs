@@ -12,7 +12,7 @@
 //!   [`CachingPool::flush_thread_cache`]).
 //! - [`GpuMemory`]: one engine's pools on one device ([`MemoryConfig`]: budget 80 % of VRAM by default,
 //!   `RECALL_FORCE_PINNED=1` forces the pinned fallback).
-//! - Typed RAII buffers: [`DeviceBuffer`], [`PinnedBuffer`], [`ManagedBuffer`], [`UnifiedBuffer`]
+//! - Typed RAII buffers: [`DeviceBuffer`] (and [`DeviceSlice`], one that reads as a cudarc slice), [`PinnedBuffer`], [`ManagedBuffer`], [`UnifiedBuffer`]
 //!   (managed, or pinned plus explicit copies), and [`StagingRing`] (double-buffered pinned upload).
 //!
 //! Architecture invariant: memory-pool never calls the CUDA driver or cudarc itself; every driver call
@@ -40,7 +40,8 @@ mod thread_cache;
 
 pub use allocator::{Allocator, StreamKey};
 pub use buffers::{
-    DeviceBuffer, DeviceCopy, ManagedBuffer, PinnedBuffer, SliceMut, SliceRef, UnifiedBuffer,
+    DeviceBuffer, DeviceCopy, DeviceSlice, ManagedBuffer, PinnedBuffer, SliceMut, SliceRef,
+    UnifiedBuffer,
 };
 pub use cuda::{
     Budget, CudaDevice, CudaPinned, FORCE_PINNED_ENV, FallbackReason, GpuMemory, MemoryConfig,

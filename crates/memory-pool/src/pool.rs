@@ -342,6 +342,9 @@ impl<A: Allocator> Block<A> {
 }
 
 impl<A: Allocator> Drop for Block<A> {
+    /// Inlined so that a block kept in registers goes back to the thread cache without being copied
+    /// through memory; the locked path is out of line.
+    #[inline(always)]
     fn drop(&mut self) {
         // SAFETY: `drop` runs once and nothing reads these fields after it.
         let (pool, stream) = unsafe {
@@ -530,6 +533,7 @@ impl<A: Allocator> CachingPool<A> {
     }
 
     /// A block of at least `bytes` for the default tenant, ordered on `stream`.
+    #[inline(always)]
     pub fn allocate(&self, bytes: usize, stream: &A::Stream) -> Result<Block<A>, PoolError> {
         self.allocate_for(TenantId::DEFAULT, bytes, stream)
     }
@@ -544,7 +548,10 @@ impl<A: Allocator> CachingPool<A> {
     /// block fits the budget and asks the allocator. A driver out-of-memory empties the cache (waiting
     /// for fences) and tries once more before it becomes [`PoolError::OutOfMemory`] with
     /// [`OomScope::Device`].
-    #[inline]
+    ///
+    /// The hit path is inlined into the caller (the block's fields stay in registers); everything else
+    /// is out of line.
+    #[inline(always)]
     pub fn allocate_for(
         &self,
         tenant: TenantId,
@@ -567,17 +574,22 @@ impl<A: Allocator> CachingPool<A> {
                 });
             }
         }
-        self.allocate_locked(tenant, bytes, stream, key)
+        // The locked path returns scalars only, so both paths build the block here from registers (no
+        // copy of a block through memory on the hit path).
+        match self.allocate_locked(tenant, bytes, key) {
+            Ok((addr, class)) => Ok(self.block(addr, class, bytes, tenant, stream.clone(), key)),
+            Err(e) => Err(e),
+        }
     }
 
+    /// The locked part of [`CachingPool::allocate_for`]: the block's address and size class.
     #[inline(never)]
     fn allocate_locked(
         &self,
         tenant: TenantId,
         bytes: usize,
-        stream: &A::Stream,
         key: StreamKey,
-    ) -> Result<Block<A>, PoolError> {
+    ) -> Result<(u64, usize), PoolError> {
         let inner = &*self.inner;
         let mut handles = Vec::new();
         let mut guard = inner.state.lock();
@@ -591,8 +603,7 @@ impl<A: Allocator> CachingPool<A> {
         }
         drop(guard);
         drop(handles);
-        let (addr, class) = r?;
-        Ok(self.block(addr, class, bytes, tenant, stream.clone(), key))
+        r
     }
 
     /// The locked part of an allocation: the address and size class.

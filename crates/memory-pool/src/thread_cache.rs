@@ -4,7 +4,14 @@
 //! tenant without a quota, is parked in the freeing thread's cache for that pool instead of going back to
 //! the pool's shared free lists. The same thread's next request for the same (stream, size class,
 //! tenant) takes it back without a lock, an atomic read-modify-write or a reference-count change: the
-//! parked entry keeps the block's pool handle and stream handle, which move into the new [`Block`].
+//! parked entry keeps the block's stream handle, and the shard keeps the block's strong reference to the
+//! pool; both move into the new [`Block`].
+//!
+//! The hit path (`take`, `park`, inlined into `CachingPool::allocate_for` and `Block::drop`) reads one
+//! thread-local word pair (`HOT`: the pool id and shard used last; no destructor, so no lazy-registration
+//! check), compares the pool's gate, and moves a parked block's fields word by word (so loads are served
+//! by store forwarding from the park that wrote them). No hashing, no lock, no `RefCell` flag, no
+//! reference-count change.
 //!
 //! Invariants (the proptests check them against a model, with one thread and with several):
 //! - One owner: a parked block is in exactly one thread's cache, and only that thread takes it out (a hit
@@ -31,7 +38,7 @@
 
 use crate::allocator::{Allocator, StreamKey};
 use crate::pool::{FreeBlock, Inner, State, TenantId};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -104,45 +111,61 @@ pub(crate) struct Entry<A: Allocator> {
     pub(crate) addr: u64,
 }
 
-/// One thread's cache for one pool. Parked blocks are kept field by field (index `i < len` in each
-/// array, most recently parked last), so that parking and taking are plain word-sized moves.
+/// Size class, tenant slot and tenant in one word, so that the hit path matches a parked block with
+/// two compares and parks one with word-sized stores. A parked class is at most
+/// [`THREAD_CACHE_MAX_CLASS`] (< 2^24) and a slot is below [`MAX_TENANTS`] (<= 2^8), so the fields
+/// never overlap.
+#[inline(always)]
+fn tag(class: usize, tenant: TenantId) -> u64 {
+    class as u64 | (u64::from(tenant.0) << 32)
+}
+
+const SLOT_SHIFT: u32 = 24;
+const SLOT_MASK: u64 = 0xff << SLOT_SHIFT;
+const CLASS_MASK: u64 = (1 << SLOT_SHIFT) - 1;
+const _: () = assert!(THREAD_CACHE_MAX_CLASS as u64 <= CLASS_MASK && MAX_TENANTS <= 0x100);
+
+/// One thread's cache for one pool: a stack of parked blocks, most recently parked on top, kept
+/// field by field (index `i < len` in each array) so that parking and taking are word-sized moves
+/// (a hit reads back, through store forwarding, exactly the words the park wrote).
+///
+/// Each parked block keeps the strong reference to the pool that its [`Block`](crate::Block) held,
+/// without storing it: the shard owns `len` strong references to the `Inner` at `pool_ptr`, given up
+/// with `Arc::into_raw` when a block is parked and taken back with `Arc::from_raw` when it leaves.
 struct Shard<A: Allocator> {
-    pool: Weak<Inner<A>>,
     /// The gate value this cache was validated against, or [`INVALID`].
     epoch: u64,
-    tenants: [TenantId; MAX_TENANTS],
-    n_tenants: usize,
-    parked_bytes: usize,
     len: usize,
+    parked_bytes: usize,
     keys: [StreamKey; THREAD_CACHE_MAX_BLOCKS],
-    classes: [usize; THREAD_CACHE_MAX_BLOCKS],
-    owners: [TenantId; THREAD_CACHE_MAX_BLOCKS],
-    slots: [usize; THREAD_CACHE_MAX_BLOCKS],
+    /// [`tag`] plus the tenant's slot in [`ShardCounters::parked`] at `SLOT_SHIFT`.
+    tags: [u64; THREAD_CACHE_MAX_BLOCKS],
     addrs: [u64; THREAD_CACHE_MAX_BLOCKS],
-    /// Initialised exactly at `..len`.
-    pools: [MaybeUninit<Arc<Inner<A>>>; THREAD_CACHE_MAX_BLOCKS],
     /// Initialised exactly at `..len`.
     streams: [MaybeUninit<A::Stream>; THREAD_CACHE_MAX_BLOCKS],
     counters: Arc<ShardCounters>,
+    /// `Arc::as_ptr` of the pool; the shard owns `len` strong references to it.
+    pool_ptr: *const Inner<A>,
+    tenants: [TenantId; MAX_TENANTS],
+    n_tenants: usize,
+    pool: Weak<Inner<A>>,
 }
 
 impl<A: Allocator> Shard<A> {
     fn new(pool: &Arc<Inner<A>>, counters: Arc<ShardCounters>) -> Shard<A> {
         Shard {
-            pool: Arc::downgrade(pool),
             epoch: INVALID,
-            tenants: [TenantId::DEFAULT; MAX_TENANTS],
-            n_tenants: 0,
-            parked_bytes: 0,
             len: 0,
+            parked_bytes: 0,
             keys: [0; THREAD_CACHE_MAX_BLOCKS],
-            classes: [0; THREAD_CACHE_MAX_BLOCKS],
-            owners: [TenantId::DEFAULT; THREAD_CACHE_MAX_BLOCKS],
-            slots: [0; THREAD_CACHE_MAX_BLOCKS],
+            tags: [0; THREAD_CACHE_MAX_BLOCKS],
             addrs: [0; THREAD_CACHE_MAX_BLOCKS],
-            pools: [const { MaybeUninit::uninit() }; THREAD_CACHE_MAX_BLOCKS],
             streams: [const { MaybeUninit::uninit() }; THREAD_CACHE_MAX_BLOCKS],
             counters,
+            pool_ptr: Arc::as_ptr(pool),
+            tenants: [TenantId::DEFAULT; MAX_TENANTS],
+            n_tenants: 0,
+            pool: Arc::downgrade(pool),
         }
     }
 
@@ -156,51 +179,55 @@ impl<A: Allocator> Shard<A> {
             .position(|&t| t == tenant)
     }
 
-    /// The most recently parked block for (`key`, `class`, `tenant`).
+    /// The most recently parked block for (`key`, `tag`).
     #[inline(always)]
-    fn find(&self, key: StreamKey, class: usize, tenant: TenantId) -> Option<usize> {
-        let is =
-            |i: usize| self.keys[i] == key && self.classes[i] == class && self.owners[i] == tenant;
+    fn find(&self, key: StreamKey, tag: u64) -> Option<usize> {
         let last = self.len.checked_sub(1)?;
-        if is(last) {
+        if self.tags[last] & !SLOT_MASK == tag && self.keys[last] == key {
             return Some(last);
         }
-        (0..last).rev().find(|&i| is(i))
+        self.find_below(key, tag, last)
     }
 
-    /// Remove parked block `i < len` (the last one moves into its place).
+    #[cold]
+    #[inline(never)]
+    fn find_below(&self, key: StreamKey, tag: u64, last: usize) -> Option<usize> {
+        (0..last)
+            .rev()
+            .find(|&i| self.tags[i] & !SLOT_MASK == tag && self.keys[i] == key)
+    }
+
+    /// Remove parked block `i < len` (the top one moves into its place).
     #[inline(always)]
     fn remove(&mut self, i: usize) -> Entry<A> {
         let last = self.len - 1;
-        // SAFETY: `i <= last < len`: both are initialised; each value is read once, and the slot at
-        // `last` is treated as uninitialised from here on (`len` becomes `last`).
-        let (pool, stream) = unsafe {
-            let pool = self.pools[i].assume_init_read();
+        let t = self.tags[i];
+        // SAFETY: `i <= last < len`: both streams are initialised; each is read once, and the slot at
+        // `last` is treated as uninitialised from here on (`len` becomes `last`). The shard owned one
+        // strong reference to the pool per parked block (see the type's doc); this takes one back.
+        let (stream, pool) = unsafe {
             let stream = self.streams[i].assume_init_read();
             if i != last {
-                self.pools[i].write(self.pools[last].assume_init_read());
                 self.streams[i].write(self.streams[last].assume_init_read());
             }
-            (pool, stream)
+            (stream, Arc::from_raw(self.pool_ptr))
         };
         let e = Entry {
             pool,
             stream,
             key: self.keys[i],
-            class: self.classes[i],
-            tenant: self.owners[i],
+            class: (t & CLASS_MASK) as usize,
+            tenant: TenantId((t >> 32) as u32),
             addr: self.addrs[i],
         };
-        let slot = self.slots[i];
         if i != last {
             self.keys[i] = self.keys[last];
-            self.classes[i] = self.classes[last];
-            self.owners[i] = self.owners[last];
-            self.slots[i] = self.slots[last];
+            self.tags[i] = self.tags[last];
             self.addrs[i] = self.addrs[last];
         }
         self.len = last;
         self.parked_bytes -= e.class;
+        let slot = ((t & SLOT_MASK) >> SLOT_SHIFT) as usize;
         add(
             &self.counters.parked[slot],
             parked_unit(e.class).wrapping_neg(),
@@ -208,17 +235,18 @@ impl<A: Allocator> Shard<A> {
         e
     }
 
-    /// Park `e` for tenant slot `slot` (the caller checked that there is room).
+    /// Park `e` for tenant slot `slot` (the caller checked that there is room and that `e` is a block
+    /// of this shard's pool).
     #[inline(always)]
     fn push(&mut self, e: Entry<A>, slot: usize) {
         let i = self.len;
+        debug_assert!(std::ptr::eq(Arc::as_ptr(&e.pool), self.pool_ptr));
         self.keys[i] = e.key;
-        self.classes[i] = e.class;
-        self.owners[i] = e.tenant;
-        self.slots[i] = slot;
+        self.tags[i] = tag(e.class, e.tenant) | ((slot as u64) << SLOT_SHIFT);
         self.addrs[i] = e.addr;
-        self.pools[i].write(e.pool);
         self.streams[i].write(e.stream);
+        // The shard keeps this strong reference (see the type's doc).
+        let _ = Arc::into_raw(e.pool);
         self.len = i + 1;
         self.parked_bytes += e.class;
         add(&self.counters.parked[slot], parked_unit(e.class));
@@ -284,37 +312,44 @@ struct Slot {
     owner: Box<dyn AnyShard>,
 }
 
+/// The shards of this thread, one per pool it used. Only its own thread touches a shard (other
+/// threads read the shard's [`ShardCounters`]).
 struct ThreadCaches {
     slots: Vec<Slot>,
-    /// The slot found last: its pool id (0: none) and shard. Reset whenever `slots` changes.
-    hot_id: u64,
-    hot_ptr: *mut (),
 }
 
 impl ThreadCaches {
+    fn find_ptr(&self, pool_id: u64) -> Option<*mut ()> {
+        // `HOT` is one of these slots' shards (it is cleared before any slot is removed).
+        let (id, ptr) = HOT.get();
+        if id == pool_id {
+            return Some(ptr);
+        }
+        self.slots
+            .iter()
+            .find(|s| s.pool_id == pool_id)
+            .map(|s| s.ptr)
+    }
+
     #[inline]
     fn find<A: Allocator>(&mut self, pool_id: u64) -> Option<&mut Shard<A>> {
-        let ptr = if self.hot_id == pool_id {
-            self.hot_ptr
-        } else {
-            let slot = self.slots.iter().find(|s| s.pool_id == pool_id)?;
-            self.hot_id = pool_id;
-            self.hot_ptr = slot.ptr;
-            slot.ptr
-        };
-        // SAFETY: `ptr` is the shard of a slot with this pool id (`hot_ptr` is reset whenever `slots`
-        // changes), made by `enable::<A>` for the pool of that id: ids are unique in the process, so the
-        // pool, and with it `A`, is the one the caller names. It points into the slot's `owner`, a live
-        // box that this `&mut self` borrow covers exclusively.
+        let ptr = self.find_ptr(pool_id)?;
+        // SAFETY: `ptr` is the shard of a slot with this pool id, made by `enable::<A>` for the pool of
+        // that id: ids are unique in the process, so the pool, and with it `A`, is the one the caller
+        // names. It points into the slot's `owner`, a live box that this `&mut self` borrow covers
+        // exclusively (the hit path's `HOT` pointer is never dereferenced while a `ThreadCaches` borrow
+        // is held: see `hot_shard`).
         Some(unsafe { &mut *ptr.cast::<Shard<A>>() })
     }
 
+    /// Drop the shards of pools that are gone. Clears `HOT` (it may point at one of them).
     fn retain_live(&mut self) {
+        HOT.set((0, std::ptr::null_mut()));
         self.slots.retain(|s| !s.owner.is_dead());
-        self.hot_id = 0;
     }
 
-    fn insert<A: Allocator>(&mut self, pool_id: u64, shard: Shard<A>) {
+    /// Add `shard` for pool `pool_id`; returns the pointer to it (stable: it is boxed).
+    fn insert<A: Allocator>(&mut self, pool_id: u64, shard: Shard<A>) -> *mut () {
         let mut b = Box::new(shard);
         let ptr = (&mut *b as *mut Shard<A>).cast::<()>();
         self.slots.push(Slot {
@@ -322,16 +357,27 @@ impl ThreadCaches {
             ptr,
             owner: b,
         });
-        self.hot_id = 0;
+        ptr
+    }
+}
+
+impl Drop for ThreadCaches {
+    fn drop(&mut self) {
+        // The shards are about to be freed: the hit path must not find them through `HOT` any more
+        // (a block dropped by a later thread-local destructor then takes the locked path).
+        HOT.set((0, std::ptr::null_mut()));
+        self.slots.clear();
     }
 }
 
 thread_local! {
-    static CACHES: RefCell<ThreadCaches> = const { RefCell::new(ThreadCaches {
-        slots: Vec::new(),
-        hot_id: 0,
-        hot_ptr: std::ptr::null_mut(),
-    }) };
+    static CACHES: RefCell<ThreadCaches> = const { RefCell::new(ThreadCaches { slots: Vec::new() }) };
+
+    /// The shard the hit path tries first: (pool id, `Shard<A>` of that pool), or (0, null). It has no
+    /// destructor, so reading it is one load relative to the thread pointer, with no lazy-registration
+    /// check. It points into a box owned by `CACHES`, and is cleared before any shard is freed
+    /// (`retain_live`, `ThreadCaches::drop`). Pool ids start at 1.
+    static HOT: Cell<(u64, *mut ())> = const { Cell::new((0, std::ptr::null_mut())) };
 }
 
 /// This thread's caches, or `None` while the thread's locals are being destroyed.
@@ -345,34 +391,57 @@ fn caches() -> Option<&'static RefCell<ThreadCaches>> {
     Some(unsafe { &*p })
 }
 
+/// This thread's shard for pool `pool_id`, for the hit path (`take`, `park`).
+///
+/// The returned borrow must end before the caller calls anything that may reach `CACHES` (in `take`
+/// and `park` it covers only plain moves, compares and counter stores: no allocation, no drop, no
+/// callback), so it never overlaps another borrow of the same shard.
+#[inline(always)]
+fn hot_shard<'a, A: Allocator>(pool_id: u64) -> Option<&'a mut Shard<A>> {
+    let (id, ptr) = HOT.get();
+    let ptr = if id == pool_id {
+        ptr
+    } else {
+        make_hot(pool_id)?
+    };
+    // SAFETY: `ptr` is the shard of pool `pool_id` (set by `make_hot` or `enable`; pool ids are unique,
+    // so it is a `Shard<A>`), alive: `HOT` is cleared before any shard is freed. Only this thread uses it,
+    // and no other borrow of it is live (see above; the locked paths borrow shards through `CACHES` only
+    // outside `take` and `park`).
+    Some(unsafe { &mut *ptr.cast::<Shard<A>>() })
+}
+
+/// `HOT` misses: look the pool's shard up in `CACHES` and make it hot.
+#[cold]
+#[inline(never)]
+fn make_hot(pool_id: u64) -> Option<*mut ()> {
+    let c = caches()?.try_borrow().ok()?;
+    let ptr = c.find_ptr(pool_id)?;
+    HOT.set((pool_id, ptr));
+    Some(ptr)
+}
+
 /// The hit path: a block of `class` parked by this thread for (`key`, `tenant`), if the gate allows.
-#[inline]
+#[inline(always)]
 pub(crate) fn take<A: Allocator>(
     inner: &Inner<A>,
     key: StreamKey,
     class: usize,
     tenant: TenantId,
 ) -> Option<Entry<A>> {
-    let mut c = caches()?.try_borrow_mut().ok()?;
-    let shard = c.find::<A>(inner.id)?;
+    let shard = hot_shard::<A>(inner.id)?;
     if shard.epoch != inner.gate.load(Ordering::Relaxed) {
         return None;
     }
-    let i = shard.find(key, class, tenant)?;
+    let i = shard.find(key, tag(class, tenant))?;
     add(&shard.counters.hits, 1);
     Some(shard.remove(i))
 }
 
 /// The free path: park `e` in this thread's cache, or hand it back when it may not be parked.
-#[inline]
+#[inline(always)]
 pub(crate) fn park<A: Allocator>(e: Entry<A>) -> Result<(), Entry<A>> {
-    let Some(cell) = caches() else {
-        return Err(e);
-    };
-    let Ok(mut c) = cell.try_borrow_mut() else {
-        return Err(e);
-    };
-    let Some(shard) = c.find::<A>(e.pool.id) else {
+    let Some(shard) = hot_shard::<A>(e.pool.id) else {
         return Err(e);
     };
     if shard.epoch != e.pool.gate.load(Ordering::Relaxed)
@@ -423,12 +492,17 @@ pub(crate) fn enable<A: Allocator>(
     let Ok(mut c) = cell.try_borrow_mut() else {
         return;
     };
-    if c.find::<A>(pool.id).is_none() {
-        c.retain_live();
-        let counters = Arc::new(ShardCounters::default());
-        st.shards.push(counters.clone());
-        c.insert(pool.id, Shard::<A>::new(pool, counters));
-    }
+    let ptr = match c.find_ptr(pool.id) {
+        Some(ptr) => ptr,
+        None => {
+            c.retain_live();
+            let counters = Arc::new(ShardCounters::default());
+            st.shards.push(counters.clone());
+            c.insert(pool.id, Shard::<A>::new(pool, counters))
+        }
+    };
+    // This pool is the one the thread uses now: its shard is the one the hit path tries first.
+    HOT.set((pool.id, ptr));
     let Some(shard) = c.find::<A>(pool.id) else {
         return;
     };

@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 use recall_gpu_kernels::Kernels;
 use recall_gpu_sys::{Gpu, probe};
 use recall_memory_pool::{
-    Budget, DeviceBuffer, GpuMemory, ManagedBuffer, MemoryConfig, OomScope, PinnedBuffer,
-    PoolError, StagingRing, UnifiedBuffer, UnifiedMode,
+    Budget, DeviceBuffer, DeviceSlice, GpuMemory, ManagedBuffer, MemoryConfig, OomScope,
+    PinnedBuffer, PoolError, StagingRing, UnifiedBuffer, UnifiedMode,
 };
 
 const MIB: usize = 1 << 20;
@@ -424,5 +424,41 @@ fn gpu_managed_chunked_prefetch_on_other_streams() {
         assert!((g - w).abs() <= 1e-4 * w.max(1.0), "norm {g} vs {w}");
     }
     drop(buf);
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+#[test]
+fn gpu_device_slice_reads_as_a_cuda_slice() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_device_slice_reads_as_a_cuda_slice") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let kernels = Kernels::load(&gpu, None).unwrap();
+    let dim = 96;
+    let host = data(dim * 3000);
+    let n_rows = host.len() / dim;
+    let x = DeviceSlice::try_from_host(&mem, &host).unwrap();
+    let mut out = DeviceSlice::<f32>::try_zeroed(&mem, n_rows).unwrap();
+    assert_eq!((x.len(), out.len()), (host.len(), n_rows));
+    assert_eq!(gpu.device_ptr(&*x), x.buffer().device_ptr());
+    // `&DeviceSlice` coerces to the launcher's `&CudaSlice`, `&mut` to `&mut CudaSlice`.
+    kernels
+        .row_norms_f32(&gpu, &x, n_rows, dim, &mut out)
+        .unwrap();
+    let got = out.buffer().to_vec().unwrap();
+    let want = cpu_norms(&host, dim);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-4 * w.max(1.0), "norm {g} vs {w}");
+    }
+    let s = mem.device_pool().stats();
+    assert!(s.in_use_bytes >= (host.len() + n_rows) * 4, "{s:?}");
+    // Dropping gives the memory back to the pool's cache, not to the driver.
+    drop((x, out));
+    let s = mem.device_pool().stats();
+    assert_eq!(s.in_use_bytes, 0, "{s:?}");
+    assert!(s.cached_bytes >= (host.len() + n_rows) * 4, "{s:?}");
+    mem.device_pool().flush_thread_cache();
+    assert!(mem.device_pool().trim_all() >= (host.len() + n_rows) * 4);
     assert!(mem.device_pool().take_errors().is_empty());
 }

@@ -302,3 +302,44 @@ fn metrics_render_as_prometheus_text() {
     }
     assert!(text.contains("recall_call_latency_seconds{op=\"cosine_scores\",quantile=\"0.99\"}"));
 }
+
+/// A device whose cached memory is what a large call is missing: a call of more than 3 queries runs out of
+/// memory until the cache has been given back once.
+#[derive(Debug, Default)]
+struct CachingDevice {
+    released: std::sync::atomic::AtomicUsize,
+}
+
+impl Backend for CachingDevice {
+    fn device(&self) -> Device {
+        GPU
+    }
+
+    fn release_cached_memory(&self) {
+        self.released
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn cosine_scores(&self, q: &[f32], c: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
+        let released = self.released.load(std::sync::atomic::Ordering::Relaxed);
+        if q.len() / dim > 3 && released == 0 {
+            return Err(BackendError::OutOfMemory("cached elsewhere".into()));
+        }
+        CpuBackend.cosine_scores(q, c, dim)
+    }
+}
+
+#[test]
+fn oom_gives_cached_memory_back_before_the_retry() {
+    let clock = ManualClock::new();
+    let gpu = Arc::new(CachingDevice::default());
+    let exec =
+        Executor::with_backends(config(&clock), Arc::new(CpuBackend), Some(gpu.clone())).unwrap();
+    let (q, c) = inputs(8);
+    let out = exec.cosine_scores(&q, &c, DIM).unwrap();
+    assert_eq!(out.device, GPU);
+    assert_eq!(bits(&out.value), bits(&cpu(&q, &c, DIM)));
+    // One out-of-memory, one release, then the halved batches ran on the GPU.
+    assert_eq!(gpu.released.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(exec.metrics().oom_events(), 1);
+}
