@@ -249,8 +249,9 @@ enum PullKind {
     /// The plain loop compiled with AVX2 and FMA: every `mul_add` is one `vfmadd`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Fma,
-    /// AVX-512: the 32 lanes are two 16-wide registers, sources gathered 16 at a time (`vgatherdps`),
-    /// tails masked; the tree's first step adds the two registers, the rest halves the vector.
+    /// AVX-512 for targets with more than 32 in-edges (the plain loop with FMA for the others): the 32
+    /// lanes are two 16-wide registers, sources gathered 16 at a time (`vgatherdps`), tails masked; the
+    /// tree's first step adds the two registers, the rest halves the vector.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx512,
 }
@@ -461,10 +462,15 @@ unsafe fn pull_block_avx512(
     total: &mut [f32],
 ) -> HopStats {
     pull_block_with(graph, prev, p, v0, next, total, |g, v, prev| {
-        let (src, w) = g.in_edges(v);
-        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `src` and
-        // `w` have the same length (the in-edges of one target).
-        unsafe { avx512::pull_sum(src, w, prev) }
+        let (a, b) = (g.in_ptr[v], g.in_ptr[v + 1]);
+        if b - a <= avx512::SCALAR_MAX_DEGREE {
+            // At most one step of the 32 lanes: scalar loads and the shortened tree cost less than
+            // 16-wide gathers (measured on Zen 5: the gathers won nothing below this).
+            return g.pull(v, prev);
+        }
+        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `a .. b`
+        // lies inside the edge arrays.
+        unsafe { avx512::pull_sum(&g.in_src[a..b], &g.in_w[a..b], prev) }
     })
 }
 
@@ -472,12 +478,15 @@ unsafe fn pull_block_avx512(
 mod avx512 {
     use std::arch::x86_64::*;
 
+    /// Targets with at most this many in-edges are summed by the scalar loop (same order, same bits).
+    pub(super) const SCALAR_MAX_DEGREE: usize = 32;
+
     /// The pulled sum of one target (`docs/numerics.md`, "Activation spreading"): lane `l` of the order
     /// is lane `l` of `acc0` (`l < 16`) or lane `l - 16` of `acc1`; positions `32c .. 32c + 32` are one
     /// step of both; a tail is masked (its idle lanes keep their value: `mask3_fmadd`).
     ///
     /// # Safety
-    /// AVX-512F and FMA; `src.len() == w.len()`; every `src[j] < prev.len()` and `<= i32::MAX`.
+    /// `src.len() == w.len()`; every `src[j] < prev.len()` and `<= i32::MAX`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     pub(super) unsafe fn pull_sum(src: &[u32], w: &[f32], prev: &[f32]) -> f32 {
