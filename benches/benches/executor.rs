@@ -120,6 +120,59 @@ fn dispatch_overhead(c: &mut Criterion) {
     g.finish();
 }
 
+/// The same four calls at the break-even size, interleaved round by round (so a shared machine's load
+/// drifts over all of them alike): per-variant medians and the median per-round difference against
+/// `cpu_simd`. Printed, not a criterion measurement.
+fn paired_break_even(_: &mut Criterion) {
+    let rounds = env_usize("RECALL_BENCH_ROUNDS", 400);
+    let (q, corpus) = (matrix(3, 16, 256), matrix(4, 4096, 256));
+    let exec = Executor::with_backends(quiet_config(), Arc::new(CpuBackend), None).unwrap();
+    let twice = Executor::with_backends(quiet_config(), Arc::new(ValidatingCpu), None).unwrap();
+    let c = recall_cpu_simd::Corpus::f32(&corpus, 256);
+    let variants: [(&str, &dyn Fn()); 4] = [
+        ("cpu_simd (validates once)", &|| {
+            black_box(
+                recall_cpu_simd::similarity(&q, &c, recall_cpu_simd::Metric::Cosine).unwrap(),
+            );
+        }),
+        ("backend_prevalidated (no validation)", &|| {
+            black_box(CpuBackend.cosine_scores(&q, &corpus, 256).unwrap());
+        }),
+        ("executor (validates once)", &|| {
+            black_box(exec.cosine_scores(&q, &corpus, 256).unwrap());
+        }),
+        ("executor_validating_twice (before)", &|| {
+            black_box(twice.cosine_scores(&q, &corpus, 256).unwrap());
+        }),
+    ];
+    let mut t = vec![Vec::with_capacity(rounds); variants.len()];
+    for r in 0..rounds + 10 {
+        // Rotate the order each round, so no variant always follows the same one.
+        for i in 0..variants.len() {
+            let t0 = Instant::now();
+            variants[(i + r) % variants.len()].1();
+            if r >= 10 {
+                t[(i + r) % variants.len()].push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    let med = |xs: &[f64]| {
+        let mut v = xs.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!("paired, {rounds} rounds, 16 x 4096 x 256 cosine (2^24 multiply-adds):");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let d: Vec<f64> = t[i].iter().zip(&t[0]).map(|(a, b)| a - b).collect();
+        eprintln!(
+            "  {name}: median {:.1} us; median per-round difference against cpu_simd {:+.1} us ({:+.2} %)",
+            med(&t[i]),
+            med(&d),
+            100.0 * med(&d) / med(&t[0])
+        );
+    }
+}
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -231,6 +284,7 @@ fn crossover_check(_: &mut Criterion) {
 criterion_group!(
     benches,
     dispatch_overhead,
+    paired_break_even,
     batching_throughput,
     crossover_check
 );
