@@ -275,14 +275,19 @@ pub mod probe_shape {
     pub const DIM: usize = 128;
     /// Neighbours per query (knn, candidates).
     pub const K: usize = 10;
-    /// k-means: dimension and clusters (one Lloyd iteration per call).
+    /// k-means: dimension (one Lloyd iteration per call).
     pub const KM_DIM: usize = 32;
+    /// k-means: clusters.
     pub const KM_CLUSTERS: usize = 16;
-    /// Spreading: out-edges per node (power law), hops, decay, threshold, one seed per `SEED_EVERY` nodes.
+    /// Spreading: out-edges per node of the power-law graph.
     pub const EDGES_PER_NODE: usize = 8;
+    /// Spreading: hops per call.
     pub const HOPS: usize = 3;
+    /// Spreading: decay per hop.
     pub const DECAY: f32 = 0.5;
+    /// Spreading: threshold.
     pub const THRESHOLD: f32 = 0.01;
+    /// Spreading: one seed (of 1.0) per this many nodes.
     pub const SEED_EVERY: usize = 100;
     /// Candidate scoring: each query's list is a quarter of the corpus rows (at least `K`).
     pub fn candidates(rows: usize) -> usize {
