@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use recall_hybrid_executor::calibration::{self, Probe};
+use recall_hybrid_executor::calibration;
 use recall_hybrid_executor::{
     Backend, BackendError, BatchConfig, CallOptions, CorpusRef, CpuBackend, Device, DevicePolicy,
     Executor, ExecutorConfig, OpKind,
@@ -28,6 +28,25 @@ impl Backend for Null {
 
     fn cosine_scores(&self, q: &[f32], c: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
         Ok(vec![0.0; (q.len() / dim) * (c.len() / dim)])
+    }
+}
+
+/// The CPU backend as it was before it trusted the executor's validation: it runs `recall-cpu-simd`'s
+/// validating entry point, so a call through the executor checked every value twice.
+#[derive(Debug)]
+struct ValidatingCpu;
+
+impl Backend for ValidatingCpu {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn cosine_scores(&self, q: &[f32], c: &[f32], dim: usize) -> Result<Vec<f32>, BackendError> {
+        Ok(recall_cpu_simd::similarity(
+            q,
+            &recall_cpu_simd::Corpus::f32(c, dim),
+            recall_cpu_simd::Metric::Cosine,
+        )?)
     }
 }
 
@@ -69,19 +88,89 @@ fn dispatch_overhead(c: &mut Criterion) {
     });
     g.finish();
 
-    // At the default break-even size (2^24 multiply-adds: 16 x 4096 x 256) on the CPU: the executor's
-    // share of the call is the difference of these two.
+    // At the default break-even size (2^24 multiply-adds: 16 x 4096 x 256) on the CPU. `cpu_simd` is the
+    // CPU engine called by itself (it validates its input once); `backend_prevalidated` is the executor's
+    // CPU backend called directly (it trusts its input: no validation at all); `executor` validates once
+    // and dispatches to that backend. The executor's overhead is `executor - cpu_simd`; the cost of
+    // validation itself is `cpu_simd - backend_prevalidated`.
     let mut g = c.benchmark_group("cpu/cosine_at_break_even");
     g.sample_size(20);
     let (q, corpus) = (matrix(3, 16, 256), matrix(4, 4096, 256));
     let exec = Executor::with_backends(quiet_config(), Arc::new(CpuBackend), None).unwrap();
-    g.bench_function("direct", |b| {
+    g.bench_function("cpu_simd", |b| {
+        b.iter(|| {
+            recall_cpu_simd::similarity(
+                black_box(&q),
+                &recall_cpu_simd::Corpus::f32(black_box(&corpus), 256),
+                recall_cpu_simd::Metric::Cosine,
+            )
+        })
+    });
+    g.bench_function("backend_prevalidated", |b| {
         b.iter(|| CpuBackend.cosine_scores(black_box(&q), black_box(&corpus), 256))
     });
     g.bench_function("executor", |b| {
         b.iter(|| exec.cosine_scores(black_box(&q), black_box(&corpus), 256))
     });
+    // Before: the executor over a CPU backend that validated again (commit 074ab54 and earlier).
+    let twice = Executor::with_backends(quiet_config(), Arc::new(ValidatingCpu), None).unwrap();
+    g.bench_function("executor_validating_twice", |b| {
+        b.iter(|| twice.cosine_scores(black_box(&q), black_box(&corpus), 256))
+    });
     g.finish();
+}
+
+/// The same four calls at the break-even size, interleaved round by round (so a shared machine's load
+/// drifts over all of them alike): per-variant medians and the median per-round difference against
+/// `cpu_simd`. Printed, not a criterion measurement.
+fn paired_break_even(_: &mut Criterion) {
+    let rounds = env_usize("RECALL_BENCH_ROUNDS", 400);
+    let (q, corpus) = (matrix(3, 16, 256), matrix(4, 4096, 256));
+    let exec = Executor::with_backends(quiet_config(), Arc::new(CpuBackend), None).unwrap();
+    let twice = Executor::with_backends(quiet_config(), Arc::new(ValidatingCpu), None).unwrap();
+    let c = recall_cpu_simd::Corpus::f32(&corpus, 256);
+    let variants: [(&str, &dyn Fn()); 4] = [
+        ("cpu_simd (validates once)", &|| {
+            black_box(
+                recall_cpu_simd::similarity(&q, &c, recall_cpu_simd::Metric::Cosine).unwrap(),
+            );
+        }),
+        ("backend_prevalidated (no validation)", &|| {
+            black_box(CpuBackend.cosine_scores(&q, &corpus, 256).unwrap());
+        }),
+        ("executor (validates once)", &|| {
+            black_box(exec.cosine_scores(&q, &corpus, 256).unwrap());
+        }),
+        ("executor_validating_twice (before)", &|| {
+            black_box(twice.cosine_scores(&q, &corpus, 256).unwrap());
+        }),
+    ];
+    let mut t = vec![Vec::with_capacity(rounds); variants.len()];
+    for r in 0..rounds + 10 {
+        // Rotate the order each round, so no variant always follows the same one.
+        for i in 0..variants.len() {
+            let t0 = Instant::now();
+            variants[(i + r) % variants.len()].1();
+            if r >= 10 {
+                t[(i + r) % variants.len()].push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    let med = |xs: &[f64]| {
+        let mut v = xs.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!("paired, {rounds} rounds, 16 x 4096 x 256 cosine (2^24 multiply-adds):");
+    for (i, (name, _)) in variants.iter().enumerate() {
+        let d: Vec<f64> = t[i].iter().zip(&t[0]).map(|(a, b)| a - b).collect();
+        eprintln!(
+            "  {name}: median {:.1} us; median per-round difference against cpu_simd {:+.1} us ({:+.2} %)",
+            med(&t[i]),
+            med(&d),
+            100.0 * med(&d) / med(&t[0])
+        );
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -162,7 +251,8 @@ fn batching_throughput(c: &mut Criterion) {
     }
 }
 
-/// With a GPU: calibration's break-even against a fine sweep (x1.19 apart) of the same probe.
+/// With a GPU: every op's calibrated break-even against a fine sweep (x1.19 apart) of the same probe
+/// (`recall bench break-even` prints the same table from the release CLI).
 fn crossover_check(_: &mut Criterion) {
     let exec = match Executor::new(ExecutorConfig {
         policy: DevicePolicy::Auto,
@@ -177,55 +267,24 @@ fn crossover_check(_: &mut Criterion) {
             exec.gpu_status()
         );
     };
-    let op = OpKind::CosineScores;
     let cfg = calibration::CalibrationConfig::default();
-    let probe = Probe::new(op, cfg.max_work);
-    let time = |b: &dyn Backend, w: u64| -> Result<Duration, BackendError> {
-        let mut best = Duration::MAX;
-        for _ in 0..5 {
-            let t0 = Instant::now();
-            probe.run(op, b, w)?;
-            best = best.min(t0.elapsed());
+    for op in OpKind::ALL {
+        match calibration::check_break_even(op, &CpuBackend, gpu, &cfg, 1.19, 5) {
+            Ok(c) => eprintln!(
+                "crossover check {op}: calibrated break-even {} vs swept {:?} (ratio {:?})",
+                c.calibrated,
+                c.swept,
+                c.ratio()
+            ),
+            Err(e) => eprintln!("crossover check {op}: {e}"),
         }
-        Ok(best)
-    };
-    let gpu_device = gpu.device();
-    let mut measure = |d: Device, w: u64| {
-        let b: &dyn Backend = if d == Device::Cpu { &CpuBackend } else { gpu };
-        time(b, w)
-    };
-    let cal = calibration::calibrate(op, gpu_device, &cfg, &mut measure).unwrap();
-    let mut w = cfg.min_work as f64;
-    let mut swept = None;
-    while w <= cfg.max_work as f64 {
-        let (tc, tg) = (
-            time(&CpuBackend, w as u64).unwrap(),
-            time(gpu, w as u64).unwrap(),
-        );
-        if tg < tc && swept.is_none() {
-            swept = Some(w as u64);
-        } else if tg >= tc {
-            swept = None;
-        }
-        w *= 1.19;
-    }
-    match swept {
-        Some(s) => eprintln!(
-            "crossover check: calibrated break-even {} vs swept {} ({:+.1} %)",
-            cal.break_even,
-            s,
-            (cal.break_even as f64 / s as f64 - 1.0) * 100.0
-        ),
-        None => eprintln!(
-            "crossover check: the GPU never stays faster up to {} (calibrated {})",
-            cfg.max_work, cal.break_even
-        ),
     }
 }
 
 criterion_group!(
     benches,
     dispatch_overhead,
+    paired_break_even,
     batching_throughput,
     crossover_check
 );

@@ -19,6 +19,13 @@ pub(crate) fn rows_per_block(dim: usize) -> usize {
 }
 
 pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
+    let n = check_shape(what, x, dim)?;
+    check_finite(what, x)?;
+    Ok(n)
+}
+
+/// [`check_matrix`] without the scan over values.
+pub(crate) fn check_shape(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
     if dim == 0 {
         return Err(CpuError::ZeroDim);
     }
@@ -32,7 +39,6 @@ pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<
             dim,
         });
     }
-    check_finite(what, x)?;
     Ok(x.len() / dim)
 }
 
@@ -318,9 +324,23 @@ struct Scratch {
 }
 
 impl Cpu {
+    /// [`check_matrix`], or only its shape checks on a [`Cpu::prevalidated`] handle.
+    pub(crate) fn check_matrix(
+        &self,
+        what: &'static str,
+        x: &[f32],
+        dim: usize,
+    ) -> Result<usize, CpuError> {
+        if self.is_prevalidated() {
+            check_shape(what, x, dim)
+        } else {
+            check_matrix(what, x, dim)
+        }
+    }
+
     /// The L2 norm of every row of the row-major matrix `x` (`n_rows * dim` values).
     pub fn row_norms(&self, x: &[f32], dim: usize) -> Result<Vec<f32>, CpuError> {
-        let n_rows = check_matrix("rows", x, dim)?;
+        let n_rows = self.check_matrix("rows", x, dim)?;
         Ok(self.norms_unchecked(x, dim, n_rows))
     }
 
@@ -354,8 +374,8 @@ impl Cpu {
         dim: usize,
         out: &mut [f32],
     ) -> Result<(), CpuError> {
-        let n_queries = check_matrix("queries", queries, dim)?;
-        let n_rows = check_matrix("corpus", corpus, dim)?;
+        let n_queries = self.check_matrix("queries", queries, dim)?;
+        let n_rows = self.check_matrix("corpus", corpus, dim)?;
         for (what, got, expected) in [
             ("query norms", query_norms.len(), n_queries),
             ("corpus norms", corpus_norms.len(), n_rows),
@@ -389,9 +409,13 @@ impl Cpu {
         corpus: &Corpus<'_>,
         metric: Metric,
     ) -> Result<Vec<f32>, CpuError> {
-        let n = corpus.validate()?;
+        let n = if self.is_prevalidated() {
+            corpus.validate_shape()?
+        } else {
+            corpus.validate()?
+        };
         let dim = corpus.dim;
-        let nq = check_matrix("queries", queries, dim)?;
+        let nq = self.check_matrix("queries", queries, dim)?;
         let qn = self.query_norms(queries, dim, nq, metric);
         let mut out = vec![0.0f32; nq * n];
         self.scores_into(
@@ -536,7 +560,7 @@ impl Cpu {
     ) -> Result<TopK, CpuError> {
         let n = corpus.validate_shape()?;
         let dim = corpus.dim;
-        let nq = check_matrix("queries", queries, dim)?;
+        let nq = self.check_matrix("queries", queries, dim)?;
         if k == 0 || k > n {
             return Err(CpuError::KOutOfRange { k, n });
         }
@@ -626,7 +650,7 @@ impl Cpu {
     ) -> Result<TopK, CpuError> {
         let n = corpus.validate_shape()?;
         let dim = corpus.dim;
-        let nq = check_matrix("queries", queries, dim)?;
+        let nq = self.check_matrix("queries", queries, dim)?;
         check_offsets(offsets, nq, ids.len())?;
         if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n) {
             return Err(CpuError::IdOutOfRange {
@@ -640,27 +664,9 @@ impl Cpu {
         if k == 0 || k > shortest {
             return Err(CpuError::KOutOfRange { k, n: shortest });
         }
-        for q in 0..nq {
-            let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
-            list.sort_unstable();
-            if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
-                return Err(CpuError::DuplicateId { query: q, id: w[0] });
-            }
-        }
-        // Only the referenced rows are read, so only they are checked (the smallest bad corpus index
-        // among them is reported); a whole-corpus scan would cost more than the op itself.
-        let bad = ids
-            .iter()
-            .filter_map(|id| {
-                let a = *id as usize * dim;
-                corpus.vectors.first_non_finite(a, a + dim)
-            })
-            .min();
-        if let Some(index) = bad {
-            return Err(CpuError::NonFinite {
-                what: "corpus",
-                index,
-            });
+        // Duplicates and non-finite rows: value scans, left to the caller on a prevalidated handle.
+        if !self.is_prevalidated() {
+            self.check_candidate_values(corpus, dim, offsets, ids)?;
         }
         let qn = self.query_norms(queries, dim, nq, metric);
         let block = rows_per_block(dim);
@@ -708,6 +714,41 @@ impl Cpu {
                 .collect()
         };
         Ok(collect_topk(selectors, k))
+    }
+}
+
+impl Cpu {
+    /// The value checks of [`Cpu::score_candidates`]: no duplicate id in a list, and every referenced
+    /// row finite. Only the referenced rows are read, so only they are checked (the smallest bad corpus
+    /// index among them is reported); a whole-corpus scan would cost more than the op itself.
+    fn check_candidate_values(
+        &self,
+        corpus: &Corpus<'_>,
+        dim: usize,
+        offsets: &[usize],
+        ids: &[u32],
+    ) -> Result<(), CpuError> {
+        for (q, w) in offsets.windows(2).enumerate() {
+            let mut list = ids[w[0]..w[1]].to_vec();
+            list.sort_unstable();
+            if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
+                return Err(CpuError::DuplicateId { query: q, id: w[0] });
+            }
+        }
+        let bad = ids
+            .iter()
+            .filter_map(|id| {
+                let a = *id as usize * dim;
+                corpus.vectors.first_non_finite(a, a + dim)
+            })
+            .min();
+        match bad {
+            Some(index) => Err(CpuError::NonFinite {
+                what: "corpus",
+                index,
+            }),
+            None => Ok(()),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! k-means (`docs/numerics.md`, "k-means"): Philox-seeded, Lloyd iterations, exact order throughout.
 
-use crate::dense::check_matrix;
+use crate::dense::{check_matrix, check_shape};
 use crate::kernels::{self, L2};
 use crate::simd::Cpu;
 use crate::topk::{Order, pair_key};
@@ -80,7 +80,18 @@ pub fn check_kmeans_inputs(
     k: usize,
     iters: usize,
 ) -> Result<usize, CpuError> {
-    let n = check_matrix("points", points, dim)?;
+    check_matrix("points", points, dim)?;
+    check_kmeans_shape(points, dim, k, iters)
+}
+
+/// [`check_kmeans_inputs`] without the scan over values.
+fn check_kmeans_shape(
+    points: &[f32],
+    dim: usize,
+    k: usize,
+    iters: usize,
+) -> Result<usize, CpuError> {
+    let n = check_shape("points", points, dim)?;
     if n > u32::MAX as usize {
         return Err(CpuError::TooLarge {
             what: "points",
@@ -112,7 +123,11 @@ impl Cpu {
         iters: usize,
         seed: u64,
     ) -> Result<KMeans, CpuError> {
-        let n = check_kmeans_inputs(points, dim, k, iters)?;
+        let n = if self.is_prevalidated() {
+            check_kmeans_shape(points, dim, k, iters)?
+        } else {
+            check_kmeans_inputs(points, dim, k, iters)?
+        };
         let mut centroids = Vec::with_capacity(k * dim);
         for p in kmeans_seed_indices(n, k, seed)? {
             centroids.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);

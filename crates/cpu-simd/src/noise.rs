@@ -1,7 +1,7 @@
 //! Clip-and-noise (`docs/numerics.md`, "Clip-and-noise"): per-row L2 clip, then Philox4x32-10 Gaussian
 //! noise from the functions in `recall-kernel-shared::math`, which the GPU kernel calls too.
 
-use crate::dense::check_matrix;
+use crate::dense::{check_matrix, check_shape};
 use crate::kernels;
 use crate::simd::Cpu;
 use crate::{CpuError, PAR_MIN_WORK};
@@ -28,7 +28,13 @@ pub fn check_clip_noise_inputs(
     clip: f32,
     sigma: f32,
 ) -> Result<usize, CpuError> {
-    let n = check_matrix("vectors", x, dim)?;
+    check_matrix("vectors", x, dim)?;
+    check_clip_noise_shape(x, dim, clip, sigma)
+}
+
+/// [`check_clip_noise_inputs`] without the scan over values.
+fn check_clip_noise_shape(x: &[f32], dim: usize, clip: f32, sigma: f32) -> Result<usize, CpuError> {
+    let n = check_shape("vectors", x, dim)?;
     if !(clip.is_finite() && clip > 0.0) {
         return Err(CpuError::ParamOutOfRange {
             what: "clip",
@@ -60,7 +66,11 @@ impl Cpu {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, CpuError> {
-        let n = check_clip_noise_inputs(x, dim, clip, sigma)?;
+        let n = if self.is_prevalidated() {
+            check_clip_noise_shape(x, dim, clip, sigma)?
+        } else {
+            check_clip_noise_inputs(x, dim, clip, sigma)?
+        };
         let key = philox_key(seed);
         let level = self.level();
         let mut out = vec![0.0f32; x.len()];

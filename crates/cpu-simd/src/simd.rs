@@ -155,9 +155,13 @@ pub fn kernel_runs(level: SimdLevel) -> u64 {
 
 /// A handle that runs every op at one SIMD level. [`Cpu::new`] uses [`simd_level`];
 /// [`Cpu::with_level`] picks a lower one (a level the machine lacks is lowered to one it has).
+///
+/// [`Cpu::prevalidated`] gives a handle for callers that have already checked the input values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cpu {
     level: SimdLevel,
+    /// The caller has run the value checks (see [`Cpu::prevalidated`]): skip the scans over values.
+    prevalidated: bool,
 }
 
 impl Default for Cpu {
@@ -171,6 +175,7 @@ impl Cpu {
     pub fn new() -> Cpu {
         Cpu {
             level: simd_level(),
+            prevalidated: false,
         }
     }
 
@@ -178,11 +183,47 @@ impl Cpu {
     pub fn with_level(level: SimdLevel) -> Cpu {
         Cpu {
             level: clamp(level, detected_level()),
+            prevalidated: false,
         }
     }
 
     /// The level this handle runs at.
     pub fn level(&self) -> SimdLevel {
         self.level
+    }
+
+    /// The same handle for a caller that has already validated the input **values** with this crate's
+    /// checks ([`check_finite`](crate::check_finite) on every matrix and seed vector,
+    /// [`check_spread_inputs`](crate::check_spread_inputs), [`check_kmeans_inputs`](crate::check_kmeans_inputs),
+    /// [`check_clip_noise_inputs`](crate::check_clip_noise_inputs), no duplicate id in a candidate list),
+    /// so that each call validates once: the hybrid executor validates before it picks a device, and its CPU
+    /// backend runs through this handle.
+    ///
+    /// The ops of the returned handle still check everything that keeps indexing in bounds (dimensions,
+    /// lengths, offsets, ids against the row count, `k`, hop and iteration counts: O(1) or O(ids) work), and
+    /// skip only the scans over values (NaN and infinity, negative seeds, duplicate candidate ids). Given
+    /// values those checks would have rejected, the result is unspecified but the call stays memory-safe
+    /// (safe Rust, checked indexing); a NaN found by the streaming top-k's own in-pass check is still
+    /// reported.
+    ///
+    /// ```
+    /// use recall_cpu_simd::{Corpus, Cpu, Metric, check_finite};
+    /// let (q, c) = (vec![1.0f32, 0.0], vec![1.0f32, 0.0, 0.0, 1.0]);
+    /// check_finite("queries", &q)?;
+    /// check_finite("corpus", &c)?;
+    /// let s = Cpu::new().prevalidated().similarity(&q, &Corpus::f32(&c, 2), Metric::Cosine)?;
+    /// assert_eq!(s, vec![1.0, 0.0]);
+    /// # Ok::<(), recall_cpu_simd::CpuError>(())
+    /// ```
+    pub fn prevalidated(self) -> Cpu {
+        Cpu {
+            prevalidated: true,
+            ..self
+        }
+    }
+
+    /// Whether this handle skips the value scans ([`Cpu::prevalidated`]).
+    pub fn is_prevalidated(&self) -> bool {
+        self.prevalidated
     }
 }

@@ -1,5 +1,6 @@
 //! Activation spreading over a weighted CSR graph (`docs/numerics.md`, "Activation spreading").
 
+use crate::simd::{Cpu, SimdLevel};
 use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
 use crate::{CpuError, PAR_MIN_WORK, check_finite};
 use rayon::prelude::*;
@@ -236,124 +237,447 @@ pub fn spread(
     seeds: &[f32],
     params: &SpreadParams,
 ) -> Result<Spread, CpuError> {
-    spread_with_mode(graph, seeds, params, SpreadMode::Auto)
+    Cpu::new().spread(graph, seeds, params)
 }
 
-/// The pull form of one hop for targets `v0 .. v0 + out.len()`.
-#[inline(always)]
-fn pull_targets(
-    graph: &SpreadGraph,
-    prev: &[f32],
-    decay: f32,
-    threshold: f32,
-    v0: usize,
-    out: &mut [f32],
-) {
-    for (i, o) in out.iter_mut().enumerate() {
-        let x = graph.pull(v0 + i, prev) * decay;
-        *o = if x < threshold { 0.0 } else { x };
-    }
+/// Which code computes a target's pulled sum. Every kind follows the same order (lane `j % 32`, one
+/// `fma` per term, the fixed tree) and gives the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PullKind {
+    /// Plain Rust: on a baseline x86-64 build every `mul_add` is a call to libm's `fmaf`.
+    Plain,
+    /// The plain loop compiled with AVX2 and FMA: every `mul_add` is one `vfmadd`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Fma,
+    /// AVX-512 for targets with more than 32 in-edges (the plain loop with FMA for the others): the 32
+    /// lanes are two 16-wide registers, sources gathered 16 at a time (`vgatherdps`), tails masked; the
+    /// tree's first step adds the two registers, the rest halves the vector.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Avx512,
 }
 
-/// The hop loops compiled twice: as they are (a baseline x86-64 build turns `mul_add` into a call to
-/// libm's `fmaf`), and, on x86-64, with FMA enabled so that every `mul_add` is one `vfmadd` instruction.
-/// Both round once per `fma`, as the order says: the same bits, the second several times faster.
+/// The hop loops of one call: which pull code runs, and how many rayon tasks a hop is cut into.
 #[derive(Clone, Copy)]
 struct Hop {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fma: bool,
+    kind: PullKind,
+    threads: usize,
+}
+
+/// Work below which a hop runs on the calling thread (edges plus nodes).
+const HOP_PAR_MIN: usize = PAR_MIN_WORK;
+/// The smallest share of a hop one rayon task gets (edges plus `NODE_COST` per node).
+const MIN_TASK_COST: usize = 1 << 16;
+/// A target costs about this many edges of work besides its edges (offsets, tree, write, total).
+const NODE_COST: usize = 4;
+
+/// What one pull or total-update pass learned about the new activations: for the next hop's choice of
+/// form, and for the overflow rule.
+#[derive(Clone, Copy, Default)]
+struct HopStats {
+    /// Some activation or total became infinite.
+    overflow: bool,
+    /// Out-edges of the nodes whose new activation is not zero.
+    active_edges: usize,
+    /// Some new activation is not zero.
+    any_active: bool,
+}
+
+impl HopStats {
+    fn join(self, o: HopStats) -> HopStats {
+        HopStats {
+            overflow: self.overflow | o.overflow,
+            active_edges: self.active_edges + o.active_edges,
+            any_active: self.any_active | o.any_active,
+        }
+    }
 }
 
 impl Hop {
-    fn new() -> Hop {
-        Hop {
-            fma: crate::simd::simd_level() >= crate::SimdLevel::Avx2,
-        }
-    }
-
-    fn pull(self, graph: &SpreadGraph, prev: &[f32], p: (f32, f32), v0: usize, out: &mut [f32]) {
+    fn new(level: SimdLevel, graph: &SpreadGraph) -> Hop {
         #[cfg(target_arch = "x86_64")]
-        if self.fma {
-            // SAFETY: `fma` is set only at the `Avx2` level or above, which is handed out only when
-            // the CPU reports AVX2 and FMA.
-            unsafe { pull_targets_fma(graph, prev, p.0, p.1, v0, out) };
-            return;
+        let kind = if level >= SimdLevel::Avx512 && graph.n <= i32::MAX as usize {
+            // The gather takes signed 32-bit indices: every source id must fit.
+            PullKind::Avx512
+        } else if level >= SimdLevel::Avx2 {
+            PullKind::Fma
+        } else {
+            PullKind::Plain
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let kind = {
+            let _ = (level, graph);
+            PullKind::Plain
+        };
+        Hop {
+            kind,
+            threads: rayon::current_num_threads().max(1),
         }
-        pull_targets(graph, prev, p.0, p.1, v0, out);
     }
 
-    /// `active_edges`: the number of out-edges of the active sources (sizes the scratch once).
-    fn push(
+    /// Block boundaries over the targets `0 .. n` with about equal work (in-edges plus `NODE_COST` per
+    /// target) per block: a power-law graph puts most in-edges on a few low ids, so equal node counts
+    /// would leave one task most of the hop.
+    fn blocks(self, graph: &SpreadGraph) -> Vec<usize> {
+        let n = graph.n;
+        let cost = |v: usize| graph.in_ptr[v] + NODE_COST * v;
+        let total = cost(n);
+        let parts = if total < HOP_PAR_MIN || self.threads == 1 {
+            1
+        } else {
+            (total / MIN_TASK_COST).clamp(1, self.threads * 16)
+        };
+        let mut bounds = Vec::with_capacity(parts + 1);
+        bounds.push(0);
+        for i in 1..parts {
+            let want = total / parts * i;
+            // The first target whose cost reaches `want` (cost is non-decreasing in v).
+            let (mut lo, mut hi) = (*bounds.last().unwrap_or(&0), n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if cost(mid) < want {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            if lo > *bounds.last().unwrap_or(&0) && lo < n {
+                bounds.push(lo);
+            }
+        }
+        bounds.push(n);
+        bounds
+    }
+
+    /// One pull hop over every target: `next[v]` from `prev`, `total[v] += next[v]`, in parallel blocks
+    /// of targets (each task owns its slices of `next` and `total`: no atomics, no shared writes).
+    fn pull(
         self,
         graph: &SpreadGraph,
         prev: &[f32],
-        active_edges: usize,
         p: (f32, f32),
         next: &mut [f32],
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        if self.fma {
-            // SAFETY: as in `Hop::pull`.
-            unsafe { push_hop_fma(graph, prev, active_edges, p.0, p.1, next) };
-            return;
+        total: &mut [f32],
+    ) -> HopStats {
+        let bounds = self.blocks(graph);
+        let mut parts = Vec::with_capacity(bounds.len() - 1);
+        let (mut rest_n, mut rest_t) = (next, total);
+        for w in bounds.windows(2) {
+            let (a, b) = rest_n.split_at_mut(w[1] - w[0]);
+            let (c, d) = rest_t.split_at_mut(w[1] - w[0]);
+            parts.push((w[0], a, c));
+            (rest_n, rest_t) = (b, d);
         }
-        push_hop(graph, prev, active_edges, p.0, p.1, next);
+        let run =
+            |(v0, n, t): (usize, &mut [f32], &mut [f32])| self.pull_block(graph, prev, p, v0, n, t);
+        if parts.len() == 1 {
+            parts
+                .into_iter()
+                .map(run)
+                .fold(HopStats::default(), HopStats::join)
+        } else {
+            parts
+                .into_par_iter()
+                .map(run)
+                .reduce(HopStats::default, HopStats::join)
+        }
+    }
+
+    fn pull_block(
+        self,
+        graph: &SpreadGraph,
+        prev: &[f32],
+        p: (f32, f32),
+        v0: usize,
+        next: &mut [f32],
+        total: &mut [f32],
+    ) -> HopStats {
+        match self.kind {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Avx512` is chosen only at the `Avx512` level (the CPU reports AVX-512F/VL, AVX2
+            // and FMA) and only when every node id fits in an i32; `prev` has one value per node and the
+            // graph's column ids were checked `< n` when it was built.
+            PullKind::Avx512 => unsafe { pull_block_avx512(graph, prev, p, v0, next, total) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Fma` is chosen only at the `Avx2` level or above (AVX2 and FMA reported).
+            PullKind::Fma => unsafe { pull_block_fma(graph, prev, p, v0, next, total) },
+            _ => pull_block_with(graph, prev, p, v0, next, total, SpreadGraph::pull),
+        }
     }
 }
 
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn pull_targets_fma(
+/// The pull of targets `v0 .. v0 + next.len()` with `sum` computing one target's pulled sum, fused with
+/// the hop's tail: decay, threshold, `total += next`, the overflow test and the next hop's statistics.
+#[inline(always)]
+fn pull_block_with(
     graph: &SpreadGraph,
     prev: &[f32],
-    decay: f32,
-    threshold: f32,
+    (decay, threshold): (f32, f32),
     v0: usize,
-    out: &mut [f32],
-) {
-    pull_targets(graph, prev, decay, threshold, v0, out)
+    next: &mut [f32],
+    total: &mut [f32],
+    sum: impl Fn(&SpreadGraph, usize, &[f32]) -> f32,
+) -> HopStats {
+    let mut st = HopStats::default();
+    for (i, (o, t)) in next.iter_mut().zip(total.iter_mut()).enumerate() {
+        let v = v0 + i;
+        let x = sum(graph, v, prev) * decay;
+        let a = if x < threshold { 0.0 } else { x };
+        *o = a;
+        *t += a;
+        st.overflow |= a.is_infinite() | t.is_infinite();
+        if a != 0.0 {
+            st.any_active = true;
+            st.active_edges += graph.out_ptr[v + 1] - graph.out_ptr[v];
+        }
+    }
+    st
 }
 
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn push_hop_fma(
+unsafe fn pull_block_fma(
     graph: &SpreadGraph,
     prev: &[f32],
-    active_edges: usize,
-    decay: f32,
-    threshold: f32,
+    p: (f32, f32),
+    v0: usize,
     next: &mut [f32],
-) {
-    push_hop(graph, prev, active_edges, decay, threshold, next)
+    total: &mut [f32],
+) -> HopStats {
+    pull_block_with(graph, prev, p, v0, next, total, SpreadGraph::pull)
+}
+
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA; every node id must be at most `i32::MAX`;
+/// `prev.len() == graph.n_nodes()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn pull_block_avx512(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    p: (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    pull_block_with(graph, prev, p, v0, next, total, |g, v, prev| {
+        let (a, b) = (g.in_ptr[v], g.in_ptr[v + 1]);
+        if b - a <= avx512::SCALAR_MAX_DEGREE {
+            // At most one step of the 32 lanes: scalar loads and the shortened tree cost less than
+            // 16-wide gathers (measured on Zen 5: the gathers won nothing below this).
+            return g.pull(v, prev);
+        }
+        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `a .. b`
+        // lies inside the edge arrays.
+        unsafe { avx512::pull_sum(&g.in_src[a..b], &g.in_w[a..b], prev) }
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Targets with at most this many in-edges are summed by the scalar loop (same order, same bits).
+    pub(super) const SCALAR_MAX_DEGREE: usize = 32;
+
+    /// The pulled sum of one target (`docs/numerics.md`, "Activation spreading"): lane `l` of the order
+    /// is lane `l` of `acc0` (`l < 16`) or lane `l - 16` of `acc1`; positions `32c .. 32c + 32` are one
+    /// step of both; a tail is masked (its idle lanes keep their value: `mask3_fmadd`).
+    ///
+    /// # Safety
+    /// `src.len() == w.len()`; every `src[j] < prev.len()` and `<= i32::MAX`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub(super) unsafe fn pull_sum(src: &[u32], w: &[f32], prev: &[f32]) -> f32 {
+        let deg = src.len();
+        let (sp, wp, base) = (src.as_ptr().cast::<i32>(), w.as_ptr(), prev.as_ptr());
+        let zero = _mm512_setzero_ps();
+        let (mut acc0, mut acc1) = (zero, zero);
+        let full = deg & !31;
+        let mut j = 0;
+        while j < full {
+            // SAFETY: `j + 32 <= full <= deg`: the loads read `src[j .. j + 32]` and `w[j .. j + 32]`;
+            // the gathers read `prev[src[j]]`, in bounds by the contract.
+            unsafe {
+                let i0 = _mm512_loadu_epi32(sp.add(j));
+                let i1 = _mm512_loadu_epi32(sp.add(j + 16));
+                let a0 = _mm512_i32gather_ps::<4>(i0, base);
+                let a1 = _mm512_i32gather_ps::<4>(i1, base);
+                acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(j)), a0, acc0);
+                acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(j + 16)), a1, acc1);
+            }
+            j += 32;
+        }
+        let rem = deg - full;
+        if rem > 0 {
+            let m0: __mmask16 = if rem >= 16 {
+                0xffff
+            } else {
+                ((1u32 << rem) - 1) as u16
+            };
+            // SAFETY: `full < deg`; the masked loads touch only `full .. full + min(rem, 16)`, inside
+            // `src` and `w` (masked-off elements are not read); gathers as above.
+            unsafe {
+                let i0 = _mm512_maskz_loadu_epi32(m0, sp.add(full));
+                let a0 = _mm512_mask_i32gather_ps::<4>(zero, m0, i0, base);
+                let w0 = _mm512_maskz_loadu_ps(m0, wp.add(full));
+                acc0 = _mm512_mask3_fmadd_ps(w0, a0, acc0, m0);
+            }
+            if rem > 16 {
+                let m1 = ((1u32 << (rem - 16)) - 1) as u16;
+                // SAFETY: `full + 16 < deg`; the masked loads touch only `full + 16 .. deg`.
+                unsafe {
+                    let i1 = _mm512_maskz_loadu_epi32(m1, sp.add(full + 16));
+                    let a1 = _mm512_mask_i32gather_ps::<4>(zero, m1, i1, base);
+                    let w1 = _mm512_maskz_loadu_ps(m1, wp.add(full + 16));
+                    acc1 = _mm512_mask3_fmadd_ps(w1, a1, acc1, m1);
+                }
+            }
+        }
+        // The tree: off 16 (the two registers), 8, 4, 2, 1; each step `lane[l] + lane[l + off]`.
+        let s16 = _mm512_add_ps(acc0, acc1);
+        let lo8 = _mm512_castps512_ps256(s16);
+        let hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s16)));
+        let s8 = _mm256_add_ps(lo8, hi8);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2));
+        _mm_cvtss_f32(s1)
+    }
 }
 
 /// The push form of one hop: only active sources, ascending, each out-edge adding into lane `pos % 32`
 /// of its target. In-lists are sorted by (source, position), so every lane receives its terms in the
 /// same ascending order as the pull form, and skipped (inactive) terms are exact identities.
-#[inline(always)]
+///
+/// With several threads the targets are cut into ranges (equal in-edge counts) and each task pushes the
+/// active out-edges that land in its range: every task reads the active out-edges (at most 1/16 of
+/// the graph), and writes only its own targets' lanes (no atomics).
 fn push_hop(
+    hop: Hop,
     graph: &SpreadGraph,
     prev: &[f32],
     active_edges: usize,
-    decay: f32,
-    threshold: f32,
+    p: (f32, f32),
     next: &mut [f32],
-) {
-    let mut slot = vec![u32::MAX; graph.n];
-    // At most one slot per active edge (and per node): reserved once, no regrowth copies.
-    let cap = active_edges.min(graph.n);
+    total: &mut [f32],
+) -> HopStats {
+    let active: Vec<u32> = prev
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| **a != 0.0)
+        .map(|(u, _)| u as u32)
+        .collect();
+    let ranges = if hop.threads > 1 && active_edges >= MIN_TASK_COST {
+        let parts = hop.threads.min(active_edges / (MIN_TASK_COST / 4)).max(1);
+        let e = graph.n_edges();
+        let mut b = vec![0usize];
+        for i in 1..parts {
+            let v = graph
+                .in_ptr
+                .partition_point(|x| *x < e / parts * i)
+                .min(graph.n);
+            if v > b[b.len() - 1] {
+                b.push(v);
+            }
+        }
+        b.push(graph.n);
+        b
+    } else {
+        vec![0, graph.n]
+    };
+    let mut parts = Vec::with_capacity(ranges.len() - 1);
+    let (mut rest_n, mut rest_t) = (next, total);
+    for w in ranges.windows(2) {
+        let (a, b) = rest_n.split_at_mut(w[1] - w[0]);
+        let (c, d) = rest_t.split_at_mut(w[1] - w[0]);
+        parts.push((w[0], a, c));
+        (rest_n, rest_t) = (b, d);
+    }
+    let run = |(v0, n, t): (usize, &mut [f32], &mut [f32])| {
+        push_range(hop, graph, prev, &active, active_edges, p, v0, n, t)
+    };
+    if parts.len() == 1 {
+        parts
+            .into_iter()
+            .map(run)
+            .fold(HopStats::default(), HopStats::join)
+    } else {
+        parts
+            .into_par_iter()
+            .map(run)
+            .reduce(HopStats::default, HopStats::join)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push_range(
+    hop: Hop,
+    graph: &SpreadGraph,
+    prev: &[f32],
+    active: &[u32],
+    active_edges: usize,
+    p: (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    #[cfg(target_arch = "x86_64")]
+    if hop.kind != PullKind::Plain {
+        // SAFETY: `Fma` and `Avx512` are chosen only at the `Avx2` level or above (AVX2 and FMA).
+        return unsafe { push_range_fma(graph, prev, active, active_edges, p, v0, next, total) };
+    }
+    let _ = hop;
+    push_range_plain(graph, prev, active, active_edges, p, v0, next, total)
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn push_range_fma(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    active: &[u32],
+    active_edges: usize,
+    p: (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    push_range_plain(graph, prev, active, active_edges, p, v0, next, total)
+}
+
+/// The push of the active out-edges whose targets are `v0 .. v0 + next.len()`, then the hop's tail for
+/// those targets.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn push_range_plain(
+    graph: &SpreadGraph,
+    prev: &[f32],
+    active: &[u32],
+    active_edges: usize,
+    (decay, threshold): (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    let len = next.len();
+    let mut slot = vec![u32::MAX; len];
+    // At most one slot per active edge (and per target): reserved once, no regrowth copies.
+    let cap = active_edges.min(len);
     let mut touched: Vec<u32> = Vec::with_capacity(cap);
     let mut lanes: Vec<[f32; SPREAD_LANES]> = Vec::with_capacity(cap);
-    for (u, a) in prev.iter().enumerate() {
-        if *a == 0.0 {
-            continue;
-        }
+    for &u in active {
+        let u = u as usize;
+        let a = prev[u];
         for e in graph.out_ptr[u]..graph.out_ptr[u + 1] {
-            let v = graph.out_dst[e] as usize;
+            let v = (graph.out_dst[e] as usize).wrapping_sub(v0);
+            if v >= len {
+                continue;
+            }
             let j = graph.out_pos[e] as usize;
             if slot[v] == u32::MAX {
                 slot[v] = lanes.len() as u32;
@@ -362,19 +686,46 @@ fn push_hop(
             }
             let w = graph.out_w[e];
             let l = &mut lanes[slot[v] as usize][j % SPREAD_LANES];
-            *l = w.mul_add(*a, *l);
+            *l = w.mul_add(a, *l);
         }
     }
     next.fill(0.0);
+    let mut st = HopStats::default();
     for (v, lane) in touched.iter().zip(lanes.iter_mut()) {
         let x = tree(lane) * decay;
-        next[*v as usize] = if x < threshold { 0.0 } else { x };
+        let a = if x < threshold { 0.0 } else { x };
+        let v = *v as usize;
+        next[v] = a;
+        total[v] += a;
+        st.overflow |= a.is_infinite() | total[v].is_infinite();
+        if a != 0.0 {
+            st.any_active = true;
+            st.active_edges += graph.out_ptr[v0 + v + 1] - graph.out_ptr[v0 + v];
+        }
     }
+    st
 }
 
 /// The input checks of [`spread`], for callers that validate before choosing a device (every backend
 /// must reject exactly what the CPU rejects).
 pub fn check_spread_inputs(
+    graph: &SpreadGraph,
+    seeds: &[f32],
+    params: &SpreadParams,
+) -> Result<(), CpuError> {
+    check_spread_shape(graph, seeds, params)?;
+    check_finite("seeds", seeds)?;
+    if let Some(index) = seeds.iter().position(|s| *s < 0.0) {
+        return Err(CpuError::Negative {
+            what: "seeds",
+            index,
+        });
+    }
+    Ok(())
+}
+
+/// [`check_spread_inputs`] without the scans over the seeds' values.
+fn check_spread_shape(
     graph: &SpreadGraph,
     seeds: &[f32],
     params: &SpreadParams,
@@ -385,13 +736,6 @@ pub fn check_spread_inputs(
             what: "seeds",
             expected: n,
             got: seeds.len(),
-        });
-    }
-    check_finite("seeds", seeds)?;
-    if let Some(index) = seeds.iter().position(|s| *s < 0.0) {
-        return Err(CpuError::Negative {
-            what: "seeds",
-            index,
         });
     }
     let SpreadParams {
@@ -435,67 +779,124 @@ pub fn spread_with_mode(
     params: &SpreadParams,
     mode: SpreadMode,
 ) -> Result<Spread, CpuError> {
-    let n = graph.n;
-    check_spread_inputs(graph, seeds, params)?;
-    let SpreadParams {
-        decay,
-        threshold,
-        hops,
-        k,
-    } = *params;
-    // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
-    let mut total: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
-    let mut prev = total.clone();
-    let mut next = vec![0.0f32; n];
-    const CHUNK: usize = 4096;
-    let hop_code = Hop::new();
-    for hop in 1..=hops {
-        let active_edges: usize = match mode {
-            SpreadMode::Pull => usize::MAX,
-            _ => prev
+    Cpu::new().spread_with_mode(graph, seeds, params, mode)
+}
+
+impl Cpu {
+    /// Spread `seeds` (one finite, non-negative value per node) over `graph` for `params.hops` hops, at
+    /// this handle's SIMD level (every level gives the same bits).
+    pub fn spread(
+        &self,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+    ) -> Result<Spread, CpuError> {
+        self.spread_with_mode(graph, seeds, params, SpreadMode::Auto)
+    }
+
+    /// [`Cpu::spread`] with the hop form chosen by the caller.
+    #[doc(hidden)]
+    pub fn spread_with_mode(
+        &self,
+        graph: &SpreadGraph,
+        seeds: &[f32],
+        params: &SpreadParams,
+        mode: SpreadMode,
+    ) -> Result<Spread, CpuError> {
+        if self.is_prevalidated() {
+            check_spread_shape(graph, seeds, params)?;
+        } else {
+            check_spread_inputs(graph, seeds, params)?;
+        }
+        let n = graph.n;
+        let SpreadParams {
+            decay,
+            threshold,
+            hops,
+            k,
+        } = *params;
+        // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
+        let mut total: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
+        let mut prev = total.clone();
+        let mut next = vec![0.0f32; n];
+        let hop_code = Hop::new(self.level(), graph);
+        let mut stats = HopStats {
+            overflow: false,
+            active_edges: prev
                 .iter()
                 .enumerate()
                 .filter(|(_, a)| **a != 0.0)
                 .map(|(u, _)| graph.out_ptr[u + 1] - graph.out_ptr[u])
                 .sum(),
+            any_active: prev.iter().any(|a| *a != 0.0),
         };
-        if active_edges == 0 || prev.iter().all(|a| *a == 0.0) {
-            // Every contribution is an exact identity: the hop adds nothing (and nor will later ones).
-            break;
-        }
-        let use_push = mode == SpreadMode::Push
-            || (mode == SpreadMode::Auto && active_edges <= graph.n_edges() / 16);
-        if use_push {
-            hop_code.push(graph, &prev, active_edges, (decay, threshold), &mut next);
-        } else {
-            let work = |(c, out): (usize, &mut [f32])| {
-                hop_code.pull(graph, &prev, (decay, threshold), c * CHUNK, out);
-            };
-            if graph.n_edges() + n >= PAR_MIN_WORK {
-                next.par_chunks_mut(CHUNK).enumerate().for_each(work);
-            } else {
-                next.chunks_mut(CHUNK).enumerate().for_each(work);
+        for hop in 1..=hops {
+            if stats.active_edges == 0 || !stats.any_active {
+                // Every contribution is an exact identity: the hop adds nothing (and nor will later ones).
+                break;
             }
+            let use_push = mode == SpreadMode::Push
+                || (mode == SpreadMode::Auto && stats.active_edges <= graph.n_edges() / 16);
+            let p = (decay, threshold);
+            stats = if use_push {
+                push_hop(
+                    hop_code,
+                    graph,
+                    &prev,
+                    stats.active_edges,
+                    p,
+                    &mut next,
+                    &mut total,
+                )
+            } else {
+                hop_code.pull(graph, &prev, p, &mut next, &mut total)
+            };
+            if stats.overflow {
+                return Err(CpuError::ActivationOverflow { hop });
+            }
+            std::mem::swap(&mut prev, &mut next);
         }
-        let mut overflow = false;
-        for (t, a) in total.iter_mut().zip(&next) {
-            *t += *a;
-            overflow |= t.is_infinite() || a.is_infinite();
-        }
-        if overflow {
-            return Err(CpuError::ActivationOverflow { hop });
-        }
-        std::mem::swap(&mut prev, &mut next);
+        let top = top_of(&total, k, hop_code.threads);
+        Ok(Spread {
+            activation: total,
+            top,
+        })
     }
-    let mut sel = Selector::new(k);
-    for (id, a) in total.iter().enumerate() {
-        sel.push(pair_key(*a, id as u32, Order::HigherFirst), *a);
-    }
+}
+
+/// The top `k` of `total` (higher first, then lower id): per-chunk selectors merged exactly.
+fn top_of(total: &[f32], k: usize, threads: usize) -> TopK {
+    const CHUNK: usize = 1 << 16;
+    let select = |(c, xs): (usize, &[f32])| {
+        let mut sel = Selector::new(k);
+        for (i, a) in xs.iter().enumerate() {
+            sel.push(pair_key(*a, (c * CHUNK + i) as u32, Order::HigherFirst), *a);
+        }
+        sel
+    };
+    let sel = if threads > 1 && total.len() >= 4 * CHUNK {
+        total
+            .par_chunks(CHUNK)
+            .enumerate()
+            .map(select)
+            .reduce_with(|mut a, b| {
+                a.merge(b);
+                a
+            })
+    } else {
+        total
+            .chunks(CHUNK)
+            .enumerate()
+            .map(select)
+            .reduce(|mut a, b| {
+                a.merge(b);
+                a
+            })
+    };
     let mut ids = vec![0u32; k];
     let mut scores = vec![0f32; k];
-    write_entries(&sel.finish(), &mut ids, &mut scores);
-    Ok(Spread {
-        activation: total,
-        top: TopK { k, ids, scores },
-    })
+    if let Some(sel) = sel {
+        write_entries(&sel.finish(), &mut ids, &mut scores);
+    }
+    TopK { k, ids, scores }
 }

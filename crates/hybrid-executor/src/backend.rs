@@ -1,7 +1,9 @@
 use crate::device::Device;
 use crate::shared_corpus::SharedCorpus;
 use crate::shared_graph::SharedGraph;
-use recall_cpu_simd::{Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
+use recall_cpu_simd::{
+    Corpus, Cpu, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK,
+};
 use thiserror::Error;
 
 /// The 16-bit operand format of fast mode (`docs/numerics.md`, "Fast mode").
@@ -213,8 +215,19 @@ pub trait Backend: Send + Sync {
 }
 
 /// Every op on the CPU (`recall-cpu-simd`).
+///
+/// Its input arrives validated (the trait's contract: the executor checks shapes and values once, before
+/// it picks a device), so it runs `recall-cpu-simd` through a [`Cpu::prevalidated`] handle: shapes,
+/// lengths and ids are still checked (indexing stays in bounds), the scans over values (NaN, infinity,
+/// signs, duplicate ids) are not done a second time. Called with values the executor would have
+/// refused, the answer is unspecified; call `recall-cpu-simd` itself to have them checked.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CpuBackend;
+
+/// The CPU engine for input the executor has validated.
+fn cpu() -> Cpu {
+    Cpu::new().prevalidated()
+}
 
 impl Backend for CpuBackend {
     fn device(&self) -> Device {
@@ -228,11 +241,7 @@ impl Backend for CpuBackend {
         dim: usize,
         metric: Metric,
     ) -> Result<Vec<f32>, BackendError> {
-        Ok(recall_cpu_simd::similarity(
-            queries,
-            &Corpus::f32(corpus, dim),
-            metric,
-        )?)
+        Ok(cpu().similarity(queries, &Corpus::f32(corpus, dim), metric)?)
     }
 
     fn knn(
@@ -243,12 +252,7 @@ impl Backend for CpuBackend {
         metric: Metric,
         k: usize,
     ) -> Result<TopK, BackendError> {
-        Ok(recall_cpu_simd::knn(
-            queries,
-            &Corpus::f32(corpus, dim),
-            metric,
-            k,
-        )?)
+        Ok(cpu().knn(queries, &Corpus::f32(corpus, dim), metric, k)?)
     }
 
     fn score_candidates(
@@ -261,14 +265,7 @@ impl Backend for CpuBackend {
         ids: &[u32],
         k: usize,
     ) -> Result<TopK, BackendError> {
-        Ok(recall_cpu_simd::score_candidates(
-            queries,
-            &Corpus::f32(corpus, dim),
-            metric,
-            offsets,
-            ids,
-            k,
-        )?)
+        Ok(cpu().score_candidates(queries, &Corpus::f32(corpus, dim), metric, offsets, ids, k)?)
     }
 
     fn spread(
@@ -277,7 +274,7 @@ impl Backend for CpuBackend {
         seeds: &[f32],
         params: &SpreadParams,
     ) -> Result<Spread, BackendError> {
-        Ok(recall_cpu_simd::spread(graph, seeds, params)?)
+        Ok(cpu().spread(graph, seeds, params)?)
     }
 
     fn kmeans(
@@ -288,7 +285,7 @@ impl Backend for CpuBackend {
         iters: usize,
         seed: u64,
     ) -> Result<KMeans, BackendError> {
-        Ok(recall_cpu_simd::kmeans(points, dim, k, iters, seed)?)
+        Ok(cpu().kmeans(points, dim, k, iters, seed)?)
     }
 
     fn clip_and_noise(
@@ -299,7 +296,7 @@ impl Backend for CpuBackend {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, BackendError> {
-        Ok(recall_cpu_simd::clip_and_noise(x, dim, clip, sigma, seed)?)
+        Ok(cpu().clip_and_noise(x, dim, clip, sigma, seed)?)
     }
 }
 

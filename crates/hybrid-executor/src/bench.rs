@@ -1231,3 +1231,151 @@ pub fn upload_gbps(
 pub fn upload_gbps(_: &crate::gpu_backend::GpuBackend, _: usize, _: usize) -> Result<f64, String> {
     Err("this build has no GPU support".into())
 }
+
+/// Host memory bandwidth measured the simple way, all cores (rayon's pool): the ceiling of the CPU's
+/// streaming ops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostBandwidth {
+    /// A parallel read (an integer sum of the bits) of the buffer, GB/s of bytes read.
+    pub read_gbps: f64,
+    /// A parallel copy, GB/s of bytes read plus bytes written.
+    pub copy_gbps: f64,
+    /// Buffer size in bytes.
+    pub bytes: usize,
+}
+
+/// Measure [`HostBandwidth`] over a buffer of `mib` MiB (the best of `iters` passes each).
+pub fn host_bandwidth(mib: usize, iters: usize) -> HostBandwidth {
+    use rayon::prelude::*;
+    let len = (mib.max(1) << 20) / 4;
+    let src: Vec<f32> = (0..len).map(|i| (i % 1021) as f32).collect();
+    let mut dst = vec![0.0f32; len];
+    const CHUNK: usize = 1 << 18;
+    let mut read = f64::MAX;
+    let mut copy = f64::MAX;
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        let sum = src
+            .par_chunks(CHUNK)
+            .map(|c| c.iter().fold(0u32, |a, v| a.wrapping_add(v.to_bits())))
+            .reduce(|| 0, u32::wrapping_add);
+        read = read.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(sum);
+        let t = Instant::now();
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        copy = copy.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(&dst);
+    }
+    let bytes = len * 4;
+    HostBandwidth {
+        read_gbps: bytes as f64 / read / 1e9,
+        copy_gbps: 2.0 * bytes as f64 / copy / 1e9,
+        bytes,
+    }
+}
+
+/// Bytes one CPU spreading call moves when every hop is a pull over all targets
+/// (`recall_cpu_simd::SpreadMode::Pull`), counted from the code: per hop the in-edge offsets
+/// (8 B a target), sources and weights (4 + 4 B an edge), the gathered source activation (4 B an edge),
+/// the new activation written (4 B a target) and the total read and written (8 B a target); once, the
+/// seeds read and the total, previous and next buffers written (16 B a node) and the initial and final
+/// scans of the activation (8 B a node). Reads of out-edge offsets for active targets are not counted
+/// (so the figure is a lower bound).
+pub fn spread_pull_bytes(n_nodes: usize, n_edges: usize, hops: usize) -> u64 {
+    let (n, e) = (n_nodes as u64, n_edges as u64);
+    let per_hop = 8 * (n + 1) + 12 * e + 4 * n + 8 * n;
+    hops as u64 * per_hop + 16 * n + 8 * n
+}
+
+/// CPU spreading against the host's memory bandwidth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuSpreadFigures {
+    pub n_nodes: usize,
+    pub n_edges: usize,
+    pub hops: usize,
+    pub threads: usize,
+    pub simd: String,
+    pub bandwidth: HostBandwidth,
+    /// Every hop a full pull (streams the whole transposed graph): median ms.
+    pub pull_ms: f64,
+    /// [`spread_pull_bytes`] for this graph.
+    pub pull_bytes: u64,
+    /// The op as it runs (`Auto`: sparse hops pushed): median ms.
+    pub auto_ms: f64,
+    /// One hop, every node seeded (one full pull): median ms.
+    pub one_hop_ms: f64,
+    /// Whether `Pull` and `Auto` gave the same bits.
+    pub same_bits: bool,
+}
+
+impl CpuSpreadFigures {
+    /// Achieved GB/s of the all-pull run.
+    pub fn pull_gbps(&self) -> f64 {
+        self.pull_bytes as f64 / (self.pull_ms * 1e-3) / 1e9
+    }
+    /// Achieved GB/s of the one-hop, all-seeded run.
+    pub fn one_hop_gbps(&self) -> f64 {
+        spread_pull_bytes(self.n_nodes, self.n_edges, 1) as f64 / (self.one_hop_ms * 1e-3) / 1e9
+    }
+}
+
+/// Time CPU spreading over `graph` from `seeds` (median of `iters` calls each): all-pull, as it runs,
+/// and one all-seeded hop; with the host bandwidth measured in the same process.
+pub fn cpu_spread_figures(
+    graph: &recall_cpu_simd::SpreadGraph,
+    seeds: &[f32],
+    params: &recall_cpu_simd::SpreadParams,
+    iters: usize,
+) -> Result<CpuSpreadFigures, String> {
+    use recall_cpu_simd::{Cpu, SpreadMode, SpreadParams};
+    let cpu = Cpu::new();
+    let bandwidth = host_bandwidth(512, 5);
+    let time = |seeds: &[f32], p: &SpreadParams, mode: SpreadMode| {
+        let mut xs = Vec::new();
+        let mut last = None;
+        for _ in 0..iters.max(1) + 1 {
+            let t = Instant::now();
+            let r = cpu
+                .spread_with_mode(graph, seeds, p, mode)
+                .map_err(|e| e.to_string())?;
+            xs.push(t.elapsed().as_secs_f64() * 1e3);
+            last = Some(r);
+        }
+        xs.remove(0); // the warm-up call
+        Ok::<_, String>((median(xs), last))
+    };
+    let (pull_ms, pull) = time(seeds, params, SpreadMode::Pull)?;
+    let (auto_ms, auto) = time(seeds, params, SpreadMode::Auto)?;
+    let all = vec![1.0f32; graph.n_nodes()];
+    let one = SpreadParams {
+        hops: 1,
+        threshold: 0.0,
+        ..*params
+    };
+    let (one_hop_ms, _) = time(&all, &one, SpreadMode::Pull)?;
+    let same_bits = match (pull, auto) {
+        (Some(a), Some(b)) => {
+            a.top == b.top
+                && a.activation
+                    .iter()
+                    .zip(&b.activation)
+                    .all(|(x, y)| x.to_bits() == y.to_bits())
+        }
+        _ => false,
+    };
+    Ok(CpuSpreadFigures {
+        n_nodes: graph.n_nodes(),
+        n_edges: graph.n_edges(),
+        hops: params.hops,
+        threads: rayon::current_num_threads(),
+        simd: format!("{:?}", cpu.level()),
+        bandwidth,
+        pull_ms,
+        pull_bytes: spread_pull_bytes(graph.n_nodes(), graph.n_edges(), params.hops),
+        auto_ms,
+        one_hop_ms,
+        same_bits,
+    })
+}

@@ -237,27 +237,80 @@ fn log_ratio(a: f64, b: f64) -> f64 {
 
 /// Runs an op on a backend at a requested work size, with inputs made once and reused (production
 /// calibration).
+///
+/// Each op is probed in the shape `recall bench sweep` measures ([`probe_shape`]), so that the break-even
+/// size calibration finds is the crossover that bench shows, in the same work units, and every probe call
+/// has the work it is asked for (in the op's own units, [`crate::OpKind`]). What a caller prepares once
+/// (a transposed graph, a candidate list) is made by [`Probe::prepare`], outside the timed call.
 #[derive(Debug, Default)]
 pub struct Probe {
     data: Vec<f32>,
     /// `KnnResident`: the corpus handle of the last size probed (resident on the GPU after its first call,
     /// so the median of the repetitions measures calls without the corpus upload).
     shared: parking_lot::Mutex<Option<(usize, crate::shared_corpus::SharedCorpus)>>,
-    /// `SpreadResident`: the graph handle of the last size probed (resident after its first call).
-    graph: parking_lot::Mutex<Option<(usize, crate::shared_graph::SharedGraph)>>,
+    /// `Spread`, `SpreadResident`: the graph handle (and seeds) of the last size probed.
+    graph: parking_lot::Mutex<Option<(usize, ProbeGraph)>>,
+    /// `ScoreCandidates`: the candidate lists of the last size probed.
+    candidates: parking_lot::Mutex<Option<(usize, ProbeCandidates)>>,
 }
 
-/// Calibration shape for dense ops: 8 queries of 256 dimensions, rows from the work size.
-const PROBE_QUERIES: usize = 8;
-const PROBE_DIM: usize = 256;
+#[derive(Debug, Clone)]
+struct ProbeGraph {
+    graph: crate::shared_graph::SharedGraph,
+    seeds: std::sync::Arc<Vec<f32>>,
+}
+
+#[derive(Debug, Clone)]
+struct ProbeCandidates {
+    rows: usize,
+    offsets: std::sync::Arc<Vec<usize>>,
+    ids: std::sync::Arc<Vec<u32>>,
+}
+
+/// The shapes calibration probes, the same as `recall bench sweep`'s.
+pub mod probe_shape {
+    /// Queries per call of the dense ops and candidate scoring.
+    pub const QUERIES: usize = 8;
+    /// Dimension of the dense ops, candidate scoring and clip-and-noise.
+    pub const DIM: usize = 128;
+    /// Neighbours per query (knn, candidates).
+    pub const K: usize = 10;
+    /// k-means: dimension (one Lloyd iteration per call).
+    pub const KM_DIM: usize = 32;
+    /// k-means: clusters.
+    pub const KM_CLUSTERS: usize = 16;
+    /// Spreading: out-edges per node of the power-law graph.
+    pub const EDGES_PER_NODE: usize = 8;
+    /// Spreading: hops per call.
+    pub const HOPS: usize = 3;
+    /// Spreading: decay per hop.
+    pub const DECAY: f32 = 0.5;
+    /// Spreading: threshold.
+    pub const THRESHOLD: f32 = 0.01;
+    /// Spreading: one seed (of 1.0) per this many nodes.
+    pub const SEED_EVERY: usize = 100;
+    /// Candidate scoring: each query's list is a quarter of the corpus rows (at least `K`).
+    pub fn candidates(rows: usize) -> usize {
+        (rows / 4).max(K).min(rows)
+    }
+}
+
+use probe_shape as ps;
+
+/// Largest spreading probe, in edge visits: a larger graph takes longer to build than calibration should.
+const SPREAD_MAX_WORK: u64 = 1 << 26;
 
 impl Probe {
     /// Inputs for sizes up to `max_work`.
     pub fn new(op: OpKind, max_work: u64) -> Probe {
-        // Every op is calibrated on the dense probe shape: its rows are the corpus (dense ops), the
-        // candidates (candidate scoring), the nodes of a ring-like graph (spreading) or the points (k-means).
-        let _ = op;
-        let floats = (probe_rows(max_work) + PROBE_QUERIES) * PROBE_DIM;
+        let floats = match op {
+            // Rows of `DIM` values: `work / DIM` of them for clip-and-noise, `work / (QUERIES * DIM)`
+            // for the dense ops, `work / (DIM * 2)` for candidate scoring; points of `KM_DIM` for k-means.
+            OpKind::ClipAndNoise | OpKind::ScoreCandidates => max_work.min(1 << 25) as usize,
+            OpKind::KMeans => (max_work / ps::KM_CLUSTERS as u64).min(1 << 25) as usize,
+            OpKind::Spread | OpKind::SpreadResident => 0,
+            _ => (dense_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
+        } + ps::QUERIES * ps::DIM;
         let mut s = 0x243F_6A88_85A3_08D3u64;
         let data = (0..floats)
             .map(|_| {
@@ -269,87 +322,168 @@ impl Probe {
             .collect();
         Probe {
             data,
-            shared: parking_lot::Mutex::new(None),
-            graph: parking_lot::Mutex::new(None),
+            ..Probe::default()
         }
     }
 
-    /// Run `op` of about `work` work units on `backend`.
-    pub fn run(&self, op: OpKind, backend: &dyn Backend, work: u64) -> Result<(), BackendError> {
-        let rows = probe_rows(work);
-        let q = &self.data[..PROBE_QUERIES * PROBE_DIM];
-        let c = &self.data[PROBE_QUERIES * PROBE_DIM..(PROBE_QUERIES + rows) * PROBE_DIM];
+    /// The largest work this probe can run for `op` at its requested size (calibrate up to here).
+    pub fn max_work(&self, op: OpKind) -> u64 {
+        let values = (self.data.len() - ps::QUERIES * ps::DIM) as u64;
         match op {
-            OpKind::CosineScores => backend.cosine_scores(q, c, PROBE_DIM).map(drop),
+            OpKind::Spread | OpKind::SpreadResident => SPREAD_MAX_WORK,
+            OpKind::ClipAndNoise => values,
+            // Each of the queries scores a quarter of the rows: work = QUERIES * rows / 4 * DIM.
+            OpKind::ScoreCandidates => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM / 4) as u64,
+            OpKind::KMeans => values / ps::KM_DIM as u64 * (ps::KM_DIM * ps::KM_CLUSTERS) as u64,
+            _ => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM) as u64,
+        }
+    }
+
+    /// Make what a caller of `op` at `work` prepares once (outside the timed call): the graph and seeds
+    /// of a spreading call, the candidate lists, the corpus handle. Idempotent for a size.
+    pub fn prepare(&self, op: OpKind, work: u64) -> Result<(), BackendError> {
+        match op {
+            OpKind::Spread | OpKind::SpreadResident => self.probe_graph(work).map(drop),
+            OpKind::ScoreCandidates => self.probe_candidates(work).map(drop),
+            OpKind::KnnResident => self.probe_corpus(work).map(drop),
+            _ => Ok(()),
+        }
+    }
+
+    fn queries(&self) -> &[f32] {
+        &self.data[..ps::QUERIES * ps::DIM]
+    }
+
+    fn values(&self) -> &[f32] {
+        &self.data[ps::QUERIES * ps::DIM..]
+    }
+
+    fn probe_corpus(&self, work: u64) -> Result<crate::shared_corpus::SharedCorpus, BackendError> {
+        let rows = dense_rows(work).min((self.values().len() / ps::DIM) as u64) as usize;
+        cached(&self.shared, rows, || {
+            crate::shared_corpus::SharedCorpus::new(
+                self.values()[..rows * ps::DIM].to_vec(),
+                ps::DIM,
+            )
+            .map_err(|e| BackendError::Gpu(e.to_string()))
+        })
+    }
+
+    fn probe_graph(&self, work: u64) -> Result<ProbeGraph, BackendError> {
+        // `work` edge visits: EDGES_PER_NODE * HOPS per node.
+        let n = (work / (ps::EDGES_PER_NODE * ps::HOPS) as u64).clamp(16, 1 << 24) as usize;
+        cached(&self.graph, n, || {
+            let mut rng = crate::difftest::SplitMix::new(11);
+            let (indptr, indices, weights) =
+                crate::difftest::power_law_graph(&mut rng, n, ps::EDGES_PER_NODE * n, 0, 0);
+            let g =
+                SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(BackendError::Input)?;
+            let mut seeds = vec![0.0f32; n];
+            for _ in 0..(n / ps::SEED_EVERY).max(1) {
+                seeds[rng.below(n as u64) as usize] = 1.0;
+            }
+            Ok(ProbeGraph {
+                graph: crate::shared_graph::SharedGraph::new(g),
+                seeds: std::sync::Arc::new(seeds),
+            })
+        })
+    }
+
+    fn probe_candidates(&self, work: u64) -> Result<ProbeCandidates, BackendError> {
+        // work = QUERIES * candidates(rows) * DIM, candidates(rows) = rows / 4.
+        let max_rows = self.values().len() / ps::DIM;
+        let rows = ((work / (ps::QUERIES * ps::DIM / 4) as u64) as usize)
+            .clamp(ps::K, max_rows.max(ps::K));
+        cached(&self.candidates, rows, || {
+            let c = ps::candidates(rows);
+            let stride = rows / c;
+            let mut offsets = vec![0];
+            let mut ids = Vec::with_capacity(ps::QUERIES * c);
+            for q in 0..ps::QUERIES {
+                ids.extend((0..c).map(|j| (j * stride + q % stride) as u32));
+                offsets.push(ids.len());
+            }
+            Ok(ProbeCandidates {
+                rows,
+                offsets: std::sync::Arc::new(offsets),
+                ids: std::sync::Arc::new(ids),
+            })
+        })
+    }
+
+    /// Run `op` of about `work` work units on `backend` ([`Probe::prepare`] first keeps the preparation
+    /// out of the measurement; without it the first call at a size prepares).
+    pub fn run(&self, op: OpKind, backend: &dyn Backend, work: u64) -> Result<(), BackendError> {
+        let (q, dim) = (self.queries(), ps::DIM);
+        let dense = || {
+            let rows = dense_rows(work).min((self.values().len() / dim) as u64) as usize;
+            &self.values()[..rows * dim]
+        };
+        match op {
+            OpKind::CosineScores => backend.cosine_scores(q, dense(), dim).map(drop),
             OpKind::Similarity => backend
-                .similarity(q, c, PROBE_DIM, Metric::Cosine)
+                .similarity(q, dense(), dim, Metric::Cosine)
                 .map(drop),
-            OpKind::Knn => backend
-                .knn(q, c, PROBE_DIM, Metric::Cosine, rows.min(10))
-                .map(drop),
-            OpKind::KnnResident => {
-                let corpus = cached(&self.shared, rows, || {
-                    crate::shared_corpus::SharedCorpus::new(c.to_vec(), PROBE_DIM)
-                        .map_err(|e| BackendError::Gpu(e.to_string()))
-                })?;
+            OpKind::Knn => {
+                let c = dense();
                 backend
-                    .knn_shared(q, &corpus, Metric::Cosine, rows.min(10))
+                    .knn(q, c, dim, Metric::Cosine, (c.len() / dim).min(ps::K))
                     .map(drop)
             }
+            OpKind::KnnResident => {
+                let corpus = self.probe_corpus(work)?;
+                let k = corpus.n_rows().min(ps::K);
+                backend.knn_shared(q, &corpus, Metric::Cosine, k).map(drop)
+            }
             OpKind::ScoreCandidates => {
-                let ids: Vec<u32> = (0..rows as u32).collect();
-                let offsets = [0, rows];
+                let c = self.probe_candidates(work)?;
                 backend
                     .score_candidates(
-                        &q[..PROBE_DIM],
-                        c,
-                        PROBE_DIM,
-                        Metric::Cosine,
-                        &offsets,
-                        &ids,
-                        rows.min(10),
+                        q,
+                        &self.values()[..c.rows * dim],
+                        dim,
+                        Metric::Dot,
+                        &c.offsets,
+                        &c.ids,
+                        ps::K.min(ps::candidates(c.rows)),
                     )
                     .map(drop)
             }
             OpKind::Spread | OpKind::SpreadResident => {
-                // `work` edge visits: a graph of `rows` nodes with 8 out-edges each, 1 hop per 8 x rows.
-                let n = (work / 8).clamp(1, 1 << 24) as usize;
-                let build = || {
-                    let indptr: Vec<usize> = (0..=n).map(|u| u * 8).collect();
-                    let indices: Vec<u32> = (0..n * 8)
-                        .map(|e| ((e / 8 * 7 + e % 8 * 131) % n) as u32)
-                        .collect();
-                    let weights = vec![0.5f32; n * 8];
-                    SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(BackendError::Input)
-                };
-                let mut seeds = vec![0.0f32; n];
-                seeds[0] = 1.0;
+                let g = self.probe_graph(work)?;
                 let params = SpreadParams {
-                    decay: 0.5,
-                    threshold: 0.0,
-                    hops: 1,
-                    k: 1,
+                    decay: ps::DECAY,
+                    threshold: ps::THRESHOLD,
+                    hops: ps::HOPS,
+                    k: ps::K.min(g.seeds.len()),
                 };
                 if op == OpKind::SpreadResident {
-                    let g = cached(&self.graph, n, || {
-                        Ok(crate::shared_graph::SharedGraph::new(build()?))
-                    })?;
-                    backend.spread_shared(&g, &seeds, &params).map(drop)
+                    backend.spread_shared(&g.graph, &g.seeds, &params).map(drop)
                 } else {
-                    backend.spread(&build()?, &seeds, &params).map(drop)
+                    backend.spread(g.graph.graph(), &g.seeds, &params).map(drop)
                 }
             }
             OpKind::KMeans => {
-                let k = 8.min(rows);
-                backend.kmeans(c, PROBE_DIM, k, 1, 1).map(drop)
+                let per_point = (ps::KM_DIM * ps::KM_CLUSTERS) as u64;
+                let max_points = self.values().len() / ps::KM_DIM;
+                let n = ((work / per_point) as usize).clamp(ps::KM_CLUSTERS, max_points);
+                let pts = &self.values()[..n * ps::KM_DIM];
+                backend
+                    .kmeans(pts, ps::KM_DIM, ps::KM_CLUSTERS.min(n), 1, 42)
+                    .map(drop)
             }
-            OpKind::ClipAndNoise => backend.clip_and_noise(c, PROBE_DIM, 1.0, 0.1, 1).map(drop),
+            OpKind::ClipAndNoise => {
+                let rows = ((work / dim as u64) as usize).clamp(1, self.values().len() / dim);
+                backend
+                    .clip_and_noise(&self.values()[..rows * dim], dim, 1.0, 0.1, 1)
+                    .map(drop)
+            }
         }
     }
 }
 
-/// The value `slot` holds for `key`, or a new one from `make` (which then replaces it): the resident
-/// probes keep one corpus or graph, so that repeated measurements at a size do not upload it again.
+/// The value `slot` holds for `key`, or a new one from `make` (which then replaces it): the probes keep
+/// one prepared input, so that repeated measurements at a size do not prepare (or upload) it again.
 fn cached<T: Clone>(
     slot: &parking_lot::Mutex<Option<(usize, T)>>,
     key: usize,
@@ -366,10 +500,105 @@ fn cached<T: Clone>(
     Ok(v)
 }
 
-fn probe_rows(work: u64) -> usize {
-    usize::try_from(work / (PROBE_QUERIES * PROBE_DIM) as u64)
-        .unwrap_or(usize::MAX / PROBE_DIM / 2)
-        .max(1)
+/// Corpus rows of a dense probe call of `work` multiply-adds (`QUERIES x rows x DIM`), at least 1.
+fn dense_rows(work: u64) -> u64 {
+    (work / (ps::QUERIES * ps::DIM) as u64).max(1)
+}
+
+/// A calibration of `op` as the executor runs it on first use (the probe prepared outside each timed
+/// call, the ladder capped at what the probe can run), with `cpu` and `gpu` as the two devices. The
+/// clock is the host's.
+pub fn calibrate_with_probe(
+    op: OpKind,
+    probe: &Probe,
+    cpu: &dyn Backend,
+    gpu: &dyn Backend,
+    config: &CalibrationConfig,
+    clock: &dyn crate::Clock,
+) -> Result<Calibration, BackendError> {
+    let config = CalibrationConfig {
+        max_work: config.max_work.min(probe.max_work(op)),
+        ..*config
+    };
+    let gpu_device = gpu.device();
+    let mut measure = |d: Device, work: u64| -> Result<Duration, BackendError> {
+        let b = if d == Device::Cpu { cpu } else { gpu };
+        probe.prepare(op, work)?;
+        let t0 = clock.now();
+        probe.run(op, b, work)?;
+        Ok(clock.now().saturating_sub(t0))
+    };
+    calibrate(op, gpu_device, &config, &mut measure)
+}
+
+/// Calibration's break-even against the crossover of a fine sweep of the same probe (`step` apart,
+/// best of `reps` calls per size and device): what `recall bench break-even` prints per op.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakEvenCheck {
+    pub op: OpKind,
+    /// What calibration found (`u64::MAX`: the GPU never paid in its range).
+    pub calibrated: u64,
+    /// The smallest swept size from which the GPU stayed faster (`None`: it never did).
+    pub swept: Option<u64>,
+    /// The sizes swept.
+    pub range: (u64, u64),
+}
+
+impl BreakEvenCheck {
+    /// `calibrated / swept`, when both exist.
+    pub fn ratio(&self) -> Option<f64> {
+        match self.swept {
+            Some(s) if s > 0 && self.calibrated != u64::MAX => {
+                Some(self.calibrated as f64 / s as f64)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Calibrate `op` (as the executor does) and sweep the same probe finely: see [`BreakEvenCheck`].
+pub fn check_break_even(
+    op: OpKind,
+    cpu: &dyn Backend,
+    gpu: &dyn Backend,
+    config: &CalibrationConfig,
+    step: f64,
+    reps: usize,
+) -> Result<BreakEvenCheck, BackendError> {
+    let clock = crate::clock::system_clock();
+    let probe = Probe::new(op, config.max_work);
+    let cal = calibrate_with_probe(op, &probe, cpu, gpu, config, clock.as_ref())?;
+    let max = config.max_work.min(probe.max_work(op));
+    let min = config.min_work.max(1);
+    let time = |b: &dyn Backend, w: u64| -> Result<Duration, BackendError> {
+        probe.prepare(op, w)?;
+        probe.run(op, b, w)?; // warm (a resident upload, caches)
+        let mut best = Duration::MAX;
+        for _ in 0..reps.max(1) {
+            let t0 = std::time::Instant::now();
+            probe.run(op, b, w)?;
+            best = best.min(t0.elapsed());
+        }
+        Ok(best)
+    };
+    let mut w = min as f64;
+    let mut swept = None;
+    while w <= max as f64 {
+        let size = w.round() as u64;
+        let (tc, tg) = (time(cpu, size)?, time(gpu, size)?);
+        if tg < tc {
+            swept.get_or_insert(size);
+        } else {
+            swept = None;
+        }
+        w *= step.max(1.01);
+    }
+    Ok(BreakEvenCheck {
+        op,
+        calibrated: cal.break_even,
+        swept,
+        range: (min, max),
+    })
 }
 
 /// The cache directory: `RECALL_CACHE_DIR`, else `$XDG_CACHE_HOME/recall`, else `~/.cache/recall`.

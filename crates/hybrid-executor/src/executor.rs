@@ -757,16 +757,15 @@ impl Executor {
         };
         let clock = &self.config.clock;
         let probe = Probe::new(op, self.config.calibration.max_work);
-        let cpu = self.cpu.as_ref();
-        let gpu_device = gpu.device();
         let started = clock.now();
-        let mut measure = |d: Device, work: u64| -> Result<Duration, BackendError> {
-            let b = if d == Device::Cpu { cpu } else { gpu };
-            let t0 = clock.now();
-            probe.run(op, b, work)?;
-            Ok(clock.now().saturating_sub(t0))
-        };
-        match calibration::calibrate(op, gpu_device, &self.config.calibration, &mut measure) {
+        match calibration::calibrate_with_probe(
+            op,
+            &probe,
+            self.cpu.as_ref(),
+            gpu,
+            &self.config.calibration,
+            clock.as_ref(),
+        ) {
             Ok(cal) => {
                 tracing::info!(op = %op, break_even = cal.break_even, took = ?clock.now().saturating_sub(started),
                     "recall: calibrated the break-even size");

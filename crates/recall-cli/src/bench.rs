@@ -15,7 +15,10 @@ pub struct BenchArgs {
     /// ids each, resident corpus, cosine top-k), `stream` (out-of-core knn), `multi-gpu` (batch knn and
     /// single-query load over a
     /// corpus sharded on every GPU against GPU 0 alone), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
-    /// break-even sizes, written to a report directory (`--out`, default `bench-report`).
+    /// break-even sizes, written to a report directory (`--out`, default `bench-report`); `break-even`:
+    /// the executor's calibrated break-even size of every op (or `--ops`) against a fine sweep of the same
+    /// calls (`--step`, `--reps`); `cpu-spread`: CPU spreading (`--nodes`, `--edges`, `--hops`) against the
+    /// memory bandwidth measured in the same run.
     #[arg(default_value = "cosine")]
     op: String,
     /// stream: rows per streamed chunk, in MiB of corpus (out-of-core knn).
@@ -93,6 +96,12 @@ pub struct BenchArgs {
     /// answer read back).
     #[arg(long, default_value = "/tmp/recall-bench-candidates")]
     data_dir: String,
+    /// break-even: the sweep's step between sizes (a factor).
+    #[arg(long, default_value_t = 1.19)]
+    step: f64,
+    /// break-even: calls per size and device in the sweep (the best is kept).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
@@ -159,6 +168,17 @@ pub(crate) mod serde_free {
 }
 
 pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    if a.op == "break-even" {
+        let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.step, a.reps, &command)?;
+        emit(&r, &a.out)?;
+        return Ok(code);
+    }
+    if a.op == "cpu-spread" {
+        let r = crate::calib::cpu_spread(a.nodes, a.edges, a.hops, a.iters.min(10), &command)?;
+        emit(&r, &a.out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.op == "sweep" {
         return run_sweep(a);
     }
@@ -185,7 +205,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     }
     if a.op != "cosine" {
         return Err(format!(
-            "unknown op {:?} (available: cosine, knn, candidates, spread, kmeans, noise, stream, multi-gpu, sweep)",
+            "unknown op {:?} (available: cosine, knn, candidates, spread, kmeans, noise, stream, multi-gpu, sweep, break-even, cpu-spread)",
             a.op
         ));
     }

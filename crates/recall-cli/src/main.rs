@@ -3,6 +3,7 @@
 //! `recall faults` (with `recall hog`, the process that takes the GPU's memory).
 
 mod bench;
+mod calib;
 mod demo;
 mod faults;
 mod info;

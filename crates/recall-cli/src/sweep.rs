@@ -16,20 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-/// Queries per call of the dense ops.
-const QUERIES: usize = 8;
-/// Dimension of the dense ops and clip-and-noise.
-const DIM: usize = 128;
-/// Neighbours per query (knn, candidates).
-const K: usize = 10;
-/// k-means: dimension, clusters, one Lloyd iteration per call (what the peer measures).
-const KM_DIM: usize = 32;
-const KM_CLUSTERS: usize = 16;
-/// Spreading: edges per node, hops, decay, threshold.
-const EDGES_PER_NODE: usize = 8;
-const HOPS: usize = 3;
-const DECAY: f32 = 0.5;
-const THRESHOLD: f32 = 0.01;
+// The shapes of the calls swept: the ones the executor's calibration probes (so the break-even sizes this
+// report shows and the calibrated ones are for the same calls; `recall bench break-even` compares them).
+use recall::executor::calibration::probe_shape::{
+    DECAY, DIM, EDGES_PER_NODE, HOPS, K, KM_CLUSTERS, KM_DIM, QUERIES, SEED_EVERY, THRESHOLD,
+};
 
 /// The smallest size swept: above `K`, so that every op has more rows (nodes, points) than it selects, as
 /// the peers' `argpartition` needs.
@@ -297,7 +288,7 @@ fn make_case(op: SweepOp, size: usize) -> Case {
             let (indptr, indices, weights) =
                 power_law_graph(&mut rng, size, EDGES_PER_NODE * size, 0, 0);
             let mut seeds = vec![0.0f32; size];
-            for _ in 0..(size / 100).max(1) {
+            for _ in 0..(size / SEED_EVERY).max(1) {
                 seeds[rng.below(size as u64) as usize] = 1.0;
             }
             Case::Graph {

@@ -355,3 +355,81 @@ fn fused_finiteness_check_catches_every_bad_value() {
         }
     }
 }
+
+/// A prevalidated handle skips only the scans over values: on valid input it answers exactly as the
+/// checking one, and shape, id and parameter errors (what keeps indexing in bounds) are still errors.
+#[test]
+fn prevalidated_handle_keeps_shape_checks_and_answers() {
+    let c: Vec<f32> = (0..48).map(|i| (i % 7) as f32 - 2.5).collect();
+    let q: Vec<f32> = (0..8).map(|i| (i % 3) as f32 + 0.5).collect();
+    let corpus = Corpus::f32(&c, 4);
+    let (full, pre) = (Cpu::new(), Cpu::new().prevalidated());
+    assert!(pre.is_prevalidated() && !full.is_prevalidated());
+    for m in [Metric::Cosine, Metric::Dot, Metric::L2] {
+        assert_eq!(
+            full.similarity(&q, &corpus, m).unwrap(),
+            pre.similarity(&q, &corpus, m).unwrap()
+        );
+        assert_eq!(
+            full.knn(&q, &corpus, m, 5).unwrap(),
+            pre.knn(&q, &corpus, m, 5).unwrap()
+        );
+        let (offsets, ids) = ([0usize, 3, 6], [0u32, 4, 9, 11, 2, 7]);
+        assert_eq!(
+            full.score_candidates(&q, &corpus, m, &offsets, &ids, 2)
+                .unwrap(),
+            pre.score_candidates(&q, &corpus, m, &offsets, &ids, 2)
+                .unwrap()
+        );
+    }
+    assert_eq!(
+        full.kmeans(&c, 4, 3, 2, 7).unwrap(),
+        pre.kmeans(&c, 4, 3, 2, 7).unwrap()
+    );
+    assert_eq!(
+        full.clip_and_noise(&c, 4, 1.0, 0.5, 3).unwrap(),
+        pre.clip_and_noise(&c, 4, 1.0, 0.5, 3).unwrap()
+    );
+    // Shapes, ids and ranges: still errors.
+    assert!(matches!(
+        pre.similarity(&[1.0; 3], &corpus, Metric::Dot),
+        Err(CpuError::RaggedMatrix { .. })
+    ));
+    assert!(matches!(
+        pre.knn(&q, &corpus, Metric::Dot, 13),
+        Err(CpuError::KOutOfRange { .. })
+    ));
+    assert!(matches!(
+        pre.score_candidates(&q, &corpus, Metric::Dot, &[0, 1, 2], &[0, 12], 1),
+        Err(CpuError::IdOutOfRange { .. })
+    ));
+    let (ip, ix, w) = graph();
+    let g = SpreadGraph::from_csr(&ip, &ix, &w).expect("valid graph");
+    let p = SpreadParams {
+        decay: 0.5,
+        threshold: 0.0,
+        hops: 2,
+        k: 1,
+    };
+    assert!(matches!(
+        pre.spread(&g, &[1.0, 0.0], &p),
+        Err(CpuError::LengthMismatch { .. })
+    ));
+    // Values: the checking handle refuses them; the prevalidated one does not look (its answer is
+    // unspecified, and it does not panic).
+    let mut bad = c.clone();
+    bad[5] = f32::NAN;
+    assert!(matches!(
+        full.similarity(&q, &Corpus::f32(&bad, 4), Metric::Dot),
+        Err(CpuError::NonFinite { .. })
+    ));
+    assert!(
+        pre.similarity(&q, &Corpus::f32(&bad, 4), Metric::Dot)
+            .is_ok()
+    );
+    assert!(matches!(
+        full.spread(&g, &[1.0, -1.0, 0.0], &p),
+        Err(CpuError::Negative { .. })
+    ));
+    assert!(pre.spread(&g, &[1.0, -1.0, 0.0], &p).is_ok());
+}

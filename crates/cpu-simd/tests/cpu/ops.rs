@@ -7,7 +7,6 @@ use crate::strategies::*;
 use proptest::prelude::*;
 use recall_cpu_simd::{
     Cpu, SpreadGraph, SpreadMode, SpreadParams, available_levels, kmeans_seed_indices, reference,
-    spread_with_mode,
 };
 use recall_kernel_shared::math;
 
@@ -46,6 +45,109 @@ fn ref_spread(g: &GraphCase) -> Result<Vec<f32>, usize> {
         prev = next;
     }
     Ok(total)
+}
+
+/// The literal order again, with the in-edge lists built by a plain scan (sources ascending, then edge
+/// position): fast enough for graphs of millions of edges.
+fn ref_spread_lists(g: &GraphCase) -> Result<Vec<f32>, usize> {
+    let n = g.n;
+    let mut lists: Vec<Vec<(u32, f32)>> = vec![Vec::new(); n];
+    for u in 0..n {
+        for e in g.indptr[u]..g.indptr[u + 1] {
+            lists[g.indices[e] as usize].push((u as u32, g.weights[e]));
+        }
+    }
+    let mut total: Vec<f32> = g.seeds.iter().map(|s| s + 0.0).collect();
+    let mut prev = total.clone();
+    for hop in 1..=g.hops {
+        let mut next = vec![0.0f32; n];
+        for (nv, list) in next.iter_mut().zip(&lists) {
+            let mut lane = [0.0f32; 32];
+            for (j, (u, w)) in list.iter().enumerate() {
+                lane[j % 32] = w.mul_add(prev[*u as usize], lane[j % 32]);
+            }
+            for off in [16, 8, 4, 2, 1] {
+                for l in 0..off {
+                    lane[l] = lane[l] + lane[l + off];
+                }
+            }
+            let x = lane[0] * g.decay;
+            *nv = if x < g.threshold { 0.0 } else { x };
+        }
+        for (t, a) in total.iter_mut().zip(&next) {
+            *t += *a;
+        }
+        if total.iter().chain(&next).any(|x| x.is_infinite()) {
+            return Err(hop);
+        }
+        prev = next;
+    }
+    Ok(total)
+}
+
+/// A graph large enough for the parallel paths (blocks of targets per task for the pull, target ranges
+/// per task for the push), with hubs of thousands of in-edges: every level and form against the literal
+/// order, bit for bit.
+#[test]
+fn spread_large_graph_every_level_and_form_matches_the_literal_order() {
+    let n = 200_000usize;
+    let mut s = 0x1234_5678_9abc_def1u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut indptr = vec![0usize];
+    let mut indices = Vec::new();
+    for _ in 0..n {
+        let deg = [1usize, 4, 8, 12, 40][(next() % 5) as usize];
+        for _ in 0..deg {
+            let x = (next() >> 11) as f64 / (1u64 << 53) as f64;
+            indices.push(((n as f64) * x * x * x) as u32 % n as u32);
+        }
+        indptr.push(indices.len());
+    }
+    let weights: Vec<f32> = (0..indices.len())
+        .map(|i| 0.1 + (i % 13) as f32 * 0.07)
+        .collect();
+    let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).expect("valid graph");
+    for (n_seeds, threshold) in [(50usize, 1e-6f32), (20_000, 0.0), (n, 1e-3)] {
+        let mut seeds = vec![0.0f32; n];
+        for i in 0..n_seeds {
+            seeds[(i * 7919) % n] = 0.5 + (i % 3) as f32;
+        }
+        let g = GraphCase {
+            n,
+            indptr: indptr.clone(),
+            indices: indices.clone(),
+            weights: weights.clone(),
+            seeds,
+            decay: 0.5,
+            threshold,
+            hops: 3,
+            k: 20,
+        };
+        let want = ref_spread_lists(&g).expect("no overflow");
+        let params = SpreadParams {
+            decay: g.decay,
+            threshold,
+            hops: g.hops,
+            k: g.k,
+        };
+        let (ids, top) = ref_topk(&want, n, g.k, true);
+        for level in available_levels() {
+            for mode in [SpreadMode::Auto, SpreadMode::Pull, SpreadMode::Push] {
+                let got = Cpu::with_level(level)
+                    .spread_with_mode(&graph, &g.seeds, &params, mode)
+                    .expect("valid input");
+                let what = format!("{n_seeds} seeds, {level:?}, {mode:?}");
+                assert_same(&what, &got.activation, &want);
+                assert_eq!(got.top.ids, ids, "{what}: top ids");
+                assert_same(&what, &got.top.scores, &top);
+            }
+        }
+    }
 }
 
 /// Spreading in f64 (push formulation, no threshold).
@@ -147,8 +249,9 @@ proptest! {
     fn spread_matches_the_literal_order_and_f64(g in graph_case()) {
         let graph = SpreadGraph::from_csr(&g.indptr, &g.indices, &g.weights).expect("valid graph");
         let params = SpreadParams { decay: g.decay, threshold: g.threshold, hops: g.hops, k: g.k };
-        for mode in [SpreadMode::Auto, SpreadMode::Pull, SpreadMode::Push] {
-            let got = spread_with_mode(&graph, &g.seeds, &params, mode);
+        let cpus = available_levels().into_iter().flat_map(|l| [Cpu::with_level(l), Cpu::with_level(l).prevalidated()]);
+        for (cpu, mode) in cpus.flat_map(|c| [SpreadMode::Auto, SpreadMode::Pull, SpreadMode::Push].map(|m| (c, m))) {
+            let got = cpu.spread_with_mode(&graph, &g.seeds, &params, mode);
             match ref_spread(&g) {
                 Err(hop) => prop_assert_eq!(
                     got.err(),
@@ -156,7 +259,7 @@ proptest! {
                 ),
                 Ok(want) => {
                     let got = got.expect("no overflow");
-                    assert_same(&format!("{mode:?} activation"), &got.activation, &want);
+                    assert_same(&format!("{:?} {mode:?} activation", cpu.level()), &got.activation, &want);
                     let (ids, top) = ref_topk(&want, g.n, g.k, true);
                     prop_assert_eq!(&got.top.ids, &ids);
                     assert_same("top", &got.top.scores, &top);
