@@ -23,8 +23,8 @@
 //! targets only, its grid striding over their blocks.
 
 use crate::util::{
-    ballot, block_x, dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, shfl_xor_f32, shfl_xor_u64,
-    sync_threads, thread_x,
+    ballot, block_x, dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, shfl_xor_f32,
+    shfl_xor_u64, sync_threads, thread_x,
 };
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use recall_kernel_shared::{

@@ -20,8 +20,8 @@
 
 use crate::dense::{finish, step};
 use crate::util::{
-    F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32,
-    fma, last_to_arrive, grid_dim_x, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
+    F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
+    grid_dim_x, last_to_arrive, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,

@@ -356,7 +356,11 @@ unsafe fn sgemm<const METRIC: u32, Sink: TileSink, const STAGES: usize>(p: &SimP
             }
         }
         fill = stage;
-        stage = if stage + 1 == STAGES as u32 { 0 } else { stage + 1 };
+        stage = if stage + 1 == STAGES as u32 {
+            0
+        } else {
+            stage + 1
+        };
         tile += 1;
     }
     // Only empty groups can still be pending; nothing reads shared memory after this point.
