@@ -5,7 +5,8 @@
 //! report (`--out`), exit 0 on PASS.
 //!
 //! - `vram-pressure`: a second process (`recall hog`, this same executable) takes all but `--leave-mib` of
-//!   the GPU's free memory for the middle phase; large batches must split (OOM events) or go to the CPU.
+//!   the GPU's free memory for the middle phase, while recall trims its caches every second (so what it frees
+//!   goes to the hog); large batches must split (OOM events) or go to the CPU.
 //! - `kernel-failure`: the GPU backend's TEST ONLY switch makes every 7th GPU call launch a kernel the
 //!   driver refuses (a real `cuLaunchKernel` error); those calls fall back; the GPU keeps serving the others.
 //! - `device-lost`: the switch makes the next GPU call fault on an unmapped address, so the context is
@@ -558,7 +559,19 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
                             a.leave_mib, hog.line
                         );
                         let limit = Instant::now() + Duration::from_secs_f64(fault_s + 60.0);
+                        // recall's pool keeps the blocks its calls use; trimming it every second while the hog
+                        // holds the device hands what recall frees to the hog (which tops up), so recall's next
+                        // allocations meet a full device: the OOM path, not a working set that never left.
+                        let mut next_trim = Instant::now() + Duration::from_millis(200);
                         loop {
+                            if Instant::now() >= next_trim {
+                                next_trim += Duration::from_secs(1);
+                                if let Some(g) = exec.gpu_backend()
+                                    && let Err(e) = g.trim()
+                                {
+                                    fault_errors.push(format!("trim under pressure: {e}"));
+                                }
+                            }
                             match hog.child.try_wait() {
                                 Ok(Some(status)) => {
                                     if !status.success() {
