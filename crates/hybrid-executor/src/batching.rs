@@ -28,12 +28,9 @@ pub struct BatchConfig {
 }
 
 impl Default for BatchConfig {
-    /// 128 queries: one tile of the GPU's many-query kernels (`sm80_gemm_*`, `tc_*`) holds 128 queries and
-    /// costs the same whether 64 or 128 of them are used, so a smaller cap halves what a pass over the corpus
-    /// answers.
     fn default() -> Self {
         BatchConfig {
-            max_batch: 128,
+            max_batch: 64,
             max_wait: Duration::from_micros(200),
         }
     }
