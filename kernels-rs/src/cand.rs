@@ -20,7 +20,7 @@
 //! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
 //! the launcher runs `gather_*` and the radix select instead.
 
-use crate::dense::{finish, step};
+use crate::dense::{chain_tile, finish};
 use crate::util::{
     F4, block_min, block_x, block_y, cp_async_commit, cp_async_wait, cp_async16,
     dynamic_shared_f32, fma, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
@@ -165,38 +165,8 @@ unsafe fn cand<const METRIC: u32>(p: &CandParams) {
         let row_s = ring.wrapping_add((step_i % STAGES) * 32 * RS + lane * RS) as *const F4;
         let q_t = q_s.wrapping_add(tile * TILE) as *const F4;
         let cols = TILE.min(dim - tile * TILE);
-        if cols == TILE {
-            // Eight 16-byte loads of each operand in flight, then their 32 steps of the chain, in order.
-            let (mut qv, mut cv) = ([F4([0.0; 4]); 8], [F4([0.0; 4]); 8]);
-            unroll!(8, U: usize => {
-                // SAFETY: U < 8 = TILE / 4: inside the query and this lane's tile row.
-                unsafe {
-                    qv[U] = *q_t.add(U);
-                    cv[U] = *row_s.add(U);
-                }
-            });
-            unroll!(8, U: usize => {
-                unroll!(4, V: usize => {
-                    acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
-                    if norm_chain {
-                        acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
-                    }
-                });
-            });
-        } else {
-            let mut c = 0;
-            while c < cols / 4 {
-                // SAFETY: 4c + 4 <= cols: inside the query and this lane's tile row.
-                let (qv, cv) = unsafe { (*q_t.add(c), *row_s.add(c)) };
-                unroll!(4, V: usize => {
-                    acc = step::<METRIC>(qv.0[V], cv.0[V], acc);
-                    if norm_chain {
-                        acc_q = fma(qv.0[V], qv.0[V], acc_q);
-                    }
-                });
-                c += 1;
-            }
-        }
+        // SAFETY: both operands hold `cols` staged f32 of this tile, 16-byte aligned.
+        (acc, acc_q) = unsafe { chain_tile::<METRIC>(q_t, row_s, cols, acc, acc_q, norm_chain) };
         if tile + 1 == n_tiles {
             if norm_chain {
                 nq = sqrt(acc_q);

@@ -23,7 +23,7 @@
 //! these kernels are the fallback below sm_80 and the comparison the diff-test and `bench knn` run beside it.
 
 use crate::util::{
-    block_x, block_y, dynamic_shared_f32, fma, score_key, shfl_xor_u64, sqrt, sync_threads,
+    F4, block_x, block_y, dynamic_shared_f32, fma, score_key, shfl_xor_u64, sqrt, sync_threads,
     thread_x,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +38,57 @@ const STRIDE: usize = TK + 1;
 const QB: usize = ROW_QUERIES_PER_BLOCK as usize;
 /// Values each thread loads per row tile: 256 rows x 32 columns / 256 threads.
 const LOADS: usize = TK;
+
+/// One staged tile of a lane's chain (`docs/numerics.md`: one FMA chain per pair, `k` ascending): `cols` columns
+/// (at most 32, a multiple of 4) of the query `q_t` and of this lane's row `row_s`, both in shared memory, stepped
+/// into `acc` in column order; when `norm`, the query's norm chain `acc_q` runs beside it; returns both (the steps of
+/// `row_norms`, so the same bits). A full tile keeps eight 16-byte loads of each operand in flight before its 32
+/// steps. Used by the one-launch kernels that stream rows through a shared ring (`knn1`, `cand`).
+///
+/// # Safety
+/// `q_t` and `row_s` are 16-byte aligned and each has `cols` readable f32.
+#[inline(always)]
+pub(crate) unsafe fn chain_tile<const METRIC: u32>(
+    q_t: *const F4,
+    row_s: *const F4,
+    cols: usize,
+    mut acc: f32,
+    mut acc_q: f32,
+    norm: bool,
+) -> (f32, f32) {
+    if cols == 32 {
+        let (mut qv, mut cv) = ([F4([0.0; 4]); 8], [F4([0.0; 4]); 8]);
+        unroll!(8, U: usize => {
+            // SAFETY: U < 8 = cols / 4: inside both operands.
+            unsafe {
+                qv[U] = *q_t.add(U);
+                cv[U] = *row_s.add(U);
+            }
+        });
+        unroll!(8, U: usize => {
+            unroll!(4, V: usize => {
+                acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
+                if norm {
+                    acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
+                }
+            });
+        });
+    } else {
+        let mut c = 0;
+        while c < cols / 4 {
+            // SAFETY: 4c + 4 <= cols: inside both operands.
+            let (qv, cv) = unsafe { (*q_t.add(c), *row_s.add(c)) };
+            unroll!(4, V: usize => {
+                acc = step::<METRIC>(qv.0[V], cv.0[V], acc);
+                if norm {
+                    acc_q = fma(qv.0[V], qv.0[V], acc_q);
+                }
+            });
+            c += 1;
+        }
+    }
+    (acc, acc_q)
+}
 
 /// One step of a metric's chain.
 #[inline(always)]
