@@ -326,26 +326,7 @@ impl Hop {
         } else {
             (total / MIN_TASK_COST).clamp(1, self.threads * 16)
         };
-        let mut bounds = Vec::with_capacity(parts + 1);
-        bounds.push(0);
-        for i in 1..parts {
-            let want = total / parts * i;
-            // The first target whose cost reaches `want` (cost is non-decreasing in v).
-            let (mut lo, mut hi) = (*bounds.last().unwrap_or(&0), n);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                if cost(mid) < want {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
-            if lo > *bounds.last().unwrap_or(&0) && lo < n {
-                bounds.push(lo);
-            }
-        }
-        bounds.push(n);
-        bounds
+        balanced_bounds(n, parts, cost)
     }
 
     /// One pull hop over every target: `next[v]` from `prev`, `total[v] += next[v]`, in parallel blocks
@@ -358,28 +339,9 @@ impl Hop {
         next: &mut [f32],
         total: &mut [f32],
     ) -> HopStats {
-        let bounds = self.blocks(graph);
-        let mut parts = Vec::with_capacity(bounds.len() - 1);
-        let (mut rest_n, mut rest_t) = (next, total);
-        for w in bounds.windows(2) {
-            let (a, b) = rest_n.split_at_mut(w[1] - w[0]);
-            let (c, d) = rest_t.split_at_mut(w[1] - w[0]);
-            parts.push((w[0], a, c));
-            (rest_n, rest_t) = (b, d);
-        }
-        let run =
-            |(v0, n, t): (usize, &mut [f32], &mut [f32])| self.pull_block(graph, prev, p, v0, n, t);
-        if parts.len() == 1 {
-            parts
-                .into_iter()
-                .map(run)
-                .fold(HopStats::default(), HopStats::join)
-        } else {
-            parts
-                .into_par_iter()
-                .map(run)
-                .reduce(HopStats::default, HopStats::join)
-        }
+        over_ranges(&self.blocks(graph), next, total, |v0, n, t| {
+            self.pull_block(graph, prev, p, v0, n, t)
+        })
     }
 
     fn pull_block(
@@ -571,33 +533,58 @@ fn push_hop(
         .collect();
     let ranges = if hop.threads > 1 && active_edges >= MIN_TASK_COST {
         let parts = hop.threads.min(active_edges / (MIN_TASK_COST / 4)).max(1);
-        let e = graph.n_edges();
-        let mut b = vec![0usize];
-        for i in 1..parts {
-            let v = graph
-                .in_ptr
-                .partition_point(|x| *x < e / parts * i)
-                .min(graph.n);
-            if v > b[b.len() - 1] {
-                b.push(v);
-            }
-        }
-        b.push(graph.n);
-        b
+        balanced_bounds(graph.n, parts, |v| graph.in_ptr[v])
     } else {
         vec![0, graph.n]
     };
-    let mut parts = Vec::with_capacity(ranges.len() - 1);
+    over_ranges(&ranges, next, total, |v0, n, t| {
+        push_range(hop, graph, prev, &active, active_edges, p, v0, n, t)
+    })
+}
+
+/// Boundaries `0 = b_0 < b_1 < ... = n` splitting the targets `0 .. n` into at most `parts` ranges of about
+/// equal `cost` (`cost(v)`: the cost of the targets before `v`, non-decreasing, `cost(n)` the total): `b_i` is
+/// the first target whose cost reaches `i / parts` of the total; ranges that would be empty are dropped.
+fn balanced_bounds(n: usize, parts: usize, cost: impl Fn(usize) -> usize) -> Vec<usize> {
+    let total = cost(n);
+    let mut bounds = Vec::with_capacity(parts + 1);
+    bounds.push(0);
+    for i in 1..parts {
+        let want = total / parts * i;
+        let (mut lo, mut hi) = (*bounds.last().unwrap_or(&0), n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if cost(mid) < want {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo > *bounds.last().unwrap_or(&0) && lo < n {
+            bounds.push(lo);
+        }
+    }
+    bounds.push(n);
+    bounds
+}
+
+/// `f(v0, next[v0..v1], total[v0..v1])` for every range `v0 .. v1` of `bounds`, on rayon's threads when there
+/// is more than one (each call owns its slices: no shared writes), the stats joined.
+fn over_ranges(
+    bounds: &[usize],
+    next: &mut [f32],
+    total: &mut [f32],
+    f: impl Fn(usize, &mut [f32], &mut [f32]) -> HopStats + Sync,
+) -> HopStats {
+    let mut parts = Vec::with_capacity(bounds.len().saturating_sub(1));
     let (mut rest_n, mut rest_t) = (next, total);
-    for w in ranges.windows(2) {
+    for w in bounds.windows(2) {
         let (a, b) = rest_n.split_at_mut(w[1] - w[0]);
         let (c, d) = rest_t.split_at_mut(w[1] - w[0]);
         parts.push((w[0], a, c));
         (rest_n, rest_t) = (b, d);
     }
-    let run = |(v0, n, t): (usize, &mut [f32], &mut [f32])| {
-        push_range(hop, graph, prev, &active, active_edges, p, v0, n, t)
-    };
+    let run = |(v0, n, t): (usize, &mut [f32], &mut [f32])| f(v0, n, t);
     if parts.len() == 1 {
         parts
             .into_iter()
