@@ -263,8 +263,12 @@ mod run_gpu {
     use crate::backend::Backend;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Corpus, Metric, TopK};
-    use recall_gpu_kernels::{ARCHES, GemmKernel, Kernels, SCAN_MAX_QUERIES, Segments, SimMetric};
+    use recall_gpu_kernels::{
+        ARCHES, GemmKernel, HalfKind, HalfSource, Kernels, SCAN_MAX_QUERIES, Segments, SimMetric,
+        half_ld,
+    };
     use recall_gpu_sys::Gpu;
+    use recall_gpu_sys::driver::CudaSlice;
 
     const METRICS: [(Metric, SimMetric, &str); 3] = [
         (Metric::Dot, SimMetric::Dot, "dot"),
@@ -423,6 +427,61 @@ mod run_gpu {
 
     fn e(x: impl std::fmt::Display) -> String {
         x.to_string()
+    }
+
+    /// `q` (`nq` rows) and `c` (`n` rows) of `dim` f32 as padded 16-bit rows of `kind` (row stride
+    /// `half_ld(dim)`), the operands of the fast-mode kernels.
+    #[allow(clippy::too_many_arguments)]
+    fn half_pair(
+        gpu: &Gpu,
+        k: &Kernels,
+        kind: HalfKind,
+        q: &CudaSlice<f32>,
+        c: &CudaSlice<f32>,
+        nq: usize,
+        n: usize,
+        dim: usize,
+    ) -> Result<(CudaSlice<u16>, CudaSlice<u16>), String> {
+        let ld = half_ld(dim);
+        let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
+        let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
+        k.to_half_rows(gpu, HalfSource::F32(q), kind, nq, dim, &mut qh)
+            .map_err(e)?;
+        k.to_half_rows(gpu, HalfSource::F32(c), kind, n, dim, &mut ch)
+            .map_err(e)?;
+        Ok((qh, ch))
+    }
+
+    /// Fast-mode scores (`tc_gemm_*`) of every query against every row, from `half_pair`'s operands and the
+    /// f32 norms.
+    #[allow(clippy::too_many_arguments)]
+    fn fast_scores(
+        gpu: &Gpu,
+        k: &Kernels,
+        kind: HalfKind,
+        sim: SimMetric,
+        (qh, ch): (&CudaSlice<u16>, &CudaSlice<u16>),
+        (qn, cn): (&CudaSlice<f32>, &CudaSlice<f32>),
+        nq: usize,
+        n: usize,
+        dim: usize,
+    ) -> Result<CudaSlice<f32>, String> {
+        let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
+        k.similarity_fast(
+            gpu,
+            kind,
+            sim,
+            qh,
+            Some(qn),
+            ch,
+            Some(cn),
+            nq,
+            n,
+            half_ld(dim),
+            &mut out,
+        )
+        .map_err(e)?;
+        Ok(out)
     }
 
     /// Every kernel through its launcher, against the CPU engine.
@@ -870,7 +929,6 @@ mod run_gpu {
     /// 16-bit rows bit for bit; and fast top-k, where every returned id's exact score must be within twice
     /// the bound of the exact k-th score (its recall against exact top-k is printed).
     fn fast_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
-        use recall_gpu_kernels::{HalfKind, HalfSource, half_ld};
         let mut rng = SplitMix::new(0x5EED_FA57);
         let mut diffs = Vec::new();
         // Widening: every finite 16-bit pattern of both formats, bit for bit.
@@ -914,7 +972,6 @@ mod run_gpu {
             };
             let queries = uniform(&mut rng, nq * dim);
             let corpus = uniform(&mut rng, n * dim);
-            let ld = half_ld(dim);
             let q = gpu.upload(&queries).map_err(e)?;
             let c = gpu.upload(&corpus).map_err(e)?;
             let mut qn = gpu.alloc_zeros::<f32>(nq).map_err(e)?;
@@ -956,12 +1013,7 @@ mod run_gpu {
                 (HalfKind::F16, "tc_gemm_f16", 2f64.powi(-11)),
                 (HalfKind::Bf16, "tc_gemm_bf16", 2f64.powi(-8)),
             ] {
-                let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
-                let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
-                k.to_half_rows(gpu, HalfSource::F32(&q), kind, nq, dim, &mut qh)
-                    .map_err(e)?;
-                k.to_half_rows(gpu, HalfSource::F32(&c), kind, n, dim, &mut ch)
-                    .map_err(e)?;
+                let (qh, ch) = half_pair(gpu, k, kind, &q, &c, nq, n, dim)?;
                 let tiny = if kind == HalfKind::F16 {
                     2f64.powi(-25)
                 } else {
@@ -969,21 +1021,7 @@ mod run_gpu {
                 };
                 let eps = 2f64.powi(-24);
                 for (metric, sim, _) in METRICS {
-                    let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
-                    k.similarity_fast(
-                        gpu,
-                        kind,
-                        sim,
-                        &qh,
-                        Some(&qn),
-                        &ch,
-                        Some(&cn),
-                        nq,
-                        n,
-                        ld,
-                        &mut out,
-                    )
-                    .map_err(e)?;
+                    let out = fast_scores(gpu, k, kind, sim, (&qh, &ch), (&qn, &cn), nq, n, dim)?;
                     let got = gpu.download(&out).map_err(e)?;
                     let d = diff_of(&mut diffs, name);
                     d.cases += 1;
@@ -1026,27 +1064,18 @@ mod run_gpu {
             // Fast top-10 (cosine) against exact: every id within twice the bound of the exact 10th score.
             if nq > SCAN_MAX_QUERIES && n >= 10 {
                 let kk = 10;
-                let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
-                let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
-                k.to_half_rows(gpu, HalfSource::F32(&q), HalfKind::F16, nq, dim, &mut qh)
-                    .map_err(e)?;
-                k.to_half_rows(gpu, HalfSource::F32(&c), HalfKind::F16, n, dim, &mut ch)
-                    .map_err(e)?;
-                let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
-                k.similarity_fast(
+                let (qh, ch) = half_pair(gpu, k, HalfKind::F16, &q, &c, nq, n, dim)?;
+                let out = fast_scores(
                     gpu,
+                    k,
                     HalfKind::F16,
                     SimMetric::Cosine,
-                    &qh,
-                    Some(&qn),
-                    &ch,
-                    Some(&cn),
+                    (&qh, &ch),
+                    (&qn, &cn),
                     nq,
                     n,
-                    ld,
-                    &mut out,
-                )
-                .map_err(e)?;
+                    dim,
+                )?;
                 let r = k
                     .select_topk(
                         gpu,
@@ -1099,7 +1128,6 @@ mod run_gpu {
     /// every metric, f16 and bf16; heavy ties (every row the same: the id rule decides, and the first tile
     /// overflows the candidate lists) and scores that rise with the row id (every tile beats the lists).
     fn fused_fast_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
-        use recall_gpu_kernels::{HalfKind, HalfSource, half_ld};
         let mut diffs = Vec::new();
         if !k.knn_fast_supported(1, 1) {
             return Ok(diffs);
@@ -1170,28 +1198,9 @@ mod run_gpu {
                 ]
             };
             for &(kind, name) in kinds {
-                let mut qh = gpu.alloc_zeros::<u16>(nq * ld).map_err(e)?;
-                let mut ch = gpu.alloc_zeros::<u16>(n * ld).map_err(e)?;
-                k.to_half_rows(gpu, HalfSource::F32(&q), kind, nq, dim, &mut qh)
-                    .map_err(e)?;
-                k.to_half_rows(gpu, HalfSource::F32(&c), kind, n, dim, &mut ch)
-                    .map_err(e)?;
+                let (qh, ch) = half_pair(gpu, k, kind, &q, &c, nq, n, dim)?;
                 for (metric, sim, _) in METRICS {
-                    let mut out = gpu.alloc_zeros::<f32>(nq * n).map_err(e)?;
-                    k.similarity_fast(
-                        gpu,
-                        kind,
-                        sim,
-                        &qh,
-                        Some(&qn),
-                        &ch,
-                        Some(&cn),
-                        nq,
-                        n,
-                        ld,
-                        &mut out,
-                    )
-                    .map_err(e)?;
+                    let out = fast_scores(gpu, k, kind, sim, (&qh, &ch), (&qn, &cn), nq, n, dim)?;
                     for kk in [1usize, 10, 32] {
                         if kk > n {
                             continue;
