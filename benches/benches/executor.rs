@@ -190,6 +190,7 @@ fn batching_throughput(c: &mut Criterion) {
         batching: BatchConfig {
             max_batch: 64,
             max_wait: Duration::from_micros(200),
+            ..BatchConfig::default()
         },
         ..ExecutorConfig::default()
     })

@@ -1,8 +1,9 @@
 //! Dynamic batching: concurrent calls against the same corpus become one batched call.
 //!
 //! The first caller for a key (op, corpus identity, parameters, tenant) opens a batch and leads it: it
-//! waits until the batch is full (`max_batch` queries) or `max_wait` has passed, closes it, runs the whole
-//! batch once, and hands each member its own answer by position. Later callers with the same key join the
+//! waits until the batch is full (`max_batch` queries) or `max_wait` has passed, then until fewer than
+//! `in_flight` batches of the op are running, closes it, runs the whole batch once, and hands each member
+//! its own answer by position. Later callers with the same key join the
 //! open batch (their queries are copied in) and wait for their answer. A member brings one query or
 //! several (a batch knn call joins the single-query calls, so they share one pass over the corpus). Each
 //! caller's answer is taken exactly once.
@@ -25,6 +26,12 @@ pub struct BatchConfig {
     pub max_batch: usize,
     /// How long the first caller waits for others to join.
     pub max_wait: Duration,
+    /// Batches of one op running at once (at least 1). With 1, a batch waits for the previous one to
+    /// finish, answers and all. With 2 (the default), the next batch is handed to the backend while the
+    /// previous one is still on the device: the device (which runs its calls in turn) never waits for the
+    /// host's hand-over between two batches, and with several GPUs a GPU that finished its shard of one
+    /// batch starts on the next instead of waiting for the slowest shard.
+    pub in_flight: usize,
 }
 
 impl Default for BatchConfig {
@@ -32,6 +39,7 @@ impl Default for BatchConfig {
         BatchConfig {
             max_batch: 64,
             max_wait: Duration::from_micros(200),
+            in_flight: 2,
         }
     }
 }
@@ -74,17 +82,47 @@ struct Batch<R> {
 #[derive(Debug)]
 pub(crate) struct Batcher<R> {
     open: Mutex<HashMap<BatchKey, Arc<Batch<R>>>>,
-    /// Held by the leader whose batch is running: the next leader keeps its batch open (and growing)
-    /// until the device is free, so under load batches grow to what arrives during one run.
-    runner: Mutex<()>,
+    /// Batches running now: a leader waits while `in_flight` are, keeping its batch open (and growing),
+    /// so under load batches grow to what arrives while the running ones run.
+    running: Mutex<usize>,
+    /// Signalled when a running batch ends.
+    ended: Condvar,
 }
 
 impl<R> Default for Batcher<R> {
     fn default() -> Self {
         Batcher {
             open: Mutex::new(HashMap::new()),
-            runner: Mutex::new(()),
+            running: Mutex::new(0),
+            ended: Condvar::new(),
         }
+    }
+}
+
+/// A running batch's place among the `in_flight`; given back on drop (also when the run unwinds).
+struct RunSlot<'a> {
+    running: &'a Mutex<usize>,
+    ended: &'a Condvar,
+}
+
+impl<'a> RunSlot<'a> {
+    /// Wait until fewer than `in_flight` (at least 1) batches run, then take a place.
+    fn take(running: &'a Mutex<usize>, ended: &'a Condvar, in_flight: usize) -> RunSlot<'a> {
+        let mut n = running.lock();
+        while *n >= in_flight.max(1) {
+            ended.wait(&mut n);
+        }
+        *n += 1;
+        RunSlot { running, ended }
+    }
+}
+
+impl Drop for RunSlot<'_> {
+    fn drop(&mut self) {
+        let mut n = self.running.lock();
+        *n = n.saturating_sub(1);
+        drop(n);
+        self.ended.notify_one();
     }
 }
 
@@ -169,7 +207,7 @@ impl<R: Send> Batcher<R> {
                 }
             }
         };
-        self.lead(key, &batch, index, config.max_wait, run)
+        self.lead(key, &batch, index, config, run)
     }
 
     fn follow(batch: &Batch<R>, index: usize) -> Result<Outcome<R>, ExecError> {
@@ -203,11 +241,11 @@ impl<R: Send> Batcher<R> {
         key: BatchKey,
         batch: &Arc<Batch<R>>,
         index: usize,
-        max_wait: Duration,
+        config: BatchConfig,
         run: impl FnOnce(&[f32], &[usize]) -> BatchResult<R>,
     ) -> Result<Outcome<R>, ExecError> {
         let mut guard = LeaderGuard { batch, done: false };
-        let deadline = Instant::now() + max_wait;
+        let deadline = Instant::now() + config.max_wait;
         {
             let mut s = batch.state.lock();
             while !s.closed {
@@ -216,8 +254,8 @@ impl<R: Send> Batcher<R> {
                 }
             }
         }
-        // Wait for the previous batch to finish running; callers keep joining meanwhile.
-        let _running = self.runner.lock();
+        // Wait for a place among the running batches; callers keep joining meanwhile.
+        let slot = RunSlot::take(&self.running, &self.ended, config.in_flight);
         // Close it (map lock first, as joiners take it).
         let (queries, sizes, members) = {
             let mut open = self.open.lock();
@@ -233,6 +271,8 @@ impl<R: Send> Batcher<R> {
             )
         };
         let result = run(&queries, &sizes);
+        // The device's part is done: the next batch may start while this one's answers are handed out.
+        drop(slot);
         let mut s = batch.state.lock();
         s.answers = Some(match result {
             Ok((answers, device, fallback)) if answers.len() == members => {
@@ -251,5 +291,58 @@ impl<R: Send> Batcher<R> {
         drop(s);
         batch.cv.notify_all();
         mine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Two leaders of different keys at once; returns the most batches seen running together.
+    fn most_running_together(in_flight: usize) -> usize {
+        let batcher = Batcher::<u32>::default();
+        let config = BatchConfig {
+            max_batch: 8,
+            max_wait: Duration::ZERO,
+            in_flight,
+        };
+        let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let lead = |corpus: usize| {
+            let key = BatchKey {
+                corpus: (corpus, 1),
+                dim: 1,
+                params: 0,
+                tenant: None,
+            };
+            batcher.submit(key, &[1.0], 1, config, |_, sizes| {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                // Wait (boundedly) for the other batch to be running too.
+                let until =
+                    Instant::now() + Duration::from_millis(if in_flight > 1 { 5_000 } else { 100 });
+                while most.load(Ordering::SeqCst) < 2 && Instant::now() < until {
+                    most.fetch_max(running.load(Ordering::SeqCst), Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok((vec![7; sizes.len()], Device::Cpu, None))
+            })
+        };
+        std::thread::scope(|s| {
+            let a = s.spawn(|| lead(1));
+            let b = s.spawn(|| lead(2));
+            for h in [a, b] {
+                let out = h.join().expect("leader thread");
+                assert_eq!(out.expect("answered").value, 7);
+            }
+        });
+        most.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn in_flight_bounds_the_batches_running_at_once() {
+        assert_eq!(most_running_together(1), 1);
+        assert_eq!(most_running_together(2), 2);
     }
 }

@@ -61,6 +61,7 @@ fn config(clock: &Arc<ManualClock>) -> ExecutorConfig {
         batching: BatchConfig {
             max_batch: 8,
             max_wait: Duration::from_micros(300),
+            ..BatchConfig::default()
         },
         max_in_flight: 3,
         clock: clock.clone(),

@@ -329,6 +329,7 @@ fn through_the_executor_batch_and_single_queries_match_the_cpu() {
                 batching: BatchConfig {
                     max_batch: 8,
                     max_wait: Duration::from_micros(200),
+                    ..BatchConfig::default()
                 },
                 ..ExecutorConfig::default()
             },

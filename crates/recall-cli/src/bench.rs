@@ -89,6 +89,12 @@ pub struct BenchArgs {
     /// multi-gpu: single queries issued in total per run of the independent-load case.
     #[arg(long, default_value_t = 4096)]
     single_queries: usize,
+    /// multi-gpu: most queries per dynamic batch (`BatchConfig::max_batch`; default: the engine's).
+    #[arg(long)]
+    max_batch: Option<usize>,
+    /// multi-gpu: batches running at once (`BatchConfig::in_flight`; default: the engine's).
+    #[arg(long)]
+    batch_in_flight: Option<usize>,
     /// candidates: distinct random candidate ids per query (the queries are `--batch-queries`).
     #[arg(long, default_value_t = 1000)]
     candidates: usize,
@@ -1469,8 +1475,15 @@ fn run_multi_gpu(a: BenchArgs) -> Result<ExitCode, String> {
     {
         return Err("--rows, --dim, --batch-queries, --threads, --single-queries must be at least 1 and 1 <= --k <= --rows".into());
     }
+    let d = recall::BatchConfig::default();
+    let batching = recall::BatchConfig {
+        max_batch: a.max_batch.unwrap_or(d.max_batch).max(1),
+        in_flight: a.batch_in_flight.unwrap_or(d.in_flight).max(1),
+        ..d
+    };
     let all = Engine::builder()
         .device(recall::DevicePolicy::Gpu)
+        .batching(batching)
         .build()
         .map_err(|e| e.to_string())?;
     let gpus = all.gpus();
@@ -1483,6 +1496,7 @@ fn run_multi_gpu(a: BenchArgs) -> Result<ExitCode, String> {
     let one = Engine::builder()
         .device(recall::DevicePolicy::Gpu)
         .gpus(&[gpus[0].ordinal])
+        .batching(batching)
         .build()
         .map_err(|e| e.to_string())?;
     eprintln!(
@@ -1584,8 +1598,16 @@ fn run_multi_gpu(a: BenchArgs) -> Result<ExitCode, String> {
             gpus[0].ordinal
         ),
         format!(
-            "recall bench multi-gpu --rows {} --dim {} --k {} --batch-queries {} --threads {} --single-queries {} --iters {}",
-            a.rows, a.dim, a.k, a.batch_queries, a.threads, a.single_queries, a.iters
+            "recall bench multi-gpu --rows {} --dim {} --k {} --batch-queries {} --threads {} --single-queries {} --iters {} --max-batch {} --batch-in-flight {}",
+            a.rows,
+            a.dim,
+            a.k,
+            a.batch_queries,
+            a.threads,
+            a.single_queries,
+            a.iters,
+            batching.max_batch,
+            batching.in_flight
         ),
         &gpus[0],
     );

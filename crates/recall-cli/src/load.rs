@@ -80,6 +80,9 @@ pub struct LoadArgs {
     /// Most queries per dynamic batch of single-query knn calls (default: the engine's).
     #[arg(long)]
     max_batch: Option<usize>,
+    /// Batches of one op running at once (`BatchConfig::in_flight`; default: the engine's).
+    #[arg(long)]
+    batch_in_flight: Option<usize>,
     /// Send batch knn calls through the knn batcher too (`Executor::knn_shared_coalesced`): they share a
     /// pass over the corpus (one GEMM tile of up to 128 queries on a GPU) with concurrent single-query calls
     /// instead of each running its own. Use with `--max-batch 128`.
@@ -713,10 +716,12 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
             DeviceArg::Gpu => DevicePolicy::Gpu,
         });
     }
-    if let Some(m) = a.max_batch {
+    if a.max_batch.is_some() || a.batch_in_flight.is_some() {
+        let d = recall::BatchConfig::default();
         builder = builder.batching(recall::BatchConfig {
-            max_batch: m.max(1),
-            ..recall::BatchConfig::default()
+            max_batch: a.max_batch.unwrap_or(d.max_batch).max(1),
+            in_flight: a.batch_in_flight.unwrap_or(d.in_flight).max(1),
+            ..d
         });
     }
     let engine = builder.build().map_err(|e| e.to_string())?;
@@ -1083,6 +1088,10 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
             (
                 "max_batch",
                 engine.executor().config().batching.max_batch.to_string(),
+            ),
+            (
+                "batch_in_flight",
+                engine.executor().config().batching.in_flight.to_string(),
             ),
             ("coalesce", a.coalesce.to_string()),
             ("batch_across_tenants", a.batch_across_tenants.to_string()),

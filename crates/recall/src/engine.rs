@@ -64,7 +64,11 @@ impl EngineBuilder {
     /// ```
     /// use std::time::Duration;
     /// let engine = recall::Engine::builder()
-    ///     .batching(recall::BatchConfig { max_batch: 256, max_wait: Duration::from_micros(100) })
+    ///     .batching(recall::BatchConfig {
+    ///         max_batch: 256,
+    ///         max_wait: Duration::from_micros(100),
+    ///         ..recall::BatchConfig::default()
+    ///     })
     ///     .build()?;
     /// # let _ = engine;
     /// # Ok::<(), recall::Error>(())

@@ -23,6 +23,7 @@ fn concurrent_single_queries_become_one_batch() {
         BatchConfig {
             max_batch: 4,
             max_wait: Duration::from_secs(600),
+            ..BatchConfig::default()
         },
     );
     let data = matrix(5, 40, DIM);
@@ -63,6 +64,7 @@ fn batching_under_load_loses_and_duplicates_nothing() {
         BatchConfig {
             max_batch: 16,
             max_wait: Duration::from_micros(300),
+            ..BatchConfig::default()
         },
     );
     let data_a = matrix(6, 50, DIM);
@@ -130,6 +132,7 @@ fn a_bad_query_fails_alone() {
         BatchConfig {
             max_batch: 1,
             max_wait: Duration::ZERO,
+            ..BatchConfig::default()
         },
     );
     let q = matrix(2, 1, DIM);

@@ -61,6 +61,7 @@ fn single_knn_calls_in_flight_together_share_a_batch() {
         batching: BatchConfig {
             max_batch: 3,
             max_wait: Duration::from_secs(600),
+            ..BatchConfig::default()
         },
         ..config(&clock)
     };
@@ -111,6 +112,7 @@ fn concurrent_single_knn_calls_lose_and_duplicate_nothing() {
         batching: BatchConfig {
             max_batch: 8,
             max_wait: Duration::from_micros(300),
+            ..BatchConfig::default()
         },
         ..config(&clock)
     };
@@ -180,6 +182,7 @@ fn multi_query_calls_join_single_query_batches_and_get_their_own_answers() {
         batching: BatchConfig {
             max_batch: 8,
             max_wait: Duration::from_secs(5),
+            ..BatchConfig::default()
         },
         ..config(&clock)
     };
