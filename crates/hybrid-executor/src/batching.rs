@@ -26,11 +26,12 @@ pub struct BatchConfig {
     pub max_batch: usize,
     /// How long the first caller waits for others to join.
     pub max_wait: Duration,
-    /// Batches of one op running at once (at least 1). With 1, a batch waits for the previous one to
-    /// finish, answers and all. With 2 (the default), the next batch is handed to the backend while the
-    /// previous one is still on the device: the device (which runs its calls in turn) never waits for the
-    /// host's hand-over between two batches, and with several GPUs a GPU that finished its shard of one
-    /// batch starts on the next instead of waiting for the slowest shard.
+    /// Batches of one op running at once (at least 1). With 1 (the default), the next batch keeps
+    /// filling until the running one is done, so batches grow with the load. With 2, the next batch is
+    /// handed to the backend while the previous one is still on the device (no hand-over gap), but the
+    /// callers are split over two batches: on a GPU, where a batch of 32 queries costs about what one of
+    /// 128 does (one GEMM tile), that lowered throughput by 13 % to 32 % on 2 x H200 with 64 and 128
+    /// callers (docs/results/2026-11-21-h200-session5/, run X5). For callers many times `max_batch`.
     pub in_flight: usize,
 }
 
@@ -39,7 +40,7 @@ impl Default for BatchConfig {
         BatchConfig {
             max_batch: 64,
             max_wait: Duration::from_micros(200),
-            in_flight: 2,
+            in_flight: 1,
         }
     }
 }
