@@ -52,85 +52,13 @@ use recall_kernel_shared::{
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
     // SAFETY: forwarded launcher contract.
-    unsafe { hop_blocks::<u64>(&p) };
-}
-
-/// `spread_hop` with 32-bit edge positions, for graphs of fewer than `u32::MAX` edges: the same loads and
-/// FMAs in the same order (so the same bits), in fewer registers (more warps in flight per SM).
-///
-/// # Safety
-/// As `spread_hop`, and the graph has fewer than `u32::MAX` edges.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn spread_hop32(p: SpreadHopParams) {
-    // SAFETY: forwarded launcher contract.
-    unsafe { hop_blocks::<u32>(&p) };
-}
-
-/// `spread_hop32` compiled for 8 blocks of 256 threads per SM (32 registers) instead of 6: an experiment
-/// in occupancy (the launcher picks one by `RECALL_SPREAD_HOP`).
-///
-/// # Safety
-/// As `spread_hop32`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn spread_hop32x8(p: SpreadHopParams) {
-    // SAFETY: forwarded launcher contract.
-    unsafe { hop_blocks::<u32>(&p) };
-}
-
-/// An edge position: `u64` for any graph, `u32` when the graph has fewer than `u32::MAX` edges.
-trait Pos: Copy + PartialOrd + core::ops::Add<Output = Self> {
-    const MAX: Self;
-    fn of(x: u64) -> Self;
-    fn lane(l: u32) -> Self;
-    fn idx(self) -> usize;
-}
-
-impl Pos for u64 {
-    const MAX: Self = u64::MAX;
-    #[inline(always)]
-    fn of(x: u64) -> Self {
-        x
-    }
-    #[inline(always)]
-    fn lane(l: u32) -> Self {
-        u64::from(l)
-    }
-    #[inline(always)]
-    fn idx(self) -> usize {
-        self as usize
-    }
-}
-
-impl Pos for u32 {
-    const MAX: Self = u32::MAX;
-    #[inline(always)]
-    fn of(x: u64) -> Self {
-        x as u32
-    }
-    #[inline(always)]
-    fn lane(l: u32) -> Self {
-        l
-    }
-    #[inline(always)]
-    fn idx(self) -> usize {
-        self as usize
-    }
-}
-
-/// The grid-strided loop of `spread_hop` over the three warp classes' list blocks.
-///
-/// # Safety
-/// As `spread_hop` (and `spread_hop32` for `O = u32`).
-#[inline(always)]
-unsafe fn hop_blocks<O: Pos>(p: &SpreadHopParams) {
-    // SAFETY: forwarded launcher contract.
-    let counts = unsafe { hop_counts(p) };
+    let counts = unsafe { hop_counts(&p) };
     let blocks = spread_hop_blocks(counts);
     let all = blocks[1] + blocks[2] + blocks[3];
     let mut b = block_x();
     while b < all {
         // SAFETY: forwarded launcher contract; b < all.
-        unsafe { class_block::<O>(p, counts, blocks, b) };
+        unsafe { class_block(&p, counts, blocks, b) };
         b += grid_dim_x();
     }
 }
@@ -178,7 +106,7 @@ unsafe fn hop_counts(p: &SpreadHopParams) -> [u32; 4] {
 /// # Safety
 /// As `spread_hop`; `b` below the classes' list blocks, block-uniform.
 #[inline(always)]
-unsafe fn class_block<O: Pos>(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: u32) {
+unsafe fn class_block(p: &SpreadHopParams, counts: [u32; 4], blocks: [u32; 4], b: u32) {
     let [_, n32, n16, n8] = counts;
     let [_, off32, off16, off8] = p.class_off;
     let warps_per_block = GRAPH_BLOCK / 32;
@@ -187,15 +115,15 @@ unsafe fn class_block<O: Pos>(p: &SpreadHopParams, counts: [u32; 4], blocks: [u3
     // Block ranges of the three warp classes; every branch below is block-uniform.
     if b < blocks[1] {
         // SAFETY: the class's list.
-        unsafe { pair32::<O>(p, off32, n32, warp, lane) };
+        unsafe { pair32(p, off32, n32, warp, lane) };
     } else if b < blocks[1] + blocks[2] {
         let warp = warp - blocks[1] * warps_per_block;
         // SAFETY: the class's list.
-        unsafe { small::<16, O>(p, off16, n16, warp, lane) };
+        unsafe { small::<16>(p, off16, n16, warp, lane) };
     } else {
         let warp = warp - (blocks[1] + blocks[2]) * warps_per_block;
         // SAFETY: the class's list.
-        unsafe { small::<8, O>(p, off8, n8, warp, lane) };
+        unsafe { small::<8>(p, off8, n8, warp, lane) };
     }
 }
 
@@ -208,20 +136,15 @@ const _: () = assert!(SPREAD_PAIR == 2 && SPREAD_SMALL_ROUNDS == 4);
 /// # Safety
 /// `at` is an entry of `nodes` and `v` its id (`< n_nodes`), not a hub when `spans` is set.
 #[inline(always)]
-unsafe fn span<P: Pos>(p: &SpreadHopParams, at: u32, v: u32) -> (P, P) {
+unsafe fn span(p: &SpreadHopParams, at: u32, v: u32) -> (u64, u64) {
     if p.spans != 0 {
         // SAFETY: spans has one entry per entry of nodes.
         let s = unsafe { *(p.spans as *const u64).add(at as usize) };
-        (P::of(s >> 16), P::of((s >> 16) + (s & 0xFFFF)))
+        (s >> 16, (s >> 16) + (s & 0xFFFF))
     } else {
         let in_ptr = p.in_ptr as *const u64;
         // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
-        unsafe {
-            (
-                P::of(*in_ptr.add(v as usize)),
-                P::of(*in_ptr.add(v as usize + 1)),
-            )
-        }
+        unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) }
     }
 }
 
@@ -233,22 +156,22 @@ unsafe fn span<P: Pos>(p: &SpreadHopParams, at: u32, v: u32) -> (P, P) {
 /// # Safety
 /// Entries `off .. off + count` of `nodes` are nodes of this class; the graph validated as `spread_hop` requires.
 #[inline(always)]
-unsafe fn pair32<Q: Pos>(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32) {
+unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32) {
     const P: usize = SPREAD_PAIR as usize;
-    const UNROLL: u32 = 2;
+    const UNROLL: u64 = 2;
     let first = warp * SPREAD_PAIR;
     if first >= count {
         return; // Warp-uniform.
     }
     let nodes = p.nodes as *const u32;
-    let (mut v, mut start, mut end) = ([0u32; P], [Q::of(0); P], [Q::of(0); P]);
+    let (mut v, mut start, mut end) = ([0u32; P], [0u64; P], [0u64; P]);
     unroll!(2, R: usize => {
         let i = first + R as u32;
         if i < count {
             // SAFETY: i < count: an entry of the class's list.
             v[R] = unsafe { *nodes.add((off + i) as usize) };
             // SAFETY: as above; v[R] is that entry's id.
-            (start[R], end[R]) = unsafe { span::<Q>(p, off + i, v[R]) };
+            (start[R], end[R]) = unsafe { span(p, off + i, v[R]) };
         }
     });
     let (src, w, prev) = (
@@ -257,39 +180,39 @@ unsafe fn pair32<Q: Pos>(p: &SpreadHopParams, off: u32, count: u32, warp: u32, l
         p.prev as *const f32,
     );
     let mut acc = [0.0f32; P];
-    let mut base = Q::of(0);
+    let mut base = 0u64;
     // Warp-uniform: while any node has positions left.
     while start[0] + base < end[0] || start[1] + base < end[1] {
         let mut sw = [[(0u32, 0.0f32); UNROLL as usize]; P];
         unroll!(2, R: usize => {
-            let j0 = start[R] + base + Q::lane(lane);
+            let j0 = start[R] + base + u64::from(lane);
             unroll!(2, I: usize => {
-                let j = j0 + Q::lane(32 * I as u32);
+                let j = j0 + 32 * (I as u64);
                 if j < end[R] {
                     // SAFETY: j < end <= number of edges.
-                    sw[R][I] = unsafe { (*src.add(j.idx()), *w.add(j.idx())) };
+                    sw[R][I] = unsafe { (*src.add(j as usize), *w.add(j as usize)) };
                 }
             });
         });
         let mut a = [[0.0f32; UNROLL as usize]; P];
         unroll!(2, R: usize => {
-            let j0 = start[R] + base + Q::lane(lane);
+            let j0 = start[R] + base + u64::from(lane);
             unroll!(2, I: usize => {
-                if j0 + Q::lane(32 * I as u32) < end[R] {
+                if j0 + 32 * (I as u64) < end[R] {
                     // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
                     a[R][I] = unsafe { *prev.add(sw[R][I].0 as usize) };
                 }
             });
         });
         unroll!(2, R: usize => {
-            let j0 = start[R] + base + Q::lane(lane);
+            let j0 = start[R] + base + u64::from(lane);
             unroll!(2, I: usize => {
-                if j0 + Q::lane(32 * I as u32) < end[R] {
+                if j0 + 32 * (I as u64) < end[R] {
                     acc[R] = fma(sw[R][I].1, a[R][I], acc[R]);
                 }
             });
         });
-        base = base + Q::lane(32 * UNROLL);
+        base += 32 * UNROLL;
     }
     unroll!(2, R: usize => {
         if first + (R as u32) < count {
@@ -310,13 +233,7 @@ unsafe fn pair32<Q: Pos>(p: &SpreadHopParams, off: u32, count: u32, warp: u32, l
 /// Entries `off .. off + count` of `nodes` are nodes with at most `W` in-edges; the graph validated as
 /// `spread_hop` requires.
 #[inline(always)]
-unsafe fn small<const W: u32, O: Pos>(
-    p: &SpreadHopParams,
-    off: u32,
-    count: u32,
-    warp: u32,
-    lane: u32,
-) {
+unsafe fn small<const W: u32>(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32) {
     const R: usize = SPREAD_SMALL_ROUNDS as usize;
     let per_round = 32 / W;
     let first = warp * per_round * SPREAD_SMALL_ROUNDS;
@@ -325,34 +242,34 @@ unsafe fn small<const W: u32, O: Pos>(
     }
     let (group, l) = (lane / W, lane % W);
     let nodes = p.nodes as *const u32;
-    let (mut v, mut pos) = ([0u32; R], [O::MAX; R]);
+    let (mut v, mut pos) = ([0u32; R], [u64::MAX; R]);
     unroll!(4, Q: usize => {
         let i = first + Q as u32 * per_round + group;
         if i < count {
             // SAFETY: i < count: an entry of the class's list.
             v[Q] = unsafe { *nodes.add((off + i) as usize) };
             // SAFETY: as above; v[Q] is that entry's id.
-            let (start, end) = unsafe { span::<O>(p, off + i, v[Q]) };
-            if start + O::lane(l) < end {
-                pos[Q] = start + O::lane(l);
+            let (start, end) = unsafe { span(p, off + i, v[Q]) };
+            if start + u64::from(l) < end {
+                pos[Q] = start + u64::from(l);
             }
         }
     });
     let mut sw = [(0u32, 0.0f32); R];
     unroll!(4, Q: usize => {
-        if pos[Q] != O::MAX {
+        if pos[Q] != u64::MAX {
             // SAFETY: pos < end <= number of edges.
             sw[Q] = unsafe {
                 (
-                    *(p.in_src as *const u32).add(pos[Q].idx()),
-                    *(p.in_w as *const f32).add(pos[Q].idx()),
+                    *(p.in_src as *const u32).add(pos[Q] as usize),
+                    *(p.in_w as *const f32).add(pos[Q] as usize),
                 )
             };
         }
     });
     let mut acc = [0.0f32; R];
     unroll!(4, Q: usize => {
-        if pos[Q] != O::MAX {
+        if pos[Q] != u64::MAX {
             // SAFETY: sources are below n_nodes (validated); prev holds n_nodes values.
             acc[Q] = fma(sw[Q].1, unsafe { *(p.prev as *const f32).add(sw[Q].0 as usize) }, 0.0);
         }

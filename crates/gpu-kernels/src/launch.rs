@@ -81,12 +81,6 @@ pub struct Kernels {
     select_choose: CudaFunction,
     select_collect: CudaFunction,
     pub(crate) spread_hop: CudaFunction,
-    /// `spread_hop` with 32-bit edge positions (graphs of fewer than `u32::MAX` edges); `None` when
-    /// `RECALL_SPREAD_HOP=64` keeps every graph on `spread_hop` (an A/B switch).
-    pub(crate) spread_hop32: Option<CudaFunction>,
-    /// Whether `spread_hub` runs on a second stream beside `spread_hop` (default) or before it on the same
-    /// stream (`RECALL_SPREAD_HUB=serial`, an A/B switch).
-    pub(crate) spread_hub_beside: bool,
     pub(crate) spread_hub: CudaFunction,
     /// The sparse-frontier kernels of spreading (`spread.rs`).
     pub(crate) spread_seed: CudaFunction,
@@ -295,18 +289,6 @@ const QUERY_TILE_BYTES: u32 = ROW_QUERIES_PER_BLOCK * ROW_TILE_K * 4;
 /// Shared memory of the GEMM kernels: two buffers of two 8 x 132 tiles.
 const GEMM_SMEM_BYTES: u32 = 2 * 2 * GEMM_TILE_K * (GEMM_TILE + 4) * 4;
 /// A grid-stride launch over `total` elements: 256 threads per block, at most 65,536 blocks.
-/// Which build of the 32-bit-position hop runs: `spread_hop32` (6 blocks per SM, 40 registers) unless
-/// `RECALL_SPREAD_HOP=32x8` asks for `spread_hop32x8` (8 blocks, 32 registers, 32 bytes spilled), or `64`
-/// for the 64-bit `spread_hop` everywhere. An
-/// occupancy experiment (docs/results/2026-11-21-h200-session5/); the loser goes.
-fn spread_hop32_name() -> Option<&'static str> {
-    match std::env::var("RECALL_SPREAD_HOP").as_deref() {
-        Ok("64") => None,
-        Ok("32x8") => Some("spread_hop32x8"),
-        _ => Some("spread_hop32"),
-    }
-}
-
 fn grid_stride(total: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (total.div_ceil(256).min(65_536) as u32, 1, 1),
@@ -369,12 +351,6 @@ impl Kernels {
                         select_choose: f("select_choose")?,
                         select_collect: f("select_collect")?,
                         spread_hop: f("spread_hop")?,
-                        spread_hop32: match spread_hop32_name() {
-                            Some(name) => Some(f(name)?),
-                            None => None,
-                        },
-                        spread_hub_beside: std::env::var("RECALL_SPREAD_HUB").as_deref()
-                            != Ok("serial"),
                         spread_hub: f("spread_hub")?,
                         spread_seed: f("spread_seed")?,
                         spread_frontier: f("spread_frontier")?,

@@ -11,13 +11,12 @@
 
 use crate::launch::{DeviceGraph, KernelError, Kernels, Segments, TopKResult, shape, to_u32};
 use recall_gpu_sys::Gpu;
-use recall_gpu_sys::driver::{CudaEvent, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice};
-use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event, stream_wait_event};
+use recall_gpu_sys::driver::{CudaEvent, CudaSlice, LaunchConfig, PinnedHostSlice};
+use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
 use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_COUNTERS, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_HUB_CHUNK,
     SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams, spread_hop_blocks,
 };
-use std::sync::Arc;
 
 /// How the hops of a spreading call are computed. Every choice gives the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,9 +81,6 @@ pub(crate) struct SpreadScratch {
     out_fences: Vec<CudaEvent>,
     /// The nonzero seeds' node ids (host, reused).
     seed_ids: Vec<u32>,
-    /// The hubs' stream, beside the call's (`spread_hub` runs there while `spread_hop` runs on the call's
-    /// stream), and the events that fork it from and join it to the call's stream each hop.
-    side: Option<(Arc<CudaStream>, CudaEvent, CudaEvent)>,
 }
 
 impl SpreadScratch {
@@ -109,7 +105,6 @@ impl SpreadScratch {
                 .map(|_| new_fence(gpu.context()))
                 .collect::<Result<_, _>>()?,
             seed_ids: Vec::new(),
-            side: None,
         })
     }
 }
@@ -131,67 +126,6 @@ fn hop_blocks(n_class: [u32; 4]) -> (usize, usize) {
 }
 
 impl Kernels {
-    /// One hop's launches: `spread_hub` over `hub_blocks` blocks (none when 0) and the warp classes' hop
-    /// (`spread_hop32` when the graph's positions fit 32 bits, else `spread_hop`). The hubs run on the
-    /// scratch's second stream, forked from and joined back to the call's stream by events, so that their
-    /// few long chains overlap the hop instead of preceding it (they write disjoint nodes; both only read
-    /// `prev`, and the overflow flag is an atomic maximum).
-    ///
-    /// # Safety
-    /// `params`, `hub_cfg` and `hop_cfg` as `spread_hub` and `spread_hop` document, for buffers of `s` and
-    /// `graph`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn hop_launches(
-        &self,
-        gpu: &Gpu,
-        s: &mut SpreadScratch,
-        graph: &DeviceGraph,
-        params: SpreadHopParams,
-        hub_cfg: LaunchConfig,
-        hub_blocks: usize,
-        hop_cfg: LaunchConfig,
-    ) -> Result<(), KernelError> {
-        let hop = match &self.spread_hop32 {
-            Some(f) if graph.n_edges < u32::MAX as usize => f,
-            _ => &self.spread_hop,
-        };
-        if hub_blocks == 0 || !self.spread_hub_beside {
-            if hub_blocks > 0 {
-                // SAFETY: caller.
-                unsafe { gpu.launch(&self.spread_hub, hub_cfg, params) }?;
-            }
-            // SAFETY: caller.
-            unsafe { gpu.launch(hop, hop_cfg, params) }?;
-            return Ok(());
-        }
-        if s.side.is_none() {
-            s.side = Some((
-                gpu.new_stream()?,
-                new_fence(gpu.context())?,
-                new_fence(gpu.context())?,
-            ));
-        }
-        let Some((side, fork, join)) = s.side.as_ref() else {
-            return Err(shape("spread_hub", "side stream missing"));
-        };
-        record_event(fork, gpu.stream())?;
-        stream_wait_event(side, fork)?;
-        // SAFETY: caller; the side stream starts after everything queued on the call's stream so far, and
-        // the call's stream waits for it below before anything later reads next, total or the flag.
-        unsafe { gpu.launch_on(side, &self.spread_hub, hub_cfg, params) }?;
-        let joined = (|| {
-            record_event(join, side)?;
-            // SAFETY: caller.
-            unsafe { gpu.launch(hop, hop_cfg, params) }?;
-            stream_wait_event(gpu.stream(), join)
-        })();
-        if joined.is_err() {
-            // Nothing may still run on the side stream once the call returns its error.
-            let _ = recall_gpu_sys::memory::stream_synchronize(side);
-        }
-        Ok(joined?)
-    }
-
     /// Spread `seeds` over `graph` for `hops` hops, all on the device (no host round trip between dense hops),
     /// then, when `k` is given, the top `k` of the accumulated activation, and when `download` is set, every
     /// node's accumulated activation. Seeds are read as `seed + 0.0`; they must be finite and non-negative
@@ -412,43 +346,29 @@ impl Kernels {
                             .unwrap_or(usize::MAX)
                             .saturating_add(4),
                     );
+                    if hub_blocks > 0 {
+                        // SAFETY: as below, for the touched hubs (at most all hubs: the tickets and lane
+                        // sums have room); the tickets are zero between hops.
+                        unsafe { gpu.launch(&self.spread_hub, hub_cfg(hub_blocks)?, params) }?;
+                    }
                     let cfg = hop_cfg(bound.min(sm as usize * 8))?;
                     // SAFETY: the lists hold each touched target once, in its class's region; their
-                    // lengths are in the counters; the kernel strides over any grid. The hubs' part as
-                    // below, for the touched hubs (at most all hubs: the tickets and lane sums have room);
-                    // the tickets are zero between hops.
-                    unsafe {
-                        self.hop_launches(
-                            gpu,
-                            s,
-                            graph,
-                            params,
-                            hub_cfg(hub_blocks)?,
-                            hub_blocks,
-                            cfg,
-                        )
-                    }?;
+                    // lengths are in the counters; the kernel strides over any grid.
+                    unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
                 }
             } else {
                 if frontier == Frontier::Auto {
                     dense_from_now = true;
                 }
+                if hub_blocks > 0 {
+                    // SAFETY: as below; 32 blocks per hub with the hub path's shared memory; the tickets
+                    // are zero between hops (the last block of each hub resets its own).
+                    unsafe { gpu.launch(&self.spread_hub, hub_cfg(hub_blocks)?, params) }?;
+                }
                 // SAFETY: the graph was validated by `upload_graph`, which also binned every node into exactly
                 // one in-degree class; prev, next and total hold n values, the flag one; the grid is exactly
-                // the dense hop's three warp classes, as the kernel documents. The hubs: 32 blocks per hub
-                // with the hub path's shared memory; the tickets are zero between hops (the last block of
-                // each hub resets its own).
-                unsafe {
-                    self.hop_launches(
-                        gpu,
-                        s,
-                        graph,
-                        params,
-                        hub_cfg(hub_blocks)?,
-                        hub_blocks,
-                        hop_cfg(dense_blocks)?,
-                    )
-                }?;
+                // the dense hop's three warp classes, as the kernel documents.
+                unsafe { gpu.launch(&self.spread_hop, hop_cfg(dense_blocks)?, params) }?;
             }
             std::mem::swap(&mut s.prev, &mut s.next);
         }

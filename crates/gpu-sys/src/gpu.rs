@@ -326,25 +326,9 @@ impl Gpu {
         cfg: LaunchConfig,
         params: P,
     ) -> Result<(), GpuError> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.launch_on(&self.stream, func, cfg, params) }
-    }
-
-    /// [`Gpu::launch`] on another stream of this context (from [`Gpu::new_stream`]).
-    ///
-    /// # Safety
-    /// As [`Gpu::launch`]; the buffers must also stay alive until `stream` has run the kernel, and the
-    /// caller orders the kernel against other streams' work on the same buffers (events).
-    pub unsafe fn launch_on<P: Copy + 'static>(
-        &self,
-        stream: &Arc<CudaStream>,
-        func: &CudaFunction,
-        cfg: LaunchConfig,
-        params: P,
-    ) -> Result<(), GpuError> {
         guard("cuLaunchKernel", || {
             let block = ParamBlock(params);
-            let mut builder = stream.launch_builder(func);
+            let mut builder = self.stream.launch_builder(func);
             builder.arg(&block);
             // SAFETY: forwarded to the caller (see `# Safety`).
             unsafe { builder.launch(cfg) }
