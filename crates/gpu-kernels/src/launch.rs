@@ -203,8 +203,10 @@ struct SelectScratch {
     state: CudaSlice<u8>,
     hist: CudaSlice<u32>,
     out: CudaSlice<u64>,
-    /// Page-locked copy of `out` for the host, and the fence after its download.
-    out_host: PinnedHostSlice<u64>,
+    /// Page-locked copy of `out` for the host (when `out` has at most `PINNED_OUT_WORDS` words; larger
+    /// outputs come back into pageable memory after the fence), and the fence after the selection (and
+    /// after its download into `out_host`).
+    out_host: Option<PinnedHostSlice<u64>>,
     out_fence: CudaEvent,
     /// The small-k levels' keys, two halves used in turn (`small_len` u64 each).
     small: Option<CudaSlice<u64>>,
@@ -804,7 +806,12 @@ impl Kernels {
                 hist: gpu.alloc_zeros::<u32>(segs * SELECT_BINS as usize)?,
                 // keys (u64 each) followed by scores (f32 each, two per u64)
                 out: gpu.alloc_zeros::<u64>(outs + outs.div_ceil(2))?,
-                out_host: gpu.alloc_pinned_readback::<u64>(outs + outs.div_ceil(2))?,
+                out_host: {
+                    let words = outs + outs.div_ceil(2);
+                    (words <= PINNED_OUT_WORDS)
+                        .then(|| gpu.alloc_pinned_readback::<u64>(words))
+                        .transpose()?
+                },
                 out_fence: new_fence(gpu.context())?,
                 small: None,
                 small_len: 0,
@@ -1397,22 +1404,32 @@ impl PendingTopK<'_> {
     }
 
     /// Queue one download of the output region (the keys, then the scores packed two to a u64) into the
-    /// scratch's page-locked buffer, and a fence after it.
+    /// scratch's page-locked buffer when it has one, and a fence after it.
     fn queue_download(&self, gpu: &Gpu, sc: &mut SelectScratch) -> Result<(), KernelError> {
         let words = self.words();
-        // Nothing reads the buffer until the fence below has completed (`finish`), and nothing else copies
-        // into it while the scratch is locked.
-        let host = gpu.pinned_write(&mut sc.out_host)?;
-        gpu.download_prefix(&sc.out, &mut host[..words])?;
+        if let Some(out_host) = sc.out_host.as_mut() {
+            // Nothing reads the buffer until the fence below has completed (`read_region`), and nothing
+            // else copies into it while the scratch is locked.
+            let host = gpu.pinned_write(out_host)?;
+            gpu.download_prefix(&sc.out, &mut host[..words])?;
+        }
         record_event(&sc.out_fence, gpu.stream())?;
         Ok(())
     }
 
-    /// Wait for the output's download and read it (a copy, so the scratch may be reused).
+    /// Wait for the output (and its download) and read it (a copy, so the scratch may be reused).
     fn read_region(&self, gpu: &Gpu, sc: &mut SelectScratch) -> Result<Vec<u64>, KernelError> {
         event_synchronize(&sc.out_fence)?;
         let words = self.words();
-        Ok(gpu.pinned_write(&mut sc.out_host)?[..words].to_vec())
+        match sc.out_host.as_mut() {
+            Some(out_host) => Ok(gpu.pinned_write(out_host)?[..words].to_vec()),
+            None => {
+                // A large output: one copy into pageable memory (done when it returns).
+                let mut region = vec![0u64; words];
+                gpu.download_prefix(&sc.out, &mut region)?;
+                Ok(region)
+            }
+        }
     }
 
     /// Wait for the selection's output (not for anything queued after it) and return the k best pairs per
@@ -1487,6 +1504,10 @@ struct LevelInput {
     len: usize,
     counts: u64,
 }
+
+/// Selection outputs of at most this many u64 words (8 MiB) come back through a page-locked buffer that
+/// the host reads after the selection's fence; larger ones are copied into pageable memory.
+const PINNED_OUT_WORDS: usize = 1 << 20;
 
 /// From this segment length on, small-k selection filters by a threshold (two reads of the scores) instead
 /// of running `topk_small` levels over the scores.
