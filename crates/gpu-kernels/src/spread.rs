@@ -28,7 +28,7 @@ use recall_kernel_shared::{
     SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams, spread_hop_blocks,
 };
 use std::mem::MaybeUninit;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// How the hops of a spreading call are computed. Every choice gives the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -161,8 +161,21 @@ fn push_nonzero(values: &[f32], base: usize, out: &mut Vec<u32>) {
     }
 }
 
+/// Whether the host's share of a spreading call (the seed scan, a dense seed vector's staging, the copies of
+/// the downloaded activations) may run on rayon's threads, read once: `RECALL_SPREAD_HOST_THREADS=1` keeps
+/// it on the calling thread; otherwise it does where rayon has at least 4 threads (on fewer, waking the
+/// others costs about what it saves).
+fn host_parallel() -> bool {
+    static PARALLEL: OnceLock<bool> = OnceLock::new();
+    *PARALLEL.get_or_init(|| match std::env::var("RECALL_SPREAD_HOST_THREADS") {
+        Ok(v) if v.trim() == "1" => false,
+        _ => rayon::current_num_threads() >= 4,
+    })
+}
+
 /// The positions of the nonzero values of `values` (`-0.0` counts as zero), ascending, into `out` (cleared
-/// first): how spreading finds its seeds. From 2^17 values on, the scan runs in parallel parts (rayon).
+/// first): how spreading finds its seeds. From 2^17 values on, the scan runs in parallel parts (rayon;
+/// see `RECALL_SPREAD_HOST_THREADS` in `docs/tuning.md`).
 ///
 /// ```
 /// let mut ids = Vec::new();
@@ -173,6 +186,15 @@ fn push_nonzero(values: &[f32], base: usize, out: &mut Vec<u32>) {
 /// # Errors
 /// [`KernelError::Shape`] when `values` has more than 2^32 values (positions are u32).
 pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), KernelError> {
+    nonzero_positions_with(values, out, host_parallel())
+}
+
+/// [`nonzero_positions`], in parallel parts or not.
+fn nonzero_positions_with(
+    values: &[f32],
+    out: &mut Vec<u32>,
+    parallel: bool,
+) -> Result<(), KernelError> {
     out.clear();
     if values.len() > u32::MAX as usize + 1 {
         return Err(shape(
@@ -180,7 +202,7 @@ pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), Kerne
             format!("{} values have positions past u32", values.len()),
         ));
     }
-    if values.len() < PAR_MIN {
+    if !parallel || values.len() < PAR_MIN {
         push_nonzero(values, 0, out);
         return Ok(());
     }
@@ -199,9 +221,9 @@ pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), Kerne
     Ok(())
 }
 
-/// Copy `src` into `dst` (the same length), in parallel pieces when it is long.
-fn copy_out(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
-    if src.len() < PAR_MIN / OUT_CHUNKS {
+/// Copy `src` into `dst` (the same length), in parallel pieces when asked and it is long.
+fn copy_out(dst: &mut [MaybeUninit<f32>], src: &[f32], parallel: bool) {
+    if !parallel || src.len() < PAR_MIN / OUT_CHUNKS {
         dst.write_copy_of_slice(src);
         return;
     }
@@ -358,7 +380,7 @@ impl Kernels {
                     *h = x + 0.0;
                 }
             };
-            if n < PAR_MIN {
+            if !host_parallel() || n < PAR_MIN {
                 stage(&mut host[..n], seeds);
             } else {
                 host[..n]
@@ -585,6 +607,7 @@ fn receive_chunks(
     let Some(out) = out else {
         return Err(shape("spread_hop", "readback buffer missing"));
     };
+    let parallel = host_parallel();
     let mut activation = touched_vec(n);
     let dst = &mut activation.spare_capacity_mut()[..n];
     let mut written = 0;
@@ -592,7 +615,7 @@ fn receive_chunks(
         event_synchronize(fence)?;
         // The chunk's download has completed; later chunks' copies write other parts of the buffer.
         let host = gpu.pinned_write(out)?;
-        copy_out(d, &host[written..written + d.len()]);
+        copy_out(d, &host[written..written + d.len()], parallel);
         written += d.len();
     }
     if written != n {
@@ -655,13 +678,20 @@ mod tests {
                     v[i] = 0.25;
                 }
             }
+            for parallel in [false, true] {
+                let mut got = vec![7];
+                nonzero_positions_with(&v, &mut got, parallel).unwrap();
+                assert_eq!(got, naive_nonzero(&v), "n = {n}, parallel {parallel}");
+            }
             let mut got = vec![7];
             nonzero_positions(&v, &mut got).unwrap();
             assert_eq!(got, naive_nonzero(&v), "n = {n}");
         }
-        let mut got = vec![7];
-        nonzero_positions(&vec![-0.0f32; PAR_MIN + 3], &mut got).unwrap();
-        assert!(got.is_empty());
+        for parallel in [false, true] {
+            let mut got = vec![7];
+            nonzero_positions_with(&vec![-0.0f32; PAR_MIN + 3], &mut got, parallel).unwrap();
+            assert!(got.is_empty());
+        }
     }
 
     #[test]
@@ -673,15 +703,17 @@ mod tests {
             PAR_MIN / OUT_CHUNKS + PAR_PART + 3,
         ] {
             let src: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
-            let mut dst = touched_vec(n);
-            copy_out(&mut dst.spare_capacity_mut()[..n], &src);
-            // SAFETY: copy_out wrote all n values of the capacity (touched_vec reserves n).
-            unsafe { dst.set_len(n) };
-            assert_eq!(
-                dst.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                src.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                "n = {n}"
-            );
+            for parallel in [false, true] {
+                let mut dst = touched_vec(n);
+                copy_out(&mut dst.spare_capacity_mut()[..n], &src, parallel);
+                // SAFETY: copy_out wrote all n values of the capacity (touched_vec reserves n).
+                unsafe { dst.set_len(n) };
+                assert_eq!(
+                    dst.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    src.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "n = {n}, parallel {parallel}"
+                );
+            }
         }
     }
 
