@@ -2,7 +2,10 @@
 
 use crate::bundle::{ImageKind, image, select_image};
 use crate::sgemm::{GemmKernel, SGEMM_SMEM_BYTES};
-use recall_gpu_sys::driver::{CudaFunction, CudaModule, CudaSlice, LaunchConfig};
+use recall_gpu_sys::driver::{
+    CudaEvent, CudaFunction, CudaModule, CudaSlice, LaunchConfig, PinnedHostSlice,
+};
+use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
     CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, HalfRowsParams,
@@ -200,6 +203,11 @@ struct SelectScratch {
     state: CudaSlice<u8>,
     hist: CudaSlice<u32>,
     out: CudaSlice<u64>,
+    /// Page-locked copy of `out` for the host (when `out` has at most `PINNED_OUT_WORDS` words; larger
+    /// outputs come back into pageable memory after the fence), and the fence after the selection (and
+    /// after its download into `out_host`).
+    out_host: Option<PinnedHostSlice<u64>>,
+    out_fence: CudaEvent,
     /// The small-k levels' keys, two halves used in turn (`small_len` u64 each).
     small: Option<CudaSlice<u64>>,
     small_len: usize,
@@ -696,6 +704,23 @@ impl Kernels {
         k: usize,
         higher_first: bool,
     ) -> Result<TopKResult, KernelError> {
+        self.begin_topk(gpu, scores, ids, segments, k, higher_first)?
+            .finish(gpu)
+    }
+
+    /// The first half of [`Kernels::select_topk`]: check the call, queue the selection and the download of
+    /// its k survivors per segment, and return without waiting. [`PendingTopK::finish`] waits for that
+    /// download (only) and sorts; meanwhile the host may queue and wait for other work. The selection's
+    /// scratch stays locked until then.
+    pub fn begin_topk<'a>(
+        &'a self,
+        gpu: &Gpu,
+        scores: &'a CudaSlice<f32>,
+        ids: Option<&'a CudaSlice<u32>>,
+        segments: Segments<'a>,
+        k: usize,
+        higher_first: bool,
+    ) -> Result<PendingTopK<'a>, KernelError> {
         const K: &str = "select_topk";
         let (n_segments, seg_len, longest, total, offsets_ptr) = match segments {
             Segments::Dense {
@@ -729,12 +754,22 @@ impl Kernels {
                 (n, 0, longest, total, gpu.device_ptr(offsets_dev))
             }
         };
+        let mut pending = PendingTopK {
+            kernels: self,
+            scratch: None,
+            scores,
+            ids,
+            segments,
+            offsets_ptr,
+            n_segments,
+            seg_len,
+            longest,
+            k,
+            higher_first,
+            small_k: false,
+        };
         if n_segments == 0 {
-            return Ok(TopKResult {
-                k,
-                ids: Vec::new(),
-                scores: Vec::new(),
-            });
+            return Ok(pending);
         }
         if k == 0 || (matches!(segments, Segments::Dense { .. }) && k > seg_len) {
             return Err(shape(
@@ -771,96 +806,32 @@ impl Kernels {
                 hist: gpu.alloc_zeros::<u32>(segs * SELECT_BINS as usize)?,
                 // keys (u64 each) followed by scores (f32 each, two per u64)
                 out: gpu.alloc_zeros::<u64>(outs + outs.div_ceil(2))?,
+                out_host: {
+                    let words = outs + outs.div_ceil(2);
+                    (words <= PINNED_OUT_WORDS)
+                        .then(|| gpu.alloc_pinned_readback::<u64>(words))
+                        .transpose()?
+                },
+                out_fence: new_fence(gpu.context())?,
                 small: None,
                 small_len: 0,
                 filter: None,
             });
         }
-        let small_k = matches!(segments, Segments::Dense { .. })
+        pending.small_k = matches!(segments, Segments::Dense { .. })
             && ids.is_none()
             && k <= SMALL_K_MAX as usize;
-        if small_k {
-            let Some(sc) = scratch.as_mut() else {
-                return Err(shape(K, "select scratch missing"));
-            };
-            self.topk_small_select(gpu, sc, scores, n_segments, seg_len, k, higher_first)?;
-        } else {
-            let Some(sc) = scratch.as_ref() else {
-                return Err(shape(K, "select scratch missing"));
-            };
-            self.radix_select(
-                gpu,
-                sc,
-                scores,
-                ids,
-                offsets_ptr,
-                n_segments,
-                seg_len,
-                longest,
-                k,
-                higher_first,
-            )?;
-        }
-        let Some(sc) = scratch.as_ref() else {
+        let Some(sc) = scratch.as_mut() else {
             return Err(shape(K, "select scratch missing"));
         };
-        // One download: the n_out keys, then the n_out scores packed two to a u64.
-        let words = n_out + n_out.div_ceil(2);
-        let mut region = vec![0u64; words];
-        gpu.download_prefix(&sc.out, &mut region)?;
-        if small_k && region[..n_out].contains(&0) {
-            // The threshold filter's candidates overflowed (the sizing rules it out; defence in depth):
-            // select again by radix.
-            tracing::warn!("small-k candidates overflowed; selecting by radix");
-            self.radix_select(
-                gpu,
-                sc,
-                scores,
-                ids,
-                offsets_ptr,
-                n_segments,
-                seg_len,
-                longest,
-                k,
-                higher_first,
-            )?;
-            gpu.download_prefix(&sc.out, &mut region)?;
+        if pending.small_k {
+            self.topk_small_select(gpu, sc, scores, n_segments, seg_len, k, higher_first)?;
+        } else {
+            pending.radix_select(gpu, sc)?;
         }
-        let keys = &region[..n_out];
-        let vals: Vec<f32> = region[n_out..words]
-            .iter()
-            .flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)])
-            .take(n_out)
-            .collect();
-        let mut ids_out = Vec::with_capacity(n_segments * k);
-        let mut scores_out = Vec::with_capacity(n_segments * k);
-        let mut order: Vec<usize> = Vec::with_capacity(k);
-        for s in 0..n_segments {
-            order.clear();
-            order.extend(s * k..(s + 1) * k);
-            order.sort_unstable_by_key(|&i| keys[i]);
-            let seg_len = match segments {
-                Segments::Dense { seg_len, .. } => seg_len as u64,
-                Segments::Ragged { .. } => u64::from(u32::MAX) + 1,
-            };
-            for &i in &order {
-                // Every selected key names a position of its segment (dense) or a candidate id; a key that
-                // does not is a device fault, reported instead of returned as an answer.
-                if keys[i] == 0 || u64::from(keys[i] as u32) >= seg_len {
-                    return Err(shape(
-                        K,
-                        format!("the device selected an invalid key {:#x}", keys[i]),
-                    ));
-                }
-                ids_out.push(keys[i] as u32);
-                scores_out.push(vals[i]);
-            }
-        }
-        Ok(TopKResult {
-            k,
-            ids: ids_out,
-            scores: scores_out,
-        })
+        pending.queue_download(gpu, sc)?;
+        pending.scratch = Some(scratch);
+        Ok(pending)
     }
 
     /// Free the selection's cached scratch buffers (they are made again by the next selection).
@@ -1389,6 +1360,142 @@ impl Kernels {
     }
 }
 
+/// A top-k selection queued by [`Kernels::begin_topk`]: the kernels and the download of their output are on
+/// the stream; [`PendingTopK::finish`] waits for that download and returns the sorted answer. Holds the
+/// selection's scratch (locked) until then.
+#[derive(Debug)]
+pub struct PendingTopK<'a> {
+    kernels: &'a Kernels,
+    /// The locked scratch, `None` when there is nothing to select (no segments).
+    scratch: Option<parking_lot::MutexGuard<'a, Option<SelectScratch>>>,
+    scores: &'a CudaSlice<f32>,
+    ids: Option<&'a CudaSlice<u32>>,
+    segments: Segments<'a>,
+    offsets_ptr: u64,
+    n_segments: usize,
+    seg_len: usize,
+    longest: usize,
+    k: usize,
+    higher_first: bool,
+    small_k: bool,
+}
+
+impl PendingTopK<'_> {
+    /// Keys then scores of the k survivors per segment: how many u64 words come back.
+    fn words(&self) -> usize {
+        let n_out = self.n_segments * self.k;
+        n_out + n_out.div_ceil(2)
+    }
+
+    /// Queue the radix-select passes over this selection's scores.
+    fn radix_select(&self, gpu: &Gpu, sc: &SelectScratch) -> Result<(), KernelError> {
+        self.kernels.radix_select(
+            gpu,
+            sc,
+            self.scores,
+            self.ids,
+            self.offsets_ptr,
+            self.n_segments,
+            self.seg_len,
+            self.longest,
+            self.k,
+            self.higher_first,
+        )
+    }
+
+    /// Queue one download of the output region (the keys, then the scores packed two to a u64) into the
+    /// scratch's page-locked buffer when it has one, and a fence after it.
+    fn queue_download(&self, gpu: &Gpu, sc: &mut SelectScratch) -> Result<(), KernelError> {
+        let words = self.words();
+        if let Some(out_host) = sc.out_host.as_mut() {
+            // Nothing reads the buffer until the fence below has completed (`read_region`), and nothing
+            // else copies into it while the scratch is locked.
+            let host = gpu.pinned_write(out_host)?;
+            gpu.download_prefix(&sc.out, &mut host[..words])?;
+        }
+        record_event(&sc.out_fence, gpu.stream())?;
+        Ok(())
+    }
+
+    /// Wait for the output (and its download) and read it (a copy, so the scratch may be reused).
+    fn read_region(&self, gpu: &Gpu, sc: &mut SelectScratch) -> Result<Vec<u64>, KernelError> {
+        event_synchronize(&sc.out_fence)?;
+        let words = self.words();
+        match sc.out_host.as_mut() {
+            Some(out_host) => Ok(gpu.pinned_write(out_host)?[..words].to_vec()),
+            None => {
+                // A large output: one copy into pageable memory (done when it returns).
+                let mut region = vec![0u64; words];
+                gpu.download_prefix(&sc.out, &mut region)?;
+                Ok(region)
+            }
+        }
+    }
+
+    /// Wait for the selection's output (not for anything queued after it) and return the k best pairs per
+    /// segment, best first.
+    pub fn finish(mut self, gpu: &Gpu) -> Result<TopKResult, KernelError> {
+        const K: &str = "select_topk";
+        let (n_segments, k) = (self.n_segments, self.k);
+        let Some(mut guard) = self.scratch.take() else {
+            return Ok(TopKResult {
+                k,
+                ids: Vec::new(),
+                scores: Vec::new(),
+            });
+        };
+        let Some(sc) = guard.as_mut() else {
+            return Err(shape(K, "select scratch missing"));
+        };
+        let n_out = n_segments * k;
+        let words = self.words();
+        let mut region = self.read_region(gpu, sc)?;
+        if self.small_k && region[..n_out].contains(&0) {
+            // The threshold filter's candidates overflowed (the sizing rules it out; defence in depth):
+            // select again by radix.
+            tracing::warn!("small-k candidates overflowed; selecting by radix");
+            self.radix_select(gpu, sc)?;
+            self.queue_download(gpu, sc)?;
+            region = self.read_region(gpu, sc)?;
+        }
+        let keys = &region[..n_out];
+        let vals: Vec<f32> = region[n_out..words]
+            .iter()
+            .flat_map(|w| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)])
+            .take(n_out)
+            .collect();
+        let mut ids_out = Vec::with_capacity(n_segments * k);
+        let mut scores_out = Vec::with_capacity(n_segments * k);
+        let mut order: Vec<usize> = Vec::with_capacity(k);
+        let seg_len = match self.segments {
+            Segments::Dense { seg_len, .. } => seg_len as u64,
+            Segments::Ragged { .. } => u64::from(u32::MAX) + 1,
+        };
+        for s in 0..n_segments {
+            order.clear();
+            order.extend(s * k..(s + 1) * k);
+            order.sort_unstable_by_key(|&i| keys[i]);
+            for &i in &order {
+                // Every selected key names a position of its segment (dense) or a candidate id; a key that
+                // does not is a device fault, reported instead of returned as an answer.
+                if keys[i] == 0 || u64::from(keys[i] as u32) >= seg_len {
+                    return Err(shape(
+                        K,
+                        format!("the device selected an invalid key {:#x}", keys[i]),
+                    ));
+                }
+                ids_out.push(keys[i] as u32);
+                scores_out.push(vals[i]);
+            }
+        }
+        Ok(TopKResult {
+            k,
+            ids: ids_out,
+            scores: scores_out,
+        })
+    }
+}
+
 /// The input of one `topk_small` level: f32 scores or u64 keys, `len` per segment (or fewer: `counts`).
 #[derive(Debug, Clone, Copy)]
 struct LevelInput {
@@ -1397,6 +1504,10 @@ struct LevelInput {
     len: usize,
     counts: u64,
 }
+
+/// Selection outputs of at most this many u64 words (8 MiB) come back through a page-locked buffer that
+/// the host reads after the selection's fence; larger ones are copied into pageable memory.
+const PINNED_OUT_WORDS: usize = 1 << 20;
 
 /// From this segment length on, small-k selection filters by a threshold (two reads of the scores) instead
 /// of running `topk_small` levels over the scores.

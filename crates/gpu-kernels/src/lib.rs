@@ -23,10 +23,10 @@ pub use cand::{CAND_MAX_DIM, CandidateBatch};
 pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS};
 pub use launch::{
     DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,
-    Kernels, LoadedImage, PREFETCH_MAX_ROWS, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM,
-    TopKResult, WARP_MAX_ROWS, half_ld,
+    Kernels, LoadedImage, PREFETCH_MAX_ROWS, PendingTopK, SCAN_MAX_QUERIES, Segments, SimMetric,
+    TC_MIN_SM, TopKResult, WARP_MAX_ROWS, half_ld,
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
 pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
-pub use spread::{Frontier, SpreadOutcome};
+pub use spread::{Frontier, SpreadOutcome, nonzero_positions};

@@ -8,15 +8,27 @@
 //! what the contract's chain gives them (`docs/numerics.md`, "Activation spreading"). The first dense hop makes
 //! the remaining hops dense (frontiers rarely shrink that much again), so the host waits for the device only
 //! after sparse hops, to read how large the next frontier is.
+//!
+//! The host's share of a call overlaps the device's: the device buffers are zeroed before the host scans
+//! the seeds (in parallel for long seed vectors); after the last hop the activations' download is queued
+//! on a second stream (`SpreadScratch::copy`, after an event at the end of the hops) while the top-k
+//! selection runs on the handle's stream, and the host makes the output `Vec` (touching its pages) while
+//! the device works, then copies each downloaded chunk into it (in parallel pieces) as it arrives. The call
+//! waits once at the end for the overflow flag and the top-k; on overflow the answers are dropped.
 
-use crate::launch::{DeviceGraph, KernelError, Kernels, Segments, TopKResult, shape, to_u32};
+use crate::launch::{DeviceGraph, KernelError, Kernels, Segments, shape, to_u32};
+use rayon::prelude::*;
 use recall_gpu_sys::Gpu;
-use recall_gpu_sys::driver::{CudaEvent, CudaSlice, LaunchConfig, PinnedHostSlice};
-use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
+use recall_gpu_sys::driver::{CudaEvent, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice};
+use recall_gpu_sys::memory::{
+    event_synchronize, new_fence, record_event, stream_synchronize, stream_wait_event,
+};
 use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_COUNTERS, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_HUB_CHUNK,
     SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams, spread_hop_blocks,
 };
+use std::mem::MaybeUninit;
+use std::sync::{Arc, OnceLock};
 
 /// How the hops of a spreading call are computed. Every choice gives the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,7 +49,7 @@ pub struct SpreadOutcome {
     /// The accumulated activation of every node (empty unless asked for, or on overflow).
     pub activation: Vec<f32>,
     /// The top `k` of the accumulated activation, when asked for (and no overflow).
-    pub top: Option<TopKResult>,
+    pub top: Option<crate::launch::TopKResult>,
     /// The first hop at which a value became infinite, if any.
     pub overflow: Option<u32>,
     /// How many hops ran in the sparse form.
@@ -54,6 +66,15 @@ const SPARSE_DIV: u64 = 16;
 const OUT_CHUNKS: usize = 4;
 /// Seeds are scanned in blocks of this many values (one vectorisable test per block for any nonzero value).
 const SEED_SCAN: usize = 64;
+/// From this many values on, the seeds are scanned (and a dense seed vector staged) in parallel parts of
+/// `PAR_PART` values, and each downloaded chunk of activations (from `PAR_MIN / OUT_CHUNKS` values on) is
+/// copied out in parallel pieces of `PAR_PART` values (rayon). Below it one thread is about as quick as
+/// waking others. (The full diff-test's 200,000-node graph takes the parallel paths.)
+const PAR_MIN: usize = 1 << 17;
+/// Values per parallel part (a multiple of `SEED_SCAN`; 128 KiB of f32).
+const PAR_PART: usize = 1 << 15;
+/// f32 values per 4 KiB page: the output's pages are touched once each before the copies.
+const PAGE_F32: usize = 1024;
 
 /// The per-call buffers of spreading over one graph.
 #[derive(Debug)]
@@ -79,8 +100,22 @@ pub(crate) struct SpreadScratch {
     out_host: Option<PinnedHostSlice<f32>>,
     /// One event per chunk of the activations' download, so the host copies a chunk while the next one crosses.
     out_fences: Vec<CudaEvent>,
+    /// The stream of the activations' download (it overlaps the top-k selection on the handle's stream).
+    copy: Arc<CudaStream>,
+    /// Recorded on the handle's stream after the last hop; the download waits for it.
+    hops_done: CudaEvent,
     /// The nonzero seeds' node ids (host, reused).
     seed_ids: Vec<u32>,
+}
+
+impl Drop for SpreadScratch {
+    fn drop(&mut self) {
+        // The download stream may still read `total` (a call that failed half-way): wait for it before the
+        // buffers are freed on the handle's stream, which does not wait for it.
+        if let Err(e) = stream_synchronize(&self.copy) {
+            tracing::warn!(error = %e, "recall: could not wait for the spreading download stream");
+        }
+    }
 }
 
 impl SpreadScratch {
@@ -104,9 +139,109 @@ impl SpreadScratch {
             out_fences: (0..OUT_CHUNKS)
                 .map(|_| new_fence(gpu.context()))
                 .collect::<Result<_, _>>()?,
+            copy: gpu.new_stream()?,
+            hops_done: new_fence(gpu.context())?,
             seed_ids: Vec::new(),
         })
     }
+}
+
+/// Push the positions (plus `base`) of the nonzero values of `values` onto `out`, ascending; `-0.0` is
+/// zero (`bits << 1` drops the sign). Positions fit u32 (the caller checks).
+fn push_nonzero(values: &[f32], base: usize, out: &mut Vec<u32>) {
+    for (c, block) in values.chunks(SEED_SCAN).enumerate() {
+        if block.iter().fold(0u32, |a, x| a | (x.to_bits() << 1)) == 0 {
+            continue;
+        }
+        for (i, &x) in block.iter().enumerate() {
+            if x != 0.0 {
+                out.push((base + c * SEED_SCAN + i) as u32);
+            }
+        }
+    }
+}
+
+/// Whether the host's share of a spreading call (the seed scan, a dense seed vector's staging, the copies of
+/// the downloaded activations) may run on rayon's threads, read once: `RECALL_SPREAD_HOST_THREADS=1` keeps
+/// it on the calling thread; otherwise it does where rayon has at least 4 threads (on fewer, waking the
+/// others costs about what it saves).
+fn host_parallel() -> bool {
+    static PARALLEL: OnceLock<bool> = OnceLock::new();
+    *PARALLEL.get_or_init(|| match std::env::var("RECALL_SPREAD_HOST_THREADS") {
+        Ok(v) if v.trim() == "1" => false,
+        _ => rayon::current_num_threads() >= 4,
+    })
+}
+
+/// The positions of the nonzero values of `values` (`-0.0` counts as zero), ascending, into `out` (cleared
+/// first): how spreading finds its seeds. From 2^17 values on, the scan runs in parallel parts (rayon;
+/// see `RECALL_SPREAD_HOST_THREADS` in `docs/tuning.md`).
+///
+/// ```
+/// let mut ids = Vec::new();
+/// recall_gpu_kernels::nonzero_positions(&[0.0, 2.0, -0.0, 0.5], &mut ids).unwrap();
+/// assert_eq!(ids, [1, 3]);
+/// ```
+///
+/// # Errors
+/// [`KernelError::Shape`] when `values` has more than 2^32 values (positions are u32).
+pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), KernelError> {
+    nonzero_positions_with(values, out, host_parallel())
+}
+
+/// [`nonzero_positions`], in parallel parts or not.
+fn nonzero_positions_with(
+    values: &[f32],
+    out: &mut Vec<u32>,
+    parallel: bool,
+) -> Result<(), KernelError> {
+    out.clear();
+    if values.len() > u32::MAX as usize + 1 {
+        return Err(shape(
+            "spread_hop",
+            format!("{} values have positions past u32", values.len()),
+        ));
+    }
+    if !parallel || values.len() < PAR_MIN {
+        push_nonzero(values, 0, out);
+        return Ok(());
+    }
+    let parts: Vec<Vec<u32>> = values
+        .par_chunks(PAR_PART)
+        .enumerate()
+        .map(|(p, part)| {
+            let mut ids = Vec::new();
+            push_nonzero(part, p * PAR_PART, &mut ids);
+            ids
+        })
+        .collect();
+    for part in &parts {
+        out.extend_from_slice(part);
+    }
+    Ok(())
+}
+
+/// Copy `src` into `dst` (the same length), in parallel pieces when asked and it is long.
+fn copy_out(dst: &mut [MaybeUninit<f32>], src: &[f32], parallel: bool) {
+    if !parallel || src.len() < PAR_MIN / OUT_CHUNKS {
+        dst.write_copy_of_slice(src);
+        return;
+    }
+    dst.par_chunks_mut(PAR_PART)
+        .zip(src.par_chunks(PAR_PART))
+        .for_each(|(d, s)| {
+            d.write_copy_of_slice(s);
+        });
+}
+
+/// A new vector with room for `n` values whose pages have all been written once (faulted in), so that the
+/// copies into it run at memory speed; made while the device is still busy.
+fn touched_vec(n: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(n);
+    for page in v.spare_capacity_mut()[..n].chunks_mut(PAGE_F32) {
+        page[0].write(0.0);
+    }
+    v
 }
 
 /// The exclusive prefix of the class sizes: where each class's list starts.
@@ -191,31 +326,22 @@ impl Kernels {
             shared_mem_bytes: 512,
         };
 
-        // Hop 0: the seeds, and what the host knows of the first frontier. `-0.0` is no seed (`+0.0` after
-        // `seed + 0.0`); `bits << 1` drops the sign.
-        s.seed_ids.clear();
-        for (c, block) in seeds.chunks(SEED_SCAN).enumerate() {
-            if block.iter().fold(0u32, |a, x| a | (x.to_bits() << 1)) == 0 {
-                continue;
-            }
-            for (i, &x) in block.iter().enumerate() {
-                if x != 0.0 {
-                    s.seed_ids.push((c * SEED_SCAN + i) as u32);
-                }
-            }
-        }
+        // Hop 0: the seeds, and what the host knows of the first frontier. The device zeroes its buffers
+        // while the host scans (a dense seed vector overwrites prev and total below). `-0.0` is no seed
+        // (`+0.0` after `seed + 0.0`).
+        gpu.zero(&mut s.flag)?;
+        gpu.zero(&mut s.counters)?;
+        gpu.zero(&mut s.prev)?;
+        gpu.zero(&mut s.total)?;
+        nonzero_positions(seeds, &mut s.seed_ids)?;
         let n_seeds = s.seed_ids.len();
         let mut edges: u64 = s
             .seed_ids
             .iter()
             .map(|&v| graph.out_ptr_host[v as usize + 1] - graph.out_ptr_host[v as usize])
             .sum();
-        gpu.zero(&mut s.flag)?;
-        gpu.zero(&mut s.counters)?;
         let pairs = n_seeds <= n / SEED_PAIRS_DIV;
         if pairs {
-            gpu.zero(&mut s.prev)?;
-            gpu.zero(&mut s.total)?;
             if n_seeds > 0 {
                 if s.pairs_host.is_none() {
                     s.pairs_host = Some(gpu.alloc_pinned(s.pairs.len())?);
@@ -249,8 +375,18 @@ impl Kernels {
                 return Err(shape(K, "seed staging missing"));
             };
             let host = gpu.pinned_write(host)?;
-            for (h, &x) in host.iter_mut().zip(seeds) {
-                *h = x + 0.0;
+            let stage = |h: &mut [f32], x: &[f32]| {
+                for (h, &x) in h.iter_mut().zip(x) {
+                    *h = x + 0.0;
+                }
+            };
+            if !host_parallel() || n < PAR_MIN {
+                stage(&mut host[..n], seeds);
+            } else {
+                host[..n]
+                    .par_chunks_mut(PAR_PART)
+                    .zip(seeds.par_chunks(PAR_PART))
+                    .for_each(|(h, x)| stage(h, x));
             }
             gpu.upload_into(&host[..n], &mut s.prev)?;
             gpu.copy_dtod(&s.prev, &mut s.total)?;
@@ -373,25 +509,53 @@ impl Kernels {
             std::mem::swap(&mut s.prev, &mut s.next);
         }
 
-        // The overflow flag, read after the wait below (or select_topk's).
+        let out = self.spread_tail(gpu, s, k, download, sparse_hops);
+        if out.is_err() {
+            // Leave no download running into the buffers (best effort: the first error is what is reported).
+            let _ = stream_synchronize(&s.copy);
+        }
+        out
+    }
+
+    /// After the last hop: the overflow flag, then (on the download stream) the activations, and the top-k
+    /// selection on the handle's stream, all queued before the host waits for anything; then the output
+    /// vector is made and filled chunk by chunk, and the call waits once for the flag and the selection. On
+    /// overflow the answers are dropped (the selection's keys order any bits, infinities and NaN included).
+    fn spread_tail(
+        &self,
+        gpu: &Gpu,
+        s: &mut SpreadScratch,
+        k: Option<usize>,
+        download: bool,
+        sparse_hops: u32,
+    ) -> Result<SpreadOutcome, KernelError> {
+        const K: &str = "spread_hop";
+        let n = s.total.len();
         let flag_at = SPREAD_COUNTERS;
         {
             let host = gpu.pinned_write(&mut s.small_host)?;
             gpu.download_prefix(&s.flag, &mut host[flag_at..flag_at + 1])?;
         }
-        gpu.synchronize()?;
-        let word = gpu.pinned_write(&mut s.small_host)?[flag_at];
-        let overflow = (word != 0).then_some(u32::MAX - word);
-        if overflow.is_some() {
-            return Ok(SpreadOutcome {
-                activation: Vec::new(),
-                top: None,
-                overflow,
-                sparse_hops,
-            });
+        let chunk = n.div_ceil(OUT_CHUNKS).max(1);
+        if download {
+            if s.out_host.is_none() {
+                s.out_host = Some(gpu.alloc_pinned_readback(n)?);
+            }
+            let Some(out) = s.out_host.as_mut() else {
+                return Err(shape(K, "readback buffer missing"));
+            };
+            record_event(&s.hops_done, gpu.stream())?;
+            stream_wait_event(&s.copy, &s.hops_done)?;
+            // The host reads `out` only after a chunk's fence; a copy still queued from an earlier, failed
+            // call runs before these on the same stream.
+            let host = gpu.pinned_write(out)?;
+            for (i, (part, fence)) in host[..n].chunks_mut(chunk).zip(&s.out_fences).enumerate() {
+                gpu.download_range_async_on(&s.copy, &s.total, i * chunk, part)?;
+                record_event(fence, &s.copy)?;
+            }
         }
-        let top = match k {
-            Some(k) => Some(self.select_topk(
+        let pending = match k {
+            Some(k) => Some(self.begin_topk(
                 gpu,
                 &s.total,
                 None,
@@ -405,29 +569,23 @@ impl Kernels {
             None => None,
         };
         let activation = if download {
-            if s.out_host.is_none() {
-                s.out_host = Some(gpu.alloc_pinned_readback(n)?);
-            }
-            let Some(out) = s.out_host.as_mut() else {
-                return Err(shape(K, "readback buffer missing"));
-            };
-            // The stream is idle (select_topk or the flag's read waited for it): the chunks cross one after
-            // the other while the host copies the ones that have arrived.
-            let host = gpu.pinned_write(out)?;
-            let chunk = n.div_ceil(OUT_CHUNKS);
-            let mut activation = Vec::with_capacity(n);
-            for (i, part) in host[..n].chunks_mut(chunk).enumerate() {
-                gpu.download_range_async(&s.total, i * chunk, part)?;
-                record_event(&s.out_fences[i], gpu.stream())?;
-            }
-            for (i, part) in host[..n].chunks(chunk).enumerate() {
-                event_synchronize(&s.out_fences[i])?;
-                activation.extend_from_slice(part);
-            }
-            activation
+            receive_chunks(gpu, s.out_host.as_mut(), &s.out_fences, n, chunk)?
         } else {
             Vec::new()
         };
+        // The one wait on the handle's stream: the flag and the selection.
+        gpu.synchronize()?;
+        let word = gpu.pinned_write(&mut s.small_host)?[flag_at];
+        let overflow = (word != 0).then_some(u32::MAX - word);
+        if overflow.is_some() {
+            return Ok(SpreadOutcome {
+                activation: Vec::new(),
+                top: None,
+                overflow,
+                sparse_hops,
+            });
+        }
+        let top = pending.map(|p| p.finish(gpu)).transpose()?;
         Ok(SpreadOutcome {
             activation,
             top,
@@ -437,9 +595,136 @@ impl Kernels {
     }
 }
 
+/// The activations, chunk by chunk as each one's download (queued with its fence in `fences`) completes,
+/// copied into a new vector made (pages touched) before the first wait.
+fn receive_chunks(
+    gpu: &Gpu,
+    out: Option<&mut PinnedHostSlice<f32>>,
+    fences: &[CudaEvent],
+    n: usize,
+    chunk: usize,
+) -> Result<Vec<f32>, KernelError> {
+    let Some(out) = out else {
+        return Err(shape("spread_hop", "readback buffer missing"));
+    };
+    let parallel = host_parallel();
+    let mut activation = touched_vec(n);
+    let dst = &mut activation.spare_capacity_mut()[..n];
+    let mut written = 0;
+    for (d, fence) in dst.chunks_mut(chunk).zip(fences) {
+        event_synchronize(fence)?;
+        // The chunk's download has completed; later chunks' copies write other parts of the buffer.
+        let host = gpu.pinned_write(out)?;
+        copy_out(d, &host[written..written + d.len()], parallel);
+        written += d.len();
+    }
+    if written != n {
+        return Err(shape(
+            "spread_hop",
+            "activation chunks do not cover the nodes",
+        ));
+    }
+    // SAFETY: the capacity is at least n (`touched_vec`), and the loop above wrote the first `written == n`
+    // values, chunk after chunk from position 0.
+    unsafe { activation.set_len(n) };
+    Ok(activation)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plain scan the fast one must match.
+    fn naive_nonzero(values: &[f32]) -> Vec<u32> {
+        (0..values.len() as u32)
+            .filter(|&i| values[i as usize] != 0.0)
+            .collect()
+    }
+
+    #[test]
+    fn nonzero_positions_match_the_plain_scan_serial_and_parallel() {
+        // Lengths below and above the parallel threshold, not multiples of the block or the part; nonzeros
+        // at both ends, at part boundaries, -0.0 (zero) and subnormals (nonzero) among them.
+        for n in [
+            0,
+            1,
+            63,
+            64,
+            65,
+            1000,
+            PAR_MIN - 1,
+            PAR_MIN,
+            PAR_MIN + PAR_PART + 17,
+        ] {
+            let mut v = vec![0.0f32; n];
+            let mut x = 0x9E37_79B9_u32;
+            for vi in v.iter_mut() {
+                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                *vi = match x >> 24 {
+                    0..=2 => 1.0,
+                    3 => -0.0,
+                    4 => f32::from_bits(1),
+                    _ => 0.0,
+                };
+            }
+            for i in [
+                0,
+                PAR_PART - 1,
+                PAR_PART,
+                2 * PAR_PART + 5,
+                n.saturating_sub(1),
+            ] {
+                if i < n {
+                    v[i] = 0.25;
+                }
+            }
+            for parallel in [false, true] {
+                let mut got = vec![7];
+                nonzero_positions_with(&v, &mut got, parallel).unwrap();
+                assert_eq!(got, naive_nonzero(&v), "n = {n}, parallel {parallel}");
+            }
+            let mut got = vec![7];
+            nonzero_positions(&v, &mut got).unwrap();
+            assert_eq!(got, naive_nonzero(&v), "n = {n}");
+        }
+        for parallel in [false, true] {
+            let mut got = vec![7];
+            nonzero_positions_with(&vec![-0.0f32; PAR_MIN + 3], &mut got, parallel).unwrap();
+            assert!(got.is_empty());
+        }
+    }
+
+    #[test]
+    fn copy_out_copies_every_value_serial_and_parallel() {
+        for n in [
+            0,
+            1,
+            PAR_MIN / OUT_CHUNKS - 1,
+            PAR_MIN / OUT_CHUNKS + PAR_PART + 3,
+        ] {
+            let src: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
+            for parallel in [false, true] {
+                let mut dst = touched_vec(n);
+                copy_out(&mut dst.spare_capacity_mut()[..n], &src, parallel);
+                // SAFETY: copy_out wrote all n values of the capacity (touched_vec reserves n).
+                unsafe { dst.set_len(n) };
+                assert_eq!(
+                    dst.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    src.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "n = {n}, parallel {parallel}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn touched_vec_reserves_without_length() {
+        for n in [0, 1, PAGE_F32, PAGE_F32 + 1, 3 * PAGE_F32 - 1] {
+            let v = touched_vec(n);
+            assert!(v.is_empty());
+            assert!(v.capacity() >= n);
+        }
+    }
 
     #[test]
     fn class_offsets_are_the_exclusive_prefix() {

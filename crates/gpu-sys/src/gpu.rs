@@ -255,6 +255,19 @@ impl Gpu {
         offset: usize,
         dst: &mut [T],
     ) -> Result<(), GpuError> {
+        self.download_range_async_on(&self.stream, src, offset, dst)
+    }
+
+    /// [`Gpu::download_range_async`] queued on `stream` (one of this handle's context, e.g. from
+    /// [`Gpu::new_stream`]) instead of the handle's stream: the copy is ordered only by `stream`, so make it
+    /// wait (an event) for the work that writes `src`, and keep `src` alive until the copy has finished.
+    pub fn download_range_async_on<T: DeviceRepr>(
+        &self,
+        stream: &Arc<CudaStream>,
+        src: &CudaSlice<T>,
+        offset: usize,
+        dst: &mut [T],
+    ) -> Result<(), GpuError> {
         let end = offset.checked_add(dst.len()).filter(|&e| e <= src.len());
         let Some(end) = end else {
             return Err(GpuError::Driver {
@@ -268,7 +281,7 @@ impl Gpu {
             });
         };
         guard("cuMemcpyDtoHAsync", || {
-            self.stream
+            stream
                 .memcpy_dtoh(&src.slice(offset..end), dst)
                 .gpu("cuMemcpyDtoHAsync")
         })

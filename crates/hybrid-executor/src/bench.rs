@@ -1024,7 +1024,9 @@ mod gpu_graph {
         let mut dense = Vec::new();
         let mut dense1 = Vec::new();
         let mut dense5 = Vec::new();
-        let (mut top_only, mut download_only) = (Vec::new(), Vec::new());
+        let (mut top_only, mut download_only, mut both) = (Vec::new(), Vec::new(), Vec::new());
+        let mut scan = Vec::new();
+        let mut ids = Vec::new();
         for _ in 0..iters.max(1) {
             let t = Instant::now();
             run(1, false, Frontier::Auto)?;
@@ -1047,6 +1049,12 @@ mod gpu_graph {
             let t = Instant::now();
             run_parts(1, false, true, Frontier::Dense)?;
             download_only.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run_parts(1, true, true, Frontier::Dense)?;
+            both.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            recall_gpu_kernels::nonzero_positions(seeds, &mut ids).map_err(err)?;
+            scan.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let dense1 = median(dense1);
         Ok(SpreadTimes {
@@ -1057,6 +1065,8 @@ mod gpu_graph {
             dense1_ms: dense1,
             top_ms: median(top_only) - dense1,
             download_ms: median(download_only) - dense1,
+            top_download_ms: median(both) - dense1,
+            seed_scan_ms: median(scan),
         })
     }
 
@@ -1161,6 +1171,12 @@ pub struct SpreadTimes {
     pub top_ms: f64,
     /// What the activation download adds to `dense1_ms`.
     pub download_ms: f64,
+    /// What the top-k and the download together add to `dense1_ms` (they overlap: the download runs on a
+    /// second stream while the selection runs, and the host copies chunks meanwhile).
+    pub top_download_ms: f64,
+    /// The host's scan of the dense seed vector for its nonzero values (part of `dense1_ms`, before any
+    /// hop is queued; the device zeroes its buffers meanwhile).
+    pub seed_scan_ms: f64,
 }
 
 /// GPU clip-and-noise with the data resident: median ms of the two kernels (row norms, clip_noise).

@@ -1137,11 +1137,13 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
     );
     let _ = writeln!(
         r,
-        "| recall GPU: parts of a call: 1 dense hop with seeds in and the wait / + top-{} / + activation download | {:.1} / +{:.1} / +{:.1} us | |",
+        "| recall GPU: parts of a call: 1 dense hop with seeds in and the wait / + top-{} / + activation download / + both (overlapped) | {:.1} / +{:.1} / +{:.1} / +{:.1} us | host seed scan {:.1} us of the first |",
         a.k,
         times.dense1_ms * 1e3,
         times.top_ms * 1e3,
-        times.download_ms * 1e3
+        times.download_ms * 1e3,
+        times.top_download_ms * 1e3,
+        times.seed_scan_ms * 1e3
     );
     peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
         if let Some(ms) = p.num("hop_ms") {
