@@ -96,12 +96,10 @@ pub struct BenchArgs {
     /// answer read back).
     #[arg(long, default_value = "/tmp/recall-bench-candidates")]
     data_dir: String,
-    /// break-even: the sweep's step between sizes (a factor).
-    #[arg(long, default_value_t = 1.19)]
-    step: f64,
-    /// break-even: calls per size and device in the sweep (the best is kept).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    /// break-even: timed calls per size and device, for calibration and the sweep alike (the best is
+    /// kept; more where the two devices are within noise); default: what the production calibration uses.
+    #[arg(long)]
+    reps: Option<usize>,
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
@@ -170,7 +168,7 @@ pub(crate) mod serde_free {
 pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     if a.op == "break-even" {
-        let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.step, a.reps, &command)?;
+        let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.reps, &command)?;
         emit(&r, &a.out)?;
         return Ok(code);
     }
