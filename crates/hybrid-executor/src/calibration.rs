@@ -159,6 +159,10 @@ pub const LADDER_EVERY: usize = 8;
 /// many times `reps` per device in all.
 pub const TIE_REPS_FACTOR: usize = 8;
 
+/// The extra calls at a size within noise stop once they have taken this many seconds (measured), so
+/// that a tie between slow calls keeps calibration short.
+pub const TIE_BUDGET_S: f64 = 0.25;
+
 /// The smallest relative run-to-run spread a [`Point`] assumes (timings of identical calls are never
 /// closer than this in practice).
 pub const NOISE_FLOOR: f64 = 0.02;
@@ -227,7 +231,7 @@ pub type Measure<'a> = dyn FnMut(Device, u64) -> Result<Duration, BackendError> 
 /// device (module load, a resident upload, caches), then `reps` rounds of one CPU and one GPU call
 /// (interleaved, so that a drift of the host touches both), the best of each device kept. When the two
 /// bests are within noise of each other ([`Point::within_noise`]), it takes `TIE_REPS_FACTOR - 1` times as
-/// many rounds again and keeps the best of all.
+/// many rounds again (fewer once they have taken [`TIE_BUDGET_S`]) and keeps the best of all.
 pub fn measure_point(
     measure: &mut Measure<'_>,
     gpu: Device,
@@ -242,8 +246,14 @@ pub fn measure_point(
     rounds(measure, gpu, work, reps, &mut cpu, &mut gpu_t)?;
     let mut p = summarize(work, &mut cpu, &mut gpu_t);
     if p.within_noise() && TIE_REPS_FACTOR > 1 {
-        let more = reps * (TIE_REPS_FACTOR - 1);
-        rounds(measure, gpu, work, more, &mut cpu, &mut gpu_t)?;
+        let mut spent = 0.0;
+        for _ in 0..reps * (TIE_REPS_FACTOR - 1) {
+            if spent >= TIE_BUDGET_S {
+                break;
+            }
+            rounds(measure, gpu, work, 1, &mut cpu, &mut gpu_t)?;
+            spent += cpu[cpu.len() - 1] + gpu_t[gpu_t.len() - 1];
+        }
         p = summarize(work, &mut cpu, &mut gpu_t);
     }
     Ok(p)

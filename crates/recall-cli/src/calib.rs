@@ -5,7 +5,7 @@ use crate::util::{COMMIT, cpu_model, grouped, utc_date};
 use recall::diagnostics::bench::cpu_spread_figures;
 use recall::executor::OpKind;
 use recall::executor::calibration::{
-    BreakEvenCheck, CalibrationConfig, GRID_STEP, LADDER_EVERY, NOISE_FLOOR, Point,
+    BreakEvenCheck, CalibrationConfig, GRID_STEP, LADDER_EVERY, NOISE_FLOOR, Point, TIE_BUDGET_S,
     TIE_REPS_FACTOR, check_break_even,
 };
 use recall::{Engine, GpuStatus, SpreadGraph, SpreadParams};
@@ -55,11 +55,12 @@ pub fn break_even(
     let _ = writeln!(r, "- command: `{command}`");
     let _ = writeln!(
         r,
-        "- grid: work sizes {}..{} every x{GRID_STEP} (capped per op at what its probe can run); every size timed the same way: one warm-up call per device, then {} interleaved CPU and GPU calls, the best of each kept, {}x as many where the two bests are within noise (within twice the larger device's (median - best) / best, at least {:.0} %); the production calibration uses {}",
+        "- grid: work sizes {}..{} every x{GRID_STEP} (capped per op at what its probe can run); every size timed the same way: one warm-up call per device, then {} interleaved CPU and GPU calls, the best of each kept, {}x as many (at most {} s more) where the two bests are within noise (within twice the larger device's (median - best) / best, at least {:.0} %); the production calibration uses {}",
         grouped(cfg.min_work),
         grouped(cfg.max_work),
         cfg.reps,
         TIE_REPS_FACTOR,
+        TIE_BUDGET_S,
         NOISE_FLOOR * 100.0,
         production.reps
     );
