@@ -16,8 +16,8 @@ pub struct BenchArgs {
     /// single-query load over a
     /// corpus sharded on every GPU against GPU 0 alone), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
     /// break-even sizes, written to a report directory (`--out`, default `bench-report`); `break-even`:
-    /// the executor's calibrated break-even size of every op (or `--ops`) against a fine sweep of the same
-    /// calls (`--step`, `--reps`); `cpu-spread`: CPU spreading (`--nodes`, `--edges`, `--hops`) against the
+    /// the executor's calibrated break-even size of every op (or `--ops`) against a sweep of every grid size
+    /// (x1.19) of the same calls, timed and read the same way (`--reps`); `cpu-spread`: CPU spreading (`--nodes`, `--edges`, `--hops`) against the
     /// memory bandwidth measured in the same run.
     #[arg(default_value = "cosine")]
     op: String,
