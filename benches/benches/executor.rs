@@ -252,7 +252,7 @@ fn batching_throughput(c: &mut Criterion) {
     }
 }
 
-/// With a GPU: every op's calibrated break-even against a fine sweep (x1.19 apart) of the same probe
+/// With a GPU: every op's calibrated break-even against a sweep of every grid size (x1.19 apart) of the same probe
 /// (`recall bench break-even` prints the same table from the release CLI).
 fn crossover_check(_: &mut Criterion) {
     let exec = match Executor::new(ExecutorConfig {
@@ -270,12 +270,14 @@ fn crossover_check(_: &mut Criterion) {
     };
     let cfg = calibration::CalibrationConfig::default();
     for op in OpKind::ALL {
-        match calibration::check_break_even(op, &CpuBackend, gpu, &cfg, 1.19, 5) {
+        match calibration::check_break_even(op, &CpuBackend, gpu, &cfg) {
             Ok(c) => eprintln!(
-                "crossover check {op}: calibrated break-even {} vs swept {:?} (ratio {:?})",
+                "crossover check {op}: calibrated break-even {} vs swept {:?} (ratio {:?}; within noise {:?}; calibration {:.2} s)",
                 c.calibrated,
                 c.swept,
-                c.ratio()
+                c.ratio(),
+                c.tie_band(),
+                c.calibration_s
             ),
             Err(e) => eprintln!("crossover check {op}: {e}"),
         }

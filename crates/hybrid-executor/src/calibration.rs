@@ -1,9 +1,21 @@
 //! Break-even sizes: where the GPU starts to pay for an op, measured by a short calibration on first use,
 //! cached per device on disk, overridable, and adjusted by live throughput.
 //!
-//! Calibration times the op on both devices over a ladder of sizes (x4 apart), takes the bracket where
-//! the GPU becomes and stays faster, narrows it by geometric bisection, and interpolates the crossover in
-//! log-size. It also fits `time = fixed + work * per_work` per device (least squares on relative error):
+//! One definition and one statistic, shared by calibration and the check's sweep (`recall bench
+//! break-even`), so that the two are measurements of one quantity:
+//! - sizes lie on one geometric [`grid`] (`min_work * 1.19^i`);
+//! - a size is timed by [`measure_point`]: a warm-up call per device, then interleaved CPU and GPU calls,
+//!   the best of `reps` per device kept, and `TIE_REPS_FACTOR` times as many where the two are within
+//!   noise of each other (the run-to-run spread of the repetitions);
+//! - the crossover ([`crossover`]) is the smallest measured size from which the GPU is at least as fast
+//!   at every measured size above it (`u64::MAX` / `None`: it loses at the largest).
+//!
+//! Calibration measures every [`LADDER_EVERY`]-th grid size (a x4 ladder), then every grid size of the
+//! ladder gap after the last size where the GPU lost, and of any gap above it with an end within noise;
+//! gaps whose ends are both clear GPU wins are assumed won throughout (the one place it can differ from
+//! the sweep, which measures every grid size). Its result is therefore a grid size, as the sweep's is, and
+//! the two agree exactly when every decision near the crossover is outside noise. It also fits
+//! `time = fixed + work * per_work` per device (least squares on relative error) through the points:
 //! the executor compares live timings with these models (moving averages of observed / predicted) and
 //! moves the break-even size when one device gets slower or faster than it was at calibration.
 //!
@@ -109,6 +121,7 @@ pub fn model_crossover(cpu: &LinearModel, gpu: &LinearModel) -> Option<f64> {
 pub struct Calibration {
     pub op: OpKind,
     /// Calls of at least this much work go to the GPU (`u64::MAX`: the GPU never paid in the range).
+    /// A size of the [`grid`]: the smallest from which the GPU stayed at least as fast ([`crossover`]).
     pub break_even: u64,
     pub cpu: LinearModel,
     pub gpu: LinearModel,
@@ -117,14 +130,13 @@ pub struct Calibration {
 /// How long and how wide calibration measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CalibrationConfig {
-    /// Smallest work measured.
+    /// Smallest work measured (the [`grid`] starts here).
     pub min_work: u64,
-    /// Largest work measured.
+    /// Largest work measured (the [`grid`] ends at or below it).
     pub max_work: u64,
-    /// Timings per size per device (the median is kept).
+    /// Timings per size per device (the best is kept, [`measure_point`]); a size where the devices are
+    /// within noise of each other gets [`TIE_REPS_FACTOR`] times as many.
     pub reps: usize,
-    /// Bisection steps inside the bracket (each halves its log-width).
-    pub refine_steps: usize,
 }
 
 impl Default for CalibrationConfig {
@@ -132,27 +144,174 @@ impl Default for CalibrationConfig {
         CalibrationConfig {
             min_work: 1 << 12,
             max_work: 1 << 28,
-            reps: 3,
-            refine_steps: 4,
+            reps: 5,
         }
+    }
+}
+
+/// The factor between neighbouring sizes of the [`grid`] on which break-even sizes are measured.
+pub const GRID_STEP: f64 = 1.19;
+
+/// Calibration's ladder: every this many [`grid`] sizes (`1.19^8` is about 4.02).
+pub const LADDER_EVERY: usize = 8;
+
+/// A size at which the two devices are within noise of each other ([`Point::within_noise`]) is timed this
+/// many times `reps` per device in all.
+pub const TIE_REPS_FACTOR: usize = 8;
+
+/// The extra calls at a size within noise stop once they have taken this many seconds (measured), so
+/// that a tie between slow calls keeps calibration short.
+pub const TIE_BUDGET_S: f64 = 0.25;
+
+/// The smallest relative run-to-run spread a [`Point`] assumes (timings of identical calls are never
+/// closer than this in practice).
+pub const NOISE_FLOOR: f64 = 0.02;
+
+/// The sizes break-even measurements use: `min_work * GRID_STEP^i`, rounded, up to `max_work` (at least
+/// `min_work`, repeated sizes dropped). Calibration and the check's sweep both measure on it, so that
+/// both report one of its sizes.
+pub fn grid(min_work: u64, max_work: u64) -> Vec<u64> {
+    let min = min_work.max(1);
+    let max = max_work.max(min);
+    let mut sizes = vec![min];
+    for i in 1..i32::MAX {
+        let x = (min as f64 * GRID_STEP.powi(i)).round();
+        if x > max as f64 {
+            break;
+        }
+        let w = x as u64;
+        if w > max {
+            break;
+        }
+        if sizes.last() != Some(&w) {
+            sizes.push(w);
+        }
+    }
+    sizes
+}
+
+/// Both devices timed at one size: the best of the repetitions per device, and how noisy they were.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// The work size.
+    pub work: u64,
+    /// Best CPU time, seconds.
+    pub cpu_s: f64,
+    /// Best GPU time, seconds.
+    pub gpu_s: f64,
+    /// Relative run-to-run spread: the larger of the two devices' `(median - best) / best`, at least
+    /// [`NOISE_FLOOR`].
+    pub noise: f64,
+    /// Timings taken per device (after one warm-up call each).
+    pub reps: usize,
+}
+
+impl Point {
+    /// The GPU was at least as fast as the CPU (best against best).
+    pub fn gpu_wins(&self) -> bool {
+        self.gpu_s <= self.cpu_s
+    }
+
+    /// The two best times differ by no more than twice the spread of the repetitions ([`Point::noise`]):
+    /// at this size, which device wins is within noise (two measurements may disagree).
+    pub fn within_noise(&self) -> bool {
+        log_ratio(self.gpu_s, self.cpu_s).abs() <= (2.0 * self.noise).ln_1p()
+    }
+
+    /// `gpu / cpu` time.
+    pub fn ratio(&self) -> f64 {
+        self.gpu_s.max(1e-12) / self.cpu_s.max(1e-12)
     }
 }
 
 /// Time one op on a device at a given size.
 pub type Measure<'a> = dyn FnMut(Device, u64) -> Result<Duration, BackendError> + 'a;
 
-fn median_secs(
+/// Time `work` on both devices, the one statistic every break-even measurement uses: one warm-up call per
+/// device (module load, a resident upload, caches), then `reps` rounds of one CPU and one GPU call
+/// (interleaved, so that a drift of the host touches both), the best of each device kept. When the two
+/// bests are within noise of each other ([`Point::within_noise`]), it takes `TIE_REPS_FACTOR - 1` times as
+/// many rounds again (fewer once they have taken [`TIE_BUDGET_S`]) and keeps the best of all.
+pub fn measure_point(
     measure: &mut Measure<'_>,
-    device: Device,
+    gpu: Device,
     work: u64,
     reps: usize,
-) -> Result<f64, BackendError> {
-    let mut xs = Vec::with_capacity(reps.max(1));
-    for _ in 0..reps.max(1) {
-        xs.push(measure(device, work)?.as_secs_f64());
+) -> Result<Point, BackendError> {
+    let reps = reps.max(1);
+    measure(Device::Cpu, work)?;
+    measure(gpu, work)?;
+    let mut cpu = Vec::with_capacity(reps * TIE_REPS_FACTOR);
+    let mut gpu_t = Vec::with_capacity(reps * TIE_REPS_FACTOR);
+    rounds(measure, gpu, work, reps, &mut cpu, &mut gpu_t)?;
+    let mut p = summarize(work, &mut cpu, &mut gpu_t);
+    if p.within_noise() && TIE_REPS_FACTOR > 1 {
+        let mut spent = 0.0;
+        for _ in 0..reps * (TIE_REPS_FACTOR - 1) {
+            if spent >= TIE_BUDGET_S {
+                break;
+            }
+            rounds(measure, gpu, work, 1, &mut cpu, &mut gpu_t)?;
+            spent += cpu[cpu.len() - 1] + gpu_t[gpu_t.len() - 1];
+        }
+        p = summarize(work, &mut cpu, &mut gpu_t);
     }
-    xs.sort_by(f64::total_cmp);
-    Ok(xs[xs.len() / 2])
+    Ok(p)
+}
+
+/// `n` rounds of one CPU call and one GPU call at `work`, seconds appended to `cpu` and `gpu_t`.
+fn rounds(
+    measure: &mut Measure<'_>,
+    gpu: Device,
+    work: u64,
+    n: usize,
+    cpu: &mut Vec<f64>,
+    gpu_t: &mut Vec<f64>,
+) -> Result<(), BackendError> {
+    for _ in 0..n {
+        cpu.push(measure(Device::Cpu, work)?.as_secs_f64());
+        gpu_t.push(measure(gpu, work)?.as_secs_f64());
+    }
+    Ok(())
+}
+
+fn summarize(work: u64, cpu: &mut [f64], gpu: &mut [f64]) -> Point {
+    let spread = |xs: &mut [f64]| -> (f64, f64) {
+        xs.sort_by(f64::total_cmp);
+        let (best, median) = (xs[0], xs[xs.len() / 2]);
+        (best, (median - best) / best.max(1e-12))
+    };
+    let (cpu_s, cn) = spread(cpu);
+    let (gpu_s, gn) = spread(gpu);
+    Point {
+        work,
+        cpu_s,
+        gpu_s,
+        noise: cn.max(gn).max(NOISE_FLOOR),
+        reps: cpu.len(),
+    }
+}
+
+/// The one definition of the crossover that calibration and the check's sweep share: among `points`
+/// (sorted by work, on the [`grid`]), the smallest work from which the GPU is at least as fast at every
+/// measured size ([`Point::gpu_wins`]); `None` when it loses at the largest (or there are no points).
+pub fn crossover(points: &[Point]) -> Option<u64> {
+    match points.iter().rposition(|p| !p.gpu_wins()) {
+        None => points.first().map(|p| p.work),
+        Some(i) => points.get(i + 1).map(|p| p.work),
+    }
+}
+
+/// The sizes at which the two devices are within noise of each other: `(smallest, largest, how many)`
+/// of `points` with [`Point::within_noise`] (`None`: at none). A wide band is a flat crossover, where
+/// which device runs matters little and the crossover point itself moves with noise.
+pub fn tie_band(points: &[Point]) -> Option<(u64, u64, usize)> {
+    let ties: Vec<u64> = points
+        .iter()
+        .filter(|p| p.within_noise())
+        .map(|p| p.work)
+        .collect();
+    Some((*ties.iter().min()?, *ties.iter().max()?, ties.len()))
 }
 
 /// Calibrate `op`: see the module doc. `measure` runs the op once at a work size on `Device::Cpu` or
@@ -163,71 +322,95 @@ pub fn calibrate(
     config: &CalibrationConfig,
     measure: &mut Measure<'_>,
 ) -> Result<Calibration, BackendError> {
-    let min = config.min_work.max(1);
-    let max = config.max_work.max(min);
-    let mut sizes = Vec::new();
-    let mut w = min;
-    while w <= max {
-        sizes.push(w);
-        w = match w.checked_mul(4) {
-            Some(n) => n,
-            None => break,
-        };
+    calibrate_points(op, gpu, config, measure, &|w| w).map(|(c, _)| c)
+}
+
+/// The work a call asked for a size does (`|w| w` when exact; [`Probe::work_of`] for a probe): what a
+/// [`Point`] records and a break-even size reports. Non-decreasing.
+pub type WorkOf<'a> = dyn Fn(u64) -> u64 + 'a;
+
+/// [`calibrate`], also returning every point it measured (sorted by work), each point's work given by
+/// `work_of`.
+pub fn calibrate_points(
+    op: OpKind,
+    gpu: Device,
+    config: &CalibrationConfig,
+    measure: &mut Measure<'_>,
+    work_of: &WorkOf<'_>,
+) -> Result<(Calibration, Vec<Point>), BackendError> {
+    let sizes = grid(config.min_work, config.max_work);
+    let top = sizes.len() - 1;
+    let mut ladder: Vec<usize> = (0..=top).step_by(LADDER_EVERY.max(1)).collect();
+    if ladder.last() != Some(&top) {
+        ladder.push(top);
     }
-    // Warm up both devices (module load, first touch, thread pools).
-    measure(Device::Cpu, min)?;
-    measure(gpu, min)?;
-    let reps = config.reps;
-    let mut cpu_pts = Vec::new();
-    let mut gpu_pts = Vec::new();
-    // ln(t_gpu / t_cpu) per size: negative where the GPU wins.
-    let mut diffs = Vec::new();
-    for &w in &sizes {
-        let tc = median_secs(measure, Device::Cpu, w, reps)?;
-        let tg = median_secs(measure, gpu, w, reps)?;
-        cpu_pts.push((w, tc));
-        gpu_pts.push((w, tg));
-        diffs.push(log_ratio(tg, tc));
-    }
-    let cpu_model = LinearModel::fit(&cpu_pts);
-    let gpu_model = LinearModel::fit(&gpu_pts);
-    // The GPU must win from the bracket on: the last size where it lost.
-    let break_even = match diffs.iter().rposition(|d| *d > 0.0) {
-        None => sizes[0],
-        Some(i) if i + 1 == sizes.len() => u64::MAX,
-        Some(i) => {
-            let (mut lo, mut hi) = (sizes[i], sizes[i + 1]);
-            let (mut dlo, mut dhi) = (diffs[i], diffs[i + 1]);
-            for _ in 0..config.refine_steps {
-                let mid = ((lo as f64) * (hi as f64)).sqrt().round() as u64;
-                if mid <= lo || mid >= hi {
-                    break;
-                }
-                let d = log_ratio(
-                    median_secs(measure, gpu, mid, reps)?,
-                    median_secs(measure, Device::Cpu, mid, reps)?,
-                );
-                if d > 0.0 {
-                    (lo, dlo) = (mid, d);
-                } else {
-                    (hi, dhi) = (mid, d);
-                }
-            }
-            // Interpolate the sign change of the log-ratio in log-size.
-            let frac = if dlo - dhi > 0.0 {
-                dlo / (dlo - dhi)
-            } else {
-                0.5
-            };
-            let (llo, lhi) = ((lo as f64).ln(), (hi as f64).ln());
-            (llo + (lhi - llo) * frac).exp().round() as u64
-        }
+    let mut at = |i: usize| -> Result<Point, BackendError> {
+        let p = measure_point(measure, gpu, sizes[i], config.reps)?;
+        Ok(Point {
+            work: work_of(p.work),
+            ..p
+        })
     };
-    Ok(Calibration {
+    let mut pts = std::collections::BTreeMap::new();
+    for &i in &ladder {
+        pts.insert(i, at(i)?);
+    }
+    let clear_win = |p: &Point| p.gpu_wins() && !p.within_noise();
+    // Only sizes above the last ladder size where the GPU lost can hold the crossover. Scan every grid
+    // size of a ladder gap there unless both its ends are clear GPU wins (the first gap after the loss
+    // always: the crossover is in it unless the GPU loses again further up).
+    let first_gap = ladder.iter().rposition(|i| !pts[i].gpu_wins()).unwrap_or(0);
+    for g in first_gap..ladder.len().saturating_sub(1) {
+        let (a, b) = (ladder[g], ladder[g + 1]);
+        if clear_win(&pts[&a]) && clear_win(&pts[&b]) {
+            continue;
+        }
+        for i in a + 1..b {
+            pts.insert(i, at(i)?);
+        }
+    }
+    let points: Vec<Point> = pts.into_values().collect();
+    let cpu_pts: Vec<(u64, f64)> = points.iter().map(|p| (p.work, p.cpu_s)).collect();
+    let gpu_pts: Vec<(u64, f64)> = points.iter().map(|p| (p.work, p.gpu_s)).collect();
+    let cal = Calibration {
         op,
-        break_even,
-        cpu: cpu_model,
-        gpu: gpu_model,
+        break_even: crossover(&points).unwrap_or(u64::MAX),
+        cpu: LinearModel::fit(&cpu_pts),
+        gpu: LinearModel::fit(&gpu_pts),
+    };
+    Ok((cal, points))
+}
+
+/// What the check's fine sweep measured: every [`grid`] size, and their [`crossover`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    /// Every grid size, in order.
+    pub points: Vec<Point>,
+    /// [`crossover`] of `points`.
+    pub crossover: Option<u64>,
+}
+
+/// Time every [`grid`] size of `config` with [`measure_point`] (the same statistic as calibration) and
+/// take the [`crossover`] (the same definition); each point's work given by `work_of`.
+pub fn sweep(
+    gpu: Device,
+    config: &CalibrationConfig,
+    measure: &mut Measure<'_>,
+    work_of: &WorkOf<'_>,
+) -> Result<Sweep, BackendError> {
+    let points = grid(config.min_work, config.max_work)
+        .into_iter()
+        .map(|w| {
+            let p = measure_point(measure, gpu, w, config.reps)?;
+            Ok(Point {
+                work: work_of(w),
+                ..p
+            })
+        })
+        .collect::<Result<Vec<_>, BackendError>>()?;
+    Ok(Sweep {
+        crossover: crossover(&points),
+        points,
     })
 }
 
@@ -336,6 +519,31 @@ impl Probe {
             OpKind::ScoreCandidates => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM / 4) as u64,
             OpKind::KMeans => values / ps::KM_DIM as u64 * (ps::KM_DIM * ps::KM_CLUSTERS) as u64,
             _ => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM) as u64,
+        }
+    }
+
+    /// The work a probe call of `op` asked for `work` does: whole rows, nodes and points, within what the
+    /// probe holds (calibration records this, not the size asked for, so a break-even size is a real
+    /// call's work).
+    pub fn work_of(&self, op: OpKind, work: u64) -> u64 {
+        let (q, d) = (ps::QUERIES as u64, ps::DIM as u64);
+        let max_rows = (self.values().len() / ps::DIM) as u64;
+        match op {
+            OpKind::Spread | OpKind::SpreadResident => {
+                let per_node = (ps::EDGES_PER_NODE * ps::HOPS) as u64;
+                (work / per_node).clamp(16, 1 << 24) * per_node
+            }
+            OpKind::ScoreCandidates => {
+                let rows = (work / (q * d / 4)).clamp(ps::K as u64, max_rows.max(ps::K as u64));
+                q * ps::candidates(rows as usize) as u64 * d
+            }
+            OpKind::KMeans => {
+                let per_point = (ps::KM_DIM * ps::KM_CLUSTERS) as u64;
+                let max_points = (self.values().len() / ps::KM_DIM) as u64;
+                (work / per_point).clamp(ps::KM_CLUSTERS as u64, max_points) * per_point
+            }
+            OpKind::ClipAndNoise => (work / d).clamp(1, max_rows) * d,
+            _ => q * dense_rows(work).min(max_rows) * d,
         }
     }
 
@@ -516,31 +724,53 @@ pub fn calibrate_with_probe(
     config: &CalibrationConfig,
     clock: &dyn crate::Clock,
 ) -> Result<Calibration, BackendError> {
-    let config = CalibrationConfig {
+    let config = probe_config(op, probe, config);
+    let mut measure = probe_measure(op, probe, cpu, gpu, clock);
+    let work_of = |w| probe.work_of(op, w);
+    calibrate_points(op, gpu.device(), &config, &mut measure, &work_of).map(|(c, _)| c)
+}
+
+/// `config` with its largest size capped at what `probe` can run for `op`.
+fn probe_config(op: OpKind, probe: &Probe, config: &CalibrationConfig) -> CalibrationConfig {
+    CalibrationConfig {
         max_work: config.max_work.min(probe.max_work(op)),
         ..*config
-    };
-    let gpu_device = gpu.device();
-    let mut measure = |d: Device, work: u64| -> Result<Duration, BackendError> {
+    }
+}
+
+/// One timed probe call of `op` on `cpu` or `gpu`, its inputs prepared outside the measurement.
+fn probe_measure<'a>(
+    op: OpKind,
+    probe: &'a Probe,
+    cpu: &'a dyn Backend,
+    gpu: &'a dyn Backend,
+    clock: &'a dyn crate::Clock,
+) -> impl FnMut(Device, u64) -> Result<Duration, BackendError> + 'a {
+    move |d: Device, work: u64| -> Result<Duration, BackendError> {
         let b = if d == Device::Cpu { cpu } else { gpu };
         probe.prepare(op, work)?;
         let t0 = clock.now();
         probe.run(op, b, work)?;
         Ok(clock.now().saturating_sub(t0))
-    };
-    calibrate(op, gpu_device, &config, &mut measure)
+    }
 }
 
-/// Calibration's break-even against the crossover of a fine sweep of the same probe (`step` apart,
-/// best of `reps` calls per size and device): what `recall bench break-even` prints per op.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Calibration's break-even against the crossover of a sweep of every [`grid`] size of the same probe,
+/// both with [`measure_point`] and [`crossover`]: what `recall bench break-even` prints per op.
+#[derive(Debug, Clone, PartialEq)]
 pub struct BreakEvenCheck {
     pub op: OpKind,
     /// What calibration found (`u64::MAX`: the GPU never paid in its range).
     pub calibrated: u64,
-    /// The smallest swept size from which the GPU stayed faster (`None`: it never did).
+    /// The points calibration measured (sorted by work).
+    pub calibration_points: Vec<Point>,
+    /// How long calibration took, seconds.
+    pub calibration_s: f64,
+    /// The smallest swept size from which the GPU stayed at least as fast (`None`: it never did).
     pub swept: Option<u64>,
-    /// The sizes swept.
+    /// Every swept point.
+    pub sweep_points: Vec<Point>,
+    /// The smallest and largest size swept.
     pub range: (u64, u64),
 }
 
@@ -554,51 +784,74 @@ impl BreakEvenCheck {
             _ => None,
         }
     }
+
+    /// Issue 7's test: the calibrated break-even within 20 % of the swept crossover, or both saying the
+    /// GPU never pays in the range.
+    pub fn within_20_percent(&self) -> bool {
+        match (self.ratio(), self.swept) {
+            (Some(x), _) => (0.8..=1.2).contains(&x),
+            (None, None) => self.calibrated == u64::MAX,
+            _ => false,
+        }
+    }
+
+    /// [`tie_band`] of the sweep: where the two devices are within noise of each other.
+    pub fn tie_band(&self) -> Option<(u64, u64, usize)> {
+        tie_band(&self.sweep_points)
+    }
 }
 
-/// Calibrate `op` (as the executor does) and sweep the same probe finely: see [`BreakEvenCheck`].
+/// Calibrate with `calibration` timings and sweep with `swept` timings (two measurements of the same
+/// calls): see [`BreakEvenCheck`]. [`check_break_even`] runs it on a probe; tests on synthetic timings.
+pub fn check_with(
+    op: OpKind,
+    gpu: Device,
+    config: &CalibrationConfig,
+    calibration: &mut Measure<'_>,
+    swept: &mut Measure<'_>,
+    work_of: &WorkOf<'_>,
+) -> Result<BreakEvenCheck, BackendError> {
+    let t0 = std::time::Instant::now();
+    let (cal, calibration_points) = calibrate_points(op, gpu, config, calibration, work_of)?;
+    let calibration_s = t0.elapsed().as_secs_f64();
+    let sweep = sweep(gpu, config, swept, work_of)?;
+    let sizes: Vec<u64> = grid(config.min_work, config.max_work)
+        .into_iter()
+        .map(work_of)
+        .collect();
+    Ok(BreakEvenCheck {
+        op,
+        calibrated: cal.break_even,
+        calibration_points,
+        calibration_s,
+        swept: sweep.crossover,
+        sweep_points: sweep.points,
+        range: (sizes[0], sizes[sizes.len() - 1]),
+    })
+}
+
+/// Calibrate `op` as the executor does (the production procedure and probe, `config`), then sweep every
+/// grid size of the same probe with the same statistic: see [`BreakEvenCheck`].
 pub fn check_break_even(
     op: OpKind,
     cpu: &dyn Backend,
     gpu: &dyn Backend,
     config: &CalibrationConfig,
-    step: f64,
-    reps: usize,
 ) -> Result<BreakEvenCheck, BackendError> {
     let clock = crate::clock::system_clock();
     let probe = Probe::new(op, config.max_work);
-    let cal = calibrate_with_probe(op, &probe, cpu, gpu, config, clock.as_ref())?;
-    let max = config.max_work.min(probe.max_work(op));
-    let min = config.min_work.max(1);
-    let time = |b: &dyn Backend, w: u64| -> Result<Duration, BackendError> {
-        probe.prepare(op, w)?;
-        probe.run(op, b, w)?; // warm (a resident upload, caches)
-        let mut best = Duration::MAX;
-        for _ in 0..reps.max(1) {
-            let t0 = std::time::Instant::now();
-            probe.run(op, b, w)?;
-            best = best.min(t0.elapsed());
-        }
-        Ok(best)
-    };
-    let mut w = min as f64;
-    let mut swept = None;
-    while w <= max as f64 {
-        let size = w.round() as u64;
-        let (tc, tg) = (time(cpu, size)?, time(gpu, size)?);
-        if tg < tc {
-            swept.get_or_insert(size);
-        } else {
-            swept = None;
-        }
-        w *= step.max(1.01);
-    }
-    Ok(BreakEvenCheck {
+    let config = probe_config(op, &probe, config);
+    let mut calibration = probe_measure(op, &probe, cpu, gpu, clock.as_ref());
+    let mut swept = probe_measure(op, &probe, cpu, gpu, clock.as_ref());
+    let work_of = |w| probe.work_of(op, w);
+    check_with(
         op,
-        calibrated: cal.break_even,
-        swept,
-        range: (min, max),
-    })
+        gpu.device(),
+        &config,
+        &mut calibration,
+        &mut swept,
+        &work_of,
+    )
 }
 
 /// The cache directory: `RECALL_CACHE_DIR`, else `$XDG_CACHE_HOME/recall`, else `~/.cache/recall`.
@@ -636,7 +889,9 @@ pub fn cache_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("dispatch-{name}.txt"))
 }
 
-const HEADER: &str = "# recall dispatch calibration, format 1";
+/// Format 2: break-even sizes on the [`grid`], best-of-N on both devices ([`measure_point`]). Files of
+/// format 1 (median of 3, bisection and interpolation) are ignored and measured again.
+const HEADER: &str = "# recall dispatch calibration, format 2";
 
 /// The text of a cache file.
 pub fn render_cache(key: &str, entries: &[Calibration]) -> String {
@@ -850,7 +1105,7 @@ mod tests {
     }
 
     #[test]
-    fn finds_a_linear_crossover_within_a_few_percent() {
+    fn finds_a_linear_crossover_at_the_first_grid_size_past_it() {
         for (cf, cp, gf, gp) in [
             (5e-6, 1e-9, 200e-6, 5e-11),
             (1e-6, 2e-10, 30e-6, 1e-11),
@@ -872,8 +1127,16 @@ mod tests {
                 &mut synthetic(cpu, gpu),
             )
             .unwrap();
-            let err = (cal.break_even as f64 / truth - 1.0).abs();
-            assert!(err < 0.05, "found {} truth {truth}", cal.break_even);
+            // The first grid size at or past the crossover: at most one step of 1.19 above it.
+            let x = cal.break_even as f64 / truth;
+            assert!(
+                (1.0..GRID_STEP).contains(&x),
+                "found {} truth {truth}",
+                cal.break_even
+            );
+            let sizes = grid(1 << 12, 1 << 28);
+            let expect = sizes.iter().find(|&&w| w as f64 >= truth).copied();
+            assert_eq!(Some(cal.break_even), expect);
             let fitted = model_crossover(&cal.cpu, &cal.gpu).unwrap();
             assert!(
                 (fitted / truth - 1.0).abs() < 0.05,
@@ -922,6 +1185,9 @@ mod tests {
         assert_eq!(parse_cache(&text, "H200 | sm_90"), vec![c]);
         assert!(parse_cache(&text, "H100 | sm_90").is_empty());
         assert!(parse_cache("garbage", "x").is_empty());
+        // A file of format 1 (another procedure) is measured again, not read.
+        let old = text.replace("format 2", "format 1");
+        assert!(parse_cache(&old, "H200 | sm_90").is_empty());
         let dir = std::env::temp_dir().join(format!("recall-cal-test-{}", std::process::id()));
         store_cache(&dir, "k/ey", &c).unwrap();
         assert_eq!(load_cache(&dir, "k/ey"), vec![c]);
@@ -964,5 +1230,39 @@ mod tests {
         let moved = live.adjust(OpKind::CosineScores, &cal);
         assert!(moved > 400_000 && moved < 450_000, "{moved}");
         assert!(live.throughput(OpKind::CosineScores, g) > 0.0);
+    }
+
+    #[test]
+    fn the_probe_check_runs_every_op_on_the_cpu() {
+        // Both "devices" are the CPU backend: no crossover to assert, but every op's probe, its
+        // preparation and its work sizes go through the same path as on a GPU machine.
+        let cfg = CalibrationConfig {
+            min_work: 1 << 12,
+            max_work: 1 << 16,
+            reps: 1,
+        };
+        let cpu = crate::CpuBackend;
+        for op in OpKind::ALL {
+            let c = check_break_even(op, &cpu, &cpu, &cfg).unwrap();
+            let probe = Probe::new(op, cfg.max_work);
+            let sizes = grid(cfg.min_work, cfg.max_work);
+            let works: Vec<u64> = c.sweep_points.iter().map(|p| p.work).collect();
+            let want: Vec<u64> = sizes.iter().map(|&w| probe.work_of(op, w)).collect();
+            assert_eq!(works, want, "{op}");
+            assert!(works.windows(2).all(|w| w[0] <= w[1]), "{op}: {works:?}");
+            assert_eq!(c.range, (want[0], want[want.len() - 1]), "{op}");
+            assert!(c.calibration_points.len() <= c.sweep_points.len(), "{op}");
+            for p in c.sweep_points.iter().chain(&c.calibration_points) {
+                assert!(p.cpu_s > 0.0 && p.gpu_s > 0.0 && p.reps >= 1, "{op}: {p:?}");
+            }
+            if let Some(s) = c.swept {
+                assert!(works.contains(&s), "{op}: {s}");
+            }
+        }
+        // Whole rows, nodes and points: the dense ops do 8 x 128 multiply-adds per corpus row.
+        let p = Probe::new(OpKind::CosineScores, 1 << 20);
+        assert_eq!(p.work_of(OpKind::CosineScores, 5000), 4096);
+        assert_eq!(p.work_of(OpKind::Spread, 5000), 4992);
+        assert_eq!(p.work_of(OpKind::ClipAndNoise, 1000), 896);
     }
 }

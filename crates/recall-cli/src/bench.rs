@@ -16,8 +16,8 @@ pub struct BenchArgs {
     /// single-query load over a
     /// corpus sharded on every GPU against GPU 0 alone), or `sweep`: every op over a ladder of sizes on CPU, GPU and the peers, with
     /// break-even sizes, written to a report directory (`--out`, default `bench-report`); `break-even`:
-    /// the executor's calibrated break-even size of every op (or `--ops`) against a fine sweep of the same
-    /// calls (`--step`, `--reps`); `cpu-spread`: CPU spreading (`--nodes`, `--edges`, `--hops`) against the
+    /// the executor's calibrated break-even size of every op (or `--ops`) against a sweep of every grid size
+    /// (x1.19) of the same calls, timed and read the same way (`--reps`); `cpu-spread`: CPU spreading (`--nodes`, `--edges`, `--hops`) against the
     /// memory bandwidth measured in the same run.
     #[arg(default_value = "cosine")]
     op: String,
@@ -102,12 +102,10 @@ pub struct BenchArgs {
     /// answer read back).
     #[arg(long, default_value = "/tmp/recall-bench-candidates")]
     data_dir: String,
-    /// break-even: the sweep's step between sizes (a factor).
-    #[arg(long, default_value_t = 1.19)]
-    step: f64,
-    /// break-even: calls per size and device in the sweep (the best is kept).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    /// break-even: timed calls per size and device, for calibration and the sweep alike (the best is
+    /// kept; more where the two devices are within noise); default: what the production calibration uses.
+    #[arg(long)]
+    reps: Option<usize>,
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
@@ -176,7 +174,7 @@ pub(crate) mod serde_free {
 pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     if a.op == "break-even" {
-        let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.step, a.reps, &command)?;
+        let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.reps, &command)?;
         emit(&r, &a.out)?;
         return Ok(code);
     }

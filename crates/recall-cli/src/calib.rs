@@ -4,18 +4,22 @@
 use crate::util::{COMMIT, cpu_model, grouped, utc_date};
 use recall::diagnostics::bench::cpu_spread_figures;
 use recall::executor::OpKind;
-use recall::executor::calibration::{CalibrationConfig, check_break_even};
+use recall::executor::calibration::{
+    BreakEvenCheck, CalibrationConfig, GRID_STEP, LADDER_EVERY, NOISE_FLOOR, Point, TIE_BUDGET_S,
+    TIE_REPS_FACTOR, check_break_even,
+};
 use recall::{Engine, GpuStatus, SpreadGraph, SpreadParams};
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// `recall bench break-even`: for every op (or `ops`), the break-even size the executor's calibration
-/// finds on this machine (the production procedure and probe) and the crossover of a fine sweep of the
-/// same probe (`step` apart, best of `reps` calls per size and device), with their ratio.
+/// finds on this machine (the production procedure and probe) and the crossover of a sweep of every grid
+/// size of the same probe, both timed the same way (best of `reps` per size and device, more where the two
+/// are within noise) and read the same way (the smallest size from which the GPU stays at least as fast),
+/// with their ratio and the sizes at which the two devices are within noise of each other.
 pub fn break_even(
     ops: Option<&[String]>,
-    step: f64,
-    reps: usize,
+    reps: Option<usize>,
     command: &str,
 ) -> Result<(String, ExitCode), String> {
     let engine = Engine::new().map_err(|e| e.to_string())?;
@@ -33,7 +37,11 @@ pub fn break_even(
             .map(|n| OpKind::from_name(n).ok_or_else(|| format!("unknown op {n:?}")))
             .collect::<Result<_, _>>()?,
     };
-    let cfg = CalibrationConfig::default();
+    let production = CalibrationConfig::default();
+    let cfg = CalibrationConfig {
+        reps: reps.unwrap_or(production.reps).max(1),
+        ..production
+    };
     let mut r = String::new();
     let _ = writeln!(r, "# recall bench break-even\n");
     let _ = writeln!(r, "- date: {} (UTC)", utc_date());
@@ -47,58 +55,114 @@ pub fn break_even(
     let _ = writeln!(r, "- command: `{command}`");
     let _ = writeln!(
         r,
-        "- calibrated: the executor's calibration (x4 ladder {}..{} work units, median of {} per size, {} bisection steps, the probe prepared outside each timed call); swept: the same probe every x{step} over the same range, best of {reps} calls per size and device, the smallest size from which the GPU stays faster\n",
+        "- grid: work sizes {}..{} every x{GRID_STEP} (capped per op at what its probe can run); every size timed the same way: one warm-up call per device, then {} interleaved CPU and GPU calls, the best of each kept, {}x as many (at most {} s more) where the two bests are within noise (within twice the larger device's (median - best) / best, at least {:.0} %); the production calibration uses {}",
         grouped(cfg.min_work),
         grouped(cfg.max_work),
         cfg.reps,
-        cfg.refine_steps
+        TIE_REPS_FACTOR,
+        TIE_BUDGET_S,
+        NOISE_FLOOR * 100.0,
+        production.reps
     );
     let _ = writeln!(
         r,
-        "| op | calibrated break-even | swept crossover | calibrated / swept | within 20 % |"
+        "- crossover (both columns): the smallest measured size from which the GPU is at least as fast at every measured size; calibrated: the executor's calibration (every {LADDER_EVERY}th grid size, then every grid size of the gap after the last GPU loss and of any gap with an end within noise); swept: every grid size\n"
     );
-    let _ = writeln!(r, "|---|---|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| op | calibrated break-even | swept crossover | calibrated / swept | within 20 % | devices within noise (swept) | calibration |"
+    );
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|");
     let mut all_within = true;
+    let mut details = String::new();
     for op in ops {
         eprintln!("break-even: {op} ...");
         let t = std::time::Instant::now();
-        let c = check_break_even(op, &recall::executor::CpuBackend, gpu, &cfg, step, reps)
+        let c = check_break_even(op, &recall::executor::CpuBackend, gpu, &cfg)
             .map_err(|e| format!("{op}: {e}"))?;
+        let never = format!("never (up to {})", grouped(c.range.1));
         let show = |w: u64| {
             if w == u64::MAX {
-                format!("never (up to {})", grouped(c.range.1))
+                never.clone()
             } else {
                 grouped(w)
             }
         };
-        let swept = c
-            .swept
-            .map(show)
-            .unwrap_or_else(|| format!("never (up to {})", grouped(c.range.1)));
-        let (ratio, ok) = match (c.ratio(), c.swept) {
-            (Some(x), _) => (format!("{x:.2}"), (0.8..=1.2).contains(&x)),
-            // Both say the GPU never pays in the range: they agree.
-            (None, None) if c.calibrated == u64::MAX => ("-".into(), true),
-            _ => ("-".into(), false),
-        };
+        let swept = c.swept.map(show).unwrap_or_else(|| never.clone());
+        let ok = c.within_20_percent();
+        let ratio = c.ratio().map_or_else(|| "-".into(), |x| format!("{x:.2}"));
         all_within &= ok;
+        let band = match c.tie_band() {
+            Some((lo, hi, n)) => format!(
+                "{} .. {} ({n} of {} sizes)",
+                grouped(lo),
+                grouped(hi),
+                c.sweep_points.len()
+            ),
+            None => "none".into(),
+        };
         let _ = writeln!(
             r,
-            "| {op} | {} | {swept} | {ratio} | {} |",
+            "| {op} | {} | {swept} | {ratio} | {} | {band} | {:.2} s, {} sizes |",
             show(c.calibrated),
-            if ok { "yes" } else { "**no**" }
+            if ok { "yes" } else { "**no**" },
+            c.calibration_s,
+            c.calibration_points.len()
         );
+        let _ = write!(details, "{}", point_table(&c));
         eprintln!(
             "break-even: {op} done in {:.1} s",
             t.elapsed().as_secs_f64()
         );
     }
+    let _ = writeln!(r, "\n{details}");
     let code = if all_within {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     };
     Ok((r, code))
+}
+
+/// Every swept size of `c` (with calibration's measurement of it, where it took one), folded.
+fn point_table(c: &BreakEvenCheck) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "<details><summary>{}: every size (times in us; GPU/CPU below 1: the GPU wins; *: within noise)</summary>\n",
+        c.op
+    );
+    let _ = writeln!(
+        o,
+        "| work | CPU best | GPU best | GPU / CPU | spread | calls per device | calibration's GPU / CPU |"
+    );
+    let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|");
+    let cell = |p: &Point| {
+        format!(
+            "{:.3}{}",
+            p.ratio(),
+            if p.within_noise() { "*" } else { "" }
+        )
+    };
+    for p in &c.sweep_points {
+        let cal = c
+            .calibration_points
+            .iter()
+            .find(|q| q.work == p.work)
+            .map_or_else(String::new, cell);
+        let _ = writeln!(
+            o,
+            "| {} | {:.1} | {:.1} | {} | {:.1} % | {} | {cal} |",
+            grouped(p.work),
+            p.cpu_s * 1e6,
+            p.gpu_s * 1e6,
+            cell(p),
+            p.noise * 100.0,
+            p.reps
+        );
+    }
+    let _ = writeln!(o, "\n</details>\n");
+    o
 }
 
 /// `recall bench cpu-spread`: CPU spreading over a generated power-law graph against the memory bandwidth

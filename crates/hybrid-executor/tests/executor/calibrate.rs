@@ -118,7 +118,9 @@ fn calibrates_on_first_use_within_20_percent_of_the_swept_crossover() {
     let swept = swept_crossover(&cpu_b, &gpu_b, &clock);
     let err = (cal.break_even as f64 / swept - 1.0).abs();
     assert!(err < 0.20, "calibrated {} swept {swept}", cal.break_even);
-    assert!((cal.break_even as f64 / CROSSOVER - 1.0).abs() < 0.05);
+    // A grid size: the first at or past the crossover, less than one step of 1.19 above it.
+    let x = cal.break_even as f64 / CROSSOVER;
+    assert!((1.0..calibration::GRID_STEP).contains(&x), "{x}");
     let d = exec.explain_op(OpKind::CosineScores, 1 << 20);
     assert_eq!(d.device, GPU);
     assert!(d.to_string().contains("(calibrated)"), "{d}");
@@ -171,7 +173,11 @@ fn live_throughput_moves_the_break_even() {
             ..
         } => {
             assert!(break_even > 262_144 && break_even > before * 2, "{d}");
-            assert_eq!(c, before);
+            // `before` is the calibrated size as live timings (a few ns off the fitted models) left it.
+            assert!(
+                (c as f64 / before as f64 - 1.0).abs() < 1e-3,
+                "{c} {before}"
+            );
             assert!(d.to_string().contains("moved from"), "{d}");
         }
         other => panic!("{other}"),

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // a test crate: helpers panic on failure like the tests do
 
 mod batching;
+mod break_even;
 mod calibrate;
 mod faults;
 mod knn_batching;
