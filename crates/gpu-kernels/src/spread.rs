@@ -17,7 +17,6 @@
 //! waits once at the end for the overflow flag and the top-k; on overflow the answers are dropped.
 
 use crate::launch::{DeviceGraph, KernelError, Kernels, Segments, shape, to_u32};
-use rayon::prelude::*;
 use recall_gpu_sys::Gpu;
 use recall_gpu_sys::driver::{CudaEvent, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::memory::{
@@ -27,8 +26,7 @@ use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_COUNTERS, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_HUB_CHUNK,
     SPREAD_SCAN_BLOCK, SpreadFrontierParams, SpreadHopParams, spread_hop_blocks,
 };
-use std::mem::MaybeUninit;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// How the hops of a spreading call are computed. Every choice gives the same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,13 +64,6 @@ const SPARSE_DIV: u64 = 16;
 const OUT_CHUNKS: usize = 4;
 /// Seeds are scanned in blocks of this many values (one vectorisable test per block for any nonzero value).
 const SEED_SCAN: usize = 64;
-/// From this many values on, the seeds are scanned (and a dense seed vector staged) in parallel parts of
-/// `PAR_PART` values, and each downloaded chunk of activations (from `PAR_MIN / OUT_CHUNKS` values on) is
-/// copied out in parallel pieces of `PAR_PART` values (rayon). Below it one thread is about as quick as
-/// waking others. (The full diff-test's 200,000-node graph takes the parallel paths.)
-const PAR_MIN: usize = 1 << 17;
-/// Values per parallel part (a multiple of `SEED_SCAN`; 128 KiB of f32).
-const PAR_PART: usize = 1 << 15;
 /// f32 values per 4 KiB page: the output's pages are touched once each before the copies.
 const PAGE_F32: usize = 1024;
 
@@ -146,36 +137,71 @@ impl SpreadScratch {
     }
 }
 
-/// Push the positions (plus `base`) of the nonzero values of `values` onto `out`, ascending; `-0.0` is
-/// zero (`bits << 1` drops the sign). Positions fit u32 (the caller checks).
-fn push_nonzero(values: &[f32], base: usize, out: &mut Vec<u32>) {
-    for (c, block) in values.chunks(SEED_SCAN).enumerate() {
-        if block.iter().fold(0u32, |a, x| a | (x.to_bits() << 1)) == 0 {
-            continue;
+/// Push the positions of the nonzero values of `values` onto `out`, ascending; `-0.0` is zero (`bits << 1`
+/// drops the sign). Positions fit u32 (the caller checks). Whole blocks of `SEED_SCAN` values are tested at
+/// once (an OR over the block, which the compiler vectorises), so a mostly-zero seed vector costs one pass
+/// of wide loads.
+#[inline(always)]
+fn push_nonzero_body(values: &[f32], out: &mut Vec<u32>) {
+    let mut blocks = values.chunks_exact(SEED_SCAN);
+    for (c, block) in blocks.by_ref().enumerate() {
+        if block.iter().fold(0u32, |a, x| a | (x.to_bits() << 1)) != 0 {
+            push_block(block, c * SEED_SCAN, out);
         }
-        for (i, &x) in block.iter().enumerate() {
-            if x != 0.0 {
-                out.push((base + c * SEED_SCAN + i) as u32);
-            }
+    }
+    let tail = blocks.remainder();
+    push_block(tail, values.len() - tail.len(), out);
+}
+
+/// The nonzero positions of one block (plus `base`).
+#[inline(always)]
+fn push_block(block: &[f32], base: usize, out: &mut Vec<u32>) {
+    for (i, &x) in block.iter().enumerate() {
+        if x != 0.0 {
+            out.push((base + i) as u32);
         }
     }
 }
 
-/// Whether the host's share of a spreading call (the seed scan, a dense seed vector's staging, the copies of
-/// the downloaded activations) may run on rayon's threads, read once: `RECALL_SPREAD_HOST_THREADS=1` keeps
-/// it on the calling thread; otherwise it does where rayon has at least 4 threads (on fewer, waking the
-/// others costs about what it saves).
-fn host_parallel() -> bool {
-    static PARALLEL: OnceLock<bool> = OnceLock::new();
-    *PARALLEL.get_or_init(|| match std::env::var("RECALL_SPREAD_HOST_THREADS") {
-        Ok(v) if v.trim() == "1" => false,
-        _ => rayon::current_num_threads() >= 4,
-    })
+/// [`push_nonzero_body`] compiled for AVX-512 (16 values per OR).
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn push_nonzero_avx512(values: &[f32], out: &mut Vec<u32>) {
+    push_nonzero_body(values, out);
+}
+
+/// [`push_nonzero_body`] compiled for AVX2 (8 values per OR).
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn push_nonzero_avx2(values: &[f32], out: &mut Vec<u32>) {
+    push_nonzero_body(values, out);
+}
+
+/// [`push_nonzero_body`] with the widest vectors the CPU has (chosen at run time; the baseline build
+/// has 4-wide SSE2 only, which took ~190 us over a million seeds on the H200 host).
+fn push_nonzero(values: &[f32], out: &mut Vec<u32>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return unsafe { push_nonzero_avx512(values, out) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { push_nonzero_avx2(values, out) };
+        }
+    }
+    push_nonzero_body(values, out);
 }
 
 /// The positions of the nonzero values of `values` (`-0.0` counts as zero), ascending, into `out` (cleared
-/// first): how spreading finds its seeds. From 2^17 values on, the scan runs in parallel parts (rayon;
-/// see `RECALL_SPREAD_HOST_THREADS` in `docs/tuning.md`).
+/// first): how spreading finds its seeds.
 ///
 /// ```
 /// let mut ids = Vec::new();
@@ -186,15 +212,6 @@ fn host_parallel() -> bool {
 /// # Errors
 /// [`KernelError::Shape`] when `values` has more than 2^32 values (positions are u32).
 pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), KernelError> {
-    nonzero_positions_with(values, out, host_parallel())
-}
-
-/// [`nonzero_positions`], in parallel parts or not.
-fn nonzero_positions_with(
-    values: &[f32],
-    out: &mut Vec<u32>,
-    parallel: bool,
-) -> Result<(), KernelError> {
     out.clear();
     if values.len() > u32::MAX as usize + 1 {
         return Err(shape(
@@ -202,36 +219,8 @@ fn nonzero_positions_with(
             format!("{} values have positions past u32", values.len()),
         ));
     }
-    if !parallel || values.len() < PAR_MIN {
-        push_nonzero(values, 0, out);
-        return Ok(());
-    }
-    let parts: Vec<Vec<u32>> = values
-        .par_chunks(PAR_PART)
-        .enumerate()
-        .map(|(p, part)| {
-            let mut ids = Vec::new();
-            push_nonzero(part, p * PAR_PART, &mut ids);
-            ids
-        })
-        .collect();
-    for part in &parts {
-        out.extend_from_slice(part);
-    }
+    push_nonzero(values, out);
     Ok(())
-}
-
-/// Copy `src` into `dst` (the same length), in parallel pieces when asked and it is long.
-fn copy_out(dst: &mut [MaybeUninit<f32>], src: &[f32], parallel: bool) {
-    if !parallel || src.len() < PAR_MIN / OUT_CHUNKS {
-        dst.write_copy_of_slice(src);
-        return;
-    }
-    dst.par_chunks_mut(PAR_PART)
-        .zip(src.par_chunks(PAR_PART))
-        .for_each(|(d, s)| {
-            d.write_copy_of_slice(s);
-        });
 }
 
 /// A new vector with room for `n` values whose pages have all been written once (faulted in), so that the
@@ -375,18 +364,8 @@ impl Kernels {
                 return Err(shape(K, "seed staging missing"));
             };
             let host = gpu.pinned_write(host)?;
-            let stage = |h: &mut [f32], x: &[f32]| {
-                for (h, &x) in h.iter_mut().zip(x) {
-                    *h = x + 0.0;
-                }
-            };
-            if !host_parallel() || n < PAR_MIN {
-                stage(&mut host[..n], seeds);
-            } else {
-                host[..n]
-                    .par_chunks_mut(PAR_PART)
-                    .zip(seeds.par_chunks(PAR_PART))
-                    .for_each(|(h, x)| stage(h, x));
+            for (h, &x) in host[..n].iter_mut().zip(seeds) {
+                *h = x + 0.0;
             }
             gpu.upload_into(&host[..n], &mut s.prev)?;
             gpu.copy_dtod(&s.prev, &mut s.total)?;
@@ -607,7 +586,6 @@ fn receive_chunks(
     let Some(out) = out else {
         return Err(shape("spread_hop", "readback buffer missing"));
     };
-    let parallel = host_parallel();
     let mut activation = touched_vec(n);
     let dst = &mut activation.spare_capacity_mut()[..n];
     let mut written = 0;
@@ -615,7 +593,7 @@ fn receive_chunks(
         event_synchronize(fence)?;
         // The chunk's download has completed; later chunks' copies write other parts of the buffer.
         let host = gpu.pinned_write(out)?;
-        copy_out(d, &host[written..written + d.len()], parallel);
+        d.write_copy_of_slice(&host[written..written + d.len()]);
         written += d.len();
     }
     if written != n {
@@ -642,20 +620,10 @@ mod tests {
     }
 
     #[test]
-    fn nonzero_positions_match_the_plain_scan_serial_and_parallel() {
-        // Lengths below and above the parallel threshold, not multiples of the block or the part; nonzeros
-        // at both ends, at part boundaries, -0.0 (zero) and subnormals (nonzero) among them.
-        for n in [
-            0,
-            1,
-            63,
-            64,
-            65,
-            1000,
-            PAR_MIN - 1,
-            PAR_MIN,
-            PAR_MIN + PAR_PART + 17,
-        ] {
+    fn nonzero_positions_match_the_plain_scan() {
+        // Lengths around the block size and long ones, not multiples of the block; nonzeros at both ends,
+        // -0.0 (zero) and subnormals (nonzero) among them. Every SIMD level the CPU has, and the baseline.
+        for n in [0, 1, 63, 64, 65, 1000, 100_003] {
             let mut v = vec![0.0f32; n];
             let mut x = 0x9E37_79B9_u32;
             for vi in v.iter_mut() {
@@ -667,54 +635,37 @@ mod tests {
                     _ => 0.0,
                 };
             }
-            for i in [
-                0,
-                PAR_PART - 1,
-                PAR_PART,
-                2 * PAR_PART + 5,
-                n.saturating_sub(1),
-            ] {
+            for i in [0, SEED_SCAN - 1, SEED_SCAN, n.saturating_sub(1)] {
                 if i < n {
                     v[i] = 0.25;
                 }
             }
-            for parallel in [false, true] {
-                let mut got = vec![7];
-                nonzero_positions_with(&v, &mut got, parallel).unwrap();
-                assert_eq!(got, naive_nonzero(&v), "n = {n}, parallel {parallel}");
-            }
+            let want = naive_nonzero(&v);
             let mut got = vec![7];
             nonzero_positions(&v, &mut got).unwrap();
-            assert_eq!(got, naive_nonzero(&v), "n = {n}");
-        }
-        for parallel in [false, true] {
-            let mut got = vec![7];
-            nonzero_positions_with(&vec![-0.0f32; PAR_MIN + 3], &mut got, parallel).unwrap();
-            assert!(got.is_empty());
-        }
-    }
-
-    #[test]
-    fn copy_out_copies_every_value_serial_and_parallel() {
-        for n in [
-            0,
-            1,
-            PAR_MIN / OUT_CHUNKS - 1,
-            PAR_MIN / OUT_CHUNKS + PAR_PART + 3,
-        ] {
-            let src: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 3.0).collect();
-            for parallel in [false, true] {
-                let mut dst = touched_vec(n);
-                copy_out(&mut dst.spare_capacity_mut()[..n], &src, parallel);
-                // SAFETY: copy_out wrote all n values of the capacity (touched_vec reserves n).
-                unsafe { dst.set_len(n) };
-                assert_eq!(
-                    dst.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                    src.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                    "n = {n}, parallel {parallel}"
-                );
+            assert_eq!(got, want, "n = {n}");
+            let mut base = Vec::new();
+            push_nonzero_body(&v, &mut base);
+            assert_eq!(base, want, "n = {n}, baseline");
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let mut got = Vec::new();
+                    // SAFETY: the CPU has AVX2.
+                    unsafe { push_nonzero_avx2(&v, &mut got) };
+                    assert_eq!(got, want, "n = {n}, avx2");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    let mut got = Vec::new();
+                    // SAFETY: the CPU has AVX-512F.
+                    unsafe { push_nonzero_avx512(&v, &mut got) };
+                    assert_eq!(got, want, "n = {n}, avx512");
+                }
             }
         }
+        let mut got = vec![7];
+        nonzero_positions(&vec![-0.0f32; 1000], &mut got).unwrap();
+        assert!(got.is_empty());
     }
 
     #[test]
