@@ -672,6 +672,12 @@ impl Executor {
                 &|l| l.in_flight as u64,
             );
             put(
+                "recall_multi_gpu_busy_nanoseconds_total",
+                "Time each GPU spent running calls or shards, from handing the work to its backend to the answer.",
+                "counter",
+                &|l| l.busy_ns,
+            );
+            put(
                 "recall_multi_gpu_lost",
                 "1 when the GPU reported itself lost and is no longer used.",
                 "gauge",
@@ -681,6 +687,11 @@ impl Executor {
                 text,
                 "# HELP recall_multi_gpu_moved_to_cpu_total Calls or shards no GPU could answer, answered on the CPU.\n# TYPE recall_multi_gpu_moved_to_cpu_total counter\nrecall_multi_gpu_moved_to_cpu_total {}",
                 m.moved_to_cpu()
+            );
+            let (calls, ns) = m.sharded();
+            let _ = writeln!(
+                text,
+                "# HELP recall_multi_gpu_sharded_calls_total Calls split into one shard per GPU and merged.\n# TYPE recall_multi_gpu_sharded_calls_total counter\nrecall_multi_gpu_sharded_calls_total {calls}\n# HELP recall_multi_gpu_sharded_nanoseconds_total Time of the sharded calls, from the call to the merged answer.\n# TYPE recall_multi_gpu_sharded_nanoseconds_total counter\nrecall_multi_gpu_sharded_nanoseconds_total {ns}"
             );
         }
         text

@@ -42,6 +42,8 @@ pub struct GpuLoad {
     pub in_flight: usize,
     /// Whether it reported itself lost (then it is not used again).
     pub lost: bool,
+    /// Nanoseconds it spent running calls or shards (from handing the work to its backend to the answer).
+    pub busy_ns: u64,
 }
 
 /// knn of one shard on one backend with a given k.
@@ -55,6 +57,7 @@ struct Slot {
     lost: AtomicBool,
     calls: AtomicU64,
     moved_away: AtomicU64,
+    busy_ns: AtomicU64,
 }
 
 /// The shards of one corpus handle: one sub-handle per GPU (fewer when the corpus has fewer rows).
@@ -75,6 +78,13 @@ pub struct MultiGpu {
     shards: Mutex<Vec<ShardSet>>,
     /// Work moved to the last resort.
     to_cpu: AtomicU64,
+    /// Sharded calls, and their nanoseconds from the call to the merged answer (with the per-GPU
+    /// `busy_ns`, what the fan-out and merge cost beside the shards themselves).
+    sharded_calls: AtomicU64,
+    sharded_ns: AtomicU64,
+    /// Threads that run the shards of GPUs 1.. of a sharded call (GPU 0's runs on the caller's thread),
+    /// kept alive between calls; `None` (or `RECALL_MULTI_GPU_SPAWN=thread`) spawns one per shard and call.
+    shard_pool: Option<rayon::ThreadPool>,
 }
 
 impl fmt::Debug for MultiGpu {
@@ -106,13 +116,35 @@ impl MultiGpu {
                     lost: AtomicBool::new(false),
                     calls: AtomicU64::new(0),
                     moved_away: AtomicU64::new(0),
+                    busy_ns: AtomicU64::new(0),
                 })
                 .collect(),
             last_resort,
             next: AtomicUsize::new(0),
             shards: Mutex::new(Vec::new()),
             to_cpu: AtomicU64::new(0),
+            sharded_calls: AtomicU64::new(0),
+            sharded_ns: AtomicU64::new(0),
+            shard_pool: None,
         }
+        .with_shard_pool()
+    }
+
+    /// Start the shard threads (one per GPU beyond the first), unless `RECALL_MULTI_GPU_SPAWN=thread`.
+    fn with_shard_pool(mut self) -> MultiGpu {
+        let n = self.slots.len();
+        if n > 1 && std::env::var("RECALL_MULTI_GPU_SPAWN").as_deref() != Ok("thread") {
+            match rayon::ThreadPoolBuilder::new()
+                .num_threads(n - 1)
+                .thread_name(|i| format!("recall-shard-{}", i + 1))
+                .build()
+            {
+                Ok(pool) => self.shard_pool = Some(pool),
+                Err(e) => tracing::warn!(error = %e,
+                    "recall: could not start the shard threads; spawning one per shard and call"),
+            }
+        }
+        self
     }
 
     /// The GPUs, in shard order.
@@ -140,8 +172,17 @@ impl MultiGpu {
                 moved_away: s.moved_away.load(Ordering::Relaxed),
                 in_flight: s.in_flight.load(Ordering::Relaxed),
                 lost: s.lost.load(Ordering::Relaxed),
+                busy_ns: s.busy_ns.load(Ordering::Relaxed),
             })
             .collect()
+    }
+
+    /// Sharded calls so far, and their total nanoseconds from the call to the merged answer.
+    pub fn sharded(&self) -> (u64, u64) {
+        (
+            self.sharded_calls.load(Ordering::Relaxed),
+            self.sharded_ns.load(Ordering::Relaxed),
+        )
     }
 
     /// Calls or shards that no GPU could answer and the CPU did.
@@ -179,8 +220,11 @@ impl MultiGpu {
         let slot = &self.slots[i];
         slot.in_flight.fetch_add(1, Ordering::Relaxed);
         let _busy = Busy(&slot.in_flight);
+        let start = std::time::Instant::now();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(slot.backend.as_ref())))
             .unwrap_or_else(|_| Err(BackendError::DeviceLost("the GPU backend panicked".into())));
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        slot.busy_ns.fetch_add(ns, Ordering::Relaxed);
         match r {
             Ok(v) => {
                 slot.calls.fetch_add(1, Ordering::Relaxed);
@@ -272,27 +316,57 @@ impl MultiGpu {
         if parts.len() <= 1 {
             return self.independent(&|b| run(b, corpus, k));
         }
-        let results: Vec<Result<TopK, BackendError>> = std::thread::scope(|s| {
-            let work = |i: usize| {
-                let (_, part) = &parts[i];
-                let kk = k.min(part.n_rows());
-                self.run_anywhere(Some(i), &|b| run(b, part, kk))
-            };
-            let handles: Vec<_> = (1..parts.len()).map(|i| s.spawn(move || work(i))).collect();
-            let mut out = vec![work(0)];
-            for h in handles {
-                out.push(h.join().unwrap_or_else(|_| {
-                    Err(BackendError::Gpu("a shard's thread panicked".into()))
-                }));
+        let start = std::time::Instant::now();
+        let work = |i: usize| {
+            let (_, part) = &parts[i];
+            let kk = k.min(part.n_rows());
+            self.run_anywhere(Some(i), &|b| run(b, part, kk))
+        };
+        let results: Vec<Result<TopK, BackendError>> = match &self.shard_pool {
+            Some(pool) => {
+                let mut rest: Vec<Option<Result<TopK, BackendError>>> =
+                    (1..parts.len()).map(|_| None).collect();
+                let mut first = None;
+                pool.in_place_scope(|s| {
+                    for (i, slot) in rest.iter_mut().enumerate() {
+                        let work = &work;
+                        s.spawn(move |_| *slot = Some(work(i + 1)));
+                    }
+                    first = Some(work(0));
+                });
+                std::iter::once(first)
+                    .chain(rest)
+                    .map(|r| {
+                        r.unwrap_or_else(|| Err(BackendError::Gpu("a shard did not run".into())))
+                    })
+                    .collect()
             }
-            out
-        });
+            None => std::thread::scope(|s| {
+                let handles: Vec<_> = (1..parts.len())
+                    .map(|i| {
+                        let work = &work;
+                        s.spawn(move || work(i))
+                    })
+                    .collect();
+                let mut out = vec![work(0)];
+                for h in handles {
+                    out.push(h.join().unwrap_or_else(|_| {
+                        Err(BackendError::Gpu("a shard's thread panicked".into()))
+                    }));
+                }
+                out
+            }),
+        };
         let mut answers = Vec::with_capacity(parts.len());
         for ((base, _), r) in parts.iter().zip(results) {
             answers.push((*base, r?));
         }
         let nq = queries.len() / corpus.dim().max(1);
-        Ok(merge_topk(&answers, nq, k, metric))
+        let merged = merge_topk(&answers, nq, k, metric);
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.sharded_calls.fetch_add(1, Ordering::Relaxed);
+        self.sharded_ns.fetch_add(ns, Ordering::Relaxed);
+        Ok(merged)
     }
 }
 

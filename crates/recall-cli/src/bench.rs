@@ -1523,7 +1523,32 @@ fn run_multi_gpu(a: BenchArgs) -> Result<ExitCode, String> {
         }
         Ok(r)
     };
+    // Where a sharded call's time goes: the multi-GPU layer's counters around the batch case.
+    let counters = |e: &Engine| {
+        e.executor().multi_gpu().map(|m| {
+            let busy: Vec<u64> = m.loads().iter().map(|l| l.busy_ns).collect();
+            (m.sharded(), busy)
+        })
+    };
+    let before = counters(&all);
     let (batch_all_ms, batch_all) = timed_ms(a.iters, || knn(&all, &batch))?;
+    let sharded_parts = match (before, counters(&all)) {
+        (Some(((c0, t0), b0)), Some(((c1, t1), b1))) if c1 > c0 => {
+            let calls = (c1 - c0) as f64;
+            let busy: Vec<String> = b1
+                .iter()
+                .zip(&b0)
+                .map(|(x, y)| format!("{:.3}", (x - y) as f64 / calls / 1e6))
+                .collect();
+            Some(format!(
+                "sharded batch call (mean of {} incl. warm-up): {:.3} ms from the call to the merged answer; each GPU's shard: {} ms",
+                c1 - c0,
+                (t1 - t0) as f64 / calls / 1e6,
+                busy.join(" / ")
+            ))
+        }
+        _ => None,
+    };
     let (batch_one_ms, batch_one) = timed_ms(a.iters, || knn(&one, &batch))?;
     let load = |e: &Engine| -> Result<(f64, Vec<u32>, Vec<u32>), String> {
         let per = a.single_queries.div_ceil(a.threads);
@@ -1631,6 +1656,9 @@ fn run_multi_gpu(a: BenchArgs) -> Result<ExitCode, String> {
         "| batch knn, {} queries (median of {}) | {:.2} ms | {:.2} ms | **{:.2}x** |",
         a.batch_queries, a.iters, batch_one_ms, batch_all_ms, batch_ratio
     );
+    if let Some(parts) = &sharded_parts {
+        let _ = writeln!(r, "| {parts} | | | |");
+    }
     let _ = writeln!(
         r,
         "| independent single-query load, {} threads, {} queries (median of {} runs) | {:.0} queries/s | {:.0} queries/s | **{:.2}x** |",
