@@ -34,6 +34,13 @@ pub enum CpuError {
     },
     #[error("id {id} appears twice in the candidate list of query {query}")]
     DuplicateId { query: usize, id: u32 },
+    /// A seed list names node `id` twice, at positions `first` and `second` of the list.
+    #[error("seed list names node {id} twice (at positions {first} and {second})")]
+    DuplicateSeed {
+        id: u32,
+        first: usize,
+        second: usize,
+    },
     #[error("{what} has {len} entries, more than the supported {max}")]
     TooLarge {
         what: &'static str,

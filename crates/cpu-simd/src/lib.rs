@@ -40,8 +40,8 @@ pub use kmeans::{INERTIA_BLOCK, KMeans, check_kmeans_inputs, kmeans, kmeans_seed
 pub use noise::{check_clip_noise_inputs, clip_and_noise};
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
 pub use spread::{
-    SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, check_spread_inputs, spread,
-    spread_with_mode,
+    SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, check_spread_inputs,
+    check_spread_list_inputs, spread, spread_with_mode,
 };
 pub use topk::{Order, TopK, pair_key, score_key, topk};
 

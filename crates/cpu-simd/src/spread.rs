@@ -711,6 +711,73 @@ pub fn check_spread_inputs(
     Ok(())
 }
 
+/// The input checks of spreading from a seed list (`(node, value)` pairs: the dense seed vector with
+/// `seed[node] = value` for each pair and `0.0` elsewhere), for callers that validate before choosing a
+/// device. Returns the list sorted by node id (ascending, distinct), with the pairs whose value is `0.0` or
+/// `-0.0` left out (they are no seeds); the caller's order does not matter.
+///
+/// Errors: the parameters as [`check_spread_inputs`] checks them; then, the first pair in the caller's order
+/// that fails deciding, a node id `>= n_nodes` ([`CpuError::IdOutOfRange`]), a NaN or infinite value
+/// ([`CpuError::NonFinite`]) or a negative value ([`CpuError::Negative`]); then a node listed twice
+/// ([`CpuError::DuplicateSeed`]: the smallest such id, and its first two positions). An empty list is valid
+/// (no seeds).
+///
+/// ```
+/// use recall_cpu_simd::{CpuError, SpreadGraph, SpreadParams, check_spread_list_inputs};
+/// let graph = SpreadGraph::from_csr(&[0, 1, 1, 1], &[1], &[1.0]).unwrap();
+/// let params = SpreadParams { decay: 0.5, threshold: 0.0, hops: 1, k: 1 };
+/// let list = check_spread_list_inputs(&graph, &[(2, 0.5), (0, 1.0), (1, -0.0)], &params).unwrap();
+/// assert_eq!(list, [(0, 1.0), (2, 0.5)]);
+/// let twice = check_spread_list_inputs(&graph, &[(2, 0.5), (0, 1.0), (2, 0.5)], &params);
+/// assert_eq!(twice, Err(CpuError::DuplicateSeed { id: 2, first: 0, second: 2 }));
+/// ```
+pub fn check_spread_list_inputs(
+    graph: &SpreadGraph,
+    seeds: &[(u32, f32)],
+    params: &SpreadParams,
+) -> Result<Vec<(u32, f32)>, CpuError> {
+    check_spread_params(graph.n, params)?;
+    let n = graph.n;
+    for (index, &(id, value)) in seeds.iter().enumerate() {
+        if id as usize >= n {
+            return Err(CpuError::IdOutOfRange {
+                what: "seed list",
+                index,
+                id: u64::from(id),
+                n,
+            });
+        }
+        if !value.is_finite() {
+            return Err(CpuError::NonFinite {
+                what: "seed list",
+                index,
+            });
+        }
+        if value < 0.0 {
+            return Err(CpuError::Negative {
+                what: "seed list",
+                index,
+            });
+        }
+    }
+    let mut sorted = seeds.to_vec();
+    if !sorted.windows(2).all(|w| w[0].0 < w[1].0) {
+        sorted.sort_unstable_by_key(|p| p.0);
+        if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+            let id = w[0].0;
+            let mut at = seeds
+                .iter()
+                .enumerate()
+                .filter(|p| p.1.0 == id)
+                .map(|p| p.0);
+            let (first, second) = (at.next().unwrap_or(0), at.next().unwrap_or(0));
+            return Err(CpuError::DuplicateSeed { id, first, second });
+        }
+    }
+    sorted.retain(|p| p.1 != 0.0);
+    Ok(sorted)
+}
+
 /// [`check_spread_inputs`] without the scans over the seeds' values.
 fn check_spread_shape(
     graph: &SpreadGraph,
@@ -725,6 +792,11 @@ fn check_spread_shape(
             got: seeds.len(),
         });
     }
+    check_spread_params(n, params)
+}
+
+/// The checks of spreading's parameters over `n` nodes.
+fn check_spread_params(n: usize, params: &SpreadParams) -> Result<(), CpuError> {
     let SpreadParams {
         decay,
         threshold,
