@@ -29,4 +29,4 @@ pub use launch::{
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
 pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
-pub use spread::{Frontier, SpreadOutcome, nonzero_positions};
+pub use spread::{Frontier, Seeds, SpreadOutcome, nonzero_positions};

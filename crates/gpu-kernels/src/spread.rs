@@ -41,6 +41,18 @@ pub enum Frontier {
     Sparse,
 }
 
+/// The seeds of a spreading call ([`Kernels::spread_graph`]): either form gives the same bits for the same
+/// seeds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Seeds<'a> {
+    /// One activation per node (`n_nodes` values); the host scans it for the nonzero ones.
+    Dense(&'a [f32]),
+    /// `(node, value)` pairs with node ids ascending and distinct, below `n_nodes`: the dense vector with
+    /// `seed[node] = value` for each pair and `0.0` elsewhere (no scan). Pairs whose value is `0.0` or `-0.0`
+    /// are no seeds.
+    List(&'a [(u32, f32)]),
+}
+
 /// What [`Kernels::spread_graph`] gives back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpreadOutcome {
@@ -97,6 +109,8 @@ pub(crate) struct SpreadScratch {
     hops_done: CudaEvent,
     /// The nonzero seeds' node ids (host, reused).
     seed_ids: Vec<u32>,
+    /// Their values, for a seed list (host, reused; empty for a dense seed vector).
+    seed_vals: Vec<f32>,
 }
 
 impl Drop for SpreadScratch {
@@ -133,6 +147,7 @@ impl SpreadScratch {
             copy: gpu.new_stream()?,
             hops_done: new_fence(gpu.context())?,
             seed_ids: Vec::new(),
+            seed_vals: Vec::new(),
         })
     }
 }
@@ -223,6 +238,35 @@ pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), Kerne
     Ok(())
 }
 
+/// The nonzero pairs of a seed list (ids ascending and distinct, below `n`: checked) into `ids` and `vals`
+/// (cleared first): what [`nonzero_positions`] finds in the dense vector of the same seeds, with the values.
+fn list_nonzero(
+    list: &[(u32, f32)],
+    n: usize,
+    ids: &mut Vec<u32>,
+    vals: &mut Vec<f32>,
+) -> Result<(), KernelError> {
+    ids.clear();
+    vals.clear();
+    let mut next = 0usize; // the smallest id the next pair may have
+    for (i, &(id, v)) in list.iter().enumerate() {
+        if (id as usize) < next || id as usize >= n {
+            return Err(shape(
+                "spread_hop",
+                format!(
+                    "seed pair {i} names node {id}: ids must be ascending, distinct and below {n}"
+                ),
+            ));
+        }
+        next = id as usize + 1;
+        if v != 0.0 {
+            ids.push(id);
+            vals.push(v);
+        }
+    }
+    Ok(())
+}
+
 /// A new vector with room for `n` values whose pages have all been written once (faulted in), so that the
 /// copies into it run at memory speed; made while the device is still busy.
 fn touched_vec(n: usize) -> Vec<f32> {
@@ -254,12 +298,16 @@ impl Kernels {
     /// then, when `k` is given, the top `k` of the accumulated activation, and when `download` is set, every
     /// node's accumulated activation. Seeds are read as `seed + 0.0`; they must be finite and non-negative
     /// (the executor validates them), as must the graph's weights. Waits for the device before returning.
+    ///
+    /// A dense seed vector is scanned on the host for its nonzero values; a seed list ([`Seeds::List`]) is not.
+    /// Either way, at most `n_nodes / 4` nonzero seeds go up as (node, value) pairs and more as a whole vector
+    /// (a list is spread into the pinned staging first), so both forms give the same bits.
     #[allow(clippy::too_many_arguments)]
     pub fn spread_graph(
         &self,
         gpu: &Gpu,
         graph: &DeviceGraph,
-        seeds: &[f32],
+        seeds: Seeds<'_>,
         decay: f32,
         threshold: f32,
         hops: usize,
@@ -269,7 +317,9 @@ impl Kernels {
     ) -> Result<SpreadOutcome, KernelError> {
         const K: &str = "spread_hop";
         let n = graph.n_nodes;
-        if seeds.len() != n {
+        if let Seeds::Dense(seeds) = seeds
+            && seeds.len() != n
+        {
             return Err(shape(K, format!("{} seeds for {n} nodes", seeds.len())));
         }
         if let Some(k) = k
@@ -322,7 +372,10 @@ impl Kernels {
         gpu.zero(&mut s.counters)?;
         gpu.zero(&mut s.prev)?;
         gpu.zero(&mut s.total)?;
-        nonzero_positions(seeds, &mut s.seed_ids)?;
+        match seeds {
+            Seeds::Dense(seeds) => nonzero_positions(seeds, &mut s.seed_ids)?,
+            Seeds::List(list) => list_nonzero(list, n, &mut s.seed_ids, &mut s.seed_vals)?,
+        }
         let n_seeds = s.seed_ids.len();
         let mut edges: u64 = s
             .seed_ids
@@ -341,9 +394,18 @@ impl Kernels {
                 // The stream is idle: every call ends by waiting for it.
                 let host = gpu.pinned_write(host)?;
                 let (ids, vals) = host.split_at_mut(n_seeds);
-                for ((id, val), &v) in ids.iter_mut().zip(vals.iter_mut()).zip(&s.seed_ids) {
-                    *id = v;
-                    *val = (seeds[v as usize] + 0.0).to_bits();
+                ids.copy_from_slice(&s.seed_ids);
+                match seeds {
+                    Seeds::Dense(seeds) => {
+                        for (val, &v) in vals.iter_mut().zip(&s.seed_ids) {
+                            *val = (seeds[v as usize] + 0.0).to_bits();
+                        }
+                    }
+                    Seeds::List(_) => {
+                        for (val, &x) in vals.iter_mut().zip(&s.seed_vals) {
+                            *val = (x + 0.0).to_bits();
+                        }
+                    }
                 }
                 gpu.upload_into(&host[..2 * n_seeds], &mut s.pairs)?;
                 let count = n_seeds as u32;
@@ -364,8 +426,18 @@ impl Kernels {
                 return Err(shape(K, "seed staging missing"));
             };
             let host = gpu.pinned_write(host)?;
-            for (h, &x) in host[..n].iter_mut().zip(seeds) {
-                *h = x + 0.0;
+            match seeds {
+                Seeds::Dense(seeds) => {
+                    for (h, &x) in host[..n].iter_mut().zip(seeds) {
+                        *h = x + 0.0;
+                    }
+                }
+                Seeds::List(_) => {
+                    host[..n].fill(0.0);
+                    for (&v, &x) in s.seed_ids.iter().zip(&s.seed_vals) {
+                        host[v as usize] = x + 0.0;
+                    }
+                }
             }
             gpu.upload_into(&host[..n], &mut s.prev)?;
             gpu.copy_dtod(&s.prev, &mut s.total)?;
@@ -666,6 +738,45 @@ mod tests {
         let mut got = vec![7];
         nonzero_positions(&vec![-0.0f32; 1000], &mut got).unwrap();
         assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_seed_list_gives_the_dense_scan_its_ids() {
+        // Zeros and -0.0 in the list are no seeds; the ids are those the scan finds in the dense vector.
+        let list = [
+            (0, 0.5f32),
+            (3, -0.0),
+            (4, 0.0),
+            (7, 2.0),
+            (63, f32::from_bits(1)),
+            (64, 1.0),
+            (99, 3.0),
+        ];
+        let mut dense = vec![0.0f32; 100];
+        for &(v, x) in &list {
+            dense[v as usize] = x;
+        }
+        let mut want = Vec::new();
+        nonzero_positions(&dense, &mut want).unwrap();
+        let (mut ids, mut vals) = (vec![9], vec![9.0]);
+        list_nonzero(&list, 100, &mut ids, &mut vals).unwrap();
+        assert_eq!(ids, want);
+        let want_vals: Vec<f32> = want.iter().map(|&v| dense[v as usize]).collect();
+        assert_eq!(vals, want_vals);
+        list_nonzero(&[], 100, &mut ids, &mut vals).unwrap();
+        assert!(ids.is_empty() && vals.is_empty());
+        // Out of range, repeated and descending ids are refused (the launcher's contract).
+        for bad in [
+            &[(100u32, 1.0f32)][..],
+            &[(5, 1.0), (5, 2.0)],
+            &[(6, 1.0), (5, 2.0)],
+        ] {
+            let r = list_nonzero(bad, 100, &mut ids, &mut vals);
+            assert!(
+                matches!(r, Err(KernelError::Shape { .. })),
+                "{bad:?}: {r:?}"
+            );
+        }
     }
 
     #[test]

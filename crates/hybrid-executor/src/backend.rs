@@ -185,6 +185,19 @@ pub trait Backend: Send + Sync {
         self.spread(graph.graph(), seeds, params)
     }
 
+    /// [`Backend::spread_shared`] from a seed list: `(node, value)` pairs, validated, node ids ascending and
+    /// distinct (the executor sorts a copy), standing for the dense vector with `seed[node] = value` and `0.0`
+    /// elsewhere. The answer is that of the dense vector, bit for bit. The default makes the dense vector and
+    /// runs [`Backend::spread_shared`]; the GPU backend hands the pairs to its launcher instead.
+    fn spread_shared_from(
+        &self,
+        graph: &SharedGraph,
+        seeds: &[(u32, f32)],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        self.spread_shared(graph, &densify_seeds(graph.n_nodes(), seeds), params)
+    }
+
     /// Clip every row of `x` to L2 norm `clip`, then add `sigma` times Gaussian noise from `seed`'s stream.
     fn clip_and_noise(
         &self,
@@ -298,6 +311,18 @@ impl Backend for CpuBackend {
     ) -> Result<Vec<f32>, BackendError> {
         Ok(cpu().clip_and_noise(x, dim, clip, sigma, seed)?)
     }
+}
+
+/// The dense seed vector of `n` nodes that a validated seed list stands for (`seed[node] = value`, `0.0`
+/// elsewhere; ids below `n`, as the executor checked).
+pub(crate) fn densify_seeds(n: usize, seeds: &[(u32, f32)]) -> Vec<f32> {
+    let mut dense = vec![0.0f32; n];
+    for &(id, value) in seeds {
+        if let Some(d) = dense.get_mut(id as usize) {
+            *d = value;
+        }
+    }
+    dense
 }
 
 /// Merge per-part top lists (ids relative to each part's first row `base`) into the top `k` per query by

@@ -977,14 +977,15 @@ mod gpu_graph {
     use super::*;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{SpreadGraph, kmeans_seed_indices};
-    use recall_gpu_kernels::Frontier;
+    use recall_gpu_kernels::{Frontier, Seeds};
 
     fn err(e: impl std::fmt::Display) -> String {
         e.to_string()
     }
 
     /// Spreading with the graph resident, as `spread_in` runs it: median ms of (one hop: seed upload, the hop,
-    /// wait; `hops` hops + top-k + activation download; the same with every hop dense).
+    /// wait; `hops` hops + top-k + activation download; the same with every hop dense; the same from the seed
+    /// list of `seeds`' nonzero values, as `spread_from` runs it).
     #[allow(clippy::too_many_arguments)]
     pub fn spread_ms(
         backend: &GpuBackend,
@@ -998,28 +999,44 @@ mod gpu_graph {
     ) -> Result<SpreadTimes, String> {
         let (g, kern) = backend.parts();
         let dev = crate::gpu_shared_graph::upload(g, kern, graph).map_err(err)?;
-        let run_parts =
-            |h: usize, top: bool, download: bool, frontier: Frontier| -> Result<(), String> {
-                kern.spread_graph(
-                    g,
-                    &dev,
-                    seeds,
-                    decay,
-                    threshold,
-                    h,
-                    top.then_some(k),
-                    download,
-                    frontier,
-                )
-                .map_err(err)?;
-                Ok(())
-            };
+        let list: Vec<(u32, f32)> = seeds
+            .iter()
+            .enumerate()
+            .filter(|p| *p.1 != 0.0)
+            .map(|(v, &x)| (v as u32, x))
+            .collect();
+        let run_seeds = |seeds: Seeds<'_>,
+                         h: usize,
+                         top: bool,
+                         download: bool,
+                         frontier: Frontier|
+         -> Result<(), String> {
+            kern.spread_graph(
+                g,
+                &dev,
+                seeds,
+                decay,
+                threshold,
+                h,
+                top.then_some(k),
+                download,
+                frontier,
+            )
+            .map_err(err)?;
+            Ok(())
+        };
+        let run_list = || run_seeds(Seeds::List(&list), hops, true, true, Frontier::Auto);
+        let run_parts = |h: usize, top: bool, download: bool, frontier: Frontier| {
+            run_seeds(Seeds::Dense(seeds), h, top, download, frontier)
+        };
         let run = |h: usize, with_top: bool, frontier: Frontier| {
             run_parts(h, with_top, with_top, frontier)
         };
         run(hops, true, Frontier::Auto)?;
         run(hops, true, Frontier::Dense)?;
+        run_list()?;
         let mut one = Vec::new();
+        let mut from_list = Vec::new();
         let mut full = Vec::new();
         let mut dense = Vec::new();
         let mut dense1 = Vec::new();
@@ -1037,6 +1054,9 @@ mod gpu_graph {
             let t = Instant::now();
             run(hops, true, Frontier::Dense)?;
             dense.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            run_list()?;
+            from_list.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
             run(1, false, Frontier::Dense)?;
             dense1.push(t.elapsed().as_secs_f64() * 1e3);
@@ -1061,6 +1081,7 @@ mod gpu_graph {
             one_hop_ms: median(one),
             full_ms: median(full),
             full_dense_ms: median(dense),
+            full_list_ms: median(from_list),
             dense_hop_ms: (median(dense5) - dense1) / 4.0,
             dense1_ms: dense1,
             top_ms: median(top_only) - dense1,
@@ -1162,6 +1183,9 @@ pub struct SpreadTimes {
     pub full_ms: f64,
     /// The same with every hop dense.
     pub full_dense_ms: f64,
+    /// `full_ms` from the seed list of the nonzero seeds (ascending: as `spread_from` hands it to the launcher),
+    /// so no dense seed vector is scanned.
+    pub full_list_ms: f64,
     /// One dense hop on the device: (5 dense hops - 1 dense hop) / 4, no top-k, no download; the device-side
     /// cost to set next to one SpMV.
     pub dense_hop_ms: f64,

@@ -1378,6 +1378,26 @@ mod run_gpu {
                     &b.activation,
                 );
                 compare_topk(diff_of(diffs, "spread resident top-k"), &a.top, &b.top);
+                // The same seeds as a list (`Engine::spread_from`'s backend call), on the same resident copy.
+                let list: Vec<(u32, f32)> = seeds
+                    .iter()
+                    .enumerate()
+                    .filter(|p| *p.1 != 0.0)
+                    .map(|(v, &x)| (v as u32, x))
+                    .collect();
+                let c = gpu
+                    .spread_shared_from(&shared, &list, &params)
+                    .map_err(e_)?;
+                compare(
+                    diff_of(diffs, "spread resident seed list"),
+                    &a.activation,
+                    &c.activation,
+                );
+                compare_topk(
+                    diff_of(diffs, "spread resident seed list top-k"),
+                    &a.top,
+                    &c.top,
+                );
             }
             if gpu.resident_graphs() != before + 1 {
                 return Err(
@@ -1394,8 +1414,10 @@ mod run_gpu {
 
     /// Spreading with each hop form forced (every hop sparse, every hop dense, and the automatic choice) against
     /// the CPU: empty frontiers, one seed, a seed whose out-edges reach the in-hub, the out-hub as a seed, dense
-    /// seeds (uploaded whole, then listed on the device), `-0.0` seeds, and a threshold that empties the
-    /// frontier after a hop or two.
+    /// seeds (uploaded whole, then listed on the device), `-0.0` seeds, every node seeded, and a threshold that
+    /// empties the frontier after a hop or two. Each seed set also goes in as a seed list (`Seeds::List`: its
+    /// nonzero and `-0.0` entries, ascending) against the CPU's answer for the dense vector: the half-dense and
+    /// all-node sets are lists above the `n / 4` switch to the dense staging.
     fn graph_frontier_cases(
         gpu: &GpuBackend,
         diffs: &mut Vec<KernelDiff>,
@@ -1403,7 +1425,7 @@ mod run_gpu {
     ) -> Result<(), String> {
         use crate::gpu_shared_graph::{spread_on_with, upload};
         use recall_cpu_simd::{SpreadGraph, SpreadParams};
-        use recall_gpu_kernels::Frontier;
+        use recall_gpu_kernels::{Frontier, Seeds};
         let cpu = crate::backend::CpuBackend;
         let (g, kern) = gpu.parts();
         let mut rng = SplitMix::new(0x5EED_0007);
@@ -1464,7 +1486,18 @@ mod run_gpu {
                 few[rng.below(n as u64) as usize] = value(&mut rng);
             }
             seed_sets.push((few, 0.3));
+            // Every node seeded (a list of n pairs; its own generator, so the other cases keep their data).
+            let mut all_rng = SplitMix::new(0x5EED_0008 ^ n as u64);
+            let all: Vec<f32> = (0..n).map(|_| value(&mut all_rng)).collect();
+            seed_sets.push((all, 0.01));
             for (seeds, threshold) in &seed_sets {
+                // The list form: every entry that is not +0.0 (the -0.0 ones too), ascending.
+                let list: Vec<(u32, f32)> = seeds
+                    .iter()
+                    .enumerate()
+                    .filter(|p| p.1.to_bits() != 0)
+                    .map(|(v, &x)| (v as u32, x))
+                    .collect();
                 for (decay, hops) in [(0.5f32, 3usize), (1.0, 4)] {
                     let params = SpreadParams {
                         decay,
@@ -1479,9 +1512,31 @@ mod run_gpu {
                         (Frontier::Auto, "spread auto hops"),
                     ] {
                         let b =
-                            spread_on_with(g, kern, &dev, seeds, &params, frontier).map_err(e_)?;
+                            spread_on_with(g, kern, &dev, Seeds::Dense(seeds), &params, frontier)
+                                .map_err(e_)?;
                         compare(diff_of(diffs, label), &a.activation, &b.activation);
                         compare_topk(diff_of(diffs, "spread hops top-k"), &a.top, &b.top);
+                        let c =
+                            spread_on_with(g, kern, &dev, Seeds::List(&list), &params, frontier)
+                                .map_err(e_)?;
+                        compare(
+                            diff_of(diffs, "spread seed list"),
+                            &a.activation,
+                            &c.activation,
+                        );
+                        compare_topk(diff_of(diffs, "spread seed list top-k"), &a.top, &c.top);
+                        if b.activation.len() != c.activation.len()
+                            || b.activation
+                                .iter()
+                                .zip(&c.activation)
+                                .any(|(x, y)| x.to_bits() != y.to_bits())
+                            || b.top != c.top
+                        {
+                            return Err(format!(
+                                "{label}: the seed list and the dense seeds differ on the GPU ({n} nodes, {} pairs)",
+                                list.len()
+                            ));
+                        }
                     }
                 }
             }

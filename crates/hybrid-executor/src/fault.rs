@@ -393,6 +393,15 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         self.call(1, || self.inner.spread_shared(graph, seeds, params))
     }
 
+    fn spread_shared_from(
+        &self,
+        graph: &crate::SharedGraph,
+        seeds: &[(u32, f32)],
+        params: &recall_cpu_simd::SpreadParams,
+    ) -> Result<recall_cpu_simd::Spread, BackendError> {
+        self.call(1, || self.inner.spread_shared_from(graph, seeds, params))
+    }
+
     fn knn_fast(
         &self,
         queries: &[f32],

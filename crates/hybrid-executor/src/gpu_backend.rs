@@ -13,8 +13,8 @@ mod imp {
         KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
     use recall_gpu_kernels::{
-        HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, SCAN_MAX_QUERIES, Segments,
-        SimMetric, TopKResult, half_ld,
+        HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, SCAN_MAX_QUERIES, Seeds,
+        Segments, SimMetric, TopKResult, half_ld,
     };
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
@@ -1351,7 +1351,7 @@ mod imp {
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let dev = crate::gpu_shared_graph::upload(g, kern, graph)?;
-            crate::gpu_shared_graph::spread_on(g, kern, &dev, seeds, params)
+            crate::gpu_shared_graph::spread_on(g, kern, &dev, Seeds::Dense(seeds), params)
         }
 
         fn spread_shared(
@@ -1367,7 +1367,26 @@ mod imp {
                 &self.kernels,
                 &self.graphs,
                 graph,
-                seeds,
+                Seeds::Dense(seeds),
+                params,
+            )
+        }
+
+        /// The pairs go to the launcher as they are (no dense vector is made or scanned).
+        fn spread_shared_from(
+            &self,
+            graph: &crate::shared_graph::SharedGraph,
+            seeds: &[(u32, f32)],
+            params: &SpreadParams,
+        ) -> Result<Spread, BackendError> {
+            let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
+            crate::gpu_shared_graph::spread_resident(
+                &self.gpu,
+                &self.kernels,
+                &self.graphs,
+                graph,
+                Seeds::List(seeds),
                 params,
             )
         }

@@ -10,7 +10,7 @@ use crate::gpu_backend::{drop_dead, map_kernel_error};
 use crate::shared_graph::{GraphInner, SharedGraph};
 use parking_lot::Mutex;
 use recall_cpu_simd::{CpuError, Spread, SpreadGraph, SpreadParams, TopK};
-use recall_gpu_kernels::{DeviceGraph, Frontier, Kernels};
+use recall_gpu_kernels::{DeviceGraph, Frontier, Kernels, Seeds};
 use recall_gpu_sys::Gpu;
 use std::sync::Weak;
 
@@ -61,7 +61,7 @@ pub(crate) fn spread_on(
     gpu: &Gpu,
     kern: &Kernels,
     dev: &DeviceGraph,
-    seeds: &[f32],
+    seeds: Seeds<'_>,
     params: &SpreadParams,
 ) -> Result<Spread, BackendError> {
     spread_on_with(gpu, kern, dev, seeds, params, Frontier::Auto)
@@ -72,7 +72,7 @@ pub(crate) fn spread_on_with(
     gpu: &Gpu,
     kern: &Kernels,
     dev: &DeviceGraph,
-    seeds: &[f32],
+    seeds: Seeds<'_>,
     params: &SpreadParams,
     frontier: Frontier,
 ) -> Result<Spread, BackendError> {
@@ -107,13 +107,14 @@ pub(crate) fn spread_on_with(
     })
 }
 
-/// Spreading over `graph`, uploading it on its first use and reusing the device copy afterwards.
+/// Spreading over `graph`, uploading it on its first use and reusing the device copy afterwards (a seed
+/// list goes to the launcher as it is: ascending distinct ids, validated by the executor).
 pub(crate) fn spread_resident(
     gpu: &Gpu,
     kern: &Kernels,
     cache: &GraphCache,
     graph: &SharedGraph,
-    seeds: &[f32],
+    seeds: Seeds<'_>,
     params: &SpreadParams,
 ) -> Result<Spread, BackendError> {
     let mut entries = cache.entries.lock();

@@ -527,6 +527,15 @@ impl Backend for MultiGpu {
         self.independent(&|b| b.spread_shared(graph, seeds, params))
     }
 
+    fn spread_shared_from(
+        &self,
+        graph: &SharedGraph,
+        seeds: &[(u32, f32)],
+        params: &SpreadParams,
+    ) -> Result<Spread, BackendError> {
+        self.independent(&|b| b.spread_shared_from(graph, seeds, params))
+    }
+
     fn clip_and_noise(
         &self,
         x: &[f32],

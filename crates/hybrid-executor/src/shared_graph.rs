@@ -4,7 +4,9 @@
 use crate::backend::{Backend, BackendError};
 use crate::executor::{CallOptions, ExecError, Executor, Outcome};
 use crate::op::{Op, OpKind};
-use recall_cpu_simd::{Spread, SpreadGraph, SpreadParams, check_spread_inputs};
+use recall_cpu_simd::{
+    Spread, SpreadGraph, SpreadParams, check_spread_inputs, check_spread_list_inputs,
+};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -72,10 +74,18 @@ impl SharedGraph {
     }
 }
 
-/// Activation spreading over a shared graph (one unit: hops depend on each other).
+/// The seeds of a call over a shared graph, validated: the dense vector, or the list sorted by node id.
+#[derive(Debug, Clone, Copy)]
+enum SeedsRef<'a> {
+    Dense(&'a [f32]),
+    List(&'a [(u32, f32)]),
+}
+
+/// Activation spreading over a shared graph (one unit: hops depend on each other), from either form of
+/// seeds: one op, so both forms share dispatch (kind, work, device bytes), fallback, metrics and tenancy.
 struct SpreadSharedOp<'a> {
     graph: &'a SharedGraph,
-    seeds: &'a [f32],
+    seeds: SeedsRef<'a>,
     params: &'a SpreadParams,
 }
 
@@ -91,7 +101,10 @@ impl Op for SpreadSharedOp<'_> {
         (self.graph.n_nodes() as u64) * 24 + (self.graph.n_edges() as u64) * 8
     }
     fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<Spread, BackendError> {
-        backend.spread_shared(self.graph, self.seeds, self.params)
+        match self.seeds {
+            SeedsRef::Dense(seeds) => backend.spread_shared(self.graph, seeds, self.params),
+            SeedsRef::List(seeds) => backend.spread_shared_from(self.graph, seeds, self.params),
+        }
     }
     fn append(&self, _: &mut Spread, _: Spread) {}
 }
@@ -107,6 +120,33 @@ impl Executor {
         params: &SpreadParams,
     ) -> Result<Outcome<Spread>, ExecError> {
         check_spread_inputs(graph.graph(), seeds, params)?;
+        self.run_spread_shared(opts, graph, SeedsRef::Dense(seeds), params)
+    }
+
+    /// [`Executor::spread_shared`] from a seed list: `(node, value)` pairs in any order, standing for the
+    /// dense vector with `seed[node] = value` for each pair and `0.0` elsewhere, whose answer it gives bit for
+    /// bit. Validated by [`check_spread_list_inputs`] (a node id out of range, a NaN, infinite or negative
+    /// value, a node listed twice: [`ExecError::InvalidInput`]); an empty list is no seeds. The GPU takes the
+    /// pairs as they are, so a call seeded from a few nodes neither builds nor scans a dense vector.
+    pub fn spread_shared_from(
+        &self,
+        opts: &CallOptions,
+        graph: &SharedGraph,
+        seeds: &[(u32, f32)],
+        params: &SpreadParams,
+    ) -> Result<Outcome<Spread>, ExecError> {
+        let sorted = check_spread_list_inputs(graph.graph(), seeds, params)?;
+        self.run_spread_shared(opts, graph, SeedsRef::List(&sorted), params)
+    }
+
+    /// The validated call of either form.
+    fn run_spread_shared(
+        &self,
+        opts: &CallOptions,
+        graph: &SharedGraph,
+        seeds: SeedsRef<'_>,
+        params: &SpreadParams,
+    ) -> Result<Outcome<Spread>, ExecError> {
         self.run_op(
             &SpreadSharedOp {
                 graph,

@@ -393,3 +393,45 @@ fn through_the_executor_batch_and_single_queries_match_the_cpu() {
         "{text}"
     );
 }
+
+#[test]
+fn spreading_from_a_seed_list_goes_to_a_gpu_and_moves_on_failure() {
+    use recall_cpu_simd::SpreadParams;
+    use recall_hybrid_executor::SharedGraph;
+    let mut rng = recall_hybrid_executor::difftest::SplitMix::new(21);
+    let (p, i, w) = recall_hybrid_executor::power_law_graph(&mut rng, 200, 1500, 40, 20);
+    let graph = SharedGraph::from_csr(&p, &i, &w).unwrap();
+    let params = SpreadParams {
+        decay: 0.5,
+        threshold: 0.01,
+        hops: 3,
+        k: 10,
+    };
+    let list = [(3u32, 1.0f32), (17, 0.5), (150, 0.75)];
+    let mut dense = vec![0.0f32; 200];
+    for &(v, x) in &list {
+        dense[v as usize] = x;
+    }
+    let want = CpuBackend.spread(graph.graph(), &dense, &params).unwrap();
+    let same = |a: &recall_cpu_simd::Spread| {
+        a.activation.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            == want
+                .activation
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+            && bits(&a.top) == bits(&want.top)
+    };
+    // Healthy GPUs: one of them answers, through the list path of its backend.
+    let gpus: Vec<_> = (0..2).map(|i| gpu(i, FaultPlan::new())).collect();
+    let m = multi(&gpus);
+    assert!(same(&m.spread_shared_from(&graph, &list, &params).unwrap()));
+    assert_eq!(gpus.iter().map(|g| g.stats().successes).sum::<u64>(), 1);
+    // Every GPU fails at launch: the faults are injected on the list path and the CPU answers.
+    let plan = FaultPlan::new().fail(FaultStep::Launch, Trigger::Always);
+    let gpus: Vec<_> = (0..2).map(|i| gpu(i, plan.clone())).collect();
+    let m = multi(&gpus);
+    assert!(same(&m.spread_shared_from(&graph, &list, &params).unwrap()));
+    assert!(gpus.iter().all(|g| g.stats().injected >= 1));
+    assert!(m.moved_to_cpu() >= 1);
+}
