@@ -252,7 +252,7 @@ pub struct Neighbors {
     pub fallback: Option<String>,
 }
 
-/// The result of [`Engine::spread`] and [`Engine::spread_in`].
+/// The result of [`Engine::spread`], [`Engine::spread_in`] and [`Engine::spread_from`].
 ///
 /// ```
 /// use recall::SpreadParams;
@@ -821,6 +821,43 @@ impl Engine {
         let o = self
             .exec
             .spread_shared(&self.call_options(), graph, seeds, params)?;
+        Ok(Activation {
+            activation: o.value.activation,
+            top: o.value.top,
+            device: o.device,
+            fallback: o.fallback,
+        })
+    }
+
+    /// [`Engine::spread_in`] from a seed list: `(node, value)` pairs, in any order, for the few seed memories
+    /// of a call (the hits of a search). The answer is, bit for bit, that of [`Engine::spread_in`] with the
+    /// dense vector `seed[node] = value` for each pair and `0.0` elsewhere; no such vector is made for the GPU,
+    /// which takes the pairs as they are. A value of `0.0` (or `-0.0`) is no seed, and an empty list is no
+    /// seeds at all. Refused with [`Error::InvalidInput`], before any work: a node id not below
+    /// [`Graph::n_nodes`], a NaN, infinite or negative value, or a node listed twice.
+    ///
+    /// ```
+    /// use recall::SpreadParams;
+    /// let engine = recall::Engine::new()?;
+    /// let graph = engine.graph(&[0, 1, 2, 2, 2], &[1, 2], &[1.0, 0.5])?; // 0 -> 1 -> 2, node 3 alone
+    /// let params = SpreadParams { decay: 0.5, threshold: 0.0, hops: 2, k: 2 };
+    /// let a = engine.spread_from(&graph, &[(3, 0.25), (0, 1.0)], &params)?;
+    /// assert_eq!(a.activation, [1.0, 0.5, 0.125, 0.25]);
+    /// assert_eq!(a.activation, engine.spread_in(&graph, &[1.0, 0.0, 0.0, 0.25], &params)?.activation);
+    /// assert_eq!(a.top.ids, [0, 1]);
+    /// assert!(engine.spread_from(&graph, &[(0, 1.0), (0, 2.0)], &params).is_err()); // node 0 twice
+    /// assert!(engine.spread_from(&graph, &[(4, 1.0)], &params).is_err()); // no node 4
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn spread_from(
+        &self,
+        graph: &Graph,
+        seeds: &[(u32, f32)],
+        params: &SpreadParams,
+    ) -> Result<Activation, Error> {
+        let o = self
+            .exec
+            .spread_shared_from(&self.call_options(), graph, seeds, params)?;
         Ok(Activation {
             activation: o.value.activation,
             top: o.value.top,
