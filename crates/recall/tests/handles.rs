@@ -264,3 +264,46 @@ fn scipy_reads_our_npz_when_installed() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn spread_from_a_seed_list_is_spread_in_with_the_dense_vector() {
+    let e = cpu_engine();
+    let n = 40;
+    let (p, i, w) = csr(n);
+    let g = e.graph(&p, &i, &w).unwrap();
+    let params = SpreadParams {
+        decay: 0.5,
+        threshold: 0.01,
+        hops: 3,
+        k: 5,
+    };
+    // Any order, a -0.0 value (no seed), a seed on the isolated last node.
+    let list = [(39u32, 0.25f32), (4, 1.0), (0, -0.0), (17, 0.75)];
+    let mut dense = vec![0.0f32; n];
+    for &(v, x) in &list {
+        dense[v as usize] = x;
+    }
+    let a = e.spread_from(&g, &list, &params).unwrap();
+    let b = e.spread_in(&g, &dense, &params).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&a.activation), bits(&b.activation));
+    assert_eq!(a.top, b.top);
+    assert_eq!(a.device, recall::Device::Cpu);
+    // No seeds: nothing is activated.
+    let none = e.spread_from(&g, &[], &params).unwrap();
+    assert!(none.activation.iter().all(|x| x.to_bits() == 0));
+    // Bad lists are typed errors naming what is wrong.
+    for (bad, says) in [
+        (&[(40u32, 1.0f32)][..], "out of range"),
+        (&[(1, f32::NAN)], "NaN"),
+        (&[(1, -1.0)], "negative"),
+        (&[(3, 1.0), (5, 1.0), (3, 0.5)], "node 3 twice"),
+    ] {
+        match e.spread_from(&g, bad, &params) {
+            Err(err @ Error::InvalidInput(_)) => {
+                assert!(err.to_string().contains(says), "{bad:?}: {err}")
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
