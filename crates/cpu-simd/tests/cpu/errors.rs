@@ -433,3 +433,61 @@ fn prevalidated_handle_keeps_shape_checks_and_answers() {
     ));
     assert!(pre.spread(&g, &[1.0, -1.0, 0.0], &p).is_ok());
 }
+
+/// The one-pass seed check names the same error, at the same index, as the finite scan then the sign scan:
+/// a NaN or infinity anywhere first, else the first value below zero; `-0.0` and subnormals pass.
+#[test]
+fn seed_checks_name_the_first_bad_value_in_the_old_order() {
+    let n = 10_000;
+    let indptr: Vec<usize> = (0..=n).collect(); // node v -> (v + 1) % n
+    let indices: Vec<u32> = (0..n).map(|v| ((v + 1) % n) as u32).collect();
+    let weights = vec![0.5f32; n];
+    let g = SpreadGraph::from_csr(&indptr, &indices, &weights).expect("valid graph");
+    let p = SpreadParams {
+        decay: 0.5,
+        threshold: 0.0,
+        hops: 1,
+        k: 1,
+    };
+    let mut seeds = vec![0.0f32; n];
+    seeds[0] = -0.0;
+    seeds[1] = f32::from_bits(1); // the smallest subnormal
+    seeds[n - 1] = f32::MAX;
+    assert_eq!(check_spread_inputs(&g, &seeds, &p), Ok(()));
+    let with = |changes: &[(usize, f32)]| {
+        let mut s = seeds.clone();
+        for &(i, x) in changes {
+            s[i] = x;
+        }
+        check_spread_inputs(&g, &s, &p)
+    };
+    assert_eq!(
+        with(&[(9_000, -f32::from_bits(1))]),
+        Err(CpuError::Negative {
+            what: "seeds",
+            index: 9_000
+        })
+    );
+    // A negative before a NaN: the NaN is named (the finite scan runs first over all values).
+    assert_eq!(
+        with(&[(10, -1.0), (8_000, f32::NAN)]),
+        Err(CpuError::NonFinite {
+            what: "seeds",
+            index: 8_000
+        })
+    );
+    assert_eq!(
+        with(&[(4_097, f32::NEG_INFINITY), (4_096, -2.0)]),
+        Err(CpuError::NonFinite {
+            what: "seeds",
+            index: 4_097
+        })
+    );
+    assert_eq!(
+        with(&[(4_095, -3.0), (4_096, -2.0)]),
+        Err(CpuError::Negative {
+            what: "seeds",
+            index: 4_095
+        })
+    );
+}
