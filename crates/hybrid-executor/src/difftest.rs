@@ -238,19 +238,29 @@ pub fn power_law_graph(
     for _ in 0..hub_out {
         list.push((2 % n as u32, rng.below(n as u64) as u32, weight(rng)));
     }
-    list.sort_by_key(|e| e.0); // CSR rows by source; stable, so parallel edges keep their order
+    csr_by_source(n, &list)
+}
+
+/// The CSR (indptr, indices, weights) of `(source, target, weight)` edges over `n` nodes, each row's edges in
+/// their order in `list`: the stable sort by source, as a counting sort (linear time; the calibration probes
+/// build graphs of tens of millions of edges).
+fn csr_by_source(n: usize, list: &[(u32, u32, f32)]) -> (Vec<usize>, Vec<u32>, Vec<f32>) {
     let mut indptr = vec![0usize; n + 1];
-    for e in &list {
+    for e in list {
         indptr[e.0 as usize + 1] += 1;
     }
     for u in 0..n {
         indptr[u + 1] += indptr[u];
     }
-    (
-        indptr,
-        list.iter().map(|e| e.1).collect(),
-        list.iter().map(|e| e.2).collect(),
-    )
+    let mut at = indptr.clone();
+    let (mut indices, mut weights) = (vec![0u32; list.len()], vec![0.0f32; list.len()]);
+    for &(src, dst, w) in list {
+        let p = &mut at[src as usize];
+        indices[*p] = dst;
+        weights[*p] = w;
+        *p += 1;
+    }
+    (indptr, indices, weights)
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -1865,6 +1875,33 @@ mod tests {
         );
         compare(&mut d, &[1.0], &[1.0, 2.0]);
         assert_eq!(d.mismatches, 3);
+    }
+
+    #[test]
+    fn csr_by_source_is_the_stable_sort_by_source() {
+        let mut rng = SplitMix::new(5);
+        for (n, m) in [(1, 0), (1, 5), (7, 40), (100, 3_000)] {
+            // Few distinct sources, so rows hold parallel edges whose order must be kept.
+            let list: Vec<(u32, u32, f32)> = (0..m)
+                .map(|i| {
+                    (
+                        rng.below(n as u64) as u32,
+                        rng.below(n as u64) as u32,
+                        i as f32,
+                    )
+                })
+                .collect();
+            let mut sorted = list.clone();
+            sorted.sort_by_key(|e| e.0);
+            let (indptr, indices, weights) = csr_by_source(n, &list);
+            assert_eq!(indices, sorted.iter().map(|e| e.1).collect::<Vec<_>>());
+            assert_eq!(weights, sorted.iter().map(|e| e.2).collect::<Vec<_>>());
+            assert_eq!((indptr[0], indptr[n]), (0, m));
+            for u in 0..n {
+                let row = &sorted[indptr[u]..indptr[u + 1]];
+                assert!(row.iter().all(|e| e.0 as usize == u), "n = {n}, row {u}");
+            }
+        }
     }
 
     #[test]
