@@ -56,18 +56,25 @@ pub fn check_finite(what: &'static str, values: &[f32]) -> Result<(), CpuError> 
     }
 }
 
-/// The index of the first NaN or infinity. Chunks are tested with a branch-free OR of the exponent test
-/// (which the compiler vectorises), so the check runs at memory speed.
+/// The index of the first NaN or infinity (see [`first_bits_where`]).
 pub(crate) fn first_non_finite(values: &[f32]) -> Option<usize> {
+    first_bits_where(values, |b| (b & 0x7f80_0000) == 0x7f80_0000)
+}
+
+/// The index of the first value whose bits satisfy `bad`. Chunks are tested with a branch-free OR of
+/// `bad` (which the compiler vectorises), so the check runs at memory speed; only a chunk that holds a bad
+/// value is searched element by element.
+#[inline(always)]
+pub(crate) fn first_bits_where(values: &[f32], bad: impl Fn(u32) -> bool) -> Option<usize> {
     const CHUNK: usize = 4096;
     for (c, chunk) in values.chunks(CHUNK).enumerate() {
-        let bad = chunk.iter().fold(0u32, |acc, v| {
-            acc | ((v.to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32
-        });
-        if bad != 0 {
+        let any = chunk
+            .iter()
+            .fold(0u32, |acc, v| acc | u32::from(bad(v.to_bits())));
+        if any != 0 {
             return chunk
                 .iter()
-                .position(|v| !v.is_finite())
+                .position(|v| bad(v.to_bits()))
                 .map(|i| c * CHUNK + i);
         }
     }

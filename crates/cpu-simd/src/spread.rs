@@ -715,18 +715,14 @@ pub fn check_spread_inputs(
     Ok(())
 }
 
-/// Whether every seed is finite and not below zero (`-0.0` is fine), in one pass: blocks are tested with a
-/// branch-free OR over the bits (the compiler vectorises it), so a million seeds cost one read of 4 MB
-/// instead of a finite scan and then an element-by-element sign scan.
-pub(crate) fn seeds_all_valid(seeds: &[f32]) -> bool {
-    const CHUNK: usize = 4096;
-    seeds.chunks(CHUNK).all(|chunk| {
-        chunk.iter().fold(0u32, |acc, v| {
-            let b = v.to_bits();
-            // NaN or infinity: the exponent all ones; below zero: the sign set on anything but -0.0.
-            acc | u32::from((b & 0x7f80_0000) == 0x7f80_0000) | u32::from(b > 0x8000_0000)
-        }) == 0
+/// Whether every seed is finite and not below zero (`-0.0` is fine), in one pass over the bits instead of a
+/// finite scan and then an element-by-element sign scan: NaN or infinity has the exponent all ones; below
+/// zero is the sign set on anything but `-0.0`.
+fn seeds_all_valid(seeds: &[f32]) -> bool {
+    crate::first_bits_where(seeds, |b| {
+        (b & 0x7f80_0000) == 0x7f80_0000 || b > 0x8000_0000
     })
+    .is_none()
 }
 
 /// The input checks of spreading from a seed list (`(node, value)` pairs: the dense seed vector with

@@ -95,6 +95,23 @@ impl fmt::Debug for MultiGpu {
     }
 }
 
+/// The kept threads for the shards of GPUs 1.. of `n_gpus` (none for one GPU, or with
+/// `RECALL_MULTI_GPU_SPAWN=thread`, or if they cannot start: then a thread is spawned per shard and call).
+fn shard_pool(n_gpus: usize) -> Option<rayon::ThreadPool> {
+    if n_gpus <= 1 || std::env::var("RECALL_MULTI_GPU_SPAWN").as_deref() == Ok("thread") {
+        return None;
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n_gpus - 1)
+        .thread_name(|i| format!("recall-shard-{}", i + 1))
+        .build()
+        .map_err(|e| {
+            tracing::warn!(error = %e,
+                "recall: could not start the shard threads; spawning one per shard and call");
+        })
+        .ok()
+}
+
 /// Holds one in-flight count of a slot.
 struct Busy<'a>(&'a AtomicUsize);
 
@@ -107,6 +124,7 @@ impl Drop for Busy<'_> {
 impl MultiGpu {
     /// `gpus` (at least one) in shard order; `last_resort` answers work no GPU could (the CPU backend).
     pub fn new(gpus: Vec<Arc<dyn Backend>>, last_resort: Arc<dyn Backend>) -> MultiGpu {
+        let shard_pool = shard_pool(gpus.len());
         MultiGpu {
             slots: gpus
                 .into_iter()
@@ -125,26 +143,8 @@ impl MultiGpu {
             to_cpu: AtomicU64::new(0),
             sharded_calls: AtomicU64::new(0),
             sharded_ns: AtomicU64::new(0),
-            shard_pool: None,
+            shard_pool,
         }
-        .with_shard_pool()
-    }
-
-    /// Start the shard threads (one per GPU beyond the first), unless `RECALL_MULTI_GPU_SPAWN=thread`.
-    fn with_shard_pool(mut self) -> MultiGpu {
-        let n = self.slots.len();
-        if n > 1 && std::env::var("RECALL_MULTI_GPU_SPAWN").as_deref() != Ok("thread") {
-            match rayon::ThreadPoolBuilder::new()
-                .num_threads(n - 1)
-                .thread_name(|i| format!("recall-shard-{}", i + 1))
-                .build()
-            {
-                Ok(pool) => self.shard_pool = Some(pool),
-                Err(e) => tracing::warn!(error = %e,
-                    "recall: could not start the shard threads; spawning one per shard and call"),
-            }
-        }
-        self
     }
 
     /// The GPUs, in shard order.
