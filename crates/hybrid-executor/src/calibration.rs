@@ -428,12 +428,12 @@ fn log_ratio(a: f64, b: f64) -> f64 {
 #[derive(Debug, Default)]
 pub struct Probe {
     data: Vec<f32>,
-    /// `KnnResident`: the corpus handle of the last size probed (resident on the GPU after its first call,
-    /// so the median of the repetitions measures calls without the corpus upload).
+    /// `KnnResident`, `ScoreCandidatesResident`: the corpus handle of the last row count probed (resident on
+    /// the GPU after its first call, so the repetitions measure calls without the corpus upload).
     shared: parking_lot::Mutex<Option<(usize, crate::shared_corpus::SharedCorpus)>>,
     /// `Spread`, `SpreadResident`: the graph handle (and seeds) of the last size probed.
     graph: parking_lot::Mutex<Option<(usize, ProbeGraph)>>,
-    /// `ScoreCandidates`: the candidate lists of the last size probed.
+    /// `ScoreCandidates`, `ScoreCandidatesResident`: the candidate lists of the last size probed.
     candidates: parking_lot::Mutex<Option<(usize, ProbeCandidates)>>,
 }
 
@@ -489,7 +489,9 @@ impl Probe {
         let floats = match op {
             // Rows of `DIM` values: `work / DIM` of them for clip-and-noise, `work / (QUERIES * DIM)`
             // for the dense ops, `work / (DIM * 2)` for candidate scoring; points of `KM_DIM` for k-means.
-            OpKind::ClipAndNoise | OpKind::ScoreCandidates => max_work.min(1 << 25) as usize,
+            OpKind::ClipAndNoise | OpKind::ScoreCandidates | OpKind::ScoreCandidatesResident => {
+                max_work.min(1 << 25) as usize
+            }
             OpKind::KMeans => (max_work / ps::KM_CLUSTERS as u64).min(1 << 25) as usize,
             OpKind::Spread | OpKind::SpreadResident => 0,
             _ => (dense_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
@@ -516,7 +518,9 @@ impl Probe {
             OpKind::Spread | OpKind::SpreadResident => SPREAD_MAX_WORK,
             OpKind::ClipAndNoise => values,
             // Each of the queries scores a quarter of the rows: work = QUERIES * rows / 4 * DIM.
-            OpKind::ScoreCandidates => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM / 4) as u64,
+            OpKind::ScoreCandidates | OpKind::ScoreCandidatesResident => {
+                values / ps::DIM as u64 * (ps::QUERIES * ps::DIM / 4) as u64
+            }
             OpKind::KMeans => values / ps::KM_DIM as u64 * (ps::KM_DIM * ps::KM_CLUSTERS) as u64,
             _ => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM) as u64,
         }
@@ -533,7 +537,7 @@ impl Probe {
                 let per_node = (ps::EDGES_PER_NODE * ps::HOPS) as u64;
                 (work / per_node).clamp(16, 1 << 24) * per_node
             }
-            OpKind::ScoreCandidates => {
+            OpKind::ScoreCandidates | OpKind::ScoreCandidatesResident => {
                 let rows = (work / (q * d / 4)).clamp(ps::K as u64, max_rows.max(ps::K as u64));
                 q * ps::candidates(rows as usize) as u64 * d
             }
@@ -553,6 +557,10 @@ impl Probe {
         match op {
             OpKind::Spread | OpKind::SpreadResident => self.probe_graph(work).map(drop),
             OpKind::ScoreCandidates => self.probe_candidates(work).map(drop),
+            OpKind::ScoreCandidatesResident => {
+                let c = self.probe_candidates(work)?;
+                self.corpus_of_rows(c.rows).map(drop)
+            }
             OpKind::KnnResident => self.probe_corpus(work).map(drop),
             _ => Ok(()),
         }
@@ -568,6 +576,15 @@ impl Probe {
 
     fn probe_corpus(&self, work: u64) -> Result<crate::shared_corpus::SharedCorpus, BackendError> {
         let rows = dense_rows(work).min((self.values().len() / ps::DIM) as u64) as usize;
+        self.corpus_of_rows(rows)
+    }
+
+    /// A corpus handle over the probe's first `rows` rows (at most what it holds).
+    fn corpus_of_rows(
+        &self,
+        rows: usize,
+    ) -> Result<crate::shared_corpus::SharedCorpus, BackendError> {
+        let rows = rows.min(self.values().len() / ps::DIM);
         cached(&self.shared, rows, || {
             crate::shared_corpus::SharedCorpus::new(
                 self.values()[..rows * ps::DIM].to_vec(),
@@ -650,6 +667,20 @@ impl Probe {
                         q,
                         &self.values()[..c.rows * dim],
                         dim,
+                        Metric::Dot,
+                        &c.offsets,
+                        &c.ids,
+                        ps::K.min(ps::candidates(c.rows)),
+                    )
+                    .map(drop)
+            }
+            OpKind::ScoreCandidatesResident => {
+                let c = self.probe_candidates(work)?;
+                let corpus = self.corpus_of_rows(c.rows)?;
+                backend
+                    .score_candidates_shared(
+                        q,
+                        &corpus,
                         Metric::Dot,
                         &c.offsets,
                         &c.ids,

@@ -25,6 +25,9 @@ pub enum OpKind {
     KnnResident,
     /// Top-k over per-query candidate lists.
     ScoreCandidates,
+    /// Top-k over per-query candidate lists against a corpus handle: on the GPU the corpus stays resident,
+    /// so a call moves only its queries and lists (a break-even of its own, far below `ScoreCandidates`').
+    ScoreCandidatesResident,
     /// Activation spreading over a graph.
     Spread,
     /// Activation spreading over a graph handle: on the GPU the graph stays resident (its own break-even).
@@ -37,12 +40,13 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in index order.
-    pub const ALL: [OpKind; 9] = [
+    pub const ALL: [OpKind; 10] = [
         OpKind::CosineScores,
         OpKind::Similarity,
         OpKind::Knn,
         OpKind::KnnResident,
         OpKind::ScoreCandidates,
+        OpKind::ScoreCandidatesResident,
         OpKind::Spread,
         OpKind::SpreadResident,
         OpKind::KMeans,
@@ -59,6 +63,7 @@ impl OpKind {
             OpKind::Knn => "knn",
             OpKind::KnnResident => "knn_resident",
             OpKind::ScoreCandidates => "score_candidates",
+            OpKind::ScoreCandidatesResident => "score_candidates_resident",
             OpKind::Spread => "spread",
             OpKind::SpreadResident => "spread_resident",
             OpKind::KMeans => "kmeans",

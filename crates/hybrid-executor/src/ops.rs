@@ -183,7 +183,11 @@ struct CandidatesOp<'a> {
 impl Op for CandidatesOp<'_> {
     type Output = TopK;
     fn kind(&self) -> OpKind {
-        OpKind::ScoreCandidates
+        if self.shared.is_some() {
+            OpKind::ScoreCandidatesResident
+        } else {
+            OpKind::ScoreCandidates
+        }
     }
     fn work(&self) -> u64 {
         (self.ids.len() as u64).saturating_mul(self.dim as u64)

@@ -6,10 +6,12 @@
 //! power-law graph. It reports calls per second (over the run and its slowest whole second), latency
 //! quantiles per op kind, errors, fallbacks, the devices that answered, and host and device memory
 //! before and after; then it re-runs a sample of the calls on the CPU and compares the answers bit for
-//! bit. Any error, mismatch, or memory that does not come back makes it exit non-zero.
+//! bit (in fast mode, knn answers within fast mode's bound: [`check_fast`]). Any error, mismatch, or memory
+//! that does not come back makes it exit non-zero.
 //!
 //! Every call's inputs derive from (tenant, thread, call number), so a sampled call is re-created for
-//! verification from those three numbers; only a digest of its answer is kept during the run.
+//! verification from those three numbers; only a digest of its answer is kept during the run (and, for
+//! fast-mode knn, its lists). Spreading starts from a seed list of up to 8 nodes (`spread_shared_from`).
 
 use crate::ops::MetricArg;
 use crate::util::{COMMIT, cpu_model, grouped, threads, utc_date};
@@ -74,7 +76,8 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value = "cosine")]
     metric: MetricArg,
     /// Arithmetic of knn calls: `exact` (default; answers are checked bit for bit) or a fast mode on
-    /// tensor cores (answers are then not compared with the CPU: they are within a bound, not equal).
+    /// tensor cores (knn answers are then checked against the exact ones within fast mode's bound; the
+    /// other ops stay exact and are checked bit for bit).
     #[arg(long, value_enum, default_value = "exact")]
     mode: ModeArg,
     /// Most queries per dynamic batch of single-query knn calls (default: the engine's).
@@ -284,7 +287,9 @@ enum Inputs {
         offsets: Vec<usize>,
         ids: Vec<u32>,
     },
-    Spread(Vec<f32>),
+    /// Seed list: `(node, 1.0)` for a few distinct nodes, as a memory engine spreads from the memories a
+    /// query recalled (`Engine::spread_from`: no dense seed vector built, scanned or uploaded).
+    Spread(Vec<(u32, f32)>),
 }
 
 fn inputs(setup: &Setup, kind: Kind, seed: u64) -> Inputs {
@@ -305,9 +310,12 @@ fn inputs(setup: &Setup, kind: Kind, seed: u64) -> Inputs {
             }
         }
         Kind::Spread => {
-            let mut seeds = vec![0.0f32; setup.graph_nodes];
+            let mut seeds: Vec<(u32, f32)> = Vec::with_capacity(8);
             for _ in 0..8 {
-                seeds[rng.below(setup.graph_nodes as u64) as usize] = 1.0;
+                let node = rng.below(setup.graph_nodes as u64) as u32;
+                if seeds.iter().all(|&(v, _)| v != node) {
+                    seeds.push((node, 1.0));
+                }
             }
             Inputs::Spread(seeds)
         }
@@ -332,6 +340,9 @@ pub(crate) fn digest(ids: &[u32], values: &[f32]) -> u64 {
 /// What one call returned: a digest of the answer, where it ran, whether it fell back.
 struct Answer {
     digest: u64,
+    /// Fast-mode knn only: the lists themselves (ids, scores), checked against the exact answer within fast
+    /// mode's bound after the load (a digest cannot say "within a bound").
+    lists: Option<Box<(Vec<u32>, Vec<f32>)>>,
     gpu: bool,
     fallback: bool,
 }
@@ -355,6 +366,8 @@ fn run_call(
     let exec = w.engine.executor();
     let s = w.setup;
     let on_gpu = |d: Device| matches!(d, Device::Gpu { .. });
+    let fast = s.mode != recall::Mode::Exact;
+    let keep = |ids: Vec<u32>, scores: Vec<f32>| fast.then(|| Box::new((ids, scores)));
     match inputs {
         // One query goes through the batcher (concurrent single-query calls are coalesced), as
         // `Engine::knn_in` does.
@@ -362,6 +375,7 @@ fn run_call(
             .knn_shared_single(opts, q, w.corpus, s.metric, s.k)
             .map(|o| Answer {
                 digest: digest(&o.value.ids, &o.value.scores),
+                lists: keep(o.value.ids, o.value.scores),
                 gpu: on_gpu(o.device),
                 fallback: o.fallback.is_some(),
             }),
@@ -369,6 +383,7 @@ fn run_call(
             .knn_shared_coalesced(opts, q, w.corpus, s.metric, s.k)
             .map(|o| Answer {
                 digest: digest(&o.value.ids, &o.value.scores),
+                lists: keep(o.value.ids, o.value.scores),
                 gpu: on_gpu(o.device),
                 fallback: o.fallback.is_some(),
             }),
@@ -376,6 +391,7 @@ fn run_call(
             .knn_shared(opts, q, w.corpus, s.metric, s.k)
             .map(|o| Answer {
                 digest: digest(&o.value.ids, &o.value.scores),
+                lists: keep(o.value.ids, o.value.scores),
                 gpu: on_gpu(o.device),
                 fallback: o.fallback.is_some(),
             }),
@@ -387,19 +403,151 @@ fn run_call(
             .score_candidates_shared(opts, queries, w.corpus, s.metric, offsets, ids, s.k)
             .map(|o| Answer {
                 digest: digest(&o.value.ids, &o.value.scores),
+                lists: None,
                 gpu: on_gpu(o.device),
                 fallback: o.fallback.is_some(),
             }),
         Inputs::Spread(seeds) => exec
-            .spread_shared(opts, w.graph, seeds, &s.spread)
+            .spread_shared_from(opts, w.graph, seeds, &s.spread)
             .map(|o| Answer {
                 digest: digest(&o.value.top.ids, &o.value.activation)
                     ^ digest(&[], &o.value.top.scores).rotate_left(1),
+                lists: None,
                 gpu: on_gpu(o.device),
                 fallback: o.fallback.is_some(),
             }),
     }
     .map_err(|e| format!("{} ({}): {e}", kind.name(), kind_op(kind)))
+}
+
+/// What the fast-mode check of sampled knn answers found (`check_fast`).
+#[derive(Default, Clone, Copy)]
+struct FastCheck {
+    /// Returned (id, score) pairs checked.
+    pairs: usize,
+    /// Scores farther from the exact score of their id than fast mode's bound.
+    scores_out: usize,
+    /// Ids whose exact score is worse than the exact k-th score by more than the two bounds.
+    ids_out: usize,
+    /// Returned ids that are in the exact top-k (recall = hits / pairs).
+    hits: usize,
+    /// Largest |fast - exact| seen, and the bound at that pair.
+    max_err: f64,
+    bound_at_max: f64,
+}
+
+impl FastCheck {
+    fn ok(&self) -> bool {
+        self.scores_out == 0 && self.ids_out == 0
+    }
+    fn add(&mut self, o: &FastCheck) {
+        self.pairs += o.pairs;
+        self.scores_out += o.scores_out;
+        self.ids_out += o.ids_out;
+        self.hits += o.hits;
+        if o.max_err >= self.max_err {
+            self.max_err = o.max_err;
+            self.bound_at_max = o.bound_at_max;
+        }
+    }
+}
+
+/// Check a fast-mode knn answer (`lists`: ids and scores, `k` per query) against the exact one on the CPU, as
+/// `recall diff-test` does (`docs/numerics.md`, "Fast mode"): every returned score within the bound of its
+/// id's exact score, and every returned id's exact score within twice the bound of the exact k-th score.
+/// The bound per pair uses `S <= ||q|| ||c||`.
+fn check_fast(
+    cpu: &Engine,
+    corpus: &Corpus,
+    setup: &Setup,
+    queries: &[f32],
+    lists: &(Vec<u32>, Vec<f32>),
+) -> Result<FastCheck, String> {
+    let (ids, scores) = lists;
+    let (dim, k) = (setup.dim, setup.k.min(corpus.n_rows()));
+    let nq = queries.len() / dim;
+    if ids.len() != nq * k || scores.len() != nq * k {
+        return Err(format!(
+            "fast answer holds {} ids and {} scores for {nq} queries of k = {k}",
+            ids.len(),
+            scores.len()
+        ));
+    }
+    let exec = cpu.executor();
+    let opts = CallOptions::default();
+    let exact = exec
+        .knn_shared(&opts, queries, corpus, setup.metric, k)
+        .map_err(|e| e.to_string())?
+        .value;
+    // The exact scores of the returned ids: each query's own list, scored and ranked on the CPU.
+    let offsets: Vec<usize> = (0..=nq).map(|i| i * k).collect();
+    let mine = exec
+        .score_candidates_shared(&opts, queries, corpus, setup.metric, &offsets, ids, k)
+        .map_err(|e| e.to_string())?
+        .value;
+    let (u, t) = match setup.mode {
+        recall::Mode::FastF16 => (2f64.powi(-11), 2f64.powi(-25)),
+        _ => (2f64.powi(-8), 0.0),
+    };
+    let c0 = 2.0 * u + u * u + dim as f64 * 2f64.powi(-23) + 2.0 * (dim as f64).sqrt() * t;
+    let eps = 2f64.powi(-24);
+    let norm = |v: &[f32]| {
+        v.iter()
+            .map(|&x| f64::from(x) * f64::from(x))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let data = corpus.data();
+    let row = |id: u32| &data[id as usize * dim..(id as usize + 1) * dim];
+    let higher_better = !matches!(setup.metric, Metric::L2);
+    let mut c = FastCheck::default();
+    for qi in 0..nq {
+        let q = &queries[qi * dim..(qi + 1) * dim];
+        let nq_ = norm(q);
+        let bound = |id: u32, exact: f64| {
+            let nc = norm(row(id));
+            match setup.metric {
+                Metric::Cosine => c0 + 16.0 * eps,
+                Metric::Dot => c0 * nq_ * nc + 8.0 * eps * exact.abs(),
+                Metric::L2 => 2.0 * c0 * nq_ * nc + 8.0 * eps * (nq_ * nq_ + nc * nc),
+            }
+        };
+        let part = qi * k..(qi + 1) * k;
+        let kth_id = exact.ids[part.end - 1];
+        let kth = f64::from(exact.scores[part.end - 1]);
+        let b_kth = bound(kth_id, kth);
+        let exact_of = |id: u32| {
+            mine.ids[part.clone()]
+                .iter()
+                .position(|&x| x == id)
+                .map(|p| f64::from(mine.scores[qi * k + p]))
+        };
+        for j in part.clone() {
+            let id = ids[j];
+            c.pairs += 1;
+            let Some(e) = exact_of(id) else {
+                c.ids_out += 1;
+                continue;
+            };
+            let b = bound(id, e);
+            let err = (f64::from(scores[j]) - e).abs();
+            if err >= c.max_err {
+                c.max_err = err;
+                c.bound_at_max = b;
+            }
+            if err > b || scores[j].is_nan() {
+                c.scores_out += 1;
+            }
+            let worse = if higher_better { kth - e } else { e - kth };
+            if worse > b + b_kth {
+                c.ids_out += 1;
+            }
+            if exact.ids[part.clone()].contains(&id) {
+                c.hits += 1;
+            }
+        }
+    }
+    Ok(c)
 }
 
 fn kind_op(kind: Kind) -> OpKind {
@@ -414,13 +562,15 @@ fn kind_op(kind: Kind) -> OpKind {
 // Per-thread accounts
 
 /// A sampled call: enough to re-create it, and the digest of its answer.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Sample {
     kind: Kind,
     tenant: usize,
     thread: usize,
     call: u64,
     digest: u64,
+    /// Fast-mode knn: the lists (see [`Answer::lists`]).
+    lists: Option<Box<(Vec<u32>, Vec<f32>)>>,
 }
 
 struct ThreadStats {
@@ -523,6 +673,7 @@ fn worker(
                     thread,
                     call,
                     digest: a.digest,
+                    lists: a.lists,
                 };
                 if st.samples[i].len() < per_kind {
                     st.samples[i].push(s);
@@ -662,6 +813,8 @@ struct Report {
     first_errors: Vec<String>,
     mismatches: usize,
     verified: usize,
+    /// Fast mode: what the check of the sampled knn answers within the bound found.
+    fast_check: Option<FastCheck>,
     fallbacks_by_reason: Vec<(&'static str, u64)>,
     gpu_calls: u64,
     memory: Vec<(&'static str, Memory)>,
@@ -829,12 +982,8 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
 
     // The load.
     let n_threads = a.tenants * a.threads_per_tenant;
-    // Fast-mode answers are within a bound of the CPU's, not equal to them: nothing to compare bit for bit.
-    let verify = if setup.mode == recall::Mode::Exact {
-        a.verify
-    } else {
-        0
-    };
+    // Fast-mode knn answers are checked within fast mode's bound (`check_fast`); every other answer bit for bit.
+    let verify = a.verify;
     let per_kind = verify.div_ceil(n_threads * 4).max(usize::from(verify > 0));
     let stop = AtomicBool::new(false);
     let total = AtomicU64::new(0);
@@ -913,6 +1062,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     };
     let mut verified = [0usize; 4];
     let mut mismatched = [0usize; 4];
+    let mut fast_check = FastCheck::default();
     for s in &samples {
         let inp = inputs(
             &setup,
@@ -921,6 +1071,33 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
         );
         let i = s.kind.index();
         verified[i] += 1;
+        if let (Some(lists), Inputs::Knn(q)) = (&s.lists, &inp) {
+            match check_fast(&cpu_engine, &corpus, &setup, q, lists) {
+                Ok(c) => {
+                    fast_check.add(&c);
+                    if !c.ok() {
+                        mismatched[i] += 1;
+                        if first_errors.len() < 10 {
+                            first_errors.push(format!(
+                                "{} call {} of tenant {} thread {}: fast-mode answer outside its bound \
+                                 ({} scores, {} ids)",
+                                s.kind.name(),
+                                s.call,
+                                s.tenant,
+                                s.thread,
+                                c.scores_out,
+                                c.ids_out
+                            ));
+                        }
+                    }
+                }
+                Err(e) => {
+                    mismatched[i] += 1;
+                    first_errors.push(format!("verification on the CPU failed: {e}"));
+                }
+            }
+            continue;
+        }
         match run_call(&cpu_world, &CallOptions::default(), s.kind, &inp) {
             Ok(ans) if ans.digest == s.digest => {}
             Ok(_) => {
@@ -1108,6 +1285,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
         first_errors,
         mismatches: mismatched.iter().sum(),
         verified: verified.iter().sum(),
+        fast_check: (setup.mode != recall::Mode::Exact).then_some(fast_check),
         fallbacks_by_reason,
         gpu_calls,
         memory: vec![
@@ -1263,11 +1441,33 @@ fn render_markdown(r: &Report) -> String {
         r.fastest_second.map_or("-".into(), grouped),
         grouped(r.gpu_calls)
     );
-    let _ = writeln!(
-        o,
-        "- errors: {}; answers verified on the CPU bit for bit: {} ({} mismatches)",
-        r.errors, r.verified, r.mismatches
-    );
+    match &r.fast_check {
+        None => {
+            let _ = writeln!(
+                o,
+                "- errors: {}; answers verified on the CPU bit for bit: {} ({} mismatches)",
+                r.errors, r.verified, r.mismatches
+            );
+        }
+        Some(f) => {
+            let _ = writeln!(
+                o,
+                "- errors: {}; answers verified on the CPU: {} ({} mismatches): candidates and spreading bit for \
+                 bit, fast-mode knn within its bound (docs/numerics.md, \"Fast mode\"): {} (id, score) pairs, {} \
+                 scores outside the bound, {} ids worse than the exact k-th by more than twice it; largest \
+                 |fast - exact| {:.3e} (bound there {:.3e}); recall of the exact top-k {:.4}",
+                r.errors,
+                r.verified,
+                r.mismatches,
+                f.pairs,
+                f.scores_out,
+                f.ids_out,
+                f.max_err,
+                f.bound_at_max,
+                f.hits as f64 / f.pairs.max(1) as f64
+            );
+        }
+    }
     let fb: Vec<String> = r
         .fallbacks_by_reason
         .iter()
@@ -1397,6 +1597,17 @@ fn render_json(r: &Report) -> String {
     let _ = writeln!(o, "  \"errors\": {},", r.errors);
     let _ = writeln!(o, "  \"verified\": {},", r.verified);
     let _ = writeln!(o, "  \"mismatches\": {},", r.mismatches);
+    if let Some(f) = &r.fast_check {
+        let _ = writeln!(
+            o,
+            "  \"fast_check\": {{\"pairs\": {}, \"scores_out\": {}, \"ids_out\": {}, \"recall\": {:.6}, \"max_err\": {:e}}},",
+            f.pairs,
+            f.scores_out,
+            f.ids_out,
+            f.hits as f64 / f.pairs.max(1) as f64,
+            f.max_err
+        );
+    }
     let fb: Vec<String> = r
         .fallbacks_by_reason
         .iter()
@@ -1465,6 +1676,65 @@ fn render_json(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fast_check_passes_the_exact_answer_and_catches_a_wrong_score_or_id() {
+        let engine = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+        let (rows, dim, nq) = (300, 16, 3);
+        let corpus = engine.corpus(generate_rows(7, rows, dim), dim).unwrap();
+        let mut rng = SplitMix::new(5);
+        let q = queries(&mut rng, nq, dim);
+        for (metric, mode) in [
+            (Metric::Cosine, recall::Mode::FastBf16),
+            (Metric::Dot, recall::Mode::FastF16),
+            (Metric::L2, recall::Mode::FastBf16),
+        ] {
+            let setup = Setup {
+                rows,
+                dim,
+                k: 10,
+                batch: nq,
+                cand_queries: 1,
+                candidates: 10,
+                graph_nodes: 10,
+                spread: SpreadParams {
+                    decay: 0.5,
+                    threshold: 0.01,
+                    hops: 1,
+                    k: 1,
+                },
+                metric,
+                seed: 1,
+                mode,
+            };
+            let exact = engine
+                .executor()
+                .knn_shared(&CallOptions::default(), &q, &corpus, metric, 10)
+                .unwrap()
+                .value;
+            let lists = (exact.ids.clone(), exact.scores.clone());
+            let c = check_fast(&engine, &corpus, &setup, &q, &lists).unwrap();
+            assert!(c.ok(), "{metric:?}: the exact answer is within any bound");
+            assert_eq!((c.pairs, c.hits), (nq * 10, nq * 10));
+            // A score moved by 0.5: far outside the bound (bf16: ~0.008 for cosine).
+            let mut bad = lists.clone();
+            bad.1[4] += 0.5;
+            let c = check_fast(&engine, &corpus, &setup, &q, &bad).unwrap();
+            assert_eq!((c.scores_out, c.ids_out), (1, 0), "{metric:?}");
+            // The best id replaced by the exact worst row, with its own exact score: a wrong id.
+            let worst = engine
+                .executor()
+                .knn_shared(&CallOptions::default(), &q[..dim], &corpus, metric, rows)
+                .unwrap()
+                .value;
+            let mut bad = lists.clone();
+            bad.0[0] = worst.ids[rows - 1];
+            bad.1[0] = worst.scores[rows - 1];
+            let c = check_fast(&engine, &corpus, &setup, &q, &bad).unwrap();
+            assert_eq!((c.scores_out, c.ids_out), (0, 1), "{metric:?}");
+            assert_eq!(c.hits, nq * 10 - 1);
+        }
+    }
 
     #[test]
     fn histogram_quantiles_are_within_a_bucket() {

@@ -3,7 +3,7 @@
 
 use super::*;
 use recall_cpu_simd::{Metric, SpreadGraph, SpreadParams};
-use recall_hybrid_executor::{CallOptions, FaultKind, FaultStep, Trigger};
+use recall_hybrid_executor::{CallOptions, FaultKind, FaultStep, OpKind, Trigger};
 
 const DIM: usize = 12;
 const NQ: usize = 8;
@@ -91,6 +91,10 @@ fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
         .knn_shared(&o, &i.queries, &shared, Metric::L2, 4)
         .unwrap()
         .value;
+    let cand_shared = exec
+        .score_candidates_shared(&o, &i.queries, &shared, Metric::Dot, &i.offsets, &i.ids, 3)
+        .unwrap()
+        .value;
     vec![
         knn.ids.clone(),
         bits(&knn.scores),
@@ -108,6 +112,8 @@ fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
         bits(&noise),
         knn_shared.ids.clone(),
         bits(&knn_shared.scores),
+        cand_shared.ids.clone(),
+        bits(&cand_shared.scores),
     ]
 }
 
@@ -157,7 +163,7 @@ fn without_faults_the_gpu_backend_answers_every_op() {
     let (exec, gpu, _) = faulty(FaultPlan::new(), |_| {});
     assert_eq!(answers(&exec, &i), answers(&cpu_only(), &i));
     assert_eq!(exec.counters().2, 0, "no fallbacks");
-    assert_eq!(gpu.stats().calls, 7, "one GPU call per op");
+    assert_eq!(gpu.stats().calls, 8, "one GPU call per op");
 }
 
 #[test]
@@ -173,4 +179,43 @@ fn oom_splitting_by_queries_gives_the_unsplit_answer() {
         gpu.stats().calls > 6,
         "the splittable ops were retried in parts"
     );
+}
+
+#[test]
+fn candidates_against_a_handle_have_their_own_break_even() {
+    // The slice op's break-even includes uploading the corpus, so it can be "never" while the resident one is
+    // small: a handle's candidate lists must go by the resident op's (before, they went to the CPU forever).
+    let i = inputs();
+    let never = u64::MAX;
+    let (exec, gpu, _) = faulty(FaultPlan::new(), |c| {
+        c.break_even = vec![
+            (OpKind::ScoreCandidates, never),
+            (OpKind::ScoreCandidatesResident, 0),
+        ]
+    });
+    let o = CallOptions::default();
+    let shared = recall_hybrid_executor::SharedCorpus::new(i.corpus.clone(), DIM).unwrap();
+    let on_handle = exec
+        .score_candidates_shared(&o, &i.queries, &shared, Metric::Dot, &i.offsets, &i.ids, 3)
+        .unwrap();
+    assert_eq!(on_handle.device, GPU);
+    let on_slice = exec
+        .score_candidates(
+            &o,
+            &i.queries,
+            &i.corpus,
+            DIM,
+            Metric::Dot,
+            &i.offsets,
+            &i.ids,
+            3,
+        )
+        .unwrap();
+    assert_eq!(on_slice.device, Device::Cpu);
+    assert_eq!(bits(&on_handle.value.scores), bits(&on_slice.value.scores));
+    assert_eq!(on_handle.value.ids, on_slice.value.ids);
+    assert_eq!(gpu.stats().calls, 1);
+    let m = exec.metrics();
+    assert_eq!(m.calls(OpKind::ScoreCandidatesResident, GPU), 1);
+    assert_eq!(m.calls(OpKind::ScoreCandidates, Device::Cpu), 1);
 }
