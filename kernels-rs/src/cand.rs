@@ -48,7 +48,8 @@ const _: () = assert!(OWN == 8);
 /// # Safety
 /// Grid `(n_queries, n_slices)`, `32 * CAND_WARPS` threads, `cand_shared_bytes(dim)` bytes of dynamic shared
 /// memory; pointers and sizes as `CandParams` documents; every id below the corpus's row count; `dim` a
-/// multiple of 4; `1 <= k <= CAND_K_MAX`; every list at most `n_slices * CAND_SLICE` long.
+/// multiple of 4; `1 <= k <= CAND_K_MAX`; `1 <= slice <= CAND_SLICE`; every list at most `n_slices * slice`
+/// long.
 #[inline(always)]
 unsafe fn cand<const METRIC: u32>(p: &CandParams) {
     let smem = dynamic_shared_f32();
@@ -60,11 +61,13 @@ unsafe fn cand<const METRIC: u32>(p: &CandParams) {
     let offsets = p.offsets as *const u64;
     // SAFETY: q < n_queries (grid) and `offsets` holds n_queries + 1 values.
     let (start, end) = unsafe { (*offsets.add(q), *offsets.add(q + 1)) };
-    let first = start + (x * SLICE) as u64;
+    // The launcher's slice length (at most SLICE, the capacity of the shared id and score areas).
+    let slice = (p.slice as usize).min(SLICE);
+    let first = start + (x * slice) as u64;
     if first >= end {
         return; // Block-uniform: this slice of the list is empty.
     }
-    let count = ((end - first) as usize).min(SLICE);
+    let count = ((end - first) as usize).min(slice);
     let dim4 = dim.div_ceil(4) * 4;
     let q_s = smem;
     let ring = smem.wrapping_add(dim4 + warp * RING);

@@ -89,6 +89,8 @@ pub struct CandidateBatch {
     /// The host's copy of the offsets (slice sizes for the merge).
     offsets: Vec<u64>,
     shortest: usize,
+    /// Candidates per block (see [`slice_for`]).
+    slice: usize,
     n_slices: usize,
     queries: CudaSlice<f32>,
     ids: CudaSlice<u32>,
@@ -159,7 +161,8 @@ impl Kernels {
             longest = longest.max(len);
             shortest = shortest.min(len);
         }
-        let n_slices = longest.div_ceil(CAND_SLICE as usize).max(1);
+        let slice = slice_for(n_queries, longest, gpu.info().sm_count as usize);
+        let n_slices = longest.div_ceil(slice).max(1);
         if n_slices > MAX_SLICES || n_queries > MAX_QUERIES {
             return Err(shape(format!(
                 "{n_queries} queries with lists of up to {longest} candidates exceed one launch"
@@ -222,6 +225,7 @@ impl Kernels {
             n_rows,
             offsets: offsets.to_vec(),
             shortest,
+            slice,
             n_slices,
             queries: queries_dev,
             ids: ids_dev,
@@ -303,6 +307,8 @@ impl Kernels {
                 k: k as u32,
                 n_slices: batch.n_slices as u32,
                 higher_first: u32::from(metric.higher_first()),
+                slice: batch.slice as u32,
+                _pad: 0,
             };
             let cfg = LaunchConfig {
                 grid_dim: (batch.n_queries as u32, batch.n_slices as u32, 1),
@@ -318,7 +324,7 @@ impl Kernels {
             // function was opted into; 1 <= k <= CAND_K_MAX); the batch's queries hold n_queries * dim
             // values, its ids are all below batch.n_rows <= n_rows (checked when it was made) and its
             // offsets n_queries + 1 non-decreasing values ending at the ids' length, every list at most
-            // n_slices * CAND_SLICE long; the corpus holds n_rows * dim values (16-byte aligned: a device
+            // n_slices * slice long with 1 <= slice <= CAND_SLICE (`slice_for`); the corpus holds n_rows * dim values (16-byte aligned: a device
             // allocation), the norms n_rows for cosine; out holds n_out keys then n_out scores; grid
             // (n_queries <= 2^31 - 1, n_slices <= 65,535) and block as `CandParams` documents.
             unsafe { gpu.launch(func, cfg, params) }?;
@@ -355,6 +361,23 @@ impl Kernels {
     }
 }
 
+/// Candidates per block for `n_queries` lists of at most `longest` candidates on a device of `sms` SMs:
+/// [`CAND_SLICE`], halved (down to [`CAND_MIN_SLICE`]) while the launch would have fewer than two blocks per
+/// SM. A block's time grows with its slice, so a few long lists (8 queries x 1,000 candidates: 8 blocks of
+/// 1,024 on a 132-SM H200) would otherwise leave the device idle and take a whole slice's time; the slices'
+/// best are merged on the host by the same key, so the answer does not depend on the slice length.
+fn slice_for(n_queries: usize, longest: usize, sms: usize) -> usize {
+    let want = 2 * sms.max(1);
+    let mut slice = CAND_SLICE as usize;
+    while slice > CAND_MIN_SLICE && n_queries * longest.div_ceil(slice).max(1) < want {
+        slice /= 2;
+    }
+    slice
+}
+
+/// The shortest slice [`slice_for`] picks: one group of 32 candidates per warp of a block.
+const CAND_MIN_SLICE: usize = 32 * CAND_WARPS as usize;
+
 /// Each list's `k` best from its slices' (key, score) pairs: slice `x` of query `q` wrote `min(k, count)`
 /// keys ascending at `(q * n_slices + x) * k`, `count` being the slice's candidates. One slice per list
 /// needs no merge; more are merged by key (the order of `docs/numerics.md`).
@@ -373,7 +396,7 @@ fn merge(
             (w >> 32) as u32
         })
     };
-    let slice = CAND_SLICE as usize;
+    let slice = batch.slice;
     let mut ids = Vec::with_capacity(batch.n_queries * k);
     let mut scores = Vec::with_capacity(batch.n_queries * k);
     let mut pool: Vec<(u64, usize)> = Vec::new();
@@ -411,4 +434,25 @@ fn merge(
         }
     }
     Ok(TopKResult { k, ids, scores })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_shrink_until_the_device_has_two_blocks_per_sm() {
+        // Few lists: halved to the floor (8 queries x 1,000 candidates on 132 SMs: 8 slices each, 64 blocks).
+        assert_eq!(slice_for(8, 1000, 132), CAND_MIN_SLICE);
+        // Many lists keep whole slices.
+        assert_eq!(slice_for(1024, 1000, 132), CAND_SLICE as usize);
+        assert_eq!(slice_for(264, 1024, 132), CAND_SLICE as usize);
+        // One long list: halved until 264 blocks (100,000 / 256 = 391 slices).
+        assert_eq!(slice_for(1, 100_000, 132), 256);
+        // Every choice is a power of two between the floor and CAND_SLICE.
+        for (nq, longest, sms) in [(1, 1, 1), (3, 7, 0), (1, 1 << 20, 8), (100, 50, 132)] {
+            let s = slice_for(nq, longest, sms);
+            assert!(s.is_power_of_two() && (CAND_MIN_SLICE..=CAND_SLICE as usize).contains(&s));
+        }
+    }
 }

@@ -393,6 +393,11 @@ pub struct CandParams {
     pub n_slices: u32,
     /// 1: higher scores first (cosine, dot); 0: lower first (l2).
     pub higher_first: u32,
+    /// Candidates per slice, `1 ..= CAND_SLICE`: block `(q, x)` scores positions `x * slice ..` of list `q`.
+    /// Shorter than `CAND_SLICE` when few lists would leave most SMs idle (the launcher's choice).
+    pub slice: u32,
+    /// Padding to a multiple of 8 bytes.
+    pub _pad: u32,
 }
 
 /// Candidates per block of `sm80_cand_*` (a longer list takes several blocks, merged on the host).
