@@ -145,26 +145,44 @@ impl Scan1Kernels {
         }
     }
 
-    /// `(blocks, warps per block, shared bytes)` for `n_rows x dim` with `stages` stages: as many warps as
-    /// fit one block in the shared memory (at most 16, or `RECALL_SCAN1_WARPS`), as many blocks per SM as fit
-    /// beside each other, no more blocks than groups of 32 rows need.
     fn layout(&self, n_rows: usize, dim: usize, stages: u32) -> (u32, u32, u32) {
-        let dim32 = dim as u32;
-        let fits = |w: u32| scan1_shared_bytes(dim32, w, stages) <= self.max_smem;
-        let mut warps = self.warps_override.unwrap_or(16).min(SCAN1_MAX_WARPS);
-        while warps > 1 && !fits(warps) {
-            warps -= 1;
-        }
-        let smem = scan1_shared_bytes(dim32, warps, stages);
-        // The SM's shared memory is the per-block limit plus the 1 KiB the driver reserves per block.
-        let per_sm = (self.max_smem + 1024) / (smem + 1024);
-        let per_sm = per_sm.clamp(1, (64 / warps).max(1));
-        let groups = n_rows.div_ceil(32);
-        let blocks = (self.sm_count as usize * per_sm as usize)
-            .min(groups.div_ceil(warps as usize))
-            .max(1);
-        (blocks as u32, warps, smem)
+        layout(
+            n_rows,
+            dim,
+            stages,
+            self.max_smem,
+            self.sm_count,
+            self.warps_override,
+        )
     }
+}
+
+/// `(blocks, warps per block, shared bytes)` of `sm80_scan1_*` with `stages` stages for `n_rows x dim` on a device
+/// of `sm_count` SMs and `max_smem` bytes of shared memory per block: as many warps as fit one block (at most
+/// 16, or `warps`), as many blocks per SM as fit beside each other (at most 64 warps), no more blocks than the
+/// groups of 32 rows need.
+fn layout(
+    n_rows: usize,
+    dim: usize,
+    stages: u32,
+    max_smem: u32,
+    sm_count: u32,
+    warps: Option<u32>,
+) -> (u32, u32, u32) {
+    let dim32 = dim as u32;
+    let fits = |w: u32| scan1_shared_bytes(dim32, w, stages) <= max_smem;
+    let mut warps = warps.unwrap_or(16).min(SCAN1_MAX_WARPS);
+    while warps > 1 && !fits(warps) {
+        warps -= 1;
+    }
+    let smem = scan1_shared_bytes(dim32, warps, stages);
+    // The SM's shared memory is the per-block limit plus the 1 KiB the driver reserves per block.
+    let per_sm = ((max_smem + 1024) / (smem + 1024)).clamp(1, (64 / warps).max(1));
+    let groups = n_rows.div_ceil(32);
+    let blocks = (sm_count as usize * per_sm as usize)
+        .min(groups.div_ceil(warps as usize))
+        .max(1);
+    (blocks as u32, warps, smem)
 }
 
 /// One launch of `sm80_scan1_*`, decided once per call: the kernel, its grid and block, its shared memory.
@@ -459,3 +477,48 @@ const _: () = assert!(
     SCAN1_ROW_STRIDE.is_multiple_of(4),
     "16-byte aligned shared rows"
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_through_their_names() {
+        for m in Scan1Mode::ALL {
+            assert_eq!(Scan1Mode::parse(m.name()), Some(m));
+            assert_eq!(Scan1Mode::from_u8(m.to_u8()), m);
+        }
+        assert_eq!(Scan1Mode::parse(" new\n"), Some(Scan1Mode::New));
+        assert_eq!(Scan1Mode::parse("fast"), None);
+        assert_eq!(Scan1Mode::default(), Scan1Mode::Old);
+    }
+
+    /// H200 / H100: 132 SMs, 227 KiB of shared memory per block.
+    const H200: (u32, u32) = (232_448, 132);
+
+    #[test]
+    fn one_block_per_sm_of_the_most_warps_that_fit() {
+        let (smem, sms) = H200;
+        let (blocks, warps, bytes) = layout(1_000_000, 768, 4, smem, sms, None);
+        assert_eq!((blocks, warps), (132, 12));
+        assert!(bytes <= smem && scan1_shared_bytes(768, 13, 4) > smem);
+        let (blocks, warps, _) = layout(1_000_000, 768, 8, smem, sms, None);
+        assert_eq!((blocks, warps), (132, 6));
+        // A 4096-dim query still fits with a warp of 8 stages.
+        let (_, warps, bytes) = layout(1_000_000, 4096, 8, smem, sms, None);
+        assert!(warps >= 1 && bytes <= smem);
+    }
+
+    #[test]
+    fn smaller_blocks_share_an_sm_and_few_rows_take_few_blocks() {
+        let (smem, sms) = H200;
+        // 4 warps of 4 stages at 768 dims: 77,840 bytes, two blocks per SM.
+        assert_eq!(layout(1_000_000, 768, 4, smem, sms, Some(4)).0, 264);
+        // One warp per block: at most 64 warps per SM.
+        let (blocks, warps, _) = layout(100_000_000, 4, 4, smem, sms, Some(1));
+        assert_eq!(warps, 1);
+        assert!(blocks as usize <= 132 * 64);
+        assert_eq!(layout(1, 768, 4, smem, sms, None).0, 1);
+        assert_eq!(layout(32 * 12 + 1, 768, 4, smem, sms, None).0, 2);
+    }
+}
