@@ -798,7 +798,7 @@ mod run_gpu {
         ];
         for _ in 0..if quick { 2 } else { 8 } {
             shapes.push((
-                1 + rng.below(200_000) as usize,
+                1 + rng.below(if quick { 100_000 } else { 400_000 }) as usize,
                 4 * (1 + rng.below(300) as usize),
             ));
         }
