@@ -66,6 +66,7 @@ mod cluster;
 mod dense;
 mod graph;
 mod knn1;
+mod scan1;
 mod select;
 mod sgemm;
 mod tc_knn;

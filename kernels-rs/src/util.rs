@@ -40,6 +40,10 @@ unsafe extern "C" {
     fn shfl_sync_bfly_f32(mask: u32, value: f32, lane_mask: u32, clamp: u32) -> f32;
     #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
     fn shfl_sync_bfly_i32(mask: u32, value: i32, lane_mask: u32, clamp: u32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
+    fn shfl_sync_idx_i32(mask: u32, value: i32, lane: u32, clamp: u32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.up.i32"]
+    fn shfl_sync_up_i32(mask: u32, value: i32, delta: u32, clamp: u32) -> i32;
 }
 
 /// The value of lane `lane ^ lane_mask` (`shfl.sync.bfly`, all 32 lanes). Every lane of the warp must call it.
@@ -57,6 +61,34 @@ pub fn shfl_xor_u64(value: u64, lane_mask: u32) -> u64 {
         (
             shfl_sync_bfly_i32(0xffff_ffff, value as u32 as i32, lane_mask, 0x1f),
             shfl_sync_bfly_i32(0xffff_ffff, (value >> 32) as u32 as i32, lane_mask, 0x1f),
+        )
+    };
+    (u64::from(hi as u32) << 32) | u64::from(lo as u32)
+}
+
+/// Lane `lane`'s `value` (`shfl.sync.idx`, all 32 lanes, as two 32-bit shuffles). Every lane of the warp must
+/// call it.
+#[inline(always)]
+pub fn shfl_idx_u64(value: u64, lane: u32) -> u64 {
+    // SAFETY: a full-warp shuffle; callers reach it from warp-uniform control flow.
+    let (lo, hi) = unsafe {
+        (
+            shfl_sync_idx_i32(0xffff_ffff, value as u32 as i32, lane, 0x1f),
+            shfl_sync_idx_i32(0xffff_ffff, (value >> 32) as u32 as i32, lane, 0x1f),
+        )
+    };
+    (u64::from(hi as u32) << 32) | u64::from(lo as u32)
+}
+
+/// The `value` of lane `lane - 1` (lane 0 gets its own; `shfl.sync.up` by one, all 32 lanes). Every lane of
+/// the warp must call it.
+#[inline(always)]
+pub fn shfl_up1_u64(value: u64) -> u64 {
+    // SAFETY: a full-warp shuffle; callers reach it from warp-uniform control flow.
+    let (lo, hi) = unsafe {
+        (
+            shfl_sync_up_i32(0xffff_ffff, value as u32 as i32, 1, 0),
+            shfl_sync_up_i32(0xffff_ffff, (value >> 32) as u32 as i32, 1, 0),
         )
     };
     (u64::from(hi as u32) << 32) | u64::from(lo as u32)
@@ -115,6 +147,16 @@ pub unsafe fn cp_async16(dst: u32, src: u64, bytes: u32) {
     unsafe {
         asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, options(nostack));
     }
+}
+
+/// Ask the L2 to fetch the line holding `addr` (`prefetch.global.L2`); no data comes back to the thread.
+///
+/// # Safety
+/// `addr` points into a global allocation.
+#[inline(always)]
+pub unsafe fn prefetch_l2(addr: u64) {
+    // SAFETY: caller.
+    unsafe { asm!("prefetch.global.L2 [{a}];", a = in(reg64) addr, options(nostack)) }
 }
 
 #[inline(always)]

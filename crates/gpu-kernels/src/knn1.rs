@@ -108,8 +108,12 @@ fn layout(n_rows: usize, max_warps: u32) -> (usize, usize, usize) {
 
 impl Kernels {
     /// Whether [`Kernels::knn1`] takes this shape here: an sm_80+ image, `1 <= n_rows <=`
-    /// [`KNN1_MAX_ROWS`], `dim` a multiple of 4 up to [`KNN1_MAX_DIM`], `1 <= k <= min(32, n_rows)`.
+    /// [`KNN1_MAX_ROWS`], `dim` a multiple of 4 up to [`KNN1_MAX_DIM`], `1 <= k <= min(32, n_rows)`; or, in
+    /// a [`Scan1Mode`](crate::Scan1Mode) other than `Old`, more rows that `sm80_scan1_*` takes.
     pub fn knn1_supported(&self, n_rows: usize, dim: usize, k: usize) -> bool {
+        if k >= 1 && self.scan1_routes(n_rows, dim, k) {
+            return true;
+        }
         self.knn1.as_ref().is_some_and(|kn| {
             let (_, n_groups, threads) = layout(n_rows, kn.max_warps);
             n_groups <= threads
@@ -120,7 +124,9 @@ impl Kernels {
     }
 
     /// The top `k` of one query against the `n_rows x dim` rows `corpus` (with their norms for cosine), in
-    /// one launch; the same list as [`Kernels::similarity`] followed by [`Kernels::select_topk`].
+    /// one launch; the same list as [`Kernels::similarity`] followed by [`Kernels::select_topk`]. Above
+    /// [`KNN1_MAX_ROWS`] rows, in a [`Scan1Mode`](crate::Scan1Mode) other than `Old`, the launch is
+    /// [`Kernels::scan1_knn`]'s.
     #[allow(clippy::too_many_arguments)]
     pub fn knn1(
         &self,
@@ -134,6 +140,9 @@ impl Kernels {
         k: usize,
     ) -> Result<TopKResult, KernelError> {
         const K: &str = "knn1";
+        if k >= 1 && self.scan1_routes(n_rows, dim, k) {
+            return self.scan1_knn(gpu, metric, query, corpus, corpus_norms, n_rows, dim, k);
+        }
         let shape = |reason: String| KernelError::Shape { kernel: K, reason };
         let Some(kernels) = &self.knn1 else {
             return Err(shape("needs an sm_80+ image".into()));

@@ -107,6 +107,9 @@ pub struct Kernels {
     /// One query against few rows in one launch (`knn1.rs`), only in images for sm_80 and newer.
     pub(crate) knn1: Option<crate::knn1::Knn1Kernels>,
     pub(crate) knn1_scratch: parking_lot::Mutex<Option<crate::knn1::Knn1Scratch>>,
+    /// One query against many rows in one persistent launch (`scan1.rs`), only in images for sm_80 and newer.
+    pub(crate) scan1: Option<crate::scan1::Scan1Kernels>,
+    pub(crate) scan1_scratch: parking_lot::Mutex<Option<crate::scan1::Scan1Scratch>>,
     /// Candidate scoring in one launch (`cand.rs`), only in images for sm_80 and newer.
     pub(crate) cand: Option<crate::cand::CandKernels>,
     pub(crate) cand_staging: parking_lot::Mutex<crate::cand::CandStaging>,
@@ -391,6 +394,12 @@ impl Kernels {
                             None
                         },
                         knn1_scratch: parking_lot::Mutex::new(None),
+                        scan1: if sm >= TC_MIN_SM {
+                            crate::scan1::Scan1Kernels::load(gpu, f)?
+                        } else {
+                            None
+                        },
+                        scan1_scratch: parking_lot::Mutex::new(None),
                         cand: if sm >= TC_MIN_SM {
                             crate::cand::CandKernels::load(gpu, f)?
                         } else {
@@ -557,6 +566,20 @@ impl Kernels {
             // memory the kernel documents.
             unsafe { gpu.launch(&self.scan_warp[metric.index()], cfg, params) }?;
             return Ok(());
+        }
+        if n_queries == 1 && self.scan1_routes(n_rows, dim, 0) {
+            // One query against many rows in a Scan1Mode other than Old: the persistent scan (same bits).
+            return self.scan1_similarity(
+                gpu,
+                metric,
+                queries,
+                query_norms,
+                corpus,
+                corpus_norms,
+                n_rows,
+                dim,
+                out,
+            );
         }
         let (per_launch, grid_x, block, smem, func) = if n_queries <= SCAN_MAX_QUERIES {
             (
@@ -838,6 +861,7 @@ impl Kernels {
     pub fn release_scratch(&self) {
         *self.select_scratch.lock() = None;
         *self.knn1_scratch.lock() = None;
+        *self.scan1_scratch.lock() = None;
         *self.cand_staging.lock() = Default::default();
         *self.tc_knn_scratch.lock() = None;
     }

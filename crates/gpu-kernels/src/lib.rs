@@ -14,6 +14,7 @@ mod bundle;
 mod cand;
 mod knn1;
 mod launch;
+mod scan1;
 mod sgemm;
 mod spread;
 mod tc_knn;
@@ -28,5 +29,6 @@ pub use launch::{
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
+pub use scan1::{SCAN1_MAX_DIM, Scan1Mode};
 pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
 pub use spread::{Frontier, Seeds, SpreadOutcome, nonzero_positions};

@@ -416,6 +416,7 @@ mod run_gpu {
             k.extend(fast_cases(gpu, &kernels, quick)?);
             k.extend(fused_fast_cases(gpu, &kernels, quick)?);
             k.extend(knn1_cases(gpu, &kernels, quick)?);
+            k.extend(scan1_cases(gpu, &kernels, quick)?);
             k.extend(cand_cases(gpu, &kernels, quick)?);
             Ok(k)
         });
@@ -769,6 +770,163 @@ mod run_gpu {
             run(&mut diffs, &row, &corpus, n, 64)?;
         }
         Ok(diffs)
+    }
+
+    /// One query against many rows through the persistent `sm80_scan1_*` (sm_80+ images) against the CPU:
+    /// its top-k (`scan1_knn`, twice per case: the second launch reuses the scratch and its reset ticket) and
+    /// its scores alone (`scan1_similarity`, bit for bit, with the query norm given and computed in the
+    /// kernel), in every variant of `Scan1Mode`: rows in partial groups of 32, warps with no rows, many groups
+    /// per warp, partial column tiles, k from 1 to 32 and k = N, heavy ties; and, above `KNN1_MAX_ROWS`, the
+    /// routing of `knn1` and `similarity` in a mode other than `Old`. Dims not a multiple of 4 are not taken
+    /// (the row scan runs them; `similarity` cases cover it).
+    fn scan1_cases(gpu: &Gpu, k: &Kernels, quick: bool) -> Result<Vec<KernelDiff>, String> {
+        use recall_gpu_kernels::{KNN1_MAX_ROWS, Scan1Mode};
+        let mut diffs = Vec::new();
+        if !k.scan1_supported(1, 4, 1) {
+            return Ok(diffs);
+        }
+        let mut rng = SplitMix::new(0x5EED_5CA1);
+        let mut shapes: Vec<(usize, usize)> = vec![
+            (1, 4),
+            (31, 4),
+            (33, 36),
+            (1000, 768),
+            (20_000, 100),
+            (70_001, 36),
+            (KNN1_MAX_ROWS + 1, 4),
+            (KNN1_MAX_ROWS + 37, 68),
+        ];
+        for _ in 0..if quick { 2 } else { 8 } {
+            shapes.push((
+                1 + rng.below(if quick { 100_000 } else { 400_000 }) as usize,
+                4 * (1 + rng.below(300) as usize),
+            ));
+        }
+        if !quick {
+            shapes.extend([(3000, 4096), (300_001, 768), (1_000_000, 768)]);
+        }
+        let modes = [Scan1Mode::New, Scan1Mode::NewS8];
+        let before = k.scan1_mode();
+        let run = |diffs: &mut Vec<KernelDiff>,
+                   query: &[f32],
+                   corpus: &[f32],
+                   n: usize,
+                   dim: usize|
+         -> Result<(), String> {
+            let c = gpu.upload(corpus).map_err(e)?;
+            let q = gpu.upload(query).map_err(e)?;
+            let cpu_cn = recall_cpu_simd::row_norms(corpus, dim).map_err(e)?;
+            let cpu_qn = recall_cpu_simd::row_norms(query, dim).map_err(e)?;
+            let cn = gpu.upload(&cpu_cn).map_err(e)?;
+            let qn = gpu.upload(&cpu_qn).map_err(e)?;
+            let mut scores = gpu.alloc_zeros::<f32>(n).map_err(e)?;
+            for (metric, sim, _) in METRICS {
+                let cpu = recall_cpu_simd::similarity(query, &Corpus::f32(corpus, dim), metric)
+                    .map_err(e)?;
+                for mode in modes {
+                    // Other metrics run New's kernel in every mode: once is enough.
+                    if mode != Scan1Mode::New && sim != SimMetric::Cosine {
+                        continue;
+                    }
+                    k.set_scan1_mode(mode);
+                    let norms: &[Option<&CudaSlice<f32>>] = if sim == SimMetric::Cosine {
+                        &[Some(&qn), None]
+                    } else {
+                        &[None]
+                    };
+                    for &qn_given in norms {
+                        k.scan1_similarity(
+                            gpu,
+                            sim,
+                            &q,
+                            qn_given,
+                            &c,
+                            Some(&cn),
+                            n,
+                            dim,
+                            &mut scores,
+                        )
+                        .map_err(e)?;
+                        let got = gpu.download(&scores).map_err(e)?;
+                        compare(diff_of(diffs, "sm80_scan1 scores"), &cpu, &got);
+                    }
+                    for kk in [1usize, 10, 16, 17, 32, n] {
+                        if kk == 0 || !k.scan1_supported(n, dim, kk) {
+                            continue;
+                        }
+                        let cpu_top =
+                            recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                        for _ in 0..2 {
+                            let r = k
+                                .scan1_knn(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                                .map_err(e)?;
+                            compare_topk(
+                                diff_of(diffs, "sm80_scan1 knn"),
+                                &cpu_top,
+                                &TopK {
+                                    k: r.k,
+                                    ids: r.ids,
+                                    scores: r.scores,
+                                },
+                            );
+                        }
+                        // Above knn1's limit, knn1 and similarity route here in this mode.
+                        if n > KNN1_MAX_ROWS && kk == 10 {
+                            let r = k
+                                .knn1(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                                .map_err(e)?;
+                            compare_topk(
+                                diff_of(diffs, "knn1 -> sm80_scan1"),
+                                &cpu_top,
+                                &TopK {
+                                    k: r.k,
+                                    ids: r.ids,
+                                    scores: r.scores,
+                                },
+                            );
+                            k.similarity(
+                                gpu,
+                                sim,
+                                &q,
+                                Some(&qn),
+                                &c,
+                                Some(&cn),
+                                1,
+                                n,
+                                dim,
+                                &mut scores,
+                            )
+                            .map_err(e)?;
+                            let got = gpu.download(&scores).map_err(e)?;
+                            compare(diff_of(diffs, "similarity -> sm80_scan1"), &cpu, &got);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        let mut result = Ok(());
+        for (n, dim) in shapes {
+            let query = awkward_matrix(&mut rng, 1, dim);
+            let corpus = awkward_matrix(&mut rng, n, dim);
+            result = run(&mut diffs, &query, &corpus, n, dim);
+            if result.is_err() {
+                break;
+            }
+        }
+        // Heavy ties: every row the same, so the top k are ids 0..k by the id rule.
+        if result.is_ok() {
+            for n in [100, 70_000] {
+                let row = awkward_matrix(&mut rng, 1, 64);
+                let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
+                result = run(&mut diffs, &row, &corpus, n, 64);
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        k.set_scan1_mode(before);
+        result.map(|()| diffs)
     }
 
     /// Candidate scoring through both GPU paths against the CPU: `similarity_gather` + radix select over

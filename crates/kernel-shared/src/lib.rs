@@ -360,6 +360,63 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
     (query + rings) * 4 + 2 * warps * 8 + 8
 }
 
+/// One query against many rows (`sm80_scan1_*`, sm_80 and newer: `cp.async`): a persistent scan, scores and,
+/// for `k >= 1`, top-k in one launch.
+///
+/// The grid has about one block per SM; global warp `gw = block * warps + warp` of `W = grid * warps` owns the
+/// groups of 32 rows `gw, gw + W, gw + 2W, ..` (rows `32 g ..`), lane `l` one row of a group. The warp copies
+/// its groups through one ring of [`SCAN1_TILE`] columns per stage that runs on across groups (16-byte
+/// `cp.async`, 4 rows of 128 bytes per instruction), and every lane runs its row's chain in the order of
+/// `docs/numerics.md` (for cosine also the query's norm chain, the steps of `row_norms`). With `k == 0` every
+/// score is written; with `k >= 1` each warp keeps its `k` smallest pair keys (`score_key << 32 | row`) in
+/// registers (lane `i` the `i`-th), writing the score of every row that enters its list; the block merges its
+/// warps' lists, and the last block to finish (ticket) merges the blocks' lists into `out`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scan1Params {
+    /// `dim` f32: the query, 16-byte aligned.
+    pub query: u64,
+    /// One f32, the query's norm (cosine; computed in the kernel when 0).
+    pub query_norm: u64,
+    /// `n_rows * dim` f32, 16-byte aligned, `dim` a multiple of 4.
+    pub corpus: u64,
+    /// `n_rows` f32 (cosine, else 0).
+    pub corpus_norms: u64,
+    /// `n_rows` f32 out: every row's score (`k == 0`), or those of the rows that entered a warp's list.
+    pub scores: u64,
+    /// `grid * k` u64: each block's `k` smallest keys, ascending (`k >= 1`).
+    pub partial: u64,
+    /// One u32, zero before the launch; the last block sets it back to zero (`k >= 1`).
+    pub ticket: u64,
+    /// `2 * k` u64 out: the `k` smallest keys ascending, then each one's score (f32 bits in the low half).
+    pub out: u64,
+    pub n_rows: u32,
+    pub dim: u32,
+    /// 0: scores only; `1 ..= SMALL_K_MAX`: top-k too (`k <= n_rows`).
+    pub k: u32,
+    /// Warps per block, `1 ..= SCAN1_MAX_WARPS`.
+    pub warps: u32,
+    /// 1: higher scores first (cosine, dot); 0: lower first (l2).
+    pub higher_first: u32,
+    /// 0, or how many tiles ahead of its copies each warp asks the L2 for its rows (`prefetch.global.L2`).
+    pub l2_ahead: u32,
+}
+
+/// Columns per ring stage of `sm80_scan1_*`.
+pub const SCAN1_TILE: u32 = 32;
+/// Shared row stride of a `sm80_scan1_*` stage, in f32 (32 columns and 4 of padding, as `KNN1_ROW_STRIDE`).
+pub const SCAN1_ROW_STRIDE: u32 = 36;
+/// The most warps per block of `sm80_scan1_*`.
+pub const SCAN1_MAX_WARPS: u32 = 32;
+
+/// Dynamic shared memory of one `sm80_scan1_*` block with `stages` ring stages: the query, each warp's ring,
+/// the warps' lists (32 u64 each) and the last-block flag.
+pub const fn scan1_shared_bytes(dim: u32, warps: u32, stages: u32) -> u32 {
+    let query = dim.div_ceil(4) * 4;
+    let rings = warps * stages * 32 * SCAN1_ROW_STRIDE;
+    (query + rings) * 4 + warps * 32 * 8 + 16
+}
+
 /// Candidate scoring, gather, score and top-k in one launch (`sm80_cand_*`, sm_80 and newer: `cp.async`).
 ///
 /// Block `(q, x)` takes query `q`'s candidates `ids[offsets[q] + CAND_SLICE * x ..]`, at most [`CAND_SLICE`]

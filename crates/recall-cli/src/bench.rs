@@ -491,6 +491,26 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     } else {
         Vec::new()
     };
+    // Few queries are memory-bound: the corpus read against the device's copy bandwidth (read + write).
+    let copy = if a.queries <= 4 {
+        Some(recall::diagnostics::bench::copy_gbps(
+            gpu,
+            1 << 30,
+            a.iters,
+        )?)
+    } else {
+        None
+    };
+    let corpus_bytes = (a.rows * a.dim * 4) as f64;
+    let of_copy = |ms: f64| -> String {
+        copy.map_or(String::new(), |c| {
+            let gbps = corpus_bytes / (ms * 1e-3) / 1e9;
+            format!(
+                "; corpus read at {gbps:.0} GB/s = {:.0} % of copy",
+                100.0 * gbps / c
+            )
+        })
+    };
     let peer = peer(&a);
     let mut r = String::new();
     header(
@@ -513,13 +533,27 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         "- timing: median of {} runs after warm-up, host clock around GPU work that ends in a synchronise or a download; corpus and its norms resident, queries uploaded per call\n",
         a.iters
     );
+    if a.queries == 1 {
+        let _ = writeln!(
+            r,
+            "- single-query scan above 262,144 rows: `RECALL_SCAN1={}` (old: row scan + separate selection; new, new-s8: persistent `sm80_scan1_*`)\n",
+            std::env::var("RECALL_SCAN1").unwrap_or_else(|_| "old".into())
+        );
+    }
     let _ = writeln!(r, "| what | time | note |");
     let _ = writeln!(r, "|---|---|---|");
+    if let Some(c) = copy {
+        let _ = writeln!(
+            r,
+            "| recall: device copy, 1 GiB (cuMemcpyDtoD, read + write) | | {c:.0} GB/s, the memory ceiling |"
+        );
+    }
     let _ = writeln!(
         r,
-        "| recall GPU: similarity only (norms of queries + scores) | {:.1} us | {:.1} TFLOP/s |",
+        "| recall GPU: similarity only (norms of queries + scores) | {:.1} us | {:.1} TFLOP/s{} |",
         sim_ms * 1e3,
-        flop / (sim_ms * 1e-3) / 1e12
+        flop / (sim_ms * 1e-3) / 1e12,
+        of_copy(sim_ms)
     );
     for t in &gemm {
         let _ = writeln!(
@@ -540,8 +574,9 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     );
     let _ = writeln!(
         r,
-        "| recall `Engine::knn_in` (corpus handle resident on the GPU; query upload, knn, k pairs back) | {:.1} us | end to end, the user's path |",
-        handle_ms * 1e3
+        "| recall `Engine::knn_in` (corpus handle resident on the GPU; query upload, knn, k pairs back) | {:.1} us | end to end, the user's path{} |",
+        handle_ms * 1e3,
+        of_copy(handle_ms)
     );
     for (name, ms, rec) in &fast {
         let _ = writeln!(
