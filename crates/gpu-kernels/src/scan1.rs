@@ -3,8 +3,8 @@
 //! one wait, as for `knn1`: the query into a pinned buffer and across, the kernel, `2k` values back.
 //!
 //! Which scan a single query runs above [`KNN1_MAX_ROWS`](crate::KNN1_MAX_ROWS) rows is a [`Scan1Mode`],
-//! read from `RECALL_SCAN1` when the kernels load (default [`Scan1Mode::Old`]: the row scan `scan_*` and the
-//! separate selection) and set with [`Kernels::set_scan1_mode`]. Both give the same bits.
+//! read from `RECALL_SCAN1` when the kernels load (default [`Scan1Mode::New`]; `old` is the row scan `scan_*` and
+//! the separate selection) and set with [`Kernels::set_scan1_mode`]. Both give the same bits.
 
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
@@ -22,10 +22,10 @@ pub const SCAN1_MAX_DIM: usize = 4096;
 /// metrics run `New`'s kernel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scan1Mode {
-    /// `scan_*` (+ norm kernel + selection kernels): the default.
-    #[default]
+    /// `scan_*` (+ norm kernel + selection kernels).
     Old,
-    /// `sm80_scan1_*`: 4 ring stages per warp.
+    /// `sm80_scan1_*`: 4 ring stages per warp. The default (measured faster on an H200: docs/tuning.md).
+    #[default]
     New,
     /// 8 ring stages per warp (half as many warps fit).
     NewS8,
@@ -62,14 +62,16 @@ impl Scan1Mode {
     }
 }
 
-/// The mode `RECALL_SCAN1` asks for (unset or unknown: [`Scan1Mode::Old`], an unknown value logged).
+/// The mode `RECALL_SCAN1` asks for (unset or unknown: the default, [`Scan1Mode::New`], an unknown value logged).
 fn mode_from_env() -> Scan1Mode {
     match std::env::var("RECALL_SCAN1") {
         Ok(v) => Scan1Mode::parse(&v).unwrap_or_else(|| {
-            tracing::warn!(value = %v, "RECALL_SCAN1: unknown value (old, new, new-s8); the old scan runs");
-            Scan1Mode::Old
+            tracing::warn!(value = %v, "RECALL_SCAN1: unknown value (old, new, new-s8); the default (new) runs");
+            Scan1Mode::default()
         }),
-        Err(_) => Scan1Mode::Old,
+        // The default since run D of session 6 (H200): `Engine::knn_in` at 1M x 768 took 814 us against 844
+        // with the old scan (the same bits; docs/tuning.md).
+        Err(_) => Scan1Mode::default(),
     }
 }
 
@@ -490,7 +492,7 @@ mod tests {
         }
         assert_eq!(Scan1Mode::parse(" new\n"), Some(Scan1Mode::New));
         assert_eq!(Scan1Mode::parse("fast"), None);
-        assert_eq!(Scan1Mode::default(), Scan1Mode::Old);
+        assert_eq!(Scan1Mode::default(), Scan1Mode::New);
     }
 
     /// H200 / H100: 132 SMs, 227 KiB of shared memory per block.
