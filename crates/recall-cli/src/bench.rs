@@ -537,7 +537,8 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         let _ = writeln!(
             r,
             "- single-query scan above 262,144 rows: `RECALL_SCAN1={}` (old: row scan + separate selection; new, new-s8: persistent `sm80_scan1_*`)\n",
-            std::env::var("RECALL_SCAN1").unwrap_or_else(|_| "old".into())
+            // Unset: the launcher's default (`Scan1Mode::default()` in recall-gpu-kernels), `new` since session 6.
+            std::env::var("RECALL_SCAN1").unwrap_or_else(|_| "new (unset: the default)".into())
         );
     }
     let _ = writeln!(r, "| what | time | note |");
