@@ -21,7 +21,8 @@
 use crate::dense::{chain_tile, finish};
 use crate::util::{
     F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
-    grid_dim_x, last_to_arrive, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
+    grid_dim_x, last_to_arrive, score_key, shared_addr, sqrt, stage_query, sync_threads, sync_warp,
+    thread_x,
 };
 use recall_kernel_shared::{
     KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,
@@ -52,18 +53,9 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     let last_flag = mins.wrapping_add(2 * warps) as *mut u32;
     // The query joins the first copy group (its pieces spread over the block's threads): one round trip
     // for all of it, overlapped with the first tiles.
-    let mut i = t;
-    while i < dim / 4 {
-        // SAFETY: piece i < dim / 4 of the query (dim a multiple of 4), 16-byte aligned on both sides.
-        unsafe {
-            cp_async16(
-                shared_addr(q_s.wrapping_add(4 * i)),
-                p.query + (16 * i) as u64,
-                16,
-            )
-        };
-        i += 32 * warps;
-    }
+    // SAFETY: the query area at q_s holds dim floats (launcher); p.query holds dim (a multiple of 4) floats,
+    // 16-byte aligned.
+    unsafe { stage_query(q_s, p.query, dim, t, 32 * warps) };
     let row0 = (block_x() as usize * warps + warp) * 32;
     let n_tiles = dim.div_ceil(TILE);
     // Lane `l` copies piece `l % 8` (16 bytes) of rows `l / 8 + 4 i`, i < 8, of every tile: 4 rows of 128

@@ -25,7 +25,7 @@ use crate::dense::{chain_tile, finish};
 use crate::util::{
     F4, ballot, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32,
     grid_dim_x, last_to_arrive, prefetch_l2, score_key, shared_addr, shfl_idx_u64, shfl_up1_u64,
-    sqrt, sync_threads, sync_warp, thread_x,
+    sqrt, stage_query, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     METRIC_COSINE, METRIC_DOT, METRIC_L2, SCAN1_ROW_STRIDE, SCAN1_TILE, Scan1Params,
@@ -137,18 +137,9 @@ unsafe fn scan1<const METRIC: u32, const STAGES: usize>(p: &Scan1Params) {
     let lists = smem.wrapping_add(qlen + warps * ring_len) as *mut u64;
     let last_flag = lists.wrapping_add(32 * warps) as *mut u32;
     // The query joins the first copy group (its pieces spread over the block's threads).
-    let mut i = t;
-    while i < dim / 4 {
-        // SAFETY: piece i < dim / 4 of the query (dim a multiple of 4), 16-byte aligned on both sides.
-        unsafe {
-            cp_async16(
-                shared_addr(q_s.wrapping_add(4 * i)),
-                p.query + (16 * i) as u64,
-                16,
-            )
-        };
-        i += 32 * warps;
-    }
+    // SAFETY: the query area at q_s holds dim floats (launcher); p.query holds dim (a multiple of 4) floats,
+    // 16-byte aligned.
+    unsafe { stage_query(q_s, p.query, dim, t, 32 * warps) };
     let total_warps = grid_dim_x() as usize * warps;
     let gw = block_x() as usize * warps + warp;
     let n_groups = n.div_ceil(32);

@@ -292,3 +292,26 @@ pub(crate) unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut 
     }
     last
 }
+
+/// Copy a query of `dim` floats (a multiple of 4) from global memory at `src` into shared memory at `dst`,
+/// 16 bytes per `cp.async`, the pieces spread over the block's `threads` threads (`t` this one's index). It
+/// joins the thread's current copy group: the caller commits and waits with its first tiles.
+///
+/// # Safety
+/// `dst` points to `dim` floats of this block's shared memory and `src` to `dim` readable floats, both
+/// 16-byte aligned.
+#[inline(always)]
+pub unsafe fn stage_query(dst: *mut f32, src: u64, dim: usize, t: usize, threads: usize) {
+    let mut i = t;
+    while i < dim / 4 {
+        // SAFETY: piece i < dim / 4 of the query, 16-byte aligned on both sides (caller).
+        unsafe {
+            cp_async16(
+                shared_addr(dst.wrapping_add(4 * i)),
+                src + (16 * i) as u64,
+                16,
+            )
+        };
+        i += threads;
+    }
+}

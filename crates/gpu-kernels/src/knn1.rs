@@ -152,19 +152,7 @@ impl Kernels {
                 "n_rows = {n_rows}, dim = {dim}, k = {k} outside what knn1 takes"
             )));
         }
-        if query.len() != dim || corpus.len() < n_rows * dim {
-            return Err(shape(format!(
-                "query holds {} values and the corpus {}, expected {dim} and {}",
-                query.len(),
-                corpus.len(),
-                n_rows * dim
-            )));
-        }
-        let norms = match (metric, corpus_norms) {
-            (SimMetric::Cosine, Some(cn)) if cn.len() >= n_rows => gpu.device_ptr(cn),
-            (SimMetric::Cosine, _) => return Err(shape("cosine needs n_rows corpus norms".into())),
-            _ => 0,
-        };
+        let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
         let warps = warps_for(n_rows, kernels.max_warps);
         let (n_blocks, n_groups, threads) = layout(n_rows, kernels.max_warps);
         let partial = (n_blocks + n_groups) * k;
@@ -236,5 +224,35 @@ impl Kernels {
             *slot = None;
         }
         Ok(result?)
+    }
+}
+
+/// The checks every one-query launcher (`knn1`, `scan1`) makes of its inputs: `dim` query values, a corpus of at
+/// least `n_rows * dim`, and for cosine at least `n_rows` corpus norms. Returns the norms' device address (0 when
+/// the metric needs none).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn one_query_inputs(
+    kernel: &'static str,
+    gpu: &Gpu,
+    metric: SimMetric,
+    query: &[f32],
+    corpus: &CudaSlice<f32>,
+    corpus_norms: Option<&CudaSlice<f32>>,
+    n_rows: usize,
+    dim: usize,
+) -> Result<u64, KernelError> {
+    let shape = |reason: String| KernelError::Shape { kernel, reason };
+    if query.len() != dim || corpus.len() < n_rows * dim {
+        return Err(shape(format!(
+            "query holds {} values and the corpus {}, expected {dim} and {}",
+            query.len(),
+            corpus.len(),
+            n_rows * dim
+        )));
+    }
+    match (metric, corpus_norms) {
+        (SimMetric::Cosine, Some(cn)) if cn.len() >= n_rows => Ok(gpu.device_ptr(cn)),
+        (SimMetric::Cosine, _) => Err(shape("cosine needs n_rows corpus norms".into())),
+        _ => Ok(0),
     }
 }

@@ -406,19 +406,16 @@ impl Kernels {
                 "n_rows = {n_rows}, dim = {dim}, k = {k} outside what sm80_scan1 takes"
             )));
         }
-        if query.len() != dim || corpus.len() < n_rows * dim {
-            return Err(shape(format!(
-                "query holds {} values and the corpus {}, expected {dim} and {}",
-                query.len(),
-                corpus.len(),
-                n_rows * dim
-            )));
-        }
-        let norms = match (metric, corpus_norms) {
-            (SimMetric::Cosine, Some(cn)) if cn.len() >= n_rows => gpu.device_ptr(cn),
-            (SimMetric::Cosine, _) => return Err(shape("cosine needs n_rows corpus norms".into())),
-            _ => 0,
-        };
+        let norms = crate::knn1::one_query_inputs(
+            K,
+            gpu,
+            metric,
+            query,
+            corpus,
+            corpus_norms,
+            n_rows,
+            dim,
+        )?;
         let plan = self.scan1_plan(metric, n_rows, dim)?;
         let blocks = plan.blocks as usize;
         let mut slot = self.scan1_scratch.lock();
