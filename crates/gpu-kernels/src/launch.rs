@@ -289,9 +289,39 @@ fn need_len<T>(
     Ok(())
 }
 
-fn elems(kernel: &'static str, a: usize, b: usize) -> Result<usize, KernelError> {
+pub(crate) fn elems(kernel: &'static str, a: usize, b: usize) -> Result<usize, KernelError> {
     a.checked_mul(b)
         .ok_or_else(|| shape(kernel, format!("{a} x {b} elements overflow")))
+}
+
+/// The checks of the fast-mode (tensor-core) launchers' operands: at least one query and one row, `ld` a positive
+/// multiple of [`TC_LD_ALIGN`], `n * ld` 16-bit values each, and for cosine and l2 the f32 norms of both sides.
+/// Returns the norms' device addresses (0 for dot).
+pub(crate) fn fast_operands(
+    kernel: &'static str,
+    gpu: &Gpu,
+    metric: SimMetric,
+    (queries, query_norms, n_queries): (&CudaSlice<u16>, Option<&CudaSlice<f32>>, usize),
+    (corpus, corpus_norms, n_rows): (&CudaSlice<u16>, Option<&CudaSlice<f32>>, usize),
+    ld: usize,
+) -> Result<(u64, u64), KernelError> {
+    if n_queries == 0 || n_rows == 0 || ld == 0 || !ld.is_multiple_of(TC_LD_ALIGN as usize) {
+        return Err(shape(
+            kernel,
+            "n_queries and n_rows must be at least 1 and ld a positive multiple of 32",
+        ));
+    }
+    need_len(kernel, "queries", queries, elems(kernel, n_queries, ld)?)?;
+    need_len(kernel, "corpus", corpus, elems(kernel, n_rows, ld)?)?;
+    match (metric, query_norms, corpus_norms) {
+        (SimMetric::Dot, _, _) => Ok((0, 0)),
+        (_, Some(qn), Some(cn)) => {
+            need_len(kernel, "query_norms", qn, n_queries)?;
+            need_len(kernel, "corpus_norms", cn, n_rows)?;
+            Ok((gpu.device_ptr(qn), gpu.device_ptr(cn)))
+        }
+        _ => Err(shape(kernel, "cosine and l2 need query and corpus norms")),
+    }
 }
 
 /// Shared memory of the row-scan kernels: the 256 x 33 row tile plus the 4 x 32 query tile.
@@ -1029,24 +1059,15 @@ impl Kernels {
         let Some(tc) = &self.tc else {
             return Err(shape(K, "fast mode needs sm_80 or newer"));
         };
-        if n_queries == 0 || n_rows == 0 || ld == 0 || !ld.is_multiple_of(TC_LD_ALIGN as usize) {
-            return Err(shape(
-                K,
-                "n_queries and n_rows must be at least 1 and ld a positive multiple of 32",
-            ));
-        }
-        need_len(K, "queries", queries, elems(K, n_queries, ld)?)?;
-        need_len(K, "corpus", corpus, elems(K, n_rows, ld)?)?;
+        let (qn, cn) = fast_operands(
+            K,
+            gpu,
+            metric,
+            (queries, query_norms, n_queries),
+            (corpus, corpus_norms, n_rows),
+            ld,
+        )?;
         need_len(K, "out", out, elems(K, n_queries, n_rows)?)?;
-        let (qn, cn) = match (metric, query_norms, corpus_norms) {
-            (SimMetric::Dot, _, _) => (0, 0),
-            (_, Some(qn), Some(cn)) => {
-                need_len(K, "query_norms", qn, n_queries)?;
-                need_len(K, "corpus_norms", cn, n_rows)?;
-                (gpu.device_ptr(qn), gpu.device_ptr(cn))
-            }
-            _ => return Err(shape(K, "cosine and l2 need query and corpus norms")),
-        };
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
         let ld32 = to_u32(K, "ld", ld)?;
         to_u32(K, "n_queries", n_queries)?;

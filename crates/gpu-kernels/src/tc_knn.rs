@@ -2,12 +2,13 @@
 //! scores of [`Kernels::similarity_fast`] never reach device memory; each block keeps its queries' best `k`
 //! in shared memory and a small merge kernel joins the per-split lists.
 
-use crate::launch::{HalfKind, KernelError, Kernels, SimMetric, TopKResult, shape, to_u32};
+use crate::launch::{
+    HalfKind, KernelError, Kernels, SimMetric, TopKResult, elems, fast_operands, shape, to_u32,
+};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError};
 use recall_kernel_shared::{
-    TC_KNN_K_MAX, TC_LD_ALIGN, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams,
-    tc_knn_shared_bytes,
+    TC_KNN_K_MAX, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams, tc_knn_shared_bytes,
 };
 
 /// The most lists per query that `tc_knn_merge` joins (one per thread of its block).
@@ -108,37 +109,20 @@ impl Kernels {
                 "needs an sm_80+ image and the shared memory of tc_knn",
             ));
         };
-        if n_queries == 0 || n_rows == 0 || ld == 0 || !ld.is_multiple_of(TC_LD_ALIGN as usize) {
-            return Err(shape(
-                K,
-                "n_queries and n_rows must be at least 1 and ld a positive multiple of 32",
-            ));
-        }
+        let (qn, cn) = fast_operands(
+            K,
+            gpu,
+            metric,
+            (queries, query_norms, n_queries),
+            (corpus, corpus_norms, n_rows),
+            ld,
+        )?;
         if !self.knn_fast_supported(n_rows, k) {
             return Err(shape(
                 K,
                 format!("k = {k} must be between 1 and min({TC_KNN_K_MAX}, n_rows = {n_rows})"),
             ));
         }
-        let elems = |a: usize, b: usize| {
-            a.checked_mul(b)
-                .ok_or_else(|| shape(K, format!("{a} x {b} elements overflow")))
-        };
-        if queries.len() < elems(n_queries, ld)? || corpus.len() < elems(n_rows, ld)? {
-            return Err(shape(K, "the 16-bit operands are shorter than the shape"));
-        }
-        let (qn, cn) = match (metric, query_norms, corpus_norms) {
-            (SimMetric::Dot, _, _) => (0, 0),
-            (_, Some(qn), Some(cn)) if qn.len() >= n_queries && cn.len() >= n_rows => {
-                (gpu.device_ptr(qn), gpu.device_ptr(cn))
-            }
-            _ => {
-                return Err(shape(
-                    K,
-                    "cosine and l2 need n_queries query norms and n_rows corpus norms",
-                ));
-            }
-        };
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
         let n_queries32 = to_u32(K, "n_queries", n_queries)?;
         let query_tiles = n_queries.div_ceil(TC_TILE_Q as usize);
@@ -147,8 +131,8 @@ impl Kernels {
             return Err(shape(K, "too many queries for one launch"));
         }
         let n_splits = splits(tk.sm_count, query_tiles, row_tiles);
-        let part = elems(elems(n_queries, n_splits)?, k)?;
-        let out = elems(n_queries, k)?;
+        let part = elems(K, elems(K, n_queries, n_splits)?, k)?;
+        let out = elems(K, n_queries, k)?;
         let mut slot = self.tc_knn_scratch.lock();
         if !slot
             .as_ref()

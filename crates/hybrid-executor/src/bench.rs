@@ -92,6 +92,12 @@ mod gpu {
         e.to_string()
     }
 
+    /// The scan a single query runs against many rows on this backend (`RECALL_SCAN1`'s name of the mode in
+    /// force: `old`, `new`, `new-s8`).
+    pub fn scan1_mode(backend: &GpuBackend) -> &'static str {
+        backend.parts().1.scan1_mode().name()
+    }
+
     /// Device-to-device copy of `bytes`, median GB/s counting the bytes read and written.
     pub fn copy_gbps(backend: &GpuBackend, bytes: usize, iters: usize) -> Result<f64, String> {
         let (g, _) = backend.parts();
@@ -866,7 +872,7 @@ pub use gpu_fast::fast_knn_ms;
 pub use gpu_cand::candidates_ms;
 
 #[cfg(feature = "gpu")]
-pub use gpu::{copy_gbps, cosine_ms};
+pub use gpu::{copy_gbps, cosine_ms, scan1_mode};
 #[cfg(feature = "gpu")]
 pub use gpu_knn::{gemm_ms, knn_latency_parts, knn_ms, stream_figures};
 
@@ -885,6 +891,11 @@ mod no_gpu {
         _: bool,
     ) -> Result<super::FastKnnFigures, String> {
         Err("this build has no GPU support".into())
+    }
+
+    /// Without GPU support no scan runs.
+    pub fn scan1_mode(_: &GpuBackend) -> &'static str {
+        "none"
     }
 
     /// Without GPU support there is nothing to measure.
@@ -969,7 +980,7 @@ mod no_gpu {
 #[cfg(not(feature = "gpu"))]
 pub use no_gpu::{
     candidates_ms, copy_gbps, cosine_ms, fast_knn_ms, gemm_ms, knn_latency_parts, knn_ms,
-    stream_figures,
+    scan1_mode, stream_figures,
 };
 
 #[cfg(feature = "gpu")]

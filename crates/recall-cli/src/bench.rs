@@ -536,9 +536,8 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
     if a.queries == 1 {
         let _ = writeln!(
             r,
-            "- single-query scan above 262,144 rows: `RECALL_SCAN1={}` (old: row scan + separate selection; new, new-s8: persistent `sm80_scan1_*`)\n",
-            // Unset: the launcher's default (`Scan1Mode::default()` in recall-gpu-kernels), `new` since session 6.
-            std::env::var("RECALL_SCAN1").unwrap_or_else(|_| "new (unset: the default)".into())
+            "- single-query scan above 262,144 rows: `{}` (`RECALL_SCAN1`; old: row scan + separate selection; new, new-s8: persistent `sm80_scan1_*`)\n",
+            recall::diagnostics::bench::scan1_mode(gpu)
         );
     }
     let _ = writeln!(r, "| what | time | note |");
