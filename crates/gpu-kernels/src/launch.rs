@@ -1578,8 +1578,8 @@ pub struct DeviceGraph {
     pub(crate) out_dst: CudaSlice<u32>,
     /// Host copy of `out_ptr`, for deciding the first hop's form without a device round trip.
     pub(crate) out_ptr_host: Vec<u64>,
-    /// Buffers of `Kernels::spread_graph`, made on the first call and reused.
-    pub(crate) scratch: parking_lot::Mutex<Option<crate::spread::SpreadScratch>>,
+    /// Buffers and streams of `Kernels::spread_graph`, made on demand and reused (one per concurrent call).
+    pub(crate) slots: crate::spread::SpreadSlots,
 }
 
 impl DeviceGraph {
@@ -1599,7 +1599,8 @@ pub const INERTIA_BLOCK: usize = 256;
 impl Kernels {
     /// Upload a pull-order graph (in-edges of each target sorted by source: `recall_cpu_simd::SpreadGraph`).
     /// Checked here: `in_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, the edge arrays
-    /// agree in length, every source is below `n`. The kernel then never reads outside the graph.
+    /// agree in length, every source is below `n`. The kernel then never reads outside the graph. Waits for
+    /// the uploads before returning, so that spreading may read the graph from any stream.
     ///
     /// `out_ptr`/`out_dst` are the same edges in their original (push) order, source by source: checked the
     /// same way (`out_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, every target below `n`).
@@ -1689,7 +1690,7 @@ impl Kernels {
         } else {
             gpu.upload(out_dst)?
         };
-        Ok(DeviceGraph {
+        let graph = DeviceGraph {
             n_nodes: n,
             n_edges: in_src.len(),
             n_class,
@@ -1701,8 +1702,11 @@ impl Kernels {
             out_ptr: gpu.upload(out_ptr)?,
             out_dst: out_dst_dev,
             out_ptr_host: out_ptr.to_vec(),
-            scratch: parking_lot::Mutex::new(None),
-        })
+            slots: crate::spread::SpreadSlots::default(),
+        };
+        // Spreading runs on streams of its own (`SpreadSlots`): the graph is complete before it is handed out.
+        gpu.synchronize()?;
+        Ok(graph)
     }
 
     /// k-means assignment: `keys[p] = min over centroids c of (score_key(l2sq(p, c)) << 32 | c)`, i.e. the

@@ -79,6 +79,82 @@ const SEED_SCAN: usize = 64;
 /// f32 values per 4 KiB page: the output's pages are touched once each before the copies.
 const PAGE_F32: usize = 1024;
 
+/// Most spreading calls over one graph at once (a further call waits for one to finish). Each slot holds a
+/// stream and about 7 x 4 bytes per node of device memory.
+const MAX_SLOTS: usize = 4;
+
+/// The spreading slots of one graph ([`DeviceGraph`]): one per call in flight, each with its own stream, so
+/// that calls over the graph run beside each other and beside the device's other work; made on demand (at
+/// most [`MAX_SLOTS`]) and kept for reuse.
+#[derive(Debug, Default)]
+pub(crate) struct SpreadSlots {
+    state: parking_lot::Mutex<SlotState>,
+    freed: parking_lot::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    idle: Vec<SpreadSlot>,
+    /// Slots in existence: idle plus in use.
+    made: usize,
+}
+
+/// One call's stream and buffers.
+#[derive(Debug)]
+pub(crate) struct SpreadSlot {
+    /// Declared first: dropped (waiting for its download stream) before the stream goes.
+    bufs: SpreadScratch,
+    /// A handle on the graph's device with the slot's own stream.
+    gpu: Gpu,
+}
+
+impl SpreadSlots {
+    /// An idle slot, a new one while fewer than [`MAX_SLOTS`] exist, else the next one given back.
+    fn take(&self, gpu: &Gpu, n: usize, n_hubs: usize) -> Result<SpreadSlot, KernelError> {
+        {
+            let mut st = self.state.lock();
+            loop {
+                if let Some(slot) = st.idle.pop() {
+                    return Ok(slot);
+                }
+                if st.made < MAX_SLOTS {
+                    st.made += 1;
+                    break;
+                }
+                self.freed.wait(&mut st);
+            }
+        }
+        let made = gpu
+            .with_new_stream()
+            .map_err(KernelError::from)
+            .and_then(|gpu| {
+                Ok(SpreadSlot {
+                    bufs: SpreadScratch::new(&gpu, n, n_hubs)?,
+                    gpu,
+                })
+            });
+        if made.is_err() {
+            self.state.lock().made -= 1;
+            self.freed.notify_one();
+        }
+        made
+    }
+
+    /// Return a slot after a call. After a failed call its streams may still hold work: the slot is kept only
+    /// once both are idle, else dropped (the buffers are freed on its stream, after that work).
+    fn give_back(&self, slot: SpreadSlot, ok: bool) {
+        let idle =
+            ok || (slot.gpu.synchronize().is_ok() && stream_synchronize(&slot.bufs.copy).is_ok());
+        if idle {
+            self.state.lock().idle.push(slot);
+        } else {
+            drop(slot);
+            self.state.lock().made -= 1;
+        }
+        self.freed.notify_one();
+    }
+}
+
 /// The per-call buffers of spreading over one graph.
 #[derive(Debug)]
 pub(crate) struct SpreadScratch {
@@ -328,14 +404,34 @@ impl Kernels {
             return Err(shape(K, format!("k = {k} for {n} nodes")));
         }
         let hops32 = to_u32(K, "hops", hops)?;
-        let n32 = to_u32(K, "n_nodes", n)?;
-        let mut guard = graph.scratch.lock();
-        if guard.is_none() {
-            *guard = Some(SpreadScratch::new(gpu, n, graph.n_class[0] as usize)?);
-        }
-        let Some(s) = guard.as_mut() else {
-            return Err(shape(K, "spreading buffers missing"));
-        };
+        to_u32(K, "n_nodes", n)?;
+        let mut slot = graph.slots.take(gpu, n, graph.n_class[0] as usize)?;
+        let SpreadSlot { bufs, gpu } = &mut slot;
+        let out = self.spread_in_slot(
+            gpu, bufs, graph, seeds, decay, threshold, hops32, k, download, frontier,
+        );
+        graph.slots.give_back(slot, out.is_ok());
+        out
+    }
+
+    /// The body of [`Kernels::spread_graph`] on one slot's stream and buffers (arguments checked).
+    #[allow(clippy::too_many_arguments)]
+    fn spread_in_slot(
+        &self,
+        gpu: &Gpu,
+        s: &mut SpreadScratch,
+        graph: &DeviceGraph,
+        seeds: Seeds<'_>,
+        decay: f32,
+        threshold: f32,
+        hops32: u32,
+        k: Option<usize>,
+        download: bool,
+        frontier: Frontier,
+    ) -> Result<SpreadOutcome, KernelError> {
+        const K: &str = "spread_hop";
+        let n = graph.n_nodes;
+        let n32 = n as u32; // checked by spread_graph
         let sparse_ok = |edges: u64| match frontier {
             Frontier::Dense => false,
             Frontier::Sparse => true,
@@ -560,12 +656,7 @@ impl Kernels {
             std::mem::swap(&mut s.prev, &mut s.next);
         }
 
-        let out = self.spread_tail(gpu, s, k, download, sparse_hops);
-        if out.is_err() {
-            // Leave no download running into the buffers (best effort: the first error is what is reported).
-            let _ = stream_synchronize(&s.copy);
-        }
-        out
+        self.spread_tail(gpu, s, k, download, sparse_hops)
     }
 
     /// After the last hop: the overflow flag, then (on the download stream) the activations, and the top-k

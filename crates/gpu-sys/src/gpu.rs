@@ -86,6 +86,17 @@ impl Gpu {
         })
     }
 
+    /// Another handle on the same device and context whose work goes on a stream of its own, so that it
+    /// runs beside this handle's work instead of after it. A buffer made through one handle and used through
+    /// the other must be complete first (a synchronise of the stream that made it, or an event).
+    pub fn with_new_stream(&self) -> Result<Gpu, GpuError> {
+        Ok(Gpu {
+            info: self.info.clone(),
+            ctx: self.ctx.clone(),
+            stream: self.new_stream()?,
+        })
+    }
+
     /// Free and total device memory now.
     pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
         guard("cuMemGetInfo", || {

@@ -1567,6 +1567,54 @@ mod run_gpu {
                     &c.top,
                 );
             }
+            // Calls at once over the one resident copy, more of them than the graph has slots (each call
+            // runs on a slot's own stream and buffers): every answer is still the CPU's.
+            let sets: Vec<(Vec<(u32, f32)>, SpreadParams)> = (0..12)
+                .map(|i| {
+                    let mut list: Vec<(u32, f32)> = (0..1 + i % 8)
+                        .map(|_| (rng.below(n as u64) as u32, rng.next_f32() + 0.5))
+                        .collect();
+                    list.sort_by_key(|p| p.0);
+                    list.dedup_by_key(|p| p.0);
+                    let params = SpreadParams {
+                        decay: 0.5,
+                        threshold: if i % 2 == 0 { 0.01 } else { 0.0 },
+                        hops: 1 + i % 4,
+                        k: n.min(10 + i),
+                    };
+                    (list, params)
+                })
+                .collect();
+            let answers: Vec<Result<recall_cpu_simd::Spread, String>> = std::thread::scope(|sc| {
+                let handles: Vec<_> = sets
+                    .iter()
+                    .map(|(list, params)| {
+                        let shared = &shared;
+                        sc.spawn(move || gpu.spread_shared_from(shared, list, params).map_err(e_))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err("a spreading thread panicked".into()))
+                    })
+                    .collect()
+            });
+            for ((list, params), b) in sets.iter().zip(answers) {
+                let a = cpu.spread_shared_from(&shared, list, params).map_err(e_)?;
+                let b = b?;
+                compare(
+                    diff_of(diffs, "spread concurrent calls"),
+                    &a.activation,
+                    &b.activation,
+                );
+                compare_topk(
+                    diff_of(diffs, "spread concurrent calls top-k"),
+                    &a.top,
+                    &b.top,
+                );
+            }
             if gpu.resident_graphs() != before + 1 {
                 return Err(
                     "a live shared graph is not resident on the GPU (or was uploaded twice)".into(),

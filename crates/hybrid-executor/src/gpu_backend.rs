@@ -45,7 +45,8 @@ mod imp {
     /// A GPU with the kernel bundle loaded.
     ///
     /// Calls are serialised on the device's stream by a lock: each call uploads, launches and downloads
-    /// as one unit. (Per-tenant streams come with the executor's tenants.)
+    /// as one unit. Spreading is the exception: it takes no lock here, and runs on a stream and buffers of
+    /// its own per call (`gpu_shared_graph.rs`), beside the serialised calls.
     #[derive(Debug)]
     pub struct GpuBackend {
         gpu: Gpu,
@@ -390,7 +391,8 @@ mod imp {
             self.test_fault.fired()
         }
 
-        /// TEST ONLY: the test fault switch's hook, called by every op under `self.lock`.
+        /// TEST ONLY: the test fault switch's hook, called first by every op (under `self.lock`, except
+        /// spreading).
         fn test_fault(&self, op: crate::gpu_test_fault::TestFaultOp) -> Result<(), BackendError> {
             use crate::gpu_test_fault::TestFaultAction;
             let (g, k) = (&self.gpu, &self.kernels);
@@ -1347,7 +1349,6 @@ mod imp {
             seeds: &[f32],
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
-            let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let dev = crate::gpu_shared_graph::upload(g, kern, graph)?;
@@ -1360,7 +1361,6 @@ mod imp {
             seeds: &[f32],
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
-            let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             crate::gpu_shared_graph::spread_resident(
                 &self.gpu,
@@ -1379,7 +1379,6 @@ mod imp {
             seeds: &[(u32, f32)],
             params: &SpreadParams,
         ) -> Result<Spread, BackendError> {
-            let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             crate::gpu_shared_graph::spread_resident(
                 &self.gpu,
@@ -1582,4 +1581,4 @@ mod imp {
 
 pub use imp::{GpuBackend, bundle_arches};
 #[cfg(feature = "gpu")]
-pub(crate) use imp::{drop_dead, map_kernel_error};
+pub(crate) use imp::{drop_dead, map_gpu_error, map_kernel_error};

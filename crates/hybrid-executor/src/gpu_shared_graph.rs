@@ -3,16 +3,19 @@
 //!
 //! The cache holds, per live shared graph, the `DeviceGraph` that `Kernels::upload_graph` made (the pull
 //! arrays, nodes binned by in-degree). An entry whose graph has been dropped is freed the next time the
-//! cache is touched. Callers hold the backend's serialising lock around every function here.
+//! cache is touched. Spreading does not take the backend's serialising lock: a graph is uploaded on a stream
+//! of its own and is complete before any call reads it, and each call runs on one of the graph's slots (its
+//! own stream and buffers: `recall_gpu_kernels`' `spread_graph`), so spreading calls run beside each other
+//! and beside the device's other work. The cache's lock is held only to find or upload an entry.
 
 use crate::backend::BackendError;
-use crate::gpu_backend::{drop_dead, map_kernel_error};
+use crate::gpu_backend::{drop_dead, map_gpu_error, map_kernel_error};
 use crate::shared_graph::{GraphInner, SharedGraph};
 use parking_lot::Mutex;
 use recall_cpu_simd::{CpuError, Spread, SpreadGraph, SpreadParams, TopK};
 use recall_gpu_kernels::{DeviceGraph, Frontier, Kernels, Seeds};
 use recall_gpu_sys::Gpu;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 /// Device copies of shared graphs, kept while the graph lives.
 #[derive(Debug, Default)]
@@ -24,7 +27,8 @@ pub(crate) struct GraphCache {
 struct ResidentGraph {
     id: u64,
     alive: Weak<GraphInner>,
-    graph: DeviceGraph,
+    /// Shared with the calls spreading over it: a dropped entry is freed after the last of them.
+    graph: Arc<DeviceGraph>,
 }
 
 impl GraphCache {
@@ -41,12 +45,14 @@ impl GraphCache {
     }
 }
 
-/// Upload a validated graph's pull arrays and its out-edge targets.
+/// Upload a validated graph's pull arrays and its out-edge targets, on a stream of its own (the upload is
+/// complete when this returns: `Kernels::upload_graph` waits for it).
 pub(crate) fn upload(
     gpu: &Gpu,
     kern: &Kernels,
     graph: &SpreadGraph,
 ) -> Result<DeviceGraph, BackendError> {
+    let gpu = &gpu.with_new_stream().map_err(map_gpu_error)?;
     let (in_ptr, in_src, in_w) = graph.pull_arrays();
     let (out_ptr, out_dst) = graph.push_targets();
     let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
@@ -117,29 +123,32 @@ pub(crate) fn spread_resident(
     seeds: Seeds<'_>,
     params: &SpreadParams,
 ) -> Result<Spread, BackendError> {
-    let mut entries = cache.entries.lock();
-    // Free the device copies of graphs that no longer exist.
-    drop_dead(gpu, &mut entries, |r| r.alive.strong_count() > 0)?;
-    if !entries.iter().any(|r| r.id == graph.id()) {
-        let dev = match upload(gpu, kern, graph.graph()) {
-            Ok(dev) => dev,
-            Err(BackendError::OutOfMemory(_)) => {
-                // Make room: drop the other graphs' copies (they are uploaded again when used).
-                entries.clear();
-                upload(gpu, kern, graph.graph())?
-            }
-            Err(e) => return Err(e),
+    let dev = {
+        let mut entries = cache.entries.lock();
+        // Free the device copies of graphs that no longer exist.
+        drop_dead(gpu, &mut entries, |r| r.alive.strong_count() > 0)?;
+        if !entries.iter().any(|r| r.id == graph.id()) {
+            let dev = match upload(gpu, kern, graph.graph()) {
+                Ok(dev) => dev,
+                Err(BackendError::OutOfMemory(_)) => {
+                    // Make room: drop the other graphs' copies (they are uploaded again when used).
+                    entries.clear();
+                    upload(gpu, kern, graph.graph())?
+                }
+                Err(e) => return Err(e),
+            };
+            entries.push(ResidentGraph {
+                id: graph.id(),
+                alive: graph.weak(),
+                graph: Arc::new(dev),
+            });
+        }
+        let Some(entry) = entries.iter().find(|r| r.id == graph.id()) else {
+            return Err(BackendError::Gpu(
+                "resident graph missing after upload".into(),
+            ));
         };
-        entries.push(ResidentGraph {
-            id: graph.id(),
-            alive: graph.weak(),
-            graph: dev,
-        });
-    }
-    let Some(entry) = entries.iter().find(|r| r.id == graph.id()) else {
-        return Err(BackendError::Gpu(
-            "resident graph missing after upload".into(),
-        ));
+        Arc::clone(&entry.graph)
     };
-    spread_on(gpu, kern, &entry.graph, seeds, params)
+    spread_on(gpu, kern, &dev, seeds, params)
 }
