@@ -2002,6 +2002,46 @@ mod run_gpu {
                     .score_candidates_shared(&queries, &shared, metric, &offsets, &ids, kk)
                     .map_err(e)?;
                 compare_topk(diff_of(diffs, "candidates resident"), &a, &c);
+                // Calls at once against the handle, more than the backend has lanes (candidate scoring
+                // runs on a lane outside the backend's lock where it can), with knn calls under the lock
+                // between them: every answer is still the CPU's.
+                let knn_a = cpu.knn(&queries, &corpus, dim, metric, kk).map_err(e)?;
+                let answers: Vec<Result<(bool, TopK), String>> = std::thread::scope(|sc| {
+                    let handles: Vec<_> = (0..10)
+                        .map(|i| {
+                            let (shared, queries, offsets, ids) =
+                                (&shared, &queries, &offsets, &ids);
+                            sc.spawn(move || {
+                                if i % 5 == 4 {
+                                    gpu.knn_shared(queries, shared, metric, kk)
+                                        .map(|t| (false, t))
+                                        .map_err(e)
+                                } else {
+                                    gpu.score_candidates_shared(
+                                        queries, shared, metric, offsets, ids, kk,
+                                    )
+                                    .map(|t| (true, t))
+                                    .map_err(e)
+                                }
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join()
+                                .unwrap_or_else(|_| Err("a calling thread panicked".into()))
+                        })
+                        .collect()
+                });
+                for answer in answers {
+                    let (cand, got) = answer?;
+                    if cand {
+                        compare_topk(diff_of(diffs, "candidates concurrent calls"), &a, &got);
+                    } else {
+                        compare_topk(diff_of(diffs, "knn concurrent calls"), &knn_a, &got);
+                    }
+                }
                 drop(shared);
                 // Out of core: the corpus streamed in uneven chunks (the last one short), then the
                 // automatic path with the budget shrunk below the corpus.

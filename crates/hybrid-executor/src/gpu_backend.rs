@@ -22,6 +22,8 @@ mod imp {
         Budget, DeviceCopy, DeviceSlice, GpuMemory, MemoryConfig, PoolError, PoolStats,
         TenantId as PoolTenant,
     };
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     /// The score buffer of one knn chunk stays below this many bytes (queries are processed in chunks).
     const SCORE_CHUNK_BYTES: usize = 1 << 30;
@@ -69,6 +71,12 @@ mod imp {
         corpus_budget: std::sync::atomic::AtomicUsize,
         /// Device copies of shared graphs, kept while the graph lives (`gpu_shared_graph.rs`).
         graphs: crate::gpu_shared_graph::GraphCache,
+        /// Streams beside `gpu`'s for calls that run outside `lock` ([`Lane`]), made on first use.
+        lanes: Mutex<Vec<Arc<Lane>>>,
+        /// Set when a lane could not be made: calls then stay under `lock`.
+        no_more_lanes: AtomicBool,
+        /// The arch the kernels were forced to (the lanes load the same image).
+        force_sm: Option<u32>,
         /// TEST ONLY: real launch failures on purpose (`gpu_test_fault.rs`); unset unless a test sets it.
         test_fault: crate::gpu_test_fault::TestFaultSwitch,
     }
@@ -78,10 +86,33 @@ mod imp {
     struct Resident {
         id: u64,
         alive: std::sync::Weak<crate::shared_corpus::Inner>,
-        rows: DeviceSlice<f32>,
-        norms: Option<DeviceSlice<f32>>,
+        /// Shared with calls that run on a lane (outside `lock`): freed after the last of them.
+        rows: Arc<DeviceSlice<f32>>,
+        norms: Option<Arc<DeviceSlice<f32>>>,
         /// Fast mode's padded 16-bit copy, made by the first fast call in that format.
         half: Option<(HalfKind, DeviceSlice<u16>)>,
+    }
+
+    /// Most [`Lane`]s per device.
+    const MAX_LANES: usize = 4;
+
+    /// A stream beside the device's main one, with its own load of the kernels (so its own launch scratch):
+    /// candidate scoring against a resident corpus runs on one outside the backend's `lock`, beside the
+    /// serialised calls. Reads only buffers that are complete (resident copies: `resident_entry` waits).
+    #[derive(Debug)]
+    struct Lane {
+        gpu: Gpu,
+        kernels: Kernels,
+        busy: AtomicBool,
+    }
+
+    /// A lane taken for one call; free again when dropped.
+    struct LaneGuard(Arc<Lane>);
+
+    impl Drop for LaneGuard {
+        fn drop(&mut self) {
+            self.0.busy.store(false, Ordering::Release);
+        }
     }
 
     fn half_kind(f: FastFormat) -> HalfKind {
@@ -376,6 +407,9 @@ mod imp {
                 scratch: Mutex::new(Scratch::default()),
                 corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
+                lanes: Mutex::new(Vec::new()),
+                no_more_lanes: AtomicBool::new(false),
+                force_sm,
                 test_fault,
             })
         }
@@ -994,6 +1028,7 @@ mod imp {
             let (n, dim) = (corpus.n_rows(), corpus.dim());
             // Free the device copies of corpora that no longer exist.
             self.drop_dead_resident(resident)?;
+            let mut made = false;
             if !resident.iter().any(|r| r.id == corpus.id()) {
                 let rows = match DeviceSlice::try_from_host(&self.mem, corpus.data()) {
                     Ok(rows) => rows,
@@ -1007,10 +1042,11 @@ mod imp {
                     }
                     Err(e) => return Err(map_pool_error(e)),
                 };
+                made = true;
                 resident.push(Resident {
                     id: corpus.id(),
                     alive: corpus.weak(),
-                    rows,
+                    rows: Arc::new(rows),
                     norms: None,
                     half: None,
                 });
@@ -1024,7 +1060,12 @@ mod imp {
                 let mut norms = DeviceSlice::try_zeroed(&self.mem, n).map_err(map_pool_error)?;
                 kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
                     .map_err(map_kernel_error)?;
-                entry.norms = Some(norms);
+                entry.norms = Some(Arc::new(norms));
+                made = true;
+            }
+            if made {
+                // Complete before any call reads it, on whichever stream (lanes run outside `lock`).
+                g.synchronize().map_err(map_gpu_error)?;
             }
             Ok(entry)
         }
@@ -1038,6 +1079,51 @@ mod imp {
                 self.release_cached()?;
             }
             Ok(resident.len())
+        }
+
+        /// A free lane, a new one while fewer than [`MAX_LANES`] exist, or `None` (then the call runs under
+        /// `lock` on the main stream, as every call did before lanes).
+        fn take_lane(&self) -> Option<LaneGuard> {
+            if self.no_more_lanes.load(Ordering::Relaxed) {
+                return None;
+            }
+            let mut lanes = self.lanes.lock();
+            for lane in lanes.iter() {
+                if lane
+                    .busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Some(LaneGuard(Arc::clone(lane)));
+                }
+            }
+            if lanes.len() >= MAX_LANES {
+                return None;
+            }
+            let made = self
+                .gpu
+                .with_new_stream()
+                .map_err(|e| e.to_string())
+                .and_then(|gpu| {
+                    let kernels = Kernels::load(&gpu, self.force_sm).map_err(|e| e.to_string())?;
+                    Ok(Lane {
+                        gpu,
+                        kernels,
+                        busy: AtomicBool::new(true),
+                    })
+                });
+            match made {
+                Ok(lane) => {
+                    let lane = Arc::new(lane);
+                    lanes.push(Arc::clone(&lane));
+                    Some(LaneGuard(lane))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "recall: no further GPU stream; calls stay serialised");
+                    self.no_more_lanes.store(true, Ordering::Relaxed);
+                    None
+                }
+            }
         }
 
         /// Candidate scoring against rows already on the device (`c`, with its norms for cosine): gather,
@@ -1219,7 +1305,7 @@ mod imp {
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let norms = if metric == Metric::Cosine {
-                entry.norms.as_deref()
+                entry.norms.as_deref().map(|n| &**n)
             } else {
                 None
             };
@@ -1292,7 +1378,7 @@ mod imp {
             let norms = if metric == Metric::Dot {
                 None
             } else {
-                entry.norms.as_deref()
+                entry.norms.as_deref().map(|n| &**n)
             };
             self.knn_on_fast(queries, ch, norms, n, dim, metric, k, kind)
         }
@@ -1306,12 +1392,49 @@ mod imp {
             ids: &[u32],
             k: usize,
         ) -> Result<TopK, BackendError> {
+            let lane = if self.kernels.cand_supported(corpus.dim(), k) {
+                self.take_lane()
+            } else {
+                None
+            };
+            if let Some(lane) = lane {
+                // Under the lock only to find (or make) the resident copy; the scoring runs on the lane.
+                let (rows, norms) = {
+                    let _serial = self.lock.lock();
+                    self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
+                    let mut resident = self.resident.lock();
+                    let entry = self.resident_entry(&mut resident, corpus, metric)?;
+                    let norms = if metric == Metric::Cosine {
+                        entry.norms.clone()
+                    } else {
+                        None
+                    };
+                    (Arc::clone(&entry.rows), norms)
+                };
+                let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+                let Lane { gpu, kernels, .. } = &*lane.0;
+                let r = kernels
+                    .score_candidates(
+                        gpu,
+                        sim_metric(metric),
+                        queries,
+                        &rows,
+                        norms.as_deref().map(|n| &**n),
+                        corpus.n_rows(),
+                        corpus.dim(),
+                        ids,
+                        &offsets64,
+                        k,
+                    )
+                    .map_err(map_kernel_error)?;
+                return Ok(topk(r));
+            }
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
             let cn = if metric == Metric::Cosine {
-                entry.norms.as_deref()
+                entry.norms.as_deref().map(|n| &**n)
             } else {
                 None
             };

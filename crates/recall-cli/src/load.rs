@@ -86,6 +86,9 @@ pub struct LoadArgs {
     /// Batches of one op running at once (`BatchConfig::in_flight`; default: the engine's).
     #[arg(long)]
     batch_in_flight: Option<usize>,
+    /// Tenant calls running at once (`EngineBuilder::max_in_flight`; default: the engine's).
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// Send batch knn calls through the knn batcher too (`Executor::knn_shared_coalesced`): they share a
     /// pass over the corpus (one GEMM tile of up to 128 queries on a GPU) with concurrent single-query calls
     /// instead of each running its own. Use with `--max-batch 128`.
@@ -893,6 +896,9 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
             in_flight: a.batch_in_flight.unwrap_or(d.in_flight).max(1),
             ..d
         });
+    }
+    if let Some(n) = a.max_in_flight {
+        builder = builder.max_in_flight(n);
     }
     let engine = builder.build().map_err(|e| e.to_string())?;
     let device = match engine.gpu_status() {
