@@ -155,6 +155,19 @@ impl SpreadSlots {
     }
 }
 
+impl Drop for SpreadSlots {
+    /// The slots' buffers are freed on their streams: wait for that, so that a trim of the driver's pool
+    /// right after the graph is dropped gives their memory back.
+    fn drop(&mut self) {
+        for SpreadSlot { bufs, gpu } in self.state.get_mut().idle.drain(..) {
+            drop(bufs);
+            if let Err(e) = gpu.synchronize() {
+                tracing::warn!(error = %e, "recall: could not wait for a spreading stream");
+            }
+        }
+    }
+}
+
 /// The per-call buffers of spreading over one graph.
 #[derive(Debug)]
 pub(crate) struct SpreadScratch {

@@ -746,6 +746,23 @@ mod imp {
             let _serial = self.lock.lock();
             *self.scratch.lock() = Scratch::default();
             self.kernels.release_scratch();
+            // Idle lanes go (their load of the kernels and its scratch: made again when needed); a lane in
+            // use stays. Taking a lane also holds `lanes`, so one found idle here cannot be taken meanwhile.
+            let idle: Vec<Arc<Lane>> = {
+                let mut lanes = self.lanes.lock();
+                let (busy, idle) = lanes
+                    .drain(..)
+                    .partition(|l| l.busy.load(Ordering::Acquire));
+                *lanes = busy;
+                idle
+            };
+            for lane in idle {
+                if let Ok(Lane { gpu, kernels, .. }) = Arc::try_unwrap(lane) {
+                    // Its scratch is freed on its stream: finished before the caches are trimmed below.
+                    drop(kernels);
+                    gpu.synchronize().map_err(map_gpu_error)?;
+                }
+            }
             self.resident.lock().retain(|r| r.alive.strong_count() > 0);
             self.graphs.drop_dead_entries();
             self.release_cached()
