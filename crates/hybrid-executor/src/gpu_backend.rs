@@ -73,7 +73,7 @@ mod imp {
         graphs: crate::gpu_shared_graph::GraphCache,
         /// Streams beside `gpu`'s for calls that run outside `lock` ([`Lane`]), made on first use.
         lanes: Mutex<Vec<Arc<Lane>>>,
-        /// Set when a lane could not be made: calls then stay under `lock`.
+        /// Set when a lane could not be made: calls then stay under `lock` (until `trim`).
         no_more_lanes: AtomicBool,
         /// The arch the kernels were forced to (the lanes load the same image).
         force_sm: Option<u32>,
@@ -756,6 +756,8 @@ mod imp {
                 *lanes = busy;
                 idle
             };
+            // Memory is given back now: a lane that could not be made before may be made again.
+            self.no_more_lanes.store(false, Ordering::Relaxed);
             for lane in idle {
                 if let Ok(Lane { gpu, kernels, .. }) = Arc::try_unwrap(lane) {
                     // Its scratch is freed on its stream: finished before the caches are trimmed below.
