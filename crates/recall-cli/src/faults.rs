@@ -534,6 +534,8 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
         t_phase = Instant::now();
         // The fault.
         phase.store(1, Ordering::SeqCst);
+        // Progress on stderr, so that a run cut short by a time limit shows how far it got.
+        eprintln!("recall faults: the fault phase ({fault_s:.1} s)");
         match (&injector, a.scenario) {
             (Injector::Simulated(sim), _) => {
                 sim.arm(true);
@@ -624,6 +626,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
         phase_secs.push(t_phase.elapsed().as_secs_f64());
         t_phase = Instant::now();
         phase.store(2, Ordering::SeqCst);
+        eprintln!("recall faults: the after phase");
         std::thread::sleep(Duration::from_secs_f64(after_s));
         // A fault the device recovers from: the after phase lasts until the breaker has closed again (its
         // back-off may have grown while the fault lasted), up to its longest back-off.
@@ -649,6 +652,10 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
     let first_errors = errors.take();
 
     // Every answer against the CPU's, in parallel.
+    eprintln!(
+        "recall faults: {} calls in {elapsed:.1} s; re-computing every answer on the CPU",
+        records.len()
+    );
     let t_verify = Instant::now();
     let cpu = Executor::new(ExecutorConfig {
         policy: DevicePolicy::Cpu,
