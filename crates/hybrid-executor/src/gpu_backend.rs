@@ -115,6 +115,40 @@ mod imp {
         }
     }
 
+    /// Candidate scoring in one launch on sm_80+ (`sm80_cand_*`: gather, score and select; inputs staged through
+    /// page-locked buffers, the query norms computed in the kernel) against rows on the device (`c`, with its
+    /// norms for cosine), on `g`'s stream with `kern`'s scratch: the backend's own under its lock, or a lane's.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_candidates(
+        g: &Gpu,
+        kern: &Kernels,
+        queries: &[f32],
+        c: &CudaSlice<f32>,
+        cn: Option<&CudaSlice<f32>>,
+        dim: usize,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
+        let r = kern
+            .score_candidates(
+                g,
+                sim_metric(metric),
+                queries,
+                c,
+                cn,
+                c.len() / dim,
+                dim,
+                ids,
+                &offsets64,
+                k,
+            )
+            .map_err(map_kernel_error)?;
+        Ok(topk(r))
+    }
+
     fn half_kind(f: FastFormat) -> HalfKind {
         match f {
             FastFormat::F16 => HalfKind::F16,
@@ -1160,27 +1194,12 @@ mod imp {
             k: usize,
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
-            let (nq, n) = (queries.len() / dim, c.len() / dim);
-            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
             if kern.cand_supported(dim, k) {
-                // sm_80+: gather, score and select in one launch (`sm80_cand_*`), inputs staged through
-                // page-locked buffers; the query norms are computed in the kernel.
-                let r = kern
-                    .score_candidates(
-                        g,
-                        sim_metric(metric),
-                        queries,
-                        c,
-                        cn,
-                        n,
-                        dim,
-                        ids,
-                        &offsets64,
-                        k,
-                    )
-                    .map_err(map_kernel_error)?;
-                return Ok(topk(r));
+                return fused_candidates(g, kern, queries, c, cn, dim, metric, offsets, ids, k);
             }
+            let nq = queries.len() / dim;
+            let n = c.len() / dim;
+            let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let mut scores = g
                 .alloc_zeros::<f32>(ids.len().max(1))
@@ -1416,50 +1435,36 @@ mod imp {
             } else {
                 None
             };
-            if let Some(lane) = lane {
-                // Under the lock only to find (or make) the resident copy; the scoring runs on the lane.
-                let (rows, norms) = {
-                    let _serial = self.lock.lock();
-                    self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
-                    let mut resident = self.resident.lock();
-                    let entry = self.resident_entry(&mut resident, corpus, metric)?;
-                    let norms = if metric == Metric::Cosine {
-                        entry.norms.clone()
-                    } else {
-                        None
-                    };
-                    (Arc::clone(&entry.rows), norms)
-                };
-                let offsets64: Vec<u64> = offsets.iter().map(|&o| o as u64).collect();
-                let Lane { gpu, kernels, .. } = &*lane.0;
-                let r = kernels
-                    .score_candidates(
-                        gpu,
-                        sim_metric(metric),
-                        queries,
-                        &rows,
-                        norms.as_deref().map(|n| &**n),
-                        corpus.n_rows(),
-                        corpus.dim(),
-                        ids,
-                        &offsets64,
-                        k,
-                    )
-                    .map_err(map_kernel_error)?;
-                return Ok(topk(r));
-            }
-            let _serial = self.lock.lock();
+            let serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Candidates)?;
             let mut resident = self.resident.lock();
             let entry = self.resident_entry(&mut resident, corpus, metric)?;
-            let cn = if metric == Metric::Cosine {
-                entry.norms.as_deref().map(|n| &**n)
-            } else {
-                None
+            let (rows, norms) = (
+                Arc::clone(&entry.rows),
+                entry.norms.clone().filter(|_| metric == Metric::Cosine),
+            );
+            let cn = norms.as_deref().map(|n| &**n);
+            let Some(lane) = lane else {
+                return self.candidates_on(
+                    queries,
+                    &rows,
+                    cn,
+                    corpus.dim(),
+                    metric,
+                    offsets,
+                    ids,
+                    k,
+                );
             };
-            self.candidates_on(
+            // Under the lock only to find (or make) the resident copy; the scoring runs on the lane.
+            drop(resident);
+            drop(serial);
+            let Lane { gpu, kernels, .. } = &*lane.0;
+            fused_candidates(
+                gpu,
+                kernels,
                 queries,
-                &entry.rows,
+                &rows,
                 cn,
                 corpus.dim(),
                 metric,
