@@ -31,7 +31,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The drills.
@@ -226,14 +226,26 @@ fn pick(rng: &mut SplitMix) -> Kind {
     }
 }
 
+/// What the workers share with the thread that runs the drill.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    phase: &'a AtomicU8,
+    stop: &'a AtomicBool,
+    errors: &'a ErrorLog,
+    beat: &'a Beat,
+}
+
 fn worker(
     exec: &Executor,
     w: &World,
     seed: u64,
     thread: usize,
-    phase: &AtomicU8,
-    stop: &AtomicBool,
-    errors: &ErrorLog,
+    Shared {
+        phase,
+        stop,
+        errors,
+        beat,
+    }: Shared,
 ) -> Vec<Record> {
     let mut out = Vec::new();
     let mut rng = SplitMix::new(call_seed(seed, thread, u64::MAX));
@@ -247,7 +259,9 @@ fn worker(
             pick(&mut rng)
         };
         let s = call_seed(seed, thread, call);
+        beat.enter(thread, kind);
         let r = run_call(exec, w, kind, s);
+        beat.leave(thread);
         // The phase the call ended in (its answer shows how that phase's device state was handled).
         let ph = phase.load(Ordering::SeqCst);
         let rec = match r {
@@ -285,6 +299,71 @@ fn worker(
         }
     }
     out
+}
+
+/// What the workers are doing, for the progress line the heartbeat prints every few seconds: calls ended,
+/// and per thread when its call in flight began (ms since the start, plus 1; 0 when idle) and its kind.
+struct Beat {
+    t0: Instant,
+    done: AtomicU64,
+    since: Vec<AtomicU64>,
+    kind: Vec<AtomicU8>,
+}
+
+impl Beat {
+    fn new(threads: usize) -> Self {
+        Self {
+            t0: Instant::now(),
+            done: AtomicU64::new(0),
+            since: (0..threads).map(|_| AtomicU64::new(0)).collect(),
+            kind: (0..threads).map(|_| AtomicU8::new(0)).collect(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64 + 1
+    }
+
+    fn enter(&self, thread: usize, kind: Kind) {
+        let k = Kind::ALL.iter().position(|&x| x == kind).unwrap_or(0) as u8;
+        self.kind[thread].store(k, Ordering::Relaxed);
+        self.since[thread].store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    fn leave(&self, thread: usize) {
+        self.since[thread].store(0, Ordering::Relaxed);
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `t 12.0 s: 81,234 calls ended, 7 in flight, the oldest a spread for 3 ms (thread 4)`.
+    fn line(&self) -> String {
+        let now = self.now_ms();
+        let busy: Vec<(usize, u64)> = self
+            .since
+            .iter()
+            .enumerate()
+            .map(|(t, s)| (t, s.load(Ordering::Relaxed)))
+            .filter(|&(_, s)| s != 0)
+            .collect();
+        let oldest = busy
+            .iter()
+            .min_by_key(|&&(_, s)| s)
+            .map_or(String::new(), |&(t, s)| {
+                let k =
+                    Kind::ALL[usize::from(self.kind[t].load(Ordering::Relaxed)) % Kind::ALL.len()];
+                format!(
+                    ", the oldest a {} for {} ms (thread {t})",
+                    k.name(),
+                    now.saturating_sub(s)
+                )
+            });
+        format!(
+            "recall faults: t {:.1} s: {} calls ended, {} in flight{oldest}",
+            self.t0.elapsed().as_secs_f64(),
+            grouped(self.done.load(Ordering::Relaxed)),
+            busy.len()
+        )
+    }
 }
 
 /// The first few error messages of the run, shared by the workers.
@@ -519,13 +598,34 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
     let mut phase_secs = Vec::new();
     let mut fired = 0u64;
     let t_run = Instant::now();
+    let beat = Beat::new(a.threads);
+    let beat_done = AtomicBool::new(false);
     let records: Vec<Record> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..a.threads)
             .map(|t| {
-                let (exec, world, phase, stop, errors) = (&exec, &world, &phase, &stop, &errors);
-                s.spawn(move || worker(exec, world, a.seed, t, phase, stop, errors))
+                let (exec, world) = (&exec, &world);
+                let shared = Shared {
+                    phase: &phase,
+                    stop: &stop,
+                    errors: &errors,
+                    beat: &beat,
+                };
+                s.spawn(move || worker(exec, world, a.seed, t, shared))
             })
             .collect();
+        // A progress line every 2 s until the workers are told to stop (a stuck call shows as an old one).
+        let (beat, beat_done) = (&beat, &beat_done);
+        let heart = s.spawn(move || {
+            while !beat_done.load(Ordering::Relaxed) {
+                for _ in 0..200 {
+                    if beat_done.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                eprintln!("{}", beat.line());
+            }
+        });
         let mut t_phase = Instant::now();
         std::thread::sleep(Duration::from_secs_f64(before_s));
         snaps.push(snapshot(&exec));
@@ -639,6 +739,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
             std::thread::sleep(Duration::from_secs_f64(after_s.min(1.0)));
         }
         stop.store(true, Ordering::SeqCst);
+        eprintln!("recall faults: stopping the workers; {}", beat.line());
         let recs: Vec<Record> = handles
             .into_iter()
             .flat_map(|h| h.join().unwrap_or_default())
@@ -646,6 +747,8 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
         snaps.push(snapshot(&exec));
         breaker_at_end.push(exec.breaker_state());
         phase_secs.push(t_phase.elapsed().as_secs_f64());
+        beat_done.store(true, Ordering::Relaxed);
+        let _ = heart.join();
         recs
     });
     let elapsed = t_run.elapsed().as_secs_f64();
