@@ -365,6 +365,18 @@ mod run_gpu {
     /// Run the suite on `backend`'s device for each arch in `arches` (every arch the device can run when
     /// `None`).
     pub fn run(backend: &GpuBackend, arches: Option<&[u32]>, quick: bool) -> DiffReport {
+        run_groups(backend, arches, quick, &[])
+    }
+
+    /// [`run`] limited to the groups named in `groups` (names from [`GROUPS`](super::GROUPS); all when empty):
+    /// a slow tool such as compute-sanitizer's racecheck can then take the suite a part at a time.
+    pub fn run_groups(
+        backend: &GpuBackend,
+        arches: Option<&[u32]>,
+        quick: bool,
+        groups: &[&str],
+    ) -> DiffReport {
+        let on = |g: &str| groups.is_empty() || groups.contains(&g);
         let (gpu, _) = backend.parts();
         let d = backend.description();
         let device_sm = gpu.info().compute_capability.0 * 10 + gpu.info().compute_capability.1;
@@ -377,18 +389,34 @@ mod run_gpu {
             archs: Vec::new(),
         };
         for sm in list {
-            let mut arch = run_arch(gpu, sm, quick);
+            let mut arch = run_arch(gpu, sm, quick, &on);
             // The backend's own paths (knn, candidates, spreading, k-means) with this arch's code.
             if arch.error.is_none() {
                 let forced = GpuBackend::discover(Some(sm));
                 let result = forced.and_then(|b| {
-                    backend_cases(&b, &mut arch.kernels, quick)?;
-                    pool_cases(&b, &mut arch.kernels)?;
-                    noise_cases(&b, &mut arch.kernels, quick)?;
-                    graph_cases(&b, &mut arch.kernels, quick)?;
-                    graph_handle_cases(&b, &mut arch.kernels, quick)?;
-                    graph_frontier_cases(&b, &mut arch.kernels, quick)?;
-                    kmeans_cases(&b, &mut arch.kernels, quick)
+                    let d = &mut arch.kernels;
+                    if on("backend") {
+                        backend_cases(&b, d, quick)?;
+                    }
+                    if on("pool") {
+                        pool_cases(&b, d)?;
+                    }
+                    if on("noise") {
+                        noise_cases(&b, d, quick)?;
+                    }
+                    if on("graph") {
+                        graph_cases(&b, d, quick)?;
+                    }
+                    if on("graph-handle") {
+                        graph_handle_cases(&b, d, quick)?;
+                    }
+                    if on("graph-frontier") {
+                        graph_frontier_cases(&b, d, quick)?;
+                    }
+                    if on("kmeans") {
+                        kmeans_cases(&b, d, quick)?;
+                    }
+                    Ok(())
                 });
                 if let Err(e) = result {
                     arch.error = Some(e);
@@ -399,7 +427,7 @@ mod run_gpu {
         report
     }
 
-    fn run_arch(gpu: &Gpu, sm: u32, quick: bool) -> ArchReport {
+    fn run_arch(gpu: &Gpu, sm: u32, quick: bool, on: &dyn Fn(&str) -> bool) -> ArchReport {
         let kernels = match Kernels::load(gpu, Some(sm)) {
             Ok(k) => k,
             Err(e) => {
@@ -412,14 +440,22 @@ mod run_gpu {
             }
         };
         let image = kernels.image().to_string();
-        let cases = kernel_cases(gpu, &kernels, quick).and_then(|mut k| {
-            k.extend(fast_cases(gpu, &kernels, quick)?);
-            k.extend(fused_fast_cases(gpu, &kernels, quick)?);
-            k.extend(knn1_cases(gpu, &kernels, quick)?);
-            k.extend(scan1_cases(gpu, &kernels, quick)?);
-            k.extend(cand_cases(gpu, &kernels, quick)?);
-            Ok(k)
-        });
+        type Cases = fn(&Gpu, &Kernels, bool) -> Result<Vec<KernelDiff>, String>;
+        let parts: [(&str, Cases); 6] = [
+            ("kernels", kernel_cases),
+            ("fast", fast_cases),
+            ("fused-fast", fused_fast_cases),
+            ("knn1", knn1_cases),
+            ("scan1", scan1_cases),
+            ("cand", cand_cases),
+        ];
+        let cases = parts
+            .iter()
+            .filter(|(g, _)| on(g))
+            .try_fold(Vec::new(), |mut k, (_, f)| {
+                k.extend(f(gpu, &kernels, quick)?);
+                Ok(k)
+            });
         match cases {
             Ok(k) => ArchReport {
                 sm,
@@ -2090,7 +2126,25 @@ mod run_gpu {
 }
 
 #[cfg(feature = "gpu")]
-pub use run_gpu::run;
+pub use run_gpu::{run, run_groups};
+
+/// The suite's groups, in the order they run: kernels through their launchers (`kernels` .. `cand`), then
+/// the GPU backend's own paths (`backend` .. `kmeans`).
+pub const GROUPS: &[&str] = &[
+    "kernels",
+    "fast",
+    "fused-fast",
+    "knn1",
+    "scan1",
+    "cand",
+    "backend",
+    "pool",
+    "noise",
+    "graph",
+    "graph-handle",
+    "graph-frontier",
+    "kmeans",
+];
 
 #[cfg(test)]
 mod tests {

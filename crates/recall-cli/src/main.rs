@@ -63,6 +63,11 @@ struct DiffTestArgs {
     /// Fewer and smaller cases (seconds instead of a minute).
     #[arg(long)]
     quick: bool,
+    /// Run only this group of cases (repeat for several; default: all), so that a slow tool such as
+    /// `compute-sanitizer --tool racecheck` can take the suite a part at a time.
+    #[arg(long = "group", value_name = "GROUP",
+          value_parser = clap::builder::PossibleValuesParser::new(recall::diagnostics::DIFF_TEST_GROUPS.iter().copied()))]
+    groups: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -165,6 +170,7 @@ fn diff_test(a: DiffTestArgs) -> Result<ExitCode, String> {
         Some("all") => Some(Vec::new()),
         Some(s) => Some(vec![parse_arch(s)?]),
     };
+    let groups: Vec<&str> = a.groups.iter().map(String::as_str).collect();
     let report = match &arches {
         None => {
             // The image the loader picked by itself.
@@ -178,10 +184,12 @@ fn diff_test(a: DiffTestArgs) -> Result<ExitCode, String> {
                 recall::GpuStatus::Unavailable(_) => None,
             };
             let list: Vec<u32> = sm.into_iter().collect();
-            recall::diagnostics::diff_test(&engine, Some(&list), a.quick)
+            recall::diagnostics::diff_test_groups(&engine, Some(&list), a.quick, &groups)
         }
-        Some(list) if list.is_empty() => recall::diagnostics::diff_test(&engine, None, a.quick),
-        Some(list) => recall::diagnostics::diff_test(&engine, Some(list), a.quick),
+        Some(list) if list.is_empty() => {
+            recall::diagnostics::diff_test_groups(&engine, None, a.quick, &groups)
+        }
+        Some(list) => recall::diagnostics::diff_test_groups(&engine, Some(list), a.quick, &groups),
     }
     .map_err(|e| e.to_string())?;
     print!("{}", report.render());

@@ -937,11 +937,14 @@ impl Engine {
         &self,
         arches: Option<&[u32]>,
         quick: bool,
+        groups: &[&str],
     ) -> Result<crate::diagnostics::DiffReport, Error> {
         #[cfg(feature = "gpu")]
         {
             match self.exec.gpu_backend() {
-                Some(gpu) => Ok(recall_hybrid_executor::difftest::run(gpu, arches, quick)),
+                Some(gpu) => Ok(recall_hybrid_executor::difftest::run_groups(
+                    gpu, arches, quick, groups,
+                )),
                 None => Err(Error::GpuRequired(match self.exec.gpu_status() {
                     GpuStatus::Unavailable(why) => why.clone(),
                     GpuStatus::Ready(_) => "the GPU was taken out of use after a failure".into(),
@@ -950,7 +953,7 @@ impl Engine {
         }
         #[cfg(not(feature = "gpu"))]
         {
-            let _ = (arches, quick);
+            let _ = (arches, quick, groups);
             Err(Error::GpuRequired(
                 "this build has no GPU support (cargo feature `gpu` is off)".into(),
             ))

@@ -265,6 +265,40 @@ pub mod diagnostics {
         arches: Option<&[u32]>,
         quick: bool,
     ) -> Result<DiffReport, crate::Error> {
-        engine.diff_test(arches, quick)
+        engine.diff_test(arches, quick, &[])
     }
+
+    /// [`diff_test`] limited to some of the suite's groups ([`DIFF_TEST_GROUPS`]; all when `groups` is
+    /// empty). `Err(Config)` for a name that is not a group.
+    ///
+    /// ```
+    /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
+    /// use recall::diagnostics::diff_test_groups;
+    /// assert!(matches!(
+    ///     diff_test_groups(&engine, None, true, &["spreading"]),
+    ///     Err(recall::Error::Config(_))
+    /// ));
+    /// assert!(matches!(
+    ///     diff_test_groups(&engine, None, true, &["graph", "kmeans"]),
+    ///     Err(recall::Error::GpuRequired(_))
+    /// ));
+    /// # Ok::<(), recall::Error>(())
+    /// ```
+    pub fn diff_test_groups(
+        engine: &crate::Engine,
+        arches: Option<&[u32]>,
+        quick: bool,
+        groups: &[&str],
+    ) -> Result<DiffReport, crate::Error> {
+        if let Some(g) = groups.iter().find(|g| !DIFF_TEST_GROUPS.contains(g)) {
+            return Err(crate::Error::Config(format!(
+                "diff-test group {g:?}: expected one of {}",
+                DIFF_TEST_GROUPS.join(", ")
+            )));
+        }
+        engine.diff_test(arches, quick, groups)
+    }
+
+    /// The diff-test suite's groups, in the order they run.
+    pub use recall_hybrid_executor::difftest::GROUPS as DIFF_TEST_GROUPS;
 }
