@@ -472,6 +472,20 @@ mod run_gpu {
         }
     }
 
+    /// `RECALL_DIFFTEST_PART=i/n`: the part of a slow group's cases to run ([`super::parse_part`]); all of
+    /// them, `(0, 1)`, when unset or malformed (a malformed value is reported on stderr).
+    fn part_from_env() -> (usize, usize) {
+        let Ok(v) = std::env::var("RECALL_DIFFTEST_PART") else {
+            return (0, 1);
+        };
+        super::parse_part(&v).unwrap_or_else(|| {
+            eprintln!(
+                "RECALL_DIFFTEST_PART={v:?}: expected i/n with 0 <= i < n; running every case"
+            );
+            (0, 1)
+        })
+    }
+
     fn e(x: impl std::fmt::Display) -> String {
         x.to_string()
     }
@@ -941,21 +955,29 @@ mod run_gpu {
             }
             Ok(())
         };
+        // `RECALL_DIFFTEST_PART=i/n` runs every n-th case from the i-th (the data stay those of the whole
+        // group), so that racecheck, too slow for this group in one process, can take it in n processes.
+        let (part, parts) = part_from_env();
         let mut result = Ok(());
-        for (n, dim) in shapes {
+        let n_shapes = shapes.len();
+        for (i, (n, dim)) in shapes.into_iter().enumerate() {
             let query = awkward_matrix(&mut rng, 1, dim);
             let corpus = awkward_matrix(&mut rng, n, dim);
-            result = run(&mut diffs, &query, &corpus, n, dim);
+            if i % parts == part {
+                result = run(&mut diffs, &query, &corpus, n, dim);
+            }
             if result.is_err() {
                 break;
             }
         }
         // Heavy ties: every row the same, so the top k are ids 0..k by the id rule.
         if result.is_ok() {
-            for n in [100, 70_000] {
+            for (i, n) in [100, 70_000].into_iter().enumerate() {
                 let row = awkward_matrix(&mut rng, 1, 64);
                 let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
-                result = run(&mut diffs, &row, &corpus, n, 64);
+                if (n_shapes + i) % parts == part {
+                    result = run(&mut diffs, &row, &corpus, n, 64);
+                }
                 if result.is_err() {
                     break;
                 }
@@ -2128,6 +2150,16 @@ mod run_gpu {
 #[cfg(feature = "gpu")]
 pub use run_gpu::{run, run_groups};
 
+/// `"i/n"` with `0 <= i < n`: run every n-th case from the i-th.
+pub fn parse_part(v: &str) -> Option<(usize, usize)> {
+    let (i, n) = v.split_once('/')?;
+    let (i, n) = (
+        i.trim().parse::<usize>().ok()?,
+        n.trim().parse::<usize>().ok()?,
+    );
+    (i < n).then_some((i, n))
+}
+
 /// The suite's groups, in the order they run: kernels through their launchers (`kernels` .. `cand`), then
 /// the GPU backend's own paths (`backend` .. `kmeans`).
 pub const GROUPS: &[&str] = &[
@@ -2149,6 +2181,17 @@ pub const GROUPS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_parse_only_when_the_index_is_below_the_count() {
+        assert_eq!(parse_part("0/1"), Some((0, 1)));
+        assert_eq!(parse_part(" 2 / 4 "), Some((2, 4)));
+        assert_eq!(parse_part("4/4"), None);
+        assert_eq!(parse_part("0/0"), None);
+        assert_eq!(parse_part("1"), None);
+        assert_eq!(parse_part("-1/2"), None);
+        assert_eq!(parse_part("a/b"), None);
+    }
 
     #[test]
     fn ulp_distance() {
