@@ -3,7 +3,8 @@
 //! Calls made on behalf of a tenant take a ticket in the tenant's queue and run on the caller's own
 //! thread once the scheduler grants them one of `max_in_flight` permits. Permits go to tenants in
 //! weighted round-robin (deficit round-robin with a cost of one per call), so a tenant with a deep
-//! queue cannot starve one with a shallow queue. A full queue is a typed back-pressure error, or a wait
+//! queue cannot starve one with a shallow queue. A tenant may also be capped at a number of calls running
+//! at once ([`TenantConfig::max_running`]), so that its long calls cannot hold every permit. A full queue is a typed back-pressure error, or a wait
 //! bounded by the caller's timeout ([`Wait`]).
 //!
 //! The GPU backend learns whose call it runs from [`current_tenant`] (a thread-local the executor sets
@@ -50,17 +51,27 @@ pub struct TenantConfig {
     pub vram_quota: Option<u64>,
     /// Share of turns relative to other tenants (at least 1).
     pub weight: u32,
+    /// Calls of this tenant that may run at once (at least 1); `None`: up to the executor's
+    /// `max_in_flight`. Its other calls wait in its queue while other tenants' calls take the free permits.
+    pub max_running: Option<usize>,
 }
 
 impl TenantConfig {
-    /// A tenant with a queue of 64, no quota and weight 1.
+    /// A tenant with a queue of 64, no quota, weight 1 and no cap on its running calls.
     pub fn new(name: impl Into<String>) -> TenantConfig {
         TenantConfig {
             name: name.into(),
             queue_capacity: 64,
             vram_quota: None,
             weight: 1,
+            max_running: None,
         }
+    }
+
+    /// Cap the calls of this tenant that run at once (a cap of 0 is taken as 1).
+    pub fn max_running(mut self, calls: usize) -> TenantConfig {
+        self.max_running = Some(calls.max(1));
+        self
     }
 
     /// Set the queue capacity.
@@ -227,6 +238,15 @@ struct Slot {
     info: Arc<TenantInfo>,
     queue: VecDeque<u64>,
     credit: u32,
+    /// Permits this tenant holds now.
+    running: usize,
+}
+
+impl Slot {
+    /// Has a call waiting and room under its cap to run it.
+    fn ready(&self) -> bool {
+        !self.queue.is_empty() && self.running < self.info.config.max_running.unwrap_or(usize::MAX)
+    }
 }
 
 #[derive(Debug)]
@@ -239,14 +259,15 @@ struct State {
 }
 
 impl State {
-    /// The next tenant to get a permit, by deficit round-robin; `None` when every queue is empty.
+    /// The next tenant to get a permit, by deficit round-robin; `None` when no tenant has a call waiting
+    /// with room under its cap.
     fn pick(&mut self) -> Option<usize> {
         let n = self.slots.len();
         for _ in 0..n {
             let cursor = self.cursor;
             let slot = &mut self.slots[cursor];
             let weight = slot.info.config.weight.max(1);
-            if slot.queue.is_empty() {
+            if !slot.ready() {
                 slot.credit = weight;
                 self.cursor = (cursor + 1) % n;
                 continue;
@@ -271,6 +292,7 @@ impl State {
             let Some(i) = self.pick() else { break };
             if let Some(ticket) = self.slots[i].queue.pop_front() {
                 self.granted.insert(ticket);
+                self.slots[i].running += 1;
                 self.free -= 1;
                 any = true;
             }
@@ -297,6 +319,9 @@ impl Drop for Permit<'_> {
     fn drop(&mut self) {
         let mut s = self.sched.state.lock();
         s.free += 1;
+        if let Some(slot) = s.slots.get_mut(self.info.id.index()) {
+            slot.running = slot.running.saturating_sub(1);
+        }
         s.grant();
         drop(s);
         self.sched.cv.notify_all();
@@ -331,6 +356,7 @@ impl Scheduler {
             info,
             queue: VecDeque::new(),
             credit: weight,
+            running: 0,
         });
         id
     }
@@ -426,19 +452,28 @@ mod tests {
     use super::*;
 
     fn state(weights: &[u32]) -> State {
+        state_with(weights.iter().map(|&w| (w, None)))
+    }
+
+    /// Tenants of these (weight, cap on running calls).
+    fn state_with(tenants: impl Iterator<Item = (u32, Option<usize>)>) -> State {
         State {
-            slots: weights
-                .iter()
+            slots: tenants
                 .enumerate()
-                .map(|(i, w)| Slot {
-                    info: Arc::new(TenantInfo {
-                        id: TenantId(i as u32),
-                        config: TenantConfig::new(format!("t{i}")).weight(*w),
-                        counters: Arc::default(),
-                        vram_in_use: AtomicU64::new(0),
-                    }),
-                    queue: VecDeque::new(),
-                    credit: *w,
+                .map(|(i, (w, cap))| {
+                    let mut config = TenantConfig::new(format!("t{i}")).weight(w);
+                    config.max_running = cap;
+                    Slot {
+                        info: Arc::new(TenantInfo {
+                            id: TenantId(i as u32),
+                            config,
+                            counters: Arc::default(),
+                            vram_in_use: AtomicU64::new(0),
+                        }),
+                        queue: VecDeque::new(),
+                        credit: w,
+                        running: 0,
+                    }
                 })
                 .collect(),
             cursor: 0,
@@ -483,6 +518,85 @@ mod tests {
             }
         }
         assert_eq!(order(&mut s, 8), vec![0, 0, 0, 1, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn a_capped_tenant_leaves_the_other_permits_to_others() {
+        // Tenant 0 may run 1 call at once, tenant 1 has no cap; 4 permits, 3 calls queued each.
+        let mut s = state_with([(1, Some(1)), (1, None)].into_iter());
+        for i in 0..2 {
+            for k in 0..3 {
+                s.slots[i].queue.push_back(i as u64 * 1000 + k);
+            }
+        }
+        s.free = 4;
+        s.grant();
+        assert_eq!(s.slots[0].running, 1);
+        assert_eq!(s.slots[1].running, 3);
+        assert_eq!(s.free, 0);
+        let mut granted: Vec<u64> = s.granted.iter().copied().collect();
+        granted.sort_unstable();
+        assert_eq!(granted, vec![0, 1000, 1001, 1002]);
+        // Tenant 1's calls end: tenant 0 still runs one call at a time, and a permit stays free.
+        s.slots[1].running = 0;
+        s.free = 3;
+        s.granted.clear();
+        s.grant();
+        assert_eq!(s.slots[0].running, 1);
+        assert_eq!(s.free, 3);
+        assert!(s.granted.is_empty());
+        // Its call ends: the next one goes.
+        s.slots[0].running = 0;
+        s.grant();
+        assert_eq!(s.slots[0].running, 1);
+        assert_eq!(s.free, 2);
+        assert_eq!(s.granted.iter().copied().collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn scheduler_caps_a_tenants_running_calls_across_threads() {
+        use std::sync::atomic::AtomicUsize;
+        let sched = Scheduler::new(4);
+        let capped = sched.add(TenantConfig::new("capped").max_running(2), Arc::default());
+        let free = sched.add(TenantConfig::new("free"), Arc::default());
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let (other_now, other_most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|sc| {
+            for t in 0..12 {
+                let (sched, now, most, other_now, other_most) =
+                    (&sched, &now, &most, &other_now, &other_most);
+                sc.spawn(move || {
+                    let (id, now, most) = if t % 2 == 0 {
+                        (capped, now, most)
+                    } else {
+                        (free, other_now, other_most)
+                    };
+                    for _ in 0..20 {
+                        let permit = sched
+                            .acquire(id, Wait::Timeout(Duration::from_secs(30)))
+                            .expect("a turn within 30 s");
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_micros(200));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        drop(permit);
+                    }
+                });
+            }
+        });
+        assert!(
+            most.load(Ordering::SeqCst) <= 2,
+            "capped tenant ran {} at once",
+            most.load(Ordering::SeqCst)
+        );
+        assert!(other_most.load(Ordering::SeqCst) <= 4);
+        let s = sched.state.lock();
+        assert_eq!(s.free, 4);
+        assert!(
+            s.slots
+                .iter()
+                .all(|slot| slot.running == 0 && slot.queue.is_empty())
+        );
     }
 
     #[test]

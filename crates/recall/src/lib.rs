@@ -188,13 +188,15 @@ pub use recall_hybrid_executor::Mode;
 #[doc(inline)]
 pub use recall_hybrid_executor::BatchConfig;
 
-/// A tenant's settings: name (in metrics), queue capacity, VRAM quota, weight (see [`Engine::add_tenant`]).
+/// A tenant's settings: name (in metrics), queue capacity, VRAM quota, weight, and a cap on its calls running
+/// at once (see [`Engine::add_tenant`]).
 ///
 /// ```
-/// let mut t = recall::TenantConfig::new("ingest");
+/// let mut t = recall::TenantConfig::new("ingest").max_running(2);
 /// t.queue_capacity = 16;
 /// t.vram_quota = Some(2 << 30);
 /// assert_eq!(t.weight, 1);
+/// assert_eq!(t.max_running, Some(2));
 /// ```
 #[doc(inline)]
 pub use recall_hybrid_executor::TenantConfig;
