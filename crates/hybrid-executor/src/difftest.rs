@@ -362,6 +362,33 @@ mod run_gpu {
         }
     }
 
+    /// A group of cases that runs the kernels through their launchers: its rows of the report.
+    type KernelGroup = fn(&Gpu, &Kernels, bool) -> Result<Vec<KernelDiff>, String>;
+    /// A group of cases that runs the GPU backend's own paths, adding rows to the report.
+    type BackendGroup = fn(&GpuBackend, &mut Vec<KernelDiff>, bool) -> Result<(), String>;
+
+    /// The kernel groups, in the order they run (before the backend groups); their names are in
+    /// [`GROUPS`](super::GROUPS).
+    pub(super) const KERNEL_GROUPS: [(&str, KernelGroup); 6] = [
+        ("kernels", kernel_cases),
+        ("fast", fast_cases),
+        ("fused-fast", fused_fast_cases),
+        ("knn1", knn1_cases),
+        ("scan1", scan1_cases),
+        ("cand", cand_cases),
+    ];
+
+    /// The backend groups, in the order they run.
+    pub(super) const BACKEND_GROUPS: [(&str, BackendGroup); 7] = [
+        ("backend", backend_cases),
+        ("pool", |b, d, _| pool_cases(b, d)),
+        ("noise", noise_cases),
+        ("graph", graph_cases),
+        ("graph-handle", graph_handle_cases),
+        ("graph-frontier", graph_frontier_cases),
+        ("kmeans", kmeans_cases),
+    ];
+
     /// Run the suite on `backend`'s device for each arch in `arches` (every arch the device can run when
     /// `None`).
     pub fn run(backend: &GpuBackend, arches: Option<&[u32]>, quick: bool) -> DiffReport {
@@ -394,29 +421,10 @@ mod run_gpu {
             if arch.error.is_none() {
                 let forced = GpuBackend::discover(Some(sm));
                 let result = forced.and_then(|b| {
-                    let d = &mut arch.kernels;
-                    if on("backend") {
-                        backend_cases(&b, d, quick)?;
-                    }
-                    if on("pool") {
-                        pool_cases(&b, d)?;
-                    }
-                    if on("noise") {
-                        noise_cases(&b, d, quick)?;
-                    }
-                    if on("graph") {
-                        graph_cases(&b, d, quick)?;
-                    }
-                    if on("graph-handle") {
-                        graph_handle_cases(&b, d, quick)?;
-                    }
-                    if on("graph-frontier") {
-                        graph_frontier_cases(&b, d, quick)?;
-                    }
-                    if on("kmeans") {
-                        kmeans_cases(&b, d, quick)?;
-                    }
-                    Ok(())
+                    BACKEND_GROUPS
+                        .iter()
+                        .filter(|(g, _)| on(g))
+                        .try_for_each(|(_, f)| f(&b, &mut arch.kernels, quick))
                 });
                 if let Err(e) = result {
                     arch.error = Some(e);
@@ -440,22 +448,14 @@ mod run_gpu {
             }
         };
         let image = kernels.image().to_string();
-        type Cases = fn(&Gpu, &Kernels, bool) -> Result<Vec<KernelDiff>, String>;
-        let parts: [(&str, Cases); 6] = [
-            ("kernels", kernel_cases),
-            ("fast", fast_cases),
-            ("fused-fast", fused_fast_cases),
-            ("knn1", knn1_cases),
-            ("scan1", scan1_cases),
-            ("cand", cand_cases),
-        ];
-        let cases = parts
-            .iter()
-            .filter(|(g, _)| on(g))
-            .try_fold(Vec::new(), |mut k, (_, f)| {
-                k.extend(f(gpu, &kernels, quick)?);
-                Ok(k)
-            });
+        let cases =
+            KERNEL_GROUPS
+                .iter()
+                .filter(|(g, _)| on(g))
+                .try_fold(Vec::new(), |mut k, (_, f)| {
+                    k.extend(f(gpu, &kernels, quick)?);
+                    Ok(k)
+                });
         match cases {
             Ok(k) => ArchReport {
                 sm,
@@ -2181,6 +2181,18 @@ pub const GROUPS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--group` names what runs: every group of the tables is in `GROUPS`, in the same order, once.
+    #[cfg(feature = "gpu")]
+    #[test]
+    fn the_group_names_are_the_groups_that_run() {
+        let names: Vec<&str> = run_gpu::KERNEL_GROUPS
+            .iter()
+            .map(|(g, _)| *g)
+            .chain(run_gpu::BACKEND_GROUPS.iter().map(|(g, _)| *g))
+            .collect();
+        assert_eq!(names, GROUPS);
+    }
 
     #[test]
     fn parts_parse_only_when_the_index_is_below_the_count() {
