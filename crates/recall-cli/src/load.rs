@@ -107,6 +107,9 @@ pub struct LoadArgs {
     /// Per-tenant VRAM quota in MiB (default: none).
     #[arg(long)]
     vram_quota_mib: Option<u64>,
+    /// Per-tenant cap on calls running at once (`TenantConfig::max_running`; default: none).
+    #[arg(long)]
+    tenant_max_running: Option<usize>,
     /// How far host RSS and device memory may end above where they started, in MiB.
     #[arg(long, default_value_t = 64)]
     mem_tolerance_mib: u64,
@@ -975,6 +978,9 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
             if let Some(q) = a.vram_quota_mib {
                 c = c.vram_quota(q << 20);
             }
+            if let Some(n) = a.tenant_max_running {
+                c = c.max_running(n);
+            }
             exec.add_tenant(c)
         })
         .collect();
@@ -1295,6 +1301,11 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
             ),
             ("coalesce", a.coalesce.to_string()),
             ("batch_across_tenants", a.batch_across_tenants.to_string()),
+            (
+                "tenant_max_running",
+                a.tenant_max_running
+                    .map_or_else(|| "none".into(), |n| n.max(1).to_string()),
+            ),
             ("metric", format!("{:?}", a.metric).to_lowercase()),
             ("seed", a.seed.to_string()),
         ],

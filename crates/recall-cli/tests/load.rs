@@ -80,6 +80,8 @@ fn a_short_cpu_run_passes_and_says_so() {
         "--tenants",
         "2",
         "--threads-per-tenant",
+        "3",
+        "--tenant-max-running",
         "1",
         "--duration",
         "0.3",
@@ -92,6 +94,9 @@ fn a_short_cpu_run_passes_and_says_so() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = std::fs::read_to_string(&md).unwrap();
+    // Each tenant's three threads share one running call at a time, and the run still passes.
+    assert!(text.contains("tenant_max_running=1"), "{text}");
+    assert!(text.contains("## recall load: PASSED"), "{text}");
     assert!(text.contains("| knn_single | 0 |"), "{text}");
     assert!(text.contains("| spread |"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
