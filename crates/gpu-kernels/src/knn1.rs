@@ -49,45 +49,101 @@ impl Knn1Kernels {
     }
 }
 
-/// Device and pinned buffers of `knn1`, grown on demand and reused.
+/// Device and pinned buffers of a one-query launch (`knn1`, `scan1`), grown on demand and reused: the query
+/// going in, the scores, the partial lists and their tickets, the `2k` answer words coming back.
 #[derive(Debug)]
-pub(crate) struct Knn1Scratch {
+pub(crate) struct OneQueryScratch {
     query_host: PinnedHostSlice<f32>,
-    query: CudaSlice<f32>,
-    scores: CudaSlice<f32>,
-    partial: CudaSlice<u64>,
-    /// Zero between launches (the mergers reset them).
-    tickets: CudaSlice<u32>,
-    out: CudaSlice<u64>,
+    pub(crate) query: CudaSlice<f32>,
+    pub(crate) scores: CudaSlice<f32>,
+    pub(crate) partial: CudaSlice<u64>,
+    /// Zero between launches (the kernel's last block or mergers reset them).
+    pub(crate) tickets: CudaSlice<u32>,
+    pub(crate) out: CudaSlice<u64>,
     out_host: PinnedHostSlice<u64>,
 }
 
-impl Knn1Scratch {
-    fn new(
-        gpu: &Gpu,
-        dim: usize,
-        n_rows: usize,
-        partial: usize,
-        tickets: usize,
-    ) -> Result<Knn1Scratch, GpuError> {
+/// What a one-query launch needs of its [`OneQueryScratch`]: the query's length, scores for `n_rows`, at least
+/// `partial` partial keys (`partial_made` when the scratch is made anew), and `tickets` tickets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OneQueryNeeds {
+    pub(crate) dim: usize,
+    pub(crate) n_rows: usize,
+    pub(crate) partial: usize,
+    pub(crate) partial_made: usize,
+    pub(crate) tickets: usize,
+}
+
+impl OneQueryScratch {
+    fn new(gpu: &Gpu, n: OneQueryNeeds) -> Result<OneQueryScratch, GpuError> {
         let out_len = 2 * SMALL_K_MAX as usize;
-        Ok(Knn1Scratch {
-            query_host: gpu.alloc_pinned::<f32>(dim)?,
-            query: gpu.alloc_zeros::<f32>(dim)?,
-            scores: gpu.alloc_zeros::<f32>(n_rows)?,
-            partial: gpu.alloc_zeros::<u64>(partial)?,
-            tickets: gpu.alloc_zeros::<u32>(tickets)?,
+        Ok(OneQueryScratch {
+            query_host: gpu.alloc_pinned::<f32>(n.dim)?,
+            query: gpu.alloc_zeros::<f32>(n.dim)?,
+            scores: gpu.alloc_zeros::<f32>(n.n_rows)?,
+            partial: gpu.alloc_zeros::<u64>(n.partial_made)?,
+            tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
             out: gpu.alloc_zeros::<u64>(out_len)?,
             out_host: gpu.alloc_pinned_readback::<u64>(out_len)?,
         })
     }
 
-    fn fits(&self, dim: usize, n_rows: usize, partial: usize, tickets: usize) -> bool {
-        self.query_host.len() == dim
-            && self.scores.len() >= n_rows
-            && self.partial.len() >= partial
-            && self.tickets.len() >= tickets
+    fn fits(&self, n: OneQueryNeeds) -> bool {
+        self.query_host.len() == n.dim
+            && self.scores.len() >= n.n_rows
+            && self.partial.len() >= n.partial
+            && self.tickets.len() >= n.tickets
     }
+}
+
+/// The host's part of a one-query top-`k` launch (`knn1`, `scan1`): the scratch in `slot` (kept when it fits
+/// `needs`, else made anew), the query into its pinned buffer and across, `launch` (which reads the scratch's
+/// device buffers), the `2k` answer words back through the pinned readback. Three queued calls and one wait.
+/// After an error the stream is synchronised and the scratch dropped: a launch that failed part-way may leave
+/// a ticket non-zero.
+pub(crate) fn one_query_round_trip(
+    kernel: &'static str,
+    gpu: &Gpu,
+    slot: &mut Option<OneQueryScratch>,
+    needs: OneQueryNeeds,
+    query: &[f32],
+    k: usize,
+    launch: impl FnOnce(&OneQueryScratch) -> Result<(), KernelError>,
+) -> Result<TopKResult, KernelError> {
+    if !slot.as_ref().is_some_and(|s| s.fits(needs)) {
+        *slot = None; // free first
+        *slot = Some(OneQueryScratch::new(gpu, needs)?);
+    }
+    let Some(sc) = slot.as_mut() else {
+        return Err(KernelError::Shape {
+            kernel,
+            reason: "scratch missing".into(),
+        });
+    };
+    let result = (|| {
+        // No copy from it is in flight: every call ends with the stream synchronised.
+        gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
+        // SAFETY: query_host is not written again before this call's closing synchronise
+        // (`download_pinned` below, or the synchronise on the error path).
+        unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
+        launch(sc)?;
+        let out = gpu.download_pinned(&sc.out, &mut sc.out_host)?;
+        Ok::<_, KernelError>(TopKResult {
+            k,
+            ids: out[..k].iter().map(|&key| key as u32).collect(),
+            scores: out[k..2 * k]
+                .iter()
+                .map(|&bits| f32::from_bits(bits as u32))
+                .collect(),
+        })
+    })();
+    if result.is_err() {
+        // Start from fresh buffers, once no copy can still be using the pinned ones (a failed wait leaves
+        // nothing running worth keeping).
+        let _ = gpu.synchronize();
+        *slot = None;
+    }
+    result
 }
 
 /// Warps per block for `n_rows` rows: one for few rows (more blocks, so more SMs pull), else two (fewer
@@ -155,30 +211,15 @@ impl Kernels {
         let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
         let warps = warps_for(n_rows, kernels.max_warps);
         let (n_blocks, n_groups, threads) = layout(n_rows, kernels.max_warps);
-        let partial = (n_blocks + n_groups) * k;
-        let mut slot = self.knn1_scratch.lock();
-        if !slot
-            .as_ref()
-            .is_some_and(|s| s.fits(dim, n_rows, partial, 1 + n_groups))
-        {
-            *slot = None; // free first
-            *slot = Some(Knn1Scratch::new(
-                gpu,
-                dim,
-                n_rows,
-                (n_blocks + n_groups) * SMALL_K_MAX as usize,
-                1 + n_groups,
-            )?);
-        }
-        let Some(sc) = slot.as_mut() else {
-            return Err(shape("scratch missing".into()));
+        let needs = OneQueryNeeds {
+            dim,
+            n_rows,
+            partial: (n_blocks + n_groups) * k,
+            partial_made: (n_blocks + n_groups) * SMALL_K_MAX as usize,
+            tickets: 1 + n_groups,
         };
-        let result = (|| {
-            // No copy from it is in flight: every call ends with the stream synchronised.
-            gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
-            // SAFETY: query_host is not written again before this call's closing synchronise
-            // (`download_pinned` below, or the synchronise on the error path).
-            unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
+        let mut slot = self.knn1_scratch.lock();
+        one_query_round_trip(K, gpu, &mut slot, needs, query, k, |sc| {
             let params = Knn1Params {
                 query: gpu.device_ptr(&sc.query),
                 corpus: gpu.device_ptr(corpus),
@@ -204,26 +245,11 @@ impl Kernels {
             // KNN1_MAX_DIM, whose shared memory the function was opted into for `max_warps >= warps`);
             // the query holds dim values, the corpus n_rows * dim (16-byte aligned: a device allocation),
             // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
-            // 1 + n_groups, out 64 >= 2k; the tickets are zero (fresh, or reset by the last launch's
-            // mergers); grid and block as `Knn1Params` documents.
+            // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
+            // launch's mergers); grid and block as `Knn1Params` documents.
             unsafe { gpu.launch(func, cfg, params) }?;
-            let out = gpu.download_pinned(&sc.out, &mut sc.out_host)?;
-            Ok::<_, GpuError>(TopKResult {
-                k,
-                ids: out[..k].iter().map(|&key| key as u32).collect(),
-                scores: out[k..2 * k]
-                    .iter()
-                    .map(|&bits| f32::from_bits(bits as u32))
-                    .collect(),
-            })
-        })();
-        if result.is_err() {
-            // A launch that failed part-way may leave a ticket non-zero: start from fresh buffers, once no
-            // copy can still be using the pinned ones (a failed wait leaves nothing running worth keeping).
-            let _ = gpu.synchronize();
-            *slot = None;
-        }
-        Ok(result?)
+            Ok(())
+        })
     }
 }
 

@@ -106,10 +106,10 @@ pub struct Kernels {
     select_scratch: parking_lot::Mutex<Option<SelectScratch>>,
     /// One query against few rows in one launch (`knn1.rs`), only in images for sm_80 and newer.
     pub(crate) knn1: Option<crate::knn1::Knn1Kernels>,
-    pub(crate) knn1_scratch: parking_lot::Mutex<Option<crate::knn1::Knn1Scratch>>,
+    pub(crate) knn1_scratch: parking_lot::Mutex<Option<crate::knn1::OneQueryScratch>>,
     /// One query against many rows in one persistent launch (`scan1.rs`), only in images for sm_80 and newer.
     pub(crate) scan1: Option<crate::scan1::Scan1Kernels>,
-    pub(crate) scan1_scratch: parking_lot::Mutex<Option<crate::scan1::Scan1Scratch>>,
+    pub(crate) scan1_scratch: parking_lot::Mutex<Option<crate::knn1::OneQueryScratch>>,
     /// Candidate scoring in one launch (`cand.rs`), only in images for sm_80 and newer.
     pub(crate) cand: Option<crate::cand::CandKernels>,
     pub(crate) cand_staging: parking_lot::Mutex<crate::cand::CandStaging>,

@@ -6,8 +6,9 @@
 //! read from `RECALL_SCAN1` when the kernels load (default [`Scan1Mode::New`]; `old` is the row scan `scan_*` and
 //! the separate selection) and set with [`Kernels::set_scan1_mode`]. Both give the same bits.
 
+use crate::knn1::{OneQueryNeeds, one_query_round_trip};
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
-use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
+use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError};
 use recall_kernel_shared::{
     SCAN1_MAX_WARPS, SCAN1_ROW_STRIDE, SMALL_K_MAX, Scan1Params, scan1_shared_bytes,
@@ -197,40 +198,6 @@ struct Scan1Plan<'a> {
     l2_ahead: u32,
 }
 
-/// Device and pinned buffers of a knn through `sm80_scan1_*`, grown on demand and reused.
-#[derive(Debug)]
-pub(crate) struct Scan1Scratch {
-    query_host: PinnedHostSlice<f32>,
-    query: CudaSlice<f32>,
-    scores: CudaSlice<f32>,
-    partial: CudaSlice<u64>,
-    /// Zero between launches (the last block resets it).
-    ticket: CudaSlice<u32>,
-    out: CudaSlice<u64>,
-    out_host: PinnedHostSlice<u64>,
-}
-
-impl Scan1Scratch {
-    fn new(gpu: &Gpu, dim: usize, n_rows: usize, blocks: usize) -> Result<Scan1Scratch, GpuError> {
-        let out_len = 2 * SMALL_K_MAX as usize;
-        Ok(Scan1Scratch {
-            query_host: gpu.alloc_pinned::<f32>(dim)?,
-            query: gpu.alloc_zeros::<f32>(dim)?,
-            scores: gpu.alloc_zeros::<f32>(n_rows)?,
-            partial: gpu.alloc_zeros::<u64>(blocks * SMALL_K_MAX as usize)?,
-            ticket: gpu.alloc_zeros::<u32>(1)?,
-            out: gpu.alloc_zeros::<u64>(out_len)?,
-            out_host: gpu.alloc_pinned_readback::<u64>(out_len)?,
-        })
-    }
-
-    fn fits(&self, dim: usize, n_rows: usize, blocks: usize) -> bool {
-        self.query_host.len() == dim
-            && self.scores.len() >= n_rows
-            && self.partial.len() >= blocks * SMALL_K_MAX as usize
-    }
-}
-
 impl Kernels {
     /// The scan a single query runs against more than [`KNN1_MAX_ROWS`](crate::KNN1_MAX_ROWS) rows
     /// ([`Scan1Mode::Old`] where the image has no `sm80_scan1_*`).
@@ -418,20 +385,15 @@ impl Kernels {
         )?;
         let plan = self.scan1_plan(metric, n_rows, dim)?;
         let blocks = plan.blocks as usize;
-        let mut slot = self.scan1_scratch.lock();
-        if !slot.as_ref().is_some_and(|s| s.fits(dim, n_rows, blocks)) {
-            *slot = None; // free first
-            *slot = Some(Scan1Scratch::new(gpu, dim, n_rows, blocks)?);
-        }
-        let Some(sc) = slot.as_mut() else {
-            return Err(shape("scratch missing".into()));
+        let needs = OneQueryNeeds {
+            dim,
+            n_rows,
+            partial: blocks * SMALL_K_MAX as usize,
+            partial_made: blocks * SMALL_K_MAX as usize,
+            tickets: 1,
         };
-        let result = (|| {
-            // No copy from it is in flight: every call ends with the stream synchronised.
-            gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
-            // SAFETY: query_host is not written again before this call's closing synchronise
-            // (`download_pinned` below, or the synchronise on the error path).
-            unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
+        let mut slot = self.scan1_scratch.lock();
+        one_query_round_trip(K, gpu, &mut slot, needs, query, k, |sc| {
             let params = Scan1Params {
                 query: gpu.device_ptr(&sc.query),
                 query_norm: 0,
@@ -439,7 +401,7 @@ impl Kernels {
                 corpus_norms: norms,
                 scores: gpu.device_ptr(&sc.scores),
                 partial: gpu.device_ptr(&sc.partial),
-                ticket: gpu.device_ptr(&sc.ticket),
+                ticket: gpu.device_ptr(&sc.tickets),
                 out: gpu.device_ptr(&sc.out),
                 n_rows: n_rows as u32,
                 dim: dim as u32,
@@ -451,24 +413,8 @@ impl Kernels {
             // SAFETY: scan1_supported and the buffers' sizes were checked above; the scratch holds scores for
             // n_rows, partial keys for `blocks * 32 >= blocks * k` and a zero ticket (fresh, or reset by the
             // last launch's last block).
-            unsafe { Self::scan1_launch(gpu, plan, params) }?;
-            let out = gpu.download_pinned(&sc.out, &mut sc.out_host)?;
-            Ok::<_, KernelError>(TopKResult {
-                k,
-                ids: out[..k].iter().map(|&key| key as u32).collect(),
-                scores: out[k..2 * k]
-                    .iter()
-                    .map(|&bits| f32::from_bits(bits as u32))
-                    .collect(),
-            })
-        })();
-        if result.is_err() {
-            // A launch that failed part-way may leave the ticket non-zero: start from fresh buffers, once no
-            // copy can still be using the pinned ones.
-            let _ = gpu.synchronize();
-            *slot = None;
-        }
-        result
+            unsafe { Self::scan1_launch(gpu, plan, params) }
+        })
     }
 }
 

@@ -390,14 +390,9 @@ mod run_gpu {
     ];
 
     /// Run the suite on `backend`'s device for each arch in `arches` (every arch the device can run when
-    /// `None`).
-    pub fn run(backend: &GpuBackend, arches: Option<&[u32]>, quick: bool) -> DiffReport {
-        run_groups(backend, arches, quick, &[])
-    }
-
-    /// [`run`] limited to the groups named in `groups` (names from [`GROUPS`](super::GROUPS); all when empty):
-    /// a slow tool such as compute-sanitizer's racecheck can then take the suite a part at a time.
-    pub fn run_groups(
+    /// `None`), limited to the groups named in `groups` (names from [`GROUPS`](super::GROUPS); all when
+    /// empty), so that a slow tool such as compute-sanitizer's racecheck can take the suite a part at a time.
+    pub fn run(
         backend: &GpuBackend,
         arches: Option<&[u32]>,
         quick: bool,
@@ -1235,16 +1230,12 @@ mod run_gpu {
                     .collect()
             };
             let (q1, qi, c1, ci) = (l1(&queries), linf(&queries), l1(&corpus), linf(&corpus));
-            for (kind, name, u) in [
-                (HalfKind::F16, "tc_gemm_f16", 2f64.powi(-11)),
-                (HalfKind::Bf16, "tc_gemm_bf16", 2f64.powi(-8)),
+            for (kind, name, mode) in [
+                (HalfKind::F16, "tc_gemm_f16", crate::Mode::FastF16),
+                (HalfKind::Bf16, "tc_gemm_bf16", crate::Mode::FastBf16),
             ] {
                 let (qh, ch) = half_pair(gpu, k, kind, &q, &c, nq, n, dim)?;
-                let tiny = if kind == HalfKind::F16 {
-                    2f64.powi(-25)
-                } else {
-                    0.0
-                };
+                let (coef, tiny) = mode.fast_dot_bound(dim).unwrap_or((0.0, 0.0));
                 let eps = 2f64.powi(-24);
                 for (metric, sim, _) in METRICS {
                     let out = fast_scores(gpu, k, kind, sim, (&qh, &ch), (&qn, &cn), nq, n, dim)?;
@@ -1256,8 +1247,7 @@ mod run_gpu {
                         for j in 0..n {
                             let at = i * n + j;
                             // The bound on the dot product (docs/numerics.md, "Fast mode").
-                            let bd = (2.0 * u + u * u + dim as f64 * 2f64.powi(-23)) * absdot[at]
-                                + tiny * (q1[i] * ci[j] + c1[j] * qi[i]);
+                            let bd = coef * absdot[at] + tiny * (q1[i] * ci[j] + c1[j] * qi[i]);
                             let (nq64, nc64) = (f64::from(qn_h[i]), f64::from(cn_h[j]));
                             let (want, bound) = match metric {
                                 Metric::Dot => (dot[at], bd + 4.0 * eps * absdot[at]),
@@ -2148,7 +2138,7 @@ mod run_gpu {
 }
 
 #[cfg(feature = "gpu")]
-pub use run_gpu::{run, run_groups};
+pub use run_gpu::run;
 
 /// `"i/n"` with `0 <= i < n`: run every n-th case from the i-th.
 pub fn parse_part(v: &str) -> Option<(usize, usize)> {

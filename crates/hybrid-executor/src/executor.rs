@@ -193,6 +193,27 @@ pub enum Mode {
     FastBf16,
 }
 
+impl Mode {
+    /// The terms of fast mode's bound on a dot product of dimension `dim` (`docs/numerics.md`, "Fast mode"):
+    /// `(c, t)` in `|dot_fast - dot| <= c * S + t * (||q||_1 ||c||_inf + ||c||_1 ||q||_inf)`, where
+    /// `S = sum_i |q_i c_i|`. `None` in exact mode, whose scores are the CPU's bits.
+    ///
+    /// ```
+    /// use recall_hybrid_executor::Mode;
+    /// assert_eq!(Mode::Exact.fast_dot_bound(768), None);
+    /// let (c, t) = Mode::FastBf16.fast_dot_bound(768).unwrap();
+    /// assert!(c > 2.0 * 2f64.powi(-8) && t == 0.0);
+    /// ```
+    pub fn fast_dot_bound(self, dim: usize) -> Option<(f64, f64)> {
+        let (u, t) = match self {
+            Mode::Exact => return None,
+            Mode::FastF16 => (2f64.powi(-11), 2f64.powi(-25)),
+            Mode::FastBf16 => (2f64.powi(-8), 0.0),
+        };
+        Some((2.0 * u + u * u + dim as f64 * 2f64.powi(-23), t))
+    }
+}
+
 /// Options of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CallOptions {

@@ -358,7 +358,7 @@ impl Beat {
                 )
             });
         format!(
-            "recall faults: t {:.1} s: {} calls ended, {} in flight{oldest}",
+            "t {:.1} s: {} calls ended, {} in flight{oldest}",
             self.t0.elapsed().as_secs_f64(),
             grouped(self.done.load(Ordering::Relaxed)),
             busy.len()
@@ -623,7 +623,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                eprintln!("{}", beat.line());
+                eprintln!("recall faults: {}", beat.line());
             }
         });
         let mut t_phase = Instant::now();

@@ -508,11 +508,11 @@ fn check_fast(
         .score_candidates_shared(&opts, queries, corpus, setup.metric, &offsets, ids, k)
         .map_err(|e| e.to_string())?
         .value;
-    let (u, t) = match setup.mode {
-        recall::Mode::FastF16 => (2f64.powi(-11), 2f64.powi(-25)),
-        _ => (2f64.powi(-8), 0.0),
+    let Some((coef, t)) = setup.mode.fast_dot_bound(dim) else {
+        return Err("an exact-mode answer has no fast-mode bound".into());
     };
-    let c0 = 2.0 * u + u * u + dim as f64 * 2f64.powi(-23) + 2.0 * (dim as f64).sqrt() * t;
+    // ||q||_1 ||c||_inf + ||c||_1 ||q||_inf <= 2 sqrt(d) ||q|| ||c||.
+    let c0 = coef + 2.0 * (dim as f64).sqrt() * t;
     let eps = 2f64.powi(-24);
     let norm = |v: &[f32]| {
         v.iter()

@@ -171,27 +171,25 @@ fn diff_test(a: DiffTestArgs) -> Result<ExitCode, String> {
         Some(s) => Some(vec![parse_arch(s)?]),
     };
     let groups: Vec<&str> = a.groups.iter().map(String::as_str).collect();
-    let report = match &arches {
-        None => {
-            // The image the loader picked by itself.
-            let sm = match engine.gpu_status() {
-                recall::GpuStatus::Ready(d) => d
-                    .image
-                    .split_whitespace()
-                    .next()
-                    .map(parse_arch)
-                    .transpose()?,
-                recall::GpuStatus::Unavailable(_) => None,
-            };
-            let list: Vec<u32> = sm.into_iter().collect();
-            recall::diagnostics::diff_test_groups(&engine, Some(&list), a.quick, &groups)
-        }
-        Some(list) if list.is_empty() => {
-            recall::diagnostics::diff_test_groups(&engine, None, a.quick, &groups)
-        }
-        Some(list) => recall::diagnostics::diff_test_groups(&engine, Some(list), a.quick, &groups),
-    }
-    .map_err(|e| e.to_string())?;
+    let list: Option<Vec<u32>> = match arches {
+        // The image the loader picked by itself.
+        None => Some(match engine.gpu_status() {
+            recall::GpuStatus::Ready(d) => d
+                .image
+                .split_whitespace()
+                .next()
+                .map(parse_arch)
+                .transpose()?
+                .into_iter()
+                .collect(),
+            recall::GpuStatus::Unavailable(_) => Vec::new(),
+        }),
+        // `all`: every arch the device can run.
+        Some(list) if list.is_empty() => None,
+        Some(list) => Some(list),
+    };
+    let report = recall::diagnostics::diff_test_groups(&engine, list.as_deref(), a.quick, &groups)
+        .map_err(|e| e.to_string())?;
     print!("{}", report.render());
     Ok(if report.passed() {
         ExitCode::SUCCESS

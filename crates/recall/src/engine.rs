@@ -942,7 +942,7 @@ impl Engine {
         #[cfg(feature = "gpu")]
         {
             match self.exec.gpu_backend() {
-                Some(gpu) => Ok(recall_hybrid_executor::difftest::run_groups(
+                Some(gpu) => Ok(recall_hybrid_executor::difftest::run(
                     gpu, arches, quick, groups,
                 )),
                 None => Err(Error::GpuRequired(match self.exec.gpu_status() {
