@@ -1,11 +1,13 @@
 //! The launcher of `sm80_knn1_*`: one query against at most [`KNN1_MAX_ROWS`] rows, similarity and top-k
-//! (k <= 32) in one launch. The host's part is three queued calls and one wait: the query into a pinned
-//! buffer and across, the kernel, `2k` values back into a pinned buffer.
+//! (k <= 32) in one launch. The host's part is two queued calls and one wait: the query into a pinned
+//! buffer and across, and the kernel, which writes its `2k` answer words straight into mapped pinned memory
+//! (or, with `RECALL_ONE_QUERY_READBACK=copy`, into device memory, copied back as a third call).
 
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
-use recall_gpu_sys::{Gpu, GpuError};
+use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
 use recall_kernel_shared::{Knn1Params, SMALL_K_MAX, knn1_shared_bytes};
+use std::sync::OnceLock;
 
 /// The most rows [`Kernels::knn1`] takes. Above it the separate scan (more warps per SM in flight) and
 /// selection are faster: at 1,000,000 x 768 on an H200 `knn1` moved 2.5 TB/s against the scan's 3.9.
@@ -59,8 +61,27 @@ pub(crate) struct OneQueryScratch {
     pub(crate) partial: CudaSlice<u64>,
     /// Zero between launches (the kernel's last block or mergers reset them).
     pub(crate) tickets: CudaSlice<u32>,
-    pub(crate) out: CudaSlice<u64>,
+    out: CudaSlice<u64>,
     out_host: PinnedHostSlice<u64>,
+    /// The answer's words in mapped pinned memory, written by the kernel itself (`None`: the copy path, by
+    /// setting or because the mapping failed).
+    out_mapped: Option<MappedReadback<u64>>,
+}
+
+/// Whether one-query answers come back through mapped memory (the default) or a copy
+/// (`RECALL_ONE_QUERY_READBACK=copy`), read once. A copy call costs about as much as a small launch on some
+/// hosts; both give the same words.
+pub fn one_query_readback_mapped() -> bool {
+    static MAPPED: OnceLock<bool> = OnceLock::new();
+    *MAPPED.get_or_init(|| match std::env::var("RECALL_ONE_QUERY_READBACK") {
+        Ok(v) if v.trim() == "copy" => false,
+        Ok(v) if v.trim() == "mapped" || v.trim().is_empty() => true,
+        Ok(v) => {
+            tracing::warn!(value = %v, "RECALL_ONE_QUERY_READBACK: expected copy or mapped; using mapped");
+            true
+        }
+        Err(_) => true,
+    })
 }
 
 /// What a one-query launch needs of its [`OneQueryScratch`]: the query's length, scores for `n_rows`, at least
@@ -85,7 +106,24 @@ impl OneQueryScratch {
             tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
             out: gpu.alloc_zeros::<u64>(out_len)?,
             out_host: gpu.alloc_pinned_readback::<u64>(out_len)?,
+            out_mapped: if one_query_readback_mapped() {
+                gpu.alloc_mapped_readback::<u64>(out_len)
+                    .inspect_err(|e| {
+                        tracing::debug!(error = %e, "mapped readback unavailable; one-query answers are copied")
+                    })
+                    .ok()
+            } else {
+                None
+            },
         })
+    }
+
+    /// Where the kernel writes the `2k` answer words: the mapped readback when there is one, else `out`.
+    pub(crate) fn out_ptr(&self, gpu: &Gpu) -> u64 {
+        match &self.out_mapped {
+            Some(m) => m.device_ptr(),
+            None => gpu.device_ptr(&self.out),
+        }
     }
 
     fn fits(&self, n: OneQueryNeeds) -> bool {
@@ -98,7 +136,9 @@ impl OneQueryScratch {
 
 /// The host's part of a one-query top-`k` launch (`knn1`, `scan1`): the scratch in `slot` (kept when it fits
 /// `needs`, else made anew), the query into its pinned buffer and across, `launch` (which reads the scratch's
-/// device buffers), the `2k` answer words back through the pinned readback. Three queued calls and one wait.
+/// device buffers and writes the answer at [`OneQueryScratch::out_ptr`]), the `2k` answer words read from the
+/// mapped readback after the wait (or copied back into the pinned readback). Two queued calls (three with
+/// the copy) and one wait.
 /// After an error the stream is synchronised and the scratch dropped: a launch that failed part-way may leave
 /// a ticket non-zero.
 pub(crate) fn one_query_round_trip(
@@ -127,7 +167,10 @@ pub(crate) fn one_query_round_trip(
         // (`download_pinned` below, or the synchronise on the error path).
         unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
         launch(sc)?;
-        let out = gpu.download_pinned(&sc.out, &mut sc.out_host)?;
+        let out = match sc.out_mapped.as_mut() {
+            Some(m) => gpu.read_mapped(m)?,
+            None => gpu.download_pinned(&sc.out, &mut sc.out_host)?,
+        };
         Ok::<_, KernelError>(TopKResult {
             k,
             ids: out[..k].iter().map(|&key| key as u32).collect(),
@@ -227,7 +270,7 @@ impl Kernels {
                 scores: gpu.device_ptr(&sc.scores),
                 partial: gpu.device_ptr(&sc.partial),
                 ticket: gpu.device_ptr(&sc.tickets),
-                out: gpu.device_ptr(&sc.out),
+                out: sc.out_ptr(gpu),
                 n_rows: n_rows as u32,
                 dim: dim as u32,
                 k: k as u32,

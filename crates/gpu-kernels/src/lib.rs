@@ -21,7 +21,7 @@ mod tc_knn;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
-pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS};
+pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS, one_query_readback_mapped};
 pub use launch::{
     DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,
     Kernels, LoadedImage, PREFETCH_MAX_ROWS, PendingTopK, SCAN_MAX_QUERIES, Segments, SimMetric,

@@ -402,7 +402,7 @@ impl Kernels {
                 scores: gpu.device_ptr(&sc.scores),
                 partial: gpu.device_ptr(&sc.partial),
                 ticket: gpu.device_ptr(&sc.tickets),
-                out: gpu.device_ptr(&sc.out),
+                out: sc.out_ptr(gpu),
                 n_rows: n_rows as u32,
                 dim: dim as u32,
                 k: k as u32,

@@ -35,6 +35,58 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
 }
 
+/// Page-locked host memory that a kernel writes directly (see [`Gpu::alloc_mapped_readback`]). Kernels get
+/// its address through [`MappedReadback::device_ptr`] and may write it only from work queued on the stream of
+/// the [`Gpu`] that reads it ([`Gpu::read_mapped`]). Freed on drop; drop it only when no queued work writes
+/// it.
+pub struct MappedReadback<T> {
+    ctx: Arc<CudaContext>,
+    host: std::ptr::NonNull<u8>,
+    len: usize,
+    device: u64,
+    _values: std::marker::PhantomData<T>,
+}
+
+// SAFETY: the allocation is owned by this value alone; host access goes through `&mut self`
+// (`Gpu::read_mapped`), and the context handle is thread-safe.
+unsafe impl<T: Send> Send for MappedReadback<T> {}
+// SAFETY: a shared reference gives only the device address and the length, no access to the memory.
+unsafe impl<T: Sync> Sync for MappedReadback<T> {}
+
+impl<T> MappedReadback<T> {
+    /// The device's address of the memory, for a kernel's parameter struct.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+
+    /// Values it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: it holds at least one value.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl<T> std::fmt::Debug for MappedReadback<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedReadback")
+            .field("len", &self.len)
+            .field("device", &format_args!("{:#x}", self.device))
+            .finish()
+    }
+}
+
+impl<T> Drop for MappedReadback<T> {
+    fn drop(&mut self) {
+        // SAFETY: `host` came from `pinned_alloc` and is freed only here; by the type's contract no queued
+        // work writes it any more. A failure leaks the pages, which is all that can be done in a drop.
+        let _ = unsafe { crate::memory::pinned_free(&self.ctx, self.host) };
+    }
+}
+
 /// Run a driver call, turning a cudarc panic (a symbol missing from an old driver) into
 /// [`GpuError::BindingPanicked`]. Shared with `memory.rs`.
 pub(crate) fn guard<T>(
@@ -391,6 +443,52 @@ impl Gpu {
             // value type allowed here is valid for any bit pattern.
             unsafe { self.ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }.gpu("cuMemHostAlloc")
         })
+    }
+
+    /// Page-locked host memory for `len` values, mapped into the device's address space: a kernel writes its
+    /// answer into it through [`MappedReadback::device_ptr`], and [`Gpu::read_mapped`] reads it after one
+    /// synchronise, with no copy call in between (a call that costs about as much as a small launch on
+    /// some hosts). For answers of a few hundred bytes: every device write crosses the bus. Starts zeroed.
+    pub fn alloc_mapped_readback<T: DeviceRepr + ValidAsZeroBits + Copy>(
+        &self,
+        len: usize,
+    ) -> Result<MappedReadback<T>, GpuError> {
+        let len = len.max(1);
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(GpuError::OutOfMemory {
+                call: "cuMemHostAlloc",
+            })?;
+        let flags = crate::memory::PinnedFlags {
+            write_combined: false,
+            device_mapped: true,
+        };
+        let host = crate::memory::pinned_alloc(&self.ctx, bytes, flags)?;
+        let mut buf = MappedReadback {
+            ctx: self.ctx.clone(),
+            host,
+            len,
+            device: 0,
+            _values: std::marker::PhantomData,
+        };
+        // SAFETY: `host` is a live allocation of `bytes` bytes that nothing else refers to yet.
+        unsafe { std::ptr::write_bytes(host.as_ptr(), 0, bytes) };
+        // SAFETY: `host` came from `pinned_alloc` on this context with `device_mapped` and is live (`buf`
+        // frees it on drop, after this).
+        buf.device = unsafe { crate::memory::pinned_device_ptr(&self.ctx, host) }?;
+        Ok(buf)
+    }
+
+    /// Wait for the stream, then the values of `buf` (what kernels on this stream wrote into it).
+    pub fn read_mapped<'a, T: DeviceRepr + ValidAsZeroBits + Copy>(
+        &self,
+        buf: &'a mut MappedReadback<T>,
+    ) -> Result<&'a [T], GpuError> {
+        self.synchronize()?;
+        // SAFETY: `host` holds `len` values of `T` (allocated so, page-aligned, zeroed first; every bit
+        // pattern is a valid `T`); the mutable borrow keeps host writers out, and the synchronise above has
+        // finished the device writes queued on this stream, the only ones `MappedReadback`'s contract allows.
+        Ok(unsafe { std::slice::from_raw_parts(buf.host.as_ptr().cast::<T>(), buf.len) })
     }
 
     /// Copy the first `dst.len()` values of `src` into the pinned buffer `dst`, wait for the stream, and

@@ -21,7 +21,7 @@ pub mod memory;
 
 pub use discovery::{DeviceInfo, MIN_DRIVER_VERSION, NoGpu, Probe, driver_version_string, probe};
 pub use error::GpuError;
-pub use gpu::{Gpu, ModuleImage};
+pub use gpu::{Gpu, MappedReadback, ModuleImage};
 pub use host::{CopyStream, Fence, HostRegistration};
 
 /// Driver handle types used by the crates above this one. They are cudarc's owning types; recall code

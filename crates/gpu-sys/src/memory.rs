@@ -79,6 +79,9 @@ pub unsafe fn device_free(ctx: &CudaContext, ptr: u64) -> Result<(), GpuError> {
 pub struct PinnedFlags {
     /// Write-combined: faster host-to-device copies, very slow host reads. For upload staging only.
     pub write_combined: bool,
+    /// Mapped into the device's address space (`CU_MEMHOSTALLOC_DEVICEMAP`): kernels read and write it
+    /// through the address [`pinned_device_ptr`] gives, over the bus, with no copy call.
+    pub device_mapped: bool,
 }
 
 /// `cuMemHostAlloc` (portable): `bytes` of page-locked host memory, uninitialised. `bytes` must be
@@ -94,11 +97,32 @@ pub fn pinned_alloc(
         if flags.write_combined {
             f |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
         }
+        if flags.device_mapped {
+            f |= sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        }
         // SAFETY: the memory is returned as an address only.
         let p = unsafe { result::malloc_host(bytes, f) }.gpu("cuMemHostAlloc")?;
         NonNull::new(p.cast::<u8>()).ok_or(GpuError::OutOfMemory {
             call: "cuMemHostAlloc",
         })
+    })
+}
+
+/// `cuMemHostGetDevicePointer`: the device address of pinned memory allocated with
+/// [`PinnedFlags::device_mapped`].
+///
+/// # Safety
+/// `ptr` came from [`pinned_alloc`] on `ctx` with `device_mapped` set and has not been freed.
+pub unsafe fn pinned_device_ptr(ctx: &CudaContext, ptr: NonNull<u8>) -> Result<u64, GpuError> {
+    guard("cuMemHostGetDevicePointer", || {
+        bind(ctx)?;
+        let mut dptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a live mapped pinned allocation (see `# Safety`); `dptr` is a valid out slot;
+        // the flags argument must be 0.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr.as_ptr().cast::<c_void>(), 0) }
+            .result()
+            .gpu("cuMemHostGetDevicePointer")?;
+        Ok(dptr)
     })
 }
 

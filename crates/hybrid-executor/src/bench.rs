@@ -98,6 +98,16 @@ mod gpu {
         backend.parts().1.scan1_mode().name()
     }
 
+    /// How one-query answers come back (`RECALL_ONE_QUERY_READBACK`): `mapped` (the kernel writes mapped
+    /// pinned memory) or `copy`.
+    pub fn one_query_readback() -> &'static str {
+        if recall_gpu_kernels::one_query_readback_mapped() {
+            "mapped"
+        } else {
+            "copy"
+        }
+    }
+
     /// Device-to-device copy of `bytes`, median GB/s counting the bytes read and written.
     pub fn copy_gbps(backend: &GpuBackend, bytes: usize, iters: usize) -> Result<f64, String> {
         let (g, _) = backend.parts();
@@ -872,7 +882,7 @@ pub use gpu_fast::fast_knn_ms;
 pub use gpu_cand::candidates_ms;
 
 #[cfg(feature = "gpu")]
-pub use gpu::{copy_gbps, cosine_ms, scan1_mode};
+pub use gpu::{copy_gbps, cosine_ms, one_query_readback, scan1_mode};
 #[cfg(feature = "gpu")]
 pub use gpu_knn::{gemm_ms, knn_latency_parts, knn_ms, stream_figures};
 
@@ -895,6 +905,11 @@ mod no_gpu {
 
     /// Without GPU support no scan runs.
     pub fn scan1_mode(_: &GpuBackend) -> &'static str {
+        "none"
+    }
+
+    /// Without GPU support nothing comes back.
+    pub fn one_query_readback() -> &'static str {
         "none"
     }
 
@@ -980,7 +995,7 @@ mod no_gpu {
 #[cfg(not(feature = "gpu"))]
 pub use no_gpu::{
     candidates_ms, copy_gbps, cosine_ms, fast_knn_ms, gemm_ms, knn_latency_parts, knn_ms,
-    scan1_mode, stream_figures,
+    one_query_readback, scan1_mode, stream_figures,
 };
 
 #[cfg(feature = "gpu")]

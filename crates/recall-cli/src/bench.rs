@@ -539,6 +539,11 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             "- single-query scan above 262,144 rows: `{}` (`RECALL_SCAN1`; old: row scan + separate selection; new, new-s8: persistent `sm80_scan1_*`)\n",
             recall::diagnostics::bench::scan1_mode(gpu)
         );
+        let _ = writeln!(
+            r,
+            "- one-query answer readback: `{}` (`RECALL_ONE_QUERY_READBACK`; mapped: the kernel writes the k pairs into mapped pinned memory; copy: a device-to-host copy after it)\n",
+            recall::diagnostics::bench::one_query_readback()
+        );
     }
     let _ = writeln!(r, "| what | time | note |");
     let _ = writeln!(r, "|---|---|---|");
