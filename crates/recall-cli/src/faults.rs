@@ -230,10 +230,24 @@ fn pick(rng: &mut SplitMix) -> Kind {
 #[derive(Clone, Copy)]
 struct Shared<'a> {
     phase: &'a AtomicU8,
+    /// Calls ended in each phase so far.
+    ended: &'a [AtomicU64; 3],
     stop: &'a AtomicBool,
     errors: &'a ErrorLog,
     beat: &'a Beat,
 }
+
+/// Wait until a call has ended in phase `ph` (its checks need one), at most `extra` beyond now: on a slow
+/// or loaded machine a phase of a fixed length can pass before the first call of it ends.
+fn until_a_call_ends(ended: &[AtomicU64; 3], ph: usize, extra: Duration) {
+    let limit = Instant::now() + extra;
+    while ended[ph].load(Ordering::SeqCst) == 0 && Instant::now() < limit {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How long a phase may run on beyond its length while no call of it has ended.
+const PHASE_GRACE: Duration = Duration::from_secs(30);
 
 fn worker(
     exec: &Executor,
@@ -242,6 +256,7 @@ fn worker(
     thread: usize,
     Shared {
         phase,
+        ended,
         stop,
         errors,
         beat,
@@ -264,6 +279,7 @@ fn worker(
         beat.leave(thread);
         // The phase the call ended in (its answer shows how that phase's device state was handled).
         let ph = phase.load(Ordering::SeqCst);
+        ended[usize::from(ph).min(2)].fetch_add(1, Ordering::SeqCst);
         let rec = match r {
             Ok((d, dev, fb)) => Record {
                 kind,
@@ -589,6 +605,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
     let fault_s = a.seconds * 2.0 / 3.0;
     let after_s = a.seconds / 6.0;
     let phase = AtomicU8::new(0);
+    let ended: [AtomicU64; 3] = Default::default();
     let stop = AtomicBool::new(false);
     let errors = ErrorLog::default();
     let mut snaps = vec![snapshot(&exec)];
@@ -606,6 +623,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
                 let (exec, world) = (&exec, &world);
                 let shared = Shared {
                     phase: &phase,
+                    ended: &ended,
                     stop: &stop,
                     errors: &errors,
                     beat: &beat,
@@ -628,6 +646,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
         });
         let mut t_phase = Instant::now();
         std::thread::sleep(Duration::from_secs_f64(before_s));
+        until_a_call_ends(&ended, 0, PHASE_GRACE);
         snaps.push(snapshot(&exec));
         breaker_at_end.push(exec.breaker_state());
         phase_secs.push(t_phase.elapsed().as_secs_f64());
@@ -644,6 +663,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
                     simulated_plan(a.scenario)
                 );
                 std::thread::sleep(Duration::from_secs_f64(fault_s));
+                until_a_call_ends(&ended, 1, PHASE_GRACE);
                 sim.arm(false);
                 fired = sim.stats().injected;
             }
@@ -713,6 +733,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
                             "GPU backend TEST ONLY switch set to `{f}` (RECALL_TEST_FAULT syntax)"
                         );
                         std::thread::sleep(Duration::from_secs_f64(fault_s));
+                        until_a_call_ends(&ended, 1, PHASE_GRACE);
                         g.set_test_fault(None);
                         fired = g.test_faults_fired() - before;
                     }
@@ -738,6 +759,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
             // Calls that began while it was open are still finishing on the CPU: give the GPU a moment.
             std::thread::sleep(Duration::from_secs_f64(after_s.min(1.0)));
         }
+        until_a_call_ends(&ended, 2, PHASE_GRACE);
         stop.store(true, Ordering::SeqCst);
         eprintln!("recall faults: stopping the workers; {}", beat.line());
         let recs: Vec<Record> = handles
