@@ -285,6 +285,9 @@ unsafe fn merge(
         u64::MAX
     };
     let mut round = 0;
+    // Thread `t < k` keeps round `t`'s key (every thread sees each round's minimum), so that the `k` scores
+    // are read at once after the rounds instead of one dependent load per round.
+    let mut chosen = u64::MAX;
     while round < k {
         // SAFETY: mins as the caller guarantees.
         let best = unsafe { block_min(head, mins, warps, round) };
@@ -300,16 +303,21 @@ unsafe fn merge(
         if t == 0 {
             // SAFETY: round < k: inside dst.
             unsafe { *dst.add(round) = best };
-            if scores != 0 {
-                let at = (best as u32 as usize).min(n - 1);
-                // SAFETY: at < n (k <= n, so every selected key is a real row's); dst holds 2k.
-                unsafe {
-                    let score = (scores as *const f32).add(at).read_volatile();
-                    *dst.add(k + round) = u64::from(score.to_bits());
-                }
-            }
+        }
+        if t == round {
+            chosen = best;
         }
         round += 1;
+    }
+    // k <= 32 <= the block's threads: every round's key has its thread.
+    if scores != 0 && t < k {
+        let at = (chosen as u32 as usize).min(n - 1);
+        // SAFETY: at < n (k <= n, so every selected key is a real row's; the scores were written before the
+        // tickets this block acquired); k + t < 2k: inside dst.
+        unsafe {
+            let score = (scores as *const f32).add(at).read_volatile();
+            *dst.add(k + t) = u64::from(score.to_bits());
+        }
     }
 }
 
