@@ -61,11 +61,19 @@ pub(crate) struct OneQueryScratch {
     pub(crate) partial: CudaSlice<u64>,
     /// Zero between launches (the kernel's last block or mergers reset them).
     pub(crate) tickets: CudaSlice<u32>,
-    out: CudaSlice<u64>,
-    out_host: PinnedHostSlice<u64>,
-    /// The answer's words in mapped pinned memory, written by the kernel itself (`None`: the copy path, by
-    /// setting or because the mapping failed).
-    out_mapped: Option<MappedReadback<u64>>,
+    answer: Answer,
+}
+
+/// Where a one-query launch's `2k` answer words land: pinned host memory mapped into the device, written by
+/// the kernel itself, or (by setting, or where the mapping failed) a device buffer copied back into a pinned
+/// readback.
+#[derive(Debug)]
+enum Answer {
+    Mapped(MappedReadback<u64>),
+    Copied {
+        device: CudaSlice<u64>,
+        host: PinnedHostSlice<u64>,
+    },
 }
 
 /// Whether one-query answers come back through mapped memory (the default) or a copy
@@ -98,31 +106,37 @@ pub(crate) struct OneQueryNeeds {
 impl OneQueryScratch {
     fn new(gpu: &Gpu, n: OneQueryNeeds) -> Result<OneQueryScratch, GpuError> {
         let out_len = 2 * SMALL_K_MAX as usize;
+        let mapped = if one_query_readback_mapped() {
+            gpu.alloc_mapped_readback::<u64>(out_len)
+                .inspect_err(|e| {
+                    tracing::debug!(error = %e, "mapped readback unavailable; one-query answers are copied")
+                })
+                .ok()
+        } else {
+            None
+        };
+        let answer = match mapped {
+            Some(m) => Answer::Mapped(m),
+            None => Answer::Copied {
+                device: gpu.alloc_zeros::<u64>(out_len)?,
+                host: gpu.alloc_pinned_readback::<u64>(out_len)?,
+            },
+        };
         Ok(OneQueryScratch {
             query_host: gpu.alloc_pinned::<f32>(n.dim)?,
             query: gpu.alloc_zeros::<f32>(n.dim)?,
             scores: gpu.alloc_zeros::<f32>(n.n_rows)?,
             partial: gpu.alloc_zeros::<u64>(n.partial_made)?,
             tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
-            out: gpu.alloc_zeros::<u64>(out_len)?,
-            out_host: gpu.alloc_pinned_readback::<u64>(out_len)?,
-            out_mapped: if one_query_readback_mapped() {
-                gpu.alloc_mapped_readback::<u64>(out_len)
-                    .inspect_err(|e| {
-                        tracing::debug!(error = %e, "mapped readback unavailable; one-query answers are copied")
-                    })
-                    .ok()
-            } else {
-                None
-            },
+            answer,
         })
     }
 
-    /// Where the kernel writes the `2k` answer words: the mapped readback when there is one, else `out`.
+    /// Where the kernel writes the `2k` answer words.
     pub(crate) fn out_ptr(&self, gpu: &Gpu) -> u64 {
-        match &self.out_mapped {
-            Some(m) => m.device_ptr(),
-            None => gpu.device_ptr(&self.out),
+        match &self.answer {
+            Answer::Mapped(m) => m.device_ptr(),
+            Answer::Copied { device, .. } => gpu.device_ptr(device),
         }
     }
 
@@ -164,12 +178,12 @@ pub(crate) fn one_query_round_trip(
         // No copy from it is in flight: every call ends with the stream synchronised.
         gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
         // SAFETY: query_host is not written again before this call's closing synchronise
-        // (`download_pinned` below, or the synchronise on the error path).
+        // (the answer's read below, which waits for the stream, or the synchronise on the error path).
         unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
         launch(sc)?;
-        let out = match sc.out_mapped.as_mut() {
-            Some(m) => gpu.read_mapped(m)?,
-            None => gpu.download_pinned(&sc.out, &mut sc.out_host)?,
+        let out = match &mut sc.answer {
+            Answer::Mapped(m) => gpu.read_mapped(m)?,
+            Answer::Copied { device, host } => gpu.download_pinned(device, host)?,
         };
         Ok::<_, KernelError>(TopKResult {
             k,
