@@ -72,6 +72,7 @@ mod sgemm;
 mod tc_knn;
 mod tensor;
 mod util;
+mod wgmma;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -64,27 +64,265 @@ fn opaque(x: u32) -> u32 {
 }
 
 /// The block's shared state (generic pointers into its dynamic shared memory, laid out as
-/// `tc_knn_shared_bytes` counts it) and the epilogue that folds each row tile into the lists.
-struct Lists<const METRIC: u32> {
-    list_key: *mut u64,
-    cand_key: *mut u64,
-    list_score: *mut f32,
-    cand_score: *mut f32,
-    count: *mut u32,
-    qn: *mut f32,
-    qinv: *mut f32,
-    rn: *mut f32,
-    rinv: *mut f32,
-    corpus_norms: u64,
-    n_rows: u32,
-    n_queries: u32,
-    q0: u32,
-    k: usize,
+/// `tc_knn_shared_bytes` counts it, with `CAP` candidates per query) and the epilogue that folds each row
+/// tile into the lists. `sm90a_knn_*` (`wgmma.rs`) uses it too, through [`Lists::fold`] with its own
+/// accumulator layout.
+pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
+    pub(crate) list_key: *mut u64,
+    pub(crate) cand_key: *mut u64,
+    pub(crate) list_score: *mut f32,
+    pub(crate) cand_score: *mut f32,
+    pub(crate) count: *mut u32,
+    pub(crate) qn: *mut f32,
+    pub(crate) qinv: *mut f32,
+    pub(crate) rn: *mut f32,
+    pub(crate) rinv: *mut f32,
+    pub(crate) corpus_norms: u64,
+    pub(crate) n_rows: u32,
+    pub(crate) n_queries: u32,
+    pub(crate) q0: u32,
+    pub(crate) k: usize,
     /// This thread's row norm of the tile in flight (row `r0 + thread`), loaded by `begin`.
-    nc_next: f32,
+    pub(crate) nc_next: f32,
 }
 
-impl<const METRIC: u32> Lists<METRIC> {
+/// One query's filter state for a round: its current threshold key, norm, inverse norm and threshold score.
+#[derive(Clone, Copy)]
+pub(crate) struct Threshold {
+    pub(crate) live: bool,
+    thr: u64,
+    nq: f32,
+    qi: f32,
+    thr_s: f32,
+}
+
+impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
+    /// Lay out the block's shared state after the first `pipe_bytes` bytes of its dynamic shared memory
+    /// (the ring), reset the lists and load the tile's query norms. The writes are read after a block
+    /// barrier (the main loop's first).
+    ///
+    /// # Safety
+    /// The dynamic shared memory holds `pipe_bytes` and then the lists of `k` for `CAP` candidates; 256
+    /// threads; the query norms hold `n_queries` f32 for cosine and l2; `1 <= k <= 32`.
+    #[inline(always)]
+    pub(crate) unsafe fn new(p: &TcKnnParams, pipe_bytes: u32, q0: u32) -> Self {
+        let base = dynamic_shared_f32() as *mut u8;
+        let k = p.k as usize;
+        let list_key = base.wrapping_add(pipe_bytes as usize) as *mut u64;
+        let cand_key = list_key.wrapping_add(TQ * k);
+        let list_score = cand_key.wrapping_add(TQ * CAP) as *mut f32;
+        let cand_score = list_score.wrapping_add(TQ * k);
+        let count = cand_score.wrapping_add(TQ * CAP) as *mut u32;
+        let qn = count.wrapping_add(TQ) as *mut f32;
+        let qinv = qn.wrapping_add(TQ);
+        let rn = qinv.wrapping_add(TQ);
+        let rinv = rn.wrapping_add(TC_TILE_R as usize);
+        let t = thread_x() as usize;
+        let mut i = t;
+        while i < TQ * k {
+            // SAFETY: i < 128 k: inside the lists.
+            unsafe {
+                *list_key.add(i) = u64::MAX;
+                *list_score.add(i) = 0.0;
+            }
+            i += 256;
+        }
+        if t < TQ {
+            let q = q0 + t as u32;
+            let nq = if METRIC != METRIC_DOT && q < p.n_queries {
+                // SAFETY: q < n_queries; cosine and l2 launches pass n_queries query norms.
+                unsafe { *(p.query_norms as *const f32).add(q as usize) }
+            } else {
+                0.0
+            };
+            // SAFETY: t < 128: inside the counts and query norms.
+            unsafe {
+                *count.add(t) = 0;
+                *qn.add(t) = nq;
+                *qinv.add(t) = inv_or_zero(nq);
+            }
+        }
+        Lists {
+            list_key,
+            cand_key,
+            list_score,
+            cand_score,
+            count,
+            qn,
+            qinv,
+            rn,
+            rinv,
+            corpus_norms: p.corpus_norms,
+            n_rows: p.n_rows,
+            n_queries: p.n_queries,
+            q0,
+            k,
+            nc_next: 0.0,
+        }
+    }
+
+    /// Write the lists of this block (split `split` of `p.n_splits`) to the outputs. Block-uniform: it starts
+    /// with a barrier.
+    ///
+    /// # Safety
+    /// The launch's outputs as [`TcKnnParams`] documents; `split < n_splits`.
+    #[inline(always)]
+    pub(crate) unsafe fn write_out(&self, p: &TcKnnParams, split: u32) {
+        sync_threads();
+        let k = self.k;
+        let (s, ns) = (split as usize, p.n_splits as usize);
+        let mut i = thread_x() as usize;
+        while i < TQ * k {
+            let q = self.q0 as usize + i / k;
+            if q < p.n_queries as usize {
+                let at = (q * ns + s) * k + i % k;
+                // SAFETY: q < n_queries, s < n_splits: inside the outputs; i < 128 k: inside the lists.
+                unsafe {
+                    *(p.out_keys as *mut u64).add(at) = *self.list_key.add(i);
+                    *(p.out_scores as *mut f32).add(at) = *self.list_score.add(i);
+                }
+            }
+            i += 256;
+        }
+    }
+
+    /// Tile-local query `ql`'s filter state for this round (`live` false past the last query).
+    #[inline(always)]
+    pub(crate) fn threshold(&self, ql: usize) -> Threshold {
+        if self.q0 as usize + ql >= self.n_queries as usize {
+            return Threshold {
+                live: false,
+                thr: 0,
+                nq: 0.0,
+                qi: 0.0,
+                thr_s: 0.0,
+            };
+        }
+        let k = self.k;
+        let last = ql * k + k - 1;
+        // SAFETY: ql < 128: inside the lists and the query norms.
+        unsafe {
+            let thr = *self.list_key.add(last);
+            let nq = if METRIC != METRIC_DOT {
+                *self.qn.add(ql)
+            } else {
+                0.0
+            };
+            let (qi, thr_s) = if METRIC == METRIC_COSINE {
+                (
+                    *self.qinv.add(ql),
+                    if thr == u64::MAX {
+                        f32::NEG_INFINITY
+                    } else {
+                        *self.list_score.add(last)
+                    },
+                )
+            } else {
+                (0.0, 0.0)
+            };
+            Threshold {
+                live: true,
+                thr,
+                nq,
+                qi,
+                thr_s,
+            }
+        }
+    }
+
+    /// Step 1 of the module documentation for one pair (tile-local query `ql` with state `t`, tile-local row
+    /// `rl` of the tile at `r0`, dot product bits `dot`): filtered out, or appended to the query's
+    /// candidates. `false` when it beat the threshold but the candidate list was full (still undecided).
+    #[inline(always)]
+    pub(crate) fn offer(&self, t: &Threshold, ql: usize, rl: usize, r0: u32, dot: u32) -> bool {
+        let higher_first = METRIC != METRIC_L2;
+        let r = r0 + rl as u32;
+        let dot = f32::from_bits(opaque(dot));
+        let mut pass = r < self.n_rows;
+        if pass && METRIC == METRIC_COSINE {
+            // SAFETY: rl < 256.
+            let ri = unsafe { *self.rinv.add(rl) };
+            if t.qi != 0.0 && ri != 0.0 {
+                let approx = dot * (t.qi * ri);
+                let upper = approx + f32::from_bits(approx.to_bits() & 0x7fff_ffff) * MARGIN + TINY;
+                // NaN passes: the exact key decides.
+                pass = !(upper < t.thr_s);
+            }
+        }
+        if !pass {
+            return true;
+        }
+        let nc = if METRIC != METRIC_DOT {
+            // SAFETY: rl < 256.
+            unsafe { *self.rn.add(rl) }
+        } else {
+            0.0
+        };
+        let s = score::<METRIC>(dot, t.nq, nc);
+        let key = (u64::from(score_key(s, higher_first)) << 32) | u64::from(r);
+        if key >= t.thr {
+            return true;
+        }
+        let slot = atomic_add(self.count.wrapping_add(ql), 1) as usize;
+        if slot >= CAP {
+            return false;
+        }
+        // SAFETY: ql < 128, slot < CAP.
+        unsafe {
+            *self.cand_key.add(ql * CAP + slot) = key;
+            *self.cand_score.add(ql * CAP + slot) = s;
+        }
+        true
+    }
+
+    /// Publish the tile's row norms (loaded by [`Lists::load_norm`]) to the block before the filter rounds of
+    /// [`Lists::offer`] and [`Lists::merge_round`]. Block-uniform.
+    #[inline(always)]
+    pub(crate) fn publish_norms(&self) {
+        let t = thread_x() as usize;
+        if METRIC != METRIC_DOT {
+            // SAFETY: t < 256 rows of the tile. The last readers of the previous tile's values passed the
+            // barrier that ended its epilogue.
+            unsafe {
+                *self.rn.add(t) = self.nc_next;
+                if METRIC == METRIC_COSINE {
+                    *self.rinv.add(t) = inv_or_zero(self.nc_next);
+                }
+            }
+        }
+        sync_threads();
+    }
+
+    /// End a filter round: merge the candidates (step 2) and return whether any thread found a candidate
+    /// list full (`overflow`), in which case the caller runs another round. Block-uniform.
+    #[inline(always)]
+    pub(crate) fn merge_round(&self, overflow: bool) -> bool {
+        let t = thread_x() as usize;
+        let (lane, warp) = (t % 32, t / 32);
+        // The candidates are visible to every warp after this barrier.
+        let again = sync_threads_or(overflow);
+        let mut ql = warp;
+        while ql < TQ {
+            // SAFETY: ql < 128; warp `warp` alone touches queries warp, warp + 8, .. until the barrier.
+            unsafe { self.merge_one(ql, lane) };
+            ql += 8;
+        }
+        sync_threads();
+        again
+    }
+
+    /// The row norm of row `r0 + thread` for the next [`Lists::fold`].
+    #[inline(always)]
+    pub(crate) fn load_norm(&mut self, r0: u32) {
+        let r = r0 + thread_x();
+        self.nc_next = if METRIC != METRIC_DOT && r < self.n_rows {
+            // SAFETY: r < n_rows; cosine and l2 launches pass n_rows corpus norms.
+            unsafe { *(self.corpus_norms as *const f32).add(r as usize) }
+        } else {
+            0.0
+        };
+    }
+
     /// Merge query `ql`'s candidates into its list (step 2 of the module documentation). Warp-uniform.
     ///
     /// # Safety
@@ -93,7 +331,7 @@ impl<const METRIC: u32> Lists<METRIC> {
     #[inline(always)]
     unsafe fn merge_one(&self, ql: usize, lane: usize) {
         let k = self.k;
-        // SAFETY: (all accesses) ql < 128, lane < 32, k <= 32 and cnt <= CAP: inside the query's slots.
+        // SAFETY: (all accesses) ql < 128, lane < 32, k <= 32 and cnt <= CAP <= 32: inside the query's slots.
         unsafe {
             let cnt = (*self.count.add(ql) as usize).min(CAP);
             if cnt == 0 {
@@ -147,106 +385,39 @@ impl<const METRIC: u32> Lists<METRIC> {
     }
 }
 
-impl<const METRIC: u32> Epilogue for Lists<METRIC> {
+impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
     #[inline(always)]
     fn begin(&mut self, r0: u32) {
-        let r = r0 + thread_x();
-        self.nc_next = if METRIC != METRIC_DOT && r < self.n_rows {
-            // SAFETY: r < n_rows; cosine and l2 launches pass n_rows corpus norms.
-            unsafe { *(self.corpus_norms as *const f32).add(r as usize) }
-        } else {
-            0.0
-        };
+        self.load_norm(r0);
     }
 
     #[inline(always)]
     fn end(&mut self, r0: u32, acc: &Acc) {
-        let t = thread_x() as usize;
-        let (lane, warp) = (t % 32, t / 32);
+        let lane = thread_x() as usize % 32;
+        let warp = thread_x() as usize / 32;
         let (wm, wn) = (warp % 2, warp / 2);
         let (g, c) = (lane / 4, 2 * (lane % 4));
-        let k = self.k;
-        let higher_first = METRIC != METRIC_L2;
-        if METRIC != METRIC_DOT {
-            // SAFETY: t < 256 rows of the tile. The last readers of the previous tile's values passed the
-            // barrier that ended its epilogue.
-            unsafe {
-                *self.rn.add(t) = self.nc_next;
-                if METRIC == METRIC_COSINE {
-                    *self.rinv.add(t) = inv_or_zero(self.nc_next);
-                }
-            }
-        }
-        sync_threads();
         // Bit ((i * 2 + h) * 8 + j) * 2 + e: accumulator [i][j][2h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
-        // Block-uniform loop (the flag comes from a block-wide vote).
+        self.publish_norms();
+        // Block-uniform loop (`merge_round` ends with a block-wide vote).
         loop {
             let mut overflow = false;
             unroll!(4, I: usize => {
                 unroll!(2, H: usize => {
                     let ql = wm * 64 + I * 16 + g + 8 * H;
-                    if self.q0 as usize + ql < self.n_queries as usize {
-                        let last = ql * k + k - 1;
-                        // SAFETY: ql < 128: inside the lists and the query norms.
-                        let (thr, nq, qi, thr_s) = unsafe {
-                            let thr = *self.list_key.add(last);
-                            let nq = if METRIC != METRIC_DOT { *self.qn.add(ql) } else { 0.0 };
-                            let (qi, thr_s) = if METRIC == METRIC_COSINE {
-                                (
-                                    *self.qinv.add(ql),
-                                    if thr == u64::MAX { f32::NEG_INFINITY } else { *self.list_score.add(last) },
-                                )
-                            } else {
-                                (0.0, 0.0)
-                            };
-                            (thr, nq, qi, thr_s)
-                        };
+                    let t = self.threshold(ql);
+                    if t.live {
                         unroll!(8, J: usize => {
                             unroll!(2, E: usize => {
                                 let bit = ((I * 2 + H) * 8 + J) * 2 + E;
                                 let (word, mask) = (bit / 32, 1u32 << (bit % 32));
                                 if done[word] & mask == 0 {
                                     let rl = wn * 64 + J * 8 + c + E;
-                                    let r = r0 + rl as u32;
-                                    let dot = f32::from_bits(opaque(acc[I][J][2 * H + E]));
-                                    let mut pass = r < self.n_rows;
-                                    if pass && METRIC == METRIC_COSINE {
-                                        // SAFETY: rl < 256.
-                                        let ri = unsafe { *self.rinv.add(rl) };
-                                        if qi != 0.0 && ri != 0.0 {
-                                            let approx = dot * (qi * ri);
-                                            let upper = approx + f32::from_bits(approx.to_bits() & 0x7fff_ffff) * MARGIN + TINY;
-                                            // NaN passes: the exact key decides.
-                                            pass = !(upper < thr_s);
-                                        }
-                                    }
-                                    let (mut key, mut s) = (u64::MAX, 0.0f32);
-                                    if pass {
-                                        let nc = if METRIC != METRIC_DOT {
-                                            // SAFETY: rl < 256.
-                                            unsafe { *self.rn.add(rl) }
-                                        } else {
-                                            0.0
-                                        };
-                                        s = score::<METRIC>(dot, nq, nc);
-                                        key = (u64::from(score_key(s, higher_first)) << 32) | u64::from(r);
-                                        pass = key < thr;
-                                    }
-                                    if pass {
-                                        let slot = atomic_add(self.count.wrapping_add(ql), 1) as usize;
-                                        if slot < CAP {
-                                            // SAFETY: ql < 128, slot < CAP.
-                                            unsafe {
-                                                *self.cand_key.add(ql * CAP + slot) = key;
-                                                *self.cand_score.add(ql * CAP + slot) = s;
-                                            }
-                                            done[word] |= mask;
-                                        } else {
-                                            overflow = true;
-                                        }
-                                    } else {
+                                    if self.offer(&t, ql, rl, r0, acc[I][J][2 * H + E]) {
                                         done[word] |= mask;
+                                    } else {
+                                        overflow = true;
                                     }
                                 }
                             });
@@ -254,16 +425,7 @@ impl<const METRIC: u32> Epilogue for Lists<METRIC> {
                     }
                 });
             });
-            // The candidates are visible to every warp after this barrier.
-            let again = sync_threads_or(overflow);
-            let mut ql = warp;
-            while ql < TQ {
-                // SAFETY: ql < 128; warp `warp` alone touches queries warp, warp + 8, .. until the barrier.
-                unsafe { self.merge_one(ql, lane) };
-                ql += 8;
-            }
-            sync_threads();
-            if !again {
+            if !self.merge_round(overflow) {
                 break;
             }
         }
@@ -278,44 +440,9 @@ impl<const METRIC: u32> Epilogue for Lists<METRIC> {
 /// <= TC_KNN_K_MAX`; sm_80 or newer.
 #[inline(always)]
 unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
-    let base = dynamic_shared_f32() as *mut u8;
-    let k = p.k as usize;
-    let list_key = base.wrapping_add(TC_PIPE_BYTES as usize) as *mut u64;
-    let cand_key = list_key.wrapping_add(TQ * k);
-    let list_score = cand_key.wrapping_add(TQ * CAP) as *mut f32;
-    let cand_score = list_score.wrapping_add(TQ * k);
-    let count = cand_score.wrapping_add(TQ * CAP) as *mut u32;
-    let qn = count.wrapping_add(TQ) as *mut f32;
-    let qinv = qn.wrapping_add(TQ);
-    let rn = qinv.wrapping_add(TQ);
-    let rinv = rn.wrapping_add(TC_TILE_R as usize);
-    let t = thread_x() as usize;
     let q0 = block_x() * TC_TILE_Q;
-    let mut i = t;
-    while i < TQ * k {
-        // SAFETY: i < 128 k: inside the lists.
-        unsafe {
-            *list_key.add(i) = u64::MAX;
-            *list_score.add(i) = 0.0;
-        }
-        i += 256;
-    }
-    if t < TQ {
-        let q = q0 + t as u32;
-        let nq = if METRIC != METRIC_DOT && q < p.n_queries {
-            // SAFETY: q < n_queries; cosine and l2 launches pass n_queries query norms.
-            unsafe { *(p.query_norms as *const f32).add(q as usize) }
-        } else {
-            0.0
-        };
-        // SAFETY: t < 128: inside the counts and query norms.
-        unsafe {
-            *count.add(t) = 0;
-            *qn.add(t) = nq;
-            *qinv.add(t) = inv_or_zero(nq);
-        }
-    }
-    // The writes above are read after the main loop's first barrier.
+    // SAFETY: forwarded launcher contract: the lists follow the ring of TC_PIPE_BYTES.
+    let mut lists = unsafe { Lists::<METRIC, CAP>::new(p, TC_PIPE_BYTES, q0) };
     let tiles = p.n_rows.div_ceil(TC_TILE_R);
     let split = block_y();
     let n_tiles = if split < tiles {
@@ -331,25 +458,8 @@ unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
         ld: p.ld,
         q0,
     };
-    let mut lists = Lists::<METRIC> {
-        list_key,
-        cand_key,
-        list_score,
-        cand_score,
-        count,
-        qn,
-        qinv,
-        rn,
-        rinv,
-        corpus_norms: p.corpus_norms,
-        n_rows: p.n_rows,
-        n_queries: p.n_queries,
-        q0,
-        k,
-        nc_next: 0.0,
-    };
     // SAFETY: the ring is the first TC_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
-    // contract for the operands.
+    // contract for the operands and outputs.
     unsafe {
         stream::<BF16, _>(
             &o,
@@ -358,22 +468,8 @@ unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
             p.n_splits,
             n_tiles,
             &mut lists,
-        )
-    };
-    sync_threads();
-    let (s, ns) = (split as usize, p.n_splits as usize);
-    let mut i = t;
-    while i < TQ * k {
-        let q = q0 as usize + i / k;
-        if q < p.n_queries as usize {
-            let at = (q * ns + s) * k + i % k;
-            // SAFETY: q < n_queries, s < n_splits: inside the outputs; i < 128 k: inside the lists.
-            unsafe {
-                *(p.out_keys as *mut u64).add(at) = *list_key.add(i);
-                *(p.out_scores as *mut f32).add(at) = *list_score.add(i);
-            }
-        }
-        i += 256;
+        );
+        lists.write_out(p, split);
     }
 }
 

@@ -110,9 +110,10 @@ unsafe fn load_tile<const ROWS: u32>(dst: u32, x: u64, n: u32, ld: u32, r0: u32,
 
 /// What the main loop hands each row tile to: `begin` before its first step (the tile's first row), `end`
 /// after its last, with the accumulators. Both are called from block-uniform control flow.
-pub(crate) trait Epilogue {
+/// `A` is the accumulator layout of the main loop ([`Acc`] here, `wgmma::Acc90` on sm_90a).
+pub(crate) trait Epilogue<A> {
     fn begin(&mut self, r0: u32);
-    fn end(&mut self, r0: u32, acc: &Acc);
+    fn end(&mut self, r0: u32, acc: &A);
 }
 
 /// The operands of one block's main loop.
@@ -134,7 +135,7 @@ pub(crate) struct Operands {
 /// the operands hold `n_queries * ld` and `n_rows * ld` 16-bit values, `ld` a positive multiple of 32;
 /// 256 threads; sm_80 or newer.
 #[inline(always)]
-pub(crate) unsafe fn stream<const BF16: bool, E: Epilogue>(
+pub(crate) unsafe fn stream<const BF16: bool, E: Epilogue<Acc>>(
     o: &Operands,
     smem: u32,
     tile0: u32,
@@ -234,7 +235,7 @@ struct ScoresOut<const METRIC: u32> {
     q0: u32,
 }
 
-impl<const METRIC: u32> Epilogue for ScoresOut<METRIC> {
+impl<const METRIC: u32> Epilogue<Acc> for ScoresOut<METRIC> {
     #[inline(always)]
     fn begin(&mut self, _r0: u32) {}
 

@@ -206,8 +206,16 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .arg(&bitcode)
         .arg("-o")
         .arg("-"))?;
+    // The `sm90a_*` kernels (`wgmma`) assemble for sm_90a only: every other image leaves them out.
+    let stripped_ll = strip_arch_attributes(&ll);
     let stripped = work.join("recall_kernels.stripped.ll");
-    fs::write(&stripped, strip_arch_attributes(&ll)).map_err(|e| e.to_string())?;
+    let main_bc = work.join("recall_kernels.main.bc");
+    fs::write(&stripped, drop_functions(&stripped_ll, SM90A_PREFIX)).map_err(|e| e.to_string())?;
+    run(Command::new(llvm_bin.join("opt"))
+        .args(["-passes=globaldce"])
+        .arg(&stripped)
+        .arg("-o")
+        .arg(&main_bc))?;
     let kernels = exported_kernels(&ll);
     if kernels.is_empty() {
         return Err("the linked module exports no kernels".into());
@@ -246,9 +254,8 @@ pub fn build(args: &[String]) -> Result<(), String> {
         &pre_ampere,
         SM80_PREFIXES
             .iter()
-            .fold(strip_arch_attributes(&ll), |m, prefix| {
-                drop_functions(&m, prefix)
-            }),
+            .chain([&SM90A_PREFIX])
+            .fold(stripped_ll.clone(), |m, prefix| drop_functions(&m, prefix)),
     )
     .map_err(|e| e.to_string())?;
     run(Command::new(llvm_bin.join("opt"))
@@ -259,7 +266,7 @@ pub fn build(args: &[String]) -> Result<(), String> {
     for (sm, isa) in ARCHES {
         let ptx_path = work.join(format!("sm_{sm}.ptx"));
         let module = if sm >= TC_MIN_SM {
-            &stripped
+            &main_bc
         } else {
             &without_tc
         };
@@ -287,6 +294,50 @@ pub fn build(args: &[String]) -> Result<(), String> {
         }
         fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
     }
+    // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.0.
+    let only_90a = work.join("recall_kernels.sm90a.ll");
+    let only_90a_bc = work.join("recall_kernels.sm90a.bc");
+    let others: Vec<&String> = kernels
+        .iter()
+        .filter(|k| !k.starts_with(SM90A_PREFIX))
+        .collect();
+    fs::write(
+        &only_90a,
+        others
+            .iter()
+            .fold(stripped_ll, |m, k| drop_functions(&m, k)),
+    )
+    .map_err(|e| e.to_string())?;
+    run(Command::new(llvm_bin.join("opt"))
+        .args(["-passes=globaldce"])
+        .arg(&only_90a)
+        .arg("-o")
+        .arg(&only_90a_bc))?;
+    let ptx_path = work.join("sm_90a.ptx");
+    run(Command::new(llvm_bin.join("llc"))
+        .args(["-O3", "-mcpu=sm_90a", "-mattr=+ptx80"])
+        .arg(&only_90a_bc)
+        .arg("-o")
+        .arg(&ptx_path))?;
+    let ptx = add_launch_bounds(&fs::read_to_string(&ptx_path).map_err(|e| e.to_string())?);
+    numerics_guard(&ptx).map_err(|e| format!("sm_90a: {e}"))?;
+    fs::write(&ptx_path, &ptx).map_err(|e| e.to_string())?;
+    let log = run(Command::new(&ptxas)
+        .args(["-O3", "-v", "-arch=sm_90a"])
+        .arg(&ptx_path)
+        .arg("-o")
+        .arg(out_dir.join("sm_90a.cubin")))?;
+    manifest.push_str("\n[sm_90a] ptx-isa 8.0 (sm90a_* only)\n");
+    for (kernel, usage) in parse_ptxas_usage(&log) {
+        manifest.push_str(&format!("  {kernel}: {usage}\n"));
+    }
+    if log.contains("wgmma") {
+        // ptxas reports `wgmma` it had to serialise (a performance loss, not an error): keep it visible.
+        for line in log.lines().filter(|l| l.contains("wgmma")) {
+            manifest.push_str(&format!("  ptxas: {}\n", line.trim()));
+        }
+    }
+    fs::write(out_dir.join("compute_90a.ptx"), &ptx).map_err(|e| e.to_string())?;
     fs::write(out_dir.join("MANIFEST.txt"), manifest).map_err(|e| e.to_string())?;
 
     if check {
@@ -338,7 +389,11 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// hide one block's barrier behind the other's arithmetic. `spread_hop` is bound by dependent loads, where warps
 /// in flight hide the latency: 56 registers gave 4 blocks of 256 threads per SM; 5 blocks give 48 with no spill
 /// (6 blocks, 40 registers, spilled 96 bytes).
-const LAUNCH_BOUNDS: [(&str, u32, u32); 2] = [("sm80_gemm_", 256, 2), ("spread_hop", 256, 5)];
+const LAUNCH_BOUNDS: [(&str, u32, u32); 3] = [
+    ("sm80_gemm_", 256, 2),
+    ("spread_hop", 256, 5),
+    ("sm90a_", 256, 1),
+];
 
 /// `ptx` with `.maxntid` and `.minnctapersm` after the parameter list of every entry that [`LAUNCH_BOUNDS`]
 /// names (`.entry NAME(` ... `)` then `{`).
@@ -369,6 +424,8 @@ fn add_launch_bounds(ptx: &str) -> String {
 /// Kernels whose names start with one of these (tensor cores; other sm_80 instructions such as `cp.async`)
 /// exist only in images for [`TC_MIN_SM`] and newer.
 const SM80_PREFIXES: [&str; 2] = ["tc_", "sm80_"];
+/// Kernels (`wgmma`) that exist only in the sm_90a image.
+const SM90A_PREFIX: &str = "sm90a_";
 const TC_MIN_SM: u32 = 80;
 
 /// `ll` without the definitions of the functions whose names start with `prefix` (a `define` line up to its

@@ -43,6 +43,21 @@ macro_rules! bundle {
 
 static IMAGES: [BundleImage; 20] = bundle!(50, 52, 60, 61, 70, 75, 80, 86, 89, 90);
 
+/// The sm_90a image (`sm90a_*` kernels only: fast mode on `wgmma`), loaded beside the sm_90 image on devices
+/// of compute capability 9.0 exactly: its cubin, and its PTX for the driver to JIT if the cubin is refused.
+pub static SM90A_IMAGES: [BundleImage; 2] = [
+    BundleImage {
+        sm: 90,
+        kind: ImageKind::Cubin,
+        bytes: include_bytes!("../bundle/sm_90a.cubin"),
+    },
+    BundleImage {
+        sm: 90,
+        kind: ImageKind::Ptx,
+        bytes: include_bytes!("../bundle/compute_90a.ptx"),
+    },
+];
+
 /// The bundle image of `kind` for `sm`, if there is one.
 pub fn image(sm: u32, kind: ImageKind) -> Option<BundleImage> {
     IMAGES

@@ -8,7 +8,7 @@ use recall_gpu_sys::driver::{
 use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
-    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, HalfRowsParams,
+    CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, H_PIPE_BYTES, HalfRowsParams,
     InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
     ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
     SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, TC_LD_ALIGN,
@@ -118,6 +118,8 @@ pub struct Kernels {
     /// Fast-mode knn with top-k fused (`tc_knn.rs`), only in images for sm_80 and newer.
     pub(crate) tc_knn: Option<crate::tc_knn::TcKnnKernels>,
     pub(crate) tc_knn_scratch: parking_lot::Mutex<Option<crate::tc_knn::TcKnnScratch>>,
+    /// Fast mode on `wgmma` (`wgmma.rs`), in place of `tc_*` where loaded: sm_90 image on a 9.0 device.
+    pub(crate) hopper: Option<crate::wgmma::HopperKernels>,
 }
 
 /// The tensor-core kernels of fast mode.
@@ -441,6 +443,11 @@ impl Kernels {
                         } else {
                             None
                         },
+                        hopper: if sm >= TC_MIN_SM {
+                            crate::wgmma::HopperKernels::load(gpu, sm)?
+                        } else {
+                            None
+                        },
                         _module: module,
                     };
                     return Ok(kernels);
@@ -461,6 +468,17 @@ impl Kernels {
     /// The image this instance runs.
     pub fn image(&self) -> LoadedImage {
         self.image
+    }
+
+    /// The kernels fast mode runs: `sm90a_*` (`wgmma`, from the sm_90a cubin or its PTX), `tc_*` (`mma.sync`),
+    /// or none (below sm_80, or without the shared memory: fast mode runs exact).
+    pub fn fast_kernels(&self) -> &'static str {
+        match (&self.hopper, &self.tc) {
+            (Some(h), _) if h.kind == ImageKind::Cubin => "sm90a_* (wgmma, sm_90a cubin)",
+            (Some(_), _) => "sm90a_* (wgmma, sm_90a PTX)",
+            (None, Some(_)) => "tc_* (mma.sync)",
+            (None, None) => "none (fast mode runs exact)",
+        }
     }
 
     /// The kernel that runs the exact many-query GEMM (similarity of more than [`SCAN_MAX_QUERIES`] queries,
@@ -1086,6 +1104,10 @@ impl Kernels {
                 ld: ld32,
                 _pad: 0,
             };
+            let (func, shared_mem_bytes) = match &self.hopper {
+                Some(h) => (&h.gemm[kind.index()][metric.index()], H_PIPE_BYTES),
+                None => (&tc.gemm[kind.index()][metric.index()], TC_PIPE_BYTES),
+            };
             let cfg = LaunchConfig {
                 grid_dim: (
                     n_rows32.div_ceil(TC_TILE_R),
@@ -1093,12 +1115,13 @@ impl Kernels {
                     1,
                 ),
                 block_dim: (TC_THREADS, 1, 1),
-                shared_mem_bytes: TC_PIPE_BYTES,
+                shared_mem_bytes,
             };
             // SAFETY: every buffer was checked above for queries q0 .. q0 + nq with row stride ld (a
-            // multiple of 32, as the kernel's column tiles need); the image is sm_80+ (tc present); grid,
-            // block and shared memory are as the kernel documents.
-            unsafe { gpu.launch(&tc.gemm[kind.index()][metric.index()], cfg, params) }?;
+            // multiple of 32, as the kernel's column tiles need); the image is sm_80+ (tc present), and
+            // sm90a_* was loaded only for a 9.0 device and opted into its shared memory; grid, block and
+            // shared memory are as the kernels document (the same grid for both).
+            unsafe { gpu.launch(func, cfg, params) }?;
             q0 += nq;
         }
         Ok(())

@@ -2,7 +2,7 @@
 //! hand, and one typed, shape-checked launcher per kernel.
 //!
 //! The bundle (`bundle/`, written by `cargo xtask build-kernels` and committed) holds a cubin and the PTX
-//! of every supported arch, sm_50 to sm_90. The loader uses the cubin that matches the device's SM exactly,
+//! of every supported arch, sm_50 to sm_90, and an sm_90a image of the `wgmma` kernels. The loader uses the cubin that matches the device's SM exactly,
 //! otherwise the newest PTX not newer than the device, which the driver JIT-compiles. It can be forced to
 //! one arch's code (`diff-test --arch`), and it reports which image it loaded.
 //!
@@ -18,6 +18,7 @@ mod scan1;
 mod sgemm;
 mod spread;
 mod tc_knn;
+mod wgmma;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
@@ -32,3 +33,4 @@ pub use recall_kernel_shared::SMALL_K_MAX;
 pub use scan1::{SCAN1_MAX_DIM, Scan1Mode};
 pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
 pub use spread::{Frontier, Seeds, SpreadOutcome, nonzero_positions};
+pub use wgmma::wgmma_enabled;

@@ -8,7 +8,8 @@ use crate::launch::{
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError};
 use recall_kernel_shared::{
-    TC_KNN_K_MAX, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams, tc_knn_shared_bytes,
+    TC_KNN_K_MAX, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams, h_knn_shared_bytes,
+    tc_knn_shared_bytes,
 };
 
 /// The most lists per query that `tc_knn_merge` joins (one per thread of its block).
@@ -163,16 +164,21 @@ impl Kernels {
             n_splits: n_splits as u32,
             _pad: 0,
         };
+        let (variant, metric_i) = (usize::from(kind == HalfKind::Bf16), metric.index());
+        let (func, shared_mem_bytes) = match &self.hopper {
+            Some(h) => (&h.knn[variant][metric_i], h_knn_shared_bytes(k as u32)),
+            None => (&tk.knn[variant][metric_i], tc_knn_shared_bytes(k as u32)),
+        };
         let cfg = LaunchConfig {
             grid_dim: (query_tiles as u32, n_splits as u32, 1),
             block_dim: (TC_THREADS, 1, 1),
-            shared_mem_bytes: tc_knn_shared_bytes(k as u32),
+            shared_mem_bytes,
         };
-        let func = &tk.knn[usize::from(kind == HalfKind::Bf16)][metric.index()];
         // SAFETY: the operands hold n_queries * ld and n_rows * ld values with ld a multiple of 32, the norms
         // n_queries and n_rows (cosine, l2); the outputs n_queries * n_splits * k; 1 <= k <= 32; n_splits is
         // at most the row tiles (<= 1024, so the grid's y fits); the function was opted into the shared memory
-        // of k = 32, the most a launch asks for; the image is sm_80+ (tc_knn present).
+        // of k = 32, the most a launch asks for (sm90a_knn_* too, when loaded: 9.0 devices only); the image
+        // is sm_80+ (tc_knn present); both kernels take the same grid and parameters.
         unsafe { gpu.launch(func, cfg, params) }?;
         let warps = n_splits.div_ceil(32) as u32;
         let merge = TcMergeParams {

@@ -442,7 +442,7 @@ mod run_gpu {
                 };
             }
         };
-        let image = kernels.image().to_string();
+        let image = format!("{} [fast: {}]", kernels.image(), kernels.fast_kernels());
         let cases =
             KERNEL_GROUPS
                 .iter()

@@ -428,7 +428,7 @@ mod imp {
                 l2_cache_bytes: info.l2_cache_bytes,
                 managed_memory_usable: info.managed_memory_usable,
                 driver: driver.to_string(),
-                image: kernels.image().to_string(),
+                image: format!("{} [fast: {}]", kernels.image(), kernels.fast_kernels()),
             };
             Ok(GpuBackend {
                 gpu,

@@ -234,6 +234,29 @@ pub const fn tc_knn_shared_bytes(k: u32) -> u32 {
     TC_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * TC_KNN_CAP + 12) + TC_TILE_R * 8
 }
 
+/// Fast mode on Hopper (`sm90a_*`, only in the bundle's sm_90a image): the tiles of [`TC_TILE_Q`] x
+/// [`TC_TILE_R`] on warpgroup MMA (`wgmma`), [`H_TILE_K`] columns (128 bytes, one row of the 128-byte
+/// swizzle) per step, [`H_STAGES`] steps in the shared-memory ring.
+pub const H_TILE_K: u32 = 64;
+pub const H_STAGES: u32 = 3;
+/// Dynamic shared memory of `sm90a_gemm_*`: the ring, plus 1,024 bytes to align it to the swizzle's
+/// 1,024-byte pattern.
+pub const H_PIPE_BYTES: u32 = H_STAGES * (TC_TILE_Q + TC_TILE_R) * H_TILE_K * 2 + 1024;
+/// Candidates per query that one filter round of `sm90a_knn_*` can hold (fewer than [`TC_KNN_CAP`]: its
+/// ring is larger).
+pub const H_KNN_CAP: u32 = 16;
+
+/// Dynamic shared memory of one `sm90a_knn_*` block for top-`k`: as [`tc_knn_shared_bytes`], with the
+/// ring of [`H_PIPE_BYTES`] and [`H_KNN_CAP`] candidates per query.
+pub const fn h_knn_shared_bytes(k: u32) -> u32 {
+    H_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * H_KNN_CAP + 12) + TC_TILE_R * 8
+}
+// 227 KiB: the most dynamic shared memory one block of an sm_90 device may opt into.
+const _: () = assert!(
+    h_knn_shared_bytes(TC_KNN_K_MAX) <= 232_448,
+    "sm90a_knn must fit an H100 SM"
+);
+
 /// Fast mode (`tc_gemm_{f16,bf16}_{dot,cosine,l2}`, sm_80 and newer): scores of every query against every
 /// row from 16-bit operands on tensor cores with f32 accumulation, `out[q * n_rows + r]`. Cosine and l2 use
 /// the f32 norms of the original rows: `dot / (nq * nc)` and `max(nq * nq + nc * nc - 2 * dot, 0)`.

@@ -593,11 +593,17 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         );
     }
     let flop = 2.0 * a.queries as f64 * a.rows as f64 * a.dim as f64;
+    // The fast-mode kernel family the device description names (`sm90a_*` on `wgmma`, else `tc_*`).
+    let fam = if d.image.contains("sm90a_") {
+        "sm90a"
+    } else {
+        "tc"
+    };
     for (name, f) in &fast_kernel {
         if let Some(ms) = f.fused_ms {
             let _ = writeln!(
                 r,
-                "| recall GPU fast {name}, kernel level: `tc_knn_{name}_cosine` (GEMM + fused top-{}) + `tc_knn_merge`, k pairs back | {:.1} us | {:.0} TFLOP/s effective; lists equal GEMM + select_topk: {} |",
+                "| recall GPU fast {name}, kernel level: `{fam}_knn_{name}_cosine` (GEMM + fused top-{}) + `tc_knn_merge`, k pairs back | {:.1} us | {:.0} TFLOP/s effective; lists equal GEMM + select_topk: {} |",
                 a.k,
                 ms * 1e3,
                 flop / (ms * 1e-3) / 1e12,
@@ -610,13 +616,13 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         }
         let _ = writeln!(
             r,
-            "| recall GPU fast {name}, kernel level: `tc_gemm_{name}_cosine` alone (every score written) | {:.1} us | {:.0} TFLOP/s |",
+            "| recall GPU fast {name}, kernel level: `{fam}_gemm_{name}_cosine` alone (every score written) | {:.1} us | {:.0} TFLOP/s |",
             f.gemm_ms * 1e3,
             flop / (f.gemm_ms * 1e-3) / 1e12
         );
         let _ = writeln!(
             r,
-            "| recall GPU fast {name}, kernel level: `tc_gemm_{name}_cosine` + `select_topk` (unfused) | {:.1} us | |",
+            "| recall GPU fast {name}, kernel level: `{fam}_gemm_{name}_cosine` + `select_topk` (unfused) | {:.1} us | |",
             f.gemm_select_ms * 1e3
         );
     }

@@ -1,0 +1,129 @@
+//! Fast mode on Hopper: the `sm90a_*` kernels (`kernels-rs/src/wgmma.rs`: the tensor-core tiles of
+//! `tc_gemm_*` and `tc_knn_*` on warpgroup MMA) from the bundle's sm_90a image. They take the same
+//! parameters and grids as `tc_*`, so [`Kernels::similarity_fast`] and [`Kernels::knn_fast`] launch them in
+//! their place when they are loaded; only the shared memory differs.
+//!
+//! Loaded by [`Kernels::load`] when the image is sm_90 and the device is compute capability 9.0 exactly
+//! (sm_90a code runs nowhere else), unless `RECALL_WGMMA=off`. Any failure (module, function, shared
+//! memory) is logged and leaves fast mode on `tc_*`.
+
+use crate::bundle::{ImageKind, SM90A_IMAGES};
+use recall_gpu_sys::driver::{CudaFunction, CudaModule};
+use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
+use recall_kernel_shared::{H_PIPE_BYTES, TC_KNN_K_MAX, h_knn_shared_bytes};
+use std::sync::Arc;
+
+/// Whether `RECALL_WGMMA` leaves the `sm90a_*` kernels enabled (unset or `on`; `off` disables them).
+pub fn wgmma_enabled() -> bool {
+    match std::env::var("RECALL_WGMMA") {
+        Ok(v) if v == "off" => false,
+        Ok(v) if v == "on" => true,
+        Ok(v) => {
+            tracing::warn!(value = %v, "RECALL_WGMMA: expected on or off; using on");
+            true
+        }
+        Err(_) => true,
+    }
+}
+
+/// `[f16, bf16]` x `[dot, cosine, l2]` of `sm90a_gemm_*` and `sm90a_knn_*`, and their module.
+#[derive(Debug)]
+pub(crate) struct HopperKernels {
+    pub(crate) gemm: [[CudaFunction; 3]; 2],
+    pub(crate) knn: [[CudaFunction; 3]; 2],
+    /// Which image loaded: the cubin, or the PTX through the driver's JIT.
+    pub(crate) kind: ImageKind,
+    _module: Arc<CudaModule>,
+}
+
+impl HopperKernels {
+    /// The kernels for a device of compute capability `(major, minor)` running the sm_`sm` image; `None`
+    /// where they do not apply or did not load (logged). Device loss is an error.
+    pub(crate) fn load(gpu: &Gpu, sm: u32) -> Result<Option<HopperKernels>, GpuError> {
+        if sm != 90 || gpu.info().compute_capability != (9, 0) || !wgmma_enabled() {
+            return Ok(None);
+        }
+        for img in &SM90A_IMAGES {
+            let image = match img.kind {
+                ImageKind::Cubin => ModuleImage::Cubin(img.bytes),
+                ImageKind::Ptx => match std::str::from_utf8(img.bytes) {
+                    Ok(s) => ModuleImage::Ptx(s),
+                    Err(_) => continue,
+                },
+            };
+            let module = match gpu.load_module(image) {
+                Ok(m) => m,
+                Err(e) if e.is_device_lost() => return Err(e),
+                Err(e) => {
+                    tracing::debug!(kind = %img.kind, error = %e, "sm_90a image did not load");
+                    continue;
+                }
+            };
+            match Self::functions(gpu, &module) {
+                Ok(Some((gemm, knn))) => {
+                    return Ok(Some(HopperKernels {
+                        gemm,
+                        knn,
+                        kind: img.kind,
+                        _module: module,
+                    }));
+                }
+                Ok(None) => return Ok(None),
+                Err(e) if e.is_device_lost() => return Err(e),
+                Err(e) => {
+                    tracing::debug!(kind = %img.kind, error = %e, "sm_90a kernels not usable");
+                }
+            }
+        }
+        tracing::debug!("no sm_90a image loaded; fast mode runs tc_*");
+        Ok(None)
+    }
+
+    /// The twelve functions, opted into their shared memory; `None` when the device has less per block.
+    #[allow(clippy::type_complexity)]
+    fn functions(
+        gpu: &Gpu,
+        module: &Arc<CudaModule>,
+    ) -> Result<Option<([[CudaFunction; 3]; 2], [[CudaFunction; 3]; 2])>, GpuError> {
+        let f = |name: &str| gpu.function(module, name);
+        let gemm = [
+            [
+                f("sm90a_gemm_f16_dot")?,
+                f("sm90a_gemm_f16_cosine")?,
+                f("sm90a_gemm_f16_l2")?,
+            ],
+            [
+                f("sm90a_gemm_bf16_dot")?,
+                f("sm90a_gemm_bf16_cosine")?,
+                f("sm90a_gemm_bf16_l2")?,
+            ],
+        ];
+        let knn = [
+            [
+                f("sm90a_knn_f16_dot")?,
+                f("sm90a_knn_f16_cosine")?,
+                f("sm90a_knn_f16_l2")?,
+            ],
+            [
+                f("sm90a_knn_bf16_dot")?,
+                f("sm90a_knn_bf16_cosine")?,
+                f("sm90a_knn_bf16_l2")?,
+            ],
+        ];
+        let fits = gemm
+            .iter()
+            .flatten()
+            .all(|func| gpu.allow_dynamic_shared(func, H_PIPE_BYTES).is_ok())
+            && knn.iter().flatten().all(|func| {
+                gpu.allow_dynamic_shared(func, h_knn_shared_bytes(TC_KNN_K_MAX))
+                    .is_ok()
+            });
+        if !fits {
+            tracing::debug!(
+                "sm90a kernels: not enough shared memory per block; fast mode runs tc_*"
+            );
+            return Ok(None);
+        }
+        Ok(Some((gemm, knn)))
+    }
+}
