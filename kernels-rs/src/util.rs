@@ -80,6 +80,15 @@ pub fn shfl_idx_u64(value: u64, lane: u32) -> u64 {
     (u64::from(hi as u32) << 32) | u64::from(lo as u32)
 }
 
+/// Lane 0's `value`, which the compiler then knows to be the same in every lane (`shfl.sync.idx`): a value
+/// that is warp-uniform but computed from the thread index (a warpgroup's index) can live in the uniform
+/// registers that `wgmma` descriptors need. Every lane of the warp must call it.
+#[inline(always)]
+pub fn warp_uniform(value: u32) -> u32 {
+    // SAFETY: a full-warp shuffle; callers reach it from warp-uniform control flow.
+    unsafe { shfl_sync_idx_i32(0xffff_ffff, value as i32, 0, 0x1f) as u32 }
+}
+
 /// The `value` of lane `lane - 1` (lane 0 gets its own; `shfl.sync.up` by one, all 32 lanes). Every lane of
 /// the warp must call it.
 #[inline(always)]

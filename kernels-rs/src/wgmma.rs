@@ -23,7 +23,7 @@ use crate::tc_knn::Lists;
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
     block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, shared_addr,
-    sync_threads, thread_x,
+    sync_threads, thread_x, warp_uniform,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -295,7 +295,8 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
     e: &mut E,
 ) {
     let ring = (smem + 1023) & !1023;
-    let wg = thread_x() / 128;
+    // Uniform per warp (and known so): the descriptors built from it stay in uniform registers.
+    let wg = warp_uniform(thread_x() / 128);
     let steps = o.ld.div_ceil(H_TILE_K);
     let total = n_tiles * steps;
     let r0_of = |g: u32| (tile0 + (g / steps) * tile_step) * TC_TILE_R;
