@@ -25,7 +25,7 @@
 use crate::select::atomic_add;
 use crate::tensor::{Acc, Epilogue, Operands, score, stream};
 use crate::util::{
-    block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, score_key, shared_addr,
+    block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, score_key, shared_addr,
     sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
@@ -230,6 +230,70 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         }
     }
 
+    /// Tile-local query `ql`'s limit for [`Lists::might_pass`] this round: from its threshold score, widened
+    /// by a margin far above the rounding error of the quick test (`2 * MARGIN` relative), so that a pair it
+    /// stops would also fail the exact test. A query past the last stops every pair; one whose list is not
+    /// full (or whose norm the pre-filters skip) lets every pair through.
+    #[inline(always)]
+    pub(crate) fn limit(&self, ql: usize) -> f32 {
+        let (stop_all, pass_all) = if METRIC == METRIC_L2 {
+            (f32::NEG_INFINITY, f32::INFINITY)
+        } else {
+            (f32::INFINITY, f32::NEG_INFINITY)
+        };
+        if self.q0 as usize + ql >= self.n_queries as usize {
+            return stop_all;
+        }
+        let last = ql * self.k + self.k - 1;
+        // SAFETY: ql < 128: inside the lists and the query norms.
+        unsafe {
+            if *self.list_key.add(last) == u64::MAX {
+                return pass_all;
+            }
+            let s = *self.list_score.add(last);
+            if METRIC == METRIC_COSINE {
+                if *self.qinv.add(ql) == 0.0 {
+                    pass_all
+                } else {
+                    (s - f32::from_bits(s.to_bits() & 0x7fff_ffff) * (2.0 * MARGIN) - 2.0 * TINY)
+                        * *self.qn.add(ql)
+                }
+            } else if METRIC == METRIC_L2 {
+                let nq = *self.qn.add(ql);
+                s - nq * nq * (1.0 - 2.0 * MARGIN) + TINY
+            } else {
+                s
+            }
+        }
+    }
+
+    /// Tile-local row `rl`'s value for [`Lists::might_pass`]: its inverse norm (cosine; NaN where skipped), its
+    /// squared norm less `2 * MARGIN` of it (l2), nothing (dot). Published by [`Lists::publish_norms`].
+    #[inline(always)]
+    pub(crate) fn row_quick(&self, rl: usize) -> f32 {
+        if METRIC == METRIC_DOT {
+            0.0
+        } else {
+            // SAFETY: rl < 256.
+            unsafe { *self.rinv.add(rl) }
+        }
+    }
+
+    /// The quick test of a pair (dot product bits `dot`, row value `rq`, query limit `lim`): one multiply or
+    /// fused multiply-add and one comparison. `false` only when the exact test ([`Lists::offer`]) would drop
+    /// the pair too, so a thread whose pairs all fail it skips the filter. NaN passes.
+    #[inline(always)]
+    pub(crate) fn might_pass(dot: u32, rq: f32, lim: f32) -> bool {
+        let dot = f32::from_bits(dot);
+        if METRIC == METRIC_COSINE {
+            !(dot * rq < lim)
+        } else if METRIC == METRIC_L2 {
+            !(fma(-2.0, dot, rq) > lim)
+        } else {
+            !(dot < lim)
+        }
+    }
+
     /// Step 1 of the module documentation for one pair (tile-local query `ql` with state `t`, tile-local row
     /// `rl` of the tile at `r0`, dot product bits `dot`): filtered out, or appended to the query's
     /// candidates. `false` when it beat the threshold but the candidate list was full (still undecided).
@@ -285,9 +349,13 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             // barrier that ended its epilogue.
             unsafe {
                 *self.rn.add(t) = self.nc_next;
-                if METRIC == METRIC_COSINE {
-                    *self.rinv.add(t) = inv_or_zero(self.nc_next);
-                }
+                *self.rinv.add(t) = if METRIC == METRIC_COSINE {
+                    // NaN where the pre-filters are skipped: every comparison with it lets the pair through.
+                    let ri = inv_or_zero(self.nc_next);
+                    if ri == 0.0 { f32::NAN } else { ri }
+                } else {
+                    self.nc_next * self.nc_next * (1.0 - 2.0 * MARGIN)
+                };
             }
         }
         sync_threads();
@@ -403,28 +471,47 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
         // Block-uniform loop (`merge_round` ends with a block-wide vote).
         loop {
             let mut overflow = false;
+            let mut lim = [0.0f32; 8];
             unroll!(4, I: usize => {
                 unroll!(2, H: usize => {
-                    let ql = wm * 64 + I * 16 + g + 8 * H;
-                    let t = self.threshold(ql);
-                    if t.live {
-                        unroll!(8, J: usize => {
-                            unroll!(2, E: usize => {
-                                let bit = ((I * 2 + H) * 8 + J) * 2 + E;
-                                let (word, mask) = (bit / 32, 1u32 << (bit % 32));
-                                if done[word] & mask == 0 {
-                                    let rl = wn * 64 + J * 8 + c + E;
-                                    if self.offer(&t, ql, rl, r0, acc[I][J][2 * H + E]) {
-                                        done[word] |= mask;
-                                    } else {
-                                        overflow = true;
-                                    }
-                                }
-                            });
-                        });
-                    }
+                    lim[I * 2 + H] = self.limit(wm * 64 + I * 16 + g + 8 * H);
                 });
             });
+            let mut any = false;
+            unroll!(8, J: usize => {
+                unroll!(2, E: usize => {
+                    let rq = self.row_quick(wn * 64 + J * 8 + c + E);
+                    unroll!(4, I: usize => {
+                        unroll!(2, H: usize => {
+                            any |= Self::might_pass(acc[I][J][2 * H + E], rq, lim[I * 2 + H]);
+                        });
+                    });
+                });
+            });
+            if any {
+                unroll!(4, I: usize => {
+                    unroll!(2, H: usize => {
+                        let ql = wm * 64 + I * 16 + g + 8 * H;
+                        let t = self.threshold(ql);
+                        if t.live {
+                            unroll!(8, J: usize => {
+                                unroll!(2, E: usize => {
+                                    let bit = ((I * 2 + H) * 8 + J) * 2 + E;
+                                    let (word, mask) = (bit / 32, 1u32 << (bit % 32));
+                                    if done[word] & mask == 0 {
+                                        let rl = wn * 64 + J * 8 + c + E;
+                                        if self.offer(&t, ql, rl, r0, acc[I][J][2 * H + E]) {
+                                            done[word] |= mask;
+                                        } else {
+                                            overflow = true;
+                                        }
+                                    }
+                                });
+                            });
+                        }
+                    });
+                });
+            }
             if !self.merge_round(overflow) {
                 break;
             }
