@@ -294,6 +294,43 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         }
     }
 
+    /// One pair of a filter round (tile-local query `ql` with limit `lim`, row `rl` with quick value `rq`, dot
+    /// product bits `dot`; bit `mask` of `done` marks it decided): the quick test, then, for the few pairs
+    /// that pass it, step 1 (the exact filter). Returns whether it beat its query's threshold but found the
+    /// candidate list full (it stays undecided for the next round).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn consider(
+        &self,
+        ql: usize,
+        rl: usize,
+        r0: u32,
+        dot: u32,
+        rq: f32,
+        lim: f32,
+        done: &mut u32,
+        mask: u32,
+    ) -> bool {
+        if !Self::might_pass(dot, rq, lim) || *done & mask != 0 {
+            return false;
+        }
+        if self.decide(ql, rl, r0, dot) {
+            *done |= mask;
+            false
+        } else {
+            true
+        }
+    }
+
+    /// The rare path of [`Lists::consider`]: the exact filter for one pair; `true` when decided. Not inlined,
+    /// so that the unrolled rounds keep their registers for the accumulators and pay for this path only when
+    /// a pair takes it.
+    #[inline(never)]
+    fn decide(&self, ql: usize, rl: usize, r0: u32, dot: u32) -> bool {
+        let t = self.threshold(ql);
+        !t.live || self.offer(&t, ql, rl, r0, dot)
+    }
+
     /// Step 1 of the module documentation for one pair (tile-local query `ql` with state `t`, tile-local row
     /// `rl` of the tile at `r0`, dot product bits `dot`): filtered out, or appended to the query's
     /// candidates. `false` when it beat the threshold but the candidate list was full (still undecided).
@@ -477,41 +514,27 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
                     lim[I * 2 + H] = self.limit(wm * 64 + I * 16 + g + 8 * H);
                 });
             });
-            let mut any = false;
             unroll!(8, J: usize => {
                 unroll!(2, E: usize => {
-                    let rq = self.row_quick(wn * 64 + J * 8 + c + E);
+                    let rl = wn * 64 + J * 8 + c + E;
+                    let rq = self.row_quick(rl);
                     unroll!(4, I: usize => {
                         unroll!(2, H: usize => {
-                            any |= Self::might_pass(acc[I][J][2 * H + E], rq, lim[I * 2 + H]);
+                            let bit = ((I * 2 + H) * 8 + J) * 2 + E;
+                            overflow |= self.consider(
+                                wm * 64 + I * 16 + g + 8 * H,
+                                rl,
+                                r0,
+                                acc[I][J][2 * H + E],
+                                rq,
+                                lim[I * 2 + H],
+                                &mut done[bit / 32],
+                                1 << (bit % 32),
+                            );
                         });
                     });
                 });
             });
-            if any {
-                unroll!(4, I: usize => {
-                    unroll!(2, H: usize => {
-                        let ql = wm * 64 + I * 16 + g + 8 * H;
-                        let t = self.threshold(ql);
-                        if t.live {
-                            unroll!(8, J: usize => {
-                                unroll!(2, E: usize => {
-                                    let bit = ((I * 2 + H) * 8 + J) * 2 + E;
-                                    let (word, mask) = (bit / 32, 1u32 << (bit % 32));
-                                    if done[word] & mask == 0 {
-                                        let rl = wn * 64 + J * 8 + c + E;
-                                        if self.offer(&t, ql, rl, r0, acc[I][J][2 * H + E]) {
-                                            done[word] |= mask;
-                                        } else {
-                                            overflow = true;
-                                        }
-                                    }
-                                });
-                            });
-                        }
-                    });
-                });
-            }
             if !self.merge_round(overflow) {
                 break;
             }
