@@ -56,22 +56,12 @@ macro_rules! d128 {
     };
 }
 
-/// One step of a warpgroup: `acc += A (64 x 64) * B^T (256 x 64)` by four `wgmma.m64n256k16`, `$ty` f16 or
-/// bf16, `$a` and `$b` the descriptors of the four 16-column slices; waits for them before it returns.
-macro_rules! wgmma_step {
-    ($ty:literal, $acc:ident, $a:ident, $b:ident) => {
+/// `asm!` with the 128 accumulators of `$acc` as its operands `{0}` .. `{127}` (read and written), then the
+/// template lines and the further operands given.
+macro_rules! asm_acc {
+    ($acc:ident; [$($line:expr),* $(,)?]; $($rest:tt)*) => {
         asm!(
-            "{{",
-            ".reg .pred p;",
-            "setp.ne.b32 p, {one}, 0;",
-            "wgmma.fence.sync.aligned;",
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a0}, {b0}, p, 1, 1, 0, 0;"),
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a1}, {b1}, p, 1, 1, 0, 0;"),
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a2}, {b2}, p, 1, 1, 0, 0;"),
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a3}, {b3}, p, 1, 1, 0, 0;"),
-            "wgmma.commit_group.sync.aligned;",
-            "wgmma.wait_group.sync.aligned 0;",
-            "}}",
+            $($line,)*
             inout(reg32) $acc[0],
             inout(reg32) $acc[1],
             inout(reg32) $acc[2],
@@ -200,6 +190,29 @@ macro_rules! wgmma_step {
             inout(reg32) $acc[125],
             inout(reg32) $acc[126],
             inout(reg32) $acc[127],
+            $($rest)*
+        )
+    };
+}
+
+/// Start one step of a warpgroup: `acc += A (64 x 64) * B^T (256 x 64)` by four `wgmma.m64n256k16` (`$ty`
+/// f16 or bf16; `$a` and `$b` the descriptors of the four 16-column slices), committed as one group. The
+/// accumulators are the MMAs' until [`wait_mma`]: nothing may read or write them in between (`ptxas`
+/// would wait for the group first).
+macro_rules! wgmma_issue {
+    ($ty:literal, $acc:ident, $a:ident, $b:ident) => {
+        asm_acc!($acc; [
+            "{{",
+            ".reg .pred p;",
+            "setp.ne.b32 p, {one}, 0;",
+            "wgmma.fence.sync.aligned;",
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a0}, {b0}, p, 1, 1, 0, 0;"),
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a1}, {b1}, p, 1, 1, 0, 0;"),
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a2}, {b2}, p, 1, 1, 0, 0;"),
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a3}, {b3}, p, 1, 1, 0, 0;"),
+            "wgmma.commit_group.sync.aligned;",
+            "}}",
+        ];
             a0 = in(reg64) $a[0], a1 = in(reg64) $a[1], a2 = in(reg64) $a[2], a3 = in(reg64) $a[3],
             b0 = in(reg64) $b[0], b1 = in(reg64) $b[1], b2 = in(reg64) $b[2], b3 = in(reg64) $b[3],
             one = in(reg32) 1u32,
@@ -208,14 +221,15 @@ macro_rules! wgmma_step {
     };
 }
 
-/// `acc += A * B^T` over one stage (see [`wgmma_step`]) for the warpgroup's A tile at `sa` and the B tile at
-/// `sb` (shared addresses, 1,024-byte aligned).
+/// Start `acc += A * B^T` over one stage (see [`wgmma_issue`]) for the warpgroup's A tile at `sa` and the B
+/// tile at `sb` (shared addresses, 1,024-byte aligned). [`wait_mma`] ends it.
 ///
 /// # Safety
 /// The tiles hold 64 (A) and 256 (B) rows of this stage, written in the swizzled layout and made visible to
-/// the async proxy before a block barrier; all 128 threads of the warpgroup call it together; sm_90a.
+/// the async proxy before a block barrier, and stay unchanged until [`wait_mma`]; all 128 threads of the
+/// warpgroup call it together; sm_90a.
 #[inline(always)]
-unsafe fn mma_stage<const BF16: bool>(acc: &mut Acc90, sa: u32, sb: u32) {
+unsafe fn start_mma<const BF16: bool>(acc: &mut Acc90, sa: u32, sb: u32) {
     let a = [
         descriptor(sa),
         descriptor(sa + 32),
@@ -228,13 +242,23 @@ unsafe fn mma_stage<const BF16: bool>(acc: &mut Acc90, sa: u32, sb: u32) {
         descriptor(sb + 64),
         descriptor(sb + 96),
     ];
-    // SAFETY: caller; the instruction reads only the two tiles the descriptors name and writes only `acc`.
+    // SAFETY: caller; the instructions read only the two tiles the descriptors name and write only `acc`.
     unsafe {
         if BF16 {
-            wgmma_step!("bf16", acc, a, b);
+            wgmma_issue!("bf16", acc, a, b);
         } else {
-            wgmma_step!("f16", acc, a, b);
+            wgmma_issue!("f16", acc, a, b);
         }
+    }
+}
+
+/// Wait until this warpgroup's MMAs are done; `acc` then holds their results.
+#[inline(always)]
+fn wait_mma(acc: &mut Acc90) {
+    // SAFETY: waits for this warpgroup's own MMA groups; the accumulators are named so that no access to
+    // them moves above the wait. The comment names them for the template.
+    unsafe {
+        asm_acc!(acc; [concat!("wgmma.wait_group.sync.aligned 0; // ", d128!())]; options(nostack));
     }
 }
 
@@ -246,34 +270,79 @@ fn fence_proxy_async() {
     unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) }
 }
 
-/// Queue the copies of one `ROWS` x 64 operand tile (rows `r0 ..`, columns `k0 ..`) into shared `dst` in the
-/// 128-byte swizzle; rows past `n` and columns past `ld` are zeros.
-///
-/// # Safety
-/// `x` holds `n * ld` 16-bit values, `ld` a multiple of 8; `dst` is a 1,024-byte aligned tile of `ROWS`
-/// rows of 128 bytes of this block's shared memory; `ROWS` a multiple of 32; 256 threads.
-#[inline(always)]
-unsafe fn load_tile<const ROWS: u32>(dst: u32, x: u64, n: u32, ld: u32, r0: u32, k0: u32) {
-    let t = thread_x();
-    let mut i = 0;
-    while i < ROWS / 32 {
-        let c = t + 256 * i;
-        let (row, piece) = (c / 8, c % 8);
-        let (r, col) = (r0 + row, k0 + 8 * piece);
-        let (src, bytes) = if r < n && col < ld {
-            (x + 2 * (u64::from(r) * u64::from(ld) + u64::from(col)), 16)
-        } else {
-            (x, 0)
-        };
-        // SAFETY: row < ROWS and piece < 8: inside the tile; the source is in bounds when copied.
-        unsafe {
-            cp_async16(
-                dst + row * ROW_BYTES + ((piece ^ (row % 8)) * 16),
-                src,
-                bytes,
-            )
-        };
-        i += 1;
+/// The copies of the main loop, one step (a query tile and a row tile of 64 columns) at a time, in the order
+/// the steps run. Thread `t` copies 16-byte piece `t % 8` of rows `t / 8 + 32 i` of both tiles, so its
+/// shared offsets (`(t / 8 + 32 i) * 128 + ((t % 8) ^ (t / 8 % 8)) * 16`: the swizzle) and its source
+/// addresses, but for the step's column and row tile, are fixed: a step costs an add and a compare per copy.
+struct Loader {
+    /// Queries: `2 * ((q0 + t / 8) * ld + 8 * (t % 8))` bytes past the operand.
+    a_src: u64,
+    /// Bit `i`: query row `q0 + t / 8 + 32 i` exists.
+    a_rows: u32,
+    /// The corpus operand and this thread's `2 * (t / 8 * ld + 8 * (t % 8))` bytes into a row tile.
+    corpus: u64,
+    b_off: u64,
+    /// Bytes between rows `32` apart: `64 * ld`.
+    stride: u64,
+    /// Shared offset of the thread's first piece in a stage, from the ring.
+    dst: u32,
+    ring: u32,
+    col: u32,
+    row: u32,
+    ld: u32,
+    n_rows: u32,
+    steps: u32,
+    /// The next step: its column step, its row tile's first row, its stage; steps left; row tile stride.
+    ks: u32,
+    r0: u32,
+    stage: u32,
+    left: u32,
+    r0_step: u32,
+}
+
+impl Loader {
+    /// Queue the copies of the next step (if any) and commit them as one group (every thread commits one
+    /// group per call, empty or not, so the waits count uniformly).
+    ///
+    /// # Safety
+    /// As [`stream90`]; the stage the next step goes to is not read by any `wgmma` in flight.
+    #[inline(always)]
+    unsafe fn issue(&mut self, queries: u64) {
+        if self.left > 0 {
+            let k0 = self.ks * H_TILE_K;
+            let col_ok = k0 + self.col < self.ld;
+            let dst = self.ring + self.stage * STAGE_BYTES + self.dst;
+            let a = self.a_src + 2 * u64::from(k0);
+            unroll!(4, I: u32 => {
+                let ok = col_ok && self.a_rows & (1 << I) != 0;
+                let src = if ok { a + u64::from(I) * self.stride } else { queries };
+                // SAFETY: inside the stage; the source row and columns exist when `ok`.
+                unsafe { cp_async16(dst + I * 32 * ROW_BYTES, src, if ok { 16 } else { 0 }) };
+            });
+            // Rows of this row tile left from this thread's first: copy i exists when 32 i < rem.
+            let rem = i64::from(self.n_rows) - i64::from(self.r0 + self.row);
+            let b = self.corpus
+                + self.b_off
+                + 2 * (u64::from(self.r0) * u64::from(self.ld) + u64::from(k0));
+            unroll!(8, I: u32 => {
+                let ok = col_ok && i64::from(32 * I) < rem;
+                let src = if ok { b + u64::from(I) * self.stride } else { self.corpus };
+                // SAFETY: as above.
+                unsafe { cp_async16(dst + A_BYTES + I * 32 * ROW_BYTES, src, if ok { 16 } else { 0 }) };
+            });
+            self.ks += 1;
+            if self.ks == self.steps {
+                self.ks = 0;
+                self.r0 += self.r0_step;
+            }
+            self.stage = if self.stage + 1 == H_STAGES {
+                0
+            } else {
+                self.stage + 1
+            };
+            self.left -= 1;
+        }
+        cp_async_commit();
     }
 }
 
@@ -295,54 +364,75 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
     e: &mut E,
 ) {
     let ring = (smem + 1023) & !1023;
+    let t = thread_x();
     // Uniform per warp (and known so): the descriptors built from it stay in uniform registers.
-    let wg = warp_uniform(thread_x() / 128);
+    let wg = warp_uniform(t / 128);
     let steps = o.ld.div_ceil(H_TILE_K);
     let total = n_tiles * steps;
-    let r0_of = |g: u32| (tile0 + (g / steps) * tile_step) * TC_TILE_R;
-    let load = |g: u32| {
-        let stage = ring + (g % H_STAGES) * STAGE_BYTES;
-        let k0 = (g % steps) * H_TILE_K;
-        // SAFETY: the stage is inside the ring (aligned, H_PIPE_BYTES holds the slack); k0 < ld.
-        unsafe {
-            load_tile::<TC_TILE_Q>(stage, o.queries, o.n_queries, o.ld, o.q0, k0);
-            load_tile::<TC_TILE_R>(stage + A_BYTES, o.corpus, o.n_rows, o.ld, r0_of(g), k0);
+    let (row, col) = (t / 8, 8 * (t % 8));
+    let ld = u64::from(o.ld);
+    let mut a_rows = 0;
+    unroll!(4, I: u32 => {
+        if o.q0 + row + 32 * I < o.n_queries {
+            a_rows |= 1 << I;
         }
+    });
+    let mut loader = Loader {
+        a_src: o.queries + 2 * (u64::from(o.q0 + row) * ld + u64::from(col)),
+        a_rows,
+        corpus: o.corpus,
+        b_off: 2 * (u64::from(row) * ld + u64::from(col)),
+        stride: 64 * ld,
+        dst: row * ROW_BYTES + ((t % 8) ^ (row % 8)) * 16,
+        ring,
+        col,
+        row,
+        ld: o.ld,
+        n_rows: o.n_rows,
+        steps,
+        ks: 0,
+        r0: tile0 * TC_TILE_R,
+        stage: 0,
+        left: total,
+        r0_step: tile_step * TC_TILE_R,
     };
-    // Every thread commits one group per step, empty or not, so the waits below count uniformly.
     let mut g = 0;
     while g + 1 < H_STAGES {
-        if g < total {
-            load(g);
-        }
-        cp_async_commit();
+        // SAFETY: the ring is empty.
+        unsafe { loader.issue(o.queries) };
         g += 1;
     }
     let mut acc: Acc90 = [0u32; 128];
+    let (mut ks, mut r0, mut stage) = (0, tile0 * TC_TILE_R, 0);
     let mut g = 0;
     // Block-uniform loop: the barriers are reached by every thread.
     while g < total {
         // Step g's group is complete for this thread; the fence hands it to the async proxy and the barrier
-        // to every warpgroup, and tells that both finished step g - 1's `wgmma`s (each waits for its own),
+        // to every warpgroup, and tells that both finished step g - 1's `wgmma`s (each waited for its own),
         // whose stage the copies queued next overwrite.
         cp_async_wait::<{ H_STAGES - 2 }>();
         fence_proxy_async();
         sync_threads();
-        if g + H_STAGES - 1 < total {
-            load(g + H_STAGES - 1);
-        }
-        cp_async_commit();
-        let ks = g % steps;
         if ks == 0 {
-            e.begin(r0_of(g));
+            e.begin(r0);
         }
-        let sa = ring + (g % H_STAGES) * STAGE_BYTES;
-        // SAFETY: the stage's tiles are complete and published (above); both warpgroups reach this together.
-        unsafe { mma_stage::<BF16>(&mut acc, sa + wg * 64 * ROW_BYTES, sa + A_BYTES) };
+        let sa = ring + stage * STAGE_BYTES;
+        // SAFETY: the stage's tiles are complete and published (above), and no copy writes them until the
+        // next barrier; both warpgroups reach this together.
+        unsafe { start_mma::<BF16>(&mut acc, sa + wg * 64 * ROW_BYTES, sa + A_BYTES) };
+        // The next step's copies run under the MMAs (their stage is step g - 1's, done with).
+        // SAFETY: as above.
+        unsafe { loader.issue(o.queries) };
+        wait_mma(&mut acc);
         if ks == steps - 1 {
-            e.end(r0_of(g), &acc);
+            e.end(r0, &acc);
             acc = [0u32; 128];
+            ks = 0;
+            r0 += tile_step * TC_TILE_R;
+        } else {
+            ks += 1;
         }
+        stage = if stage + 1 == H_STAGES { 0 } else { stage + 1 };
         g += 1;
     }
     // Only empty groups can be pending; leave none behind.
