@@ -419,13 +419,17 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
     /// The row norm of row `r0 + thread` for the next [`Lists::fold`].
     #[inline(always)]
     pub(crate) fn load_norm(&mut self, r0: u32) {
+        if METRIC == METRIC_DOT {
+            return;
+        }
+        // Without a branch (a row past the end loads the last row's norm and drops it): `sm90a_knn_*` calls
+        // this while MMAs run, where `ptxas` would otherwise serialise them.
         let r = r0 + thread_x();
-        self.nc_next = if METRIC != METRIC_DOT && r < self.n_rows {
-            // SAFETY: r < n_rows; cosine and l2 launches pass n_rows corpus norms.
-            unsafe { *(self.corpus_norms as *const f32).add(r as usize) }
-        } else {
-            0.0
-        };
+        let inside = r < self.n_rows;
+        let at = if inside { r } else { self.n_rows - 1 };
+        // SAFETY: at < n_rows (n_rows >= 1); cosine and l2 launches pass n_rows corpus norms.
+        let nc = unsafe { *(self.corpus_norms as *const f32).add(at as usize) };
+        self.nc_next = if inside { nc } else { 0.0 };
     }
 
     /// Merge query `ql`'s candidates into its list (step 2 of the module documentation). Warp-uniform.

@@ -5,12 +5,16 @@
 //!
 //! A block of 256 threads (two warpgroups) computes tiles of 128 queries x 256 corpus rows, like `tc_*`:
 //! warpgroup `wg` owns queries `64 wg ..` against all 256 rows, one `m64n256k16` per 16 columns, 128 f32
-//! accumulators per thread. Operand tiles of 64 columns (128 bytes per row) are copied global -> shared with
-//! `cp.async` into a ring of [`H_STAGES`] stages, stored in the 128-byte swizzle that `wgmma` reads through
-//! a matrix descriptor: row `r`'s 16-byte piece `p` lands at `r * 128 + ((p ^ (r % 8)) * 16)` from a
-//! 1,024-byte aligned tile, so the eight rows of each 1,024-byte group spread over all 32 banks. Each step
-//! issues the warpgroup's four `wgmma`s (columns `0, 16, 32, 48` of the stage: the descriptor's start
-//! advanced by 32 bytes each) and waits for them; the copies of the next two steps are in flight meanwhile.
+//! accumulators per thread. Operand tiles of 32 columns (64 bytes per row) are copied global -> shared with
+//! `cp.async` into a ring of [`H_STAGES`] stages, stored in the 64-byte swizzle that `wgmma` reads through
+//! a matrix descriptor: row `r`'s 16-byte piece `p` lands at `r * 64 + ((p ^ (r / 2 % 4)) * 16)` from a
+//! 1,024-byte aligned tile, so the eight rows of each 512-byte group spread over all 32 banks.
+//!
+//! Pipeline: each step issues the warpgroup's two `wgmma`s (columns `0` and `16` of the stage: the
+//! descriptor's start advanced by 32 bytes) and leaves them running while it waits only for the previous
+//! step's, then queues the copies of the step [`LEAD`] ahead, into the stage of step `g - 2`, which both
+//! warpgroups had finished before the barrier that opened step `g`. So the tensor cores work through the
+//! barrier and the copies; a tile's last step waits for all before the epilogue reads the accumulators.
 //!
 //! Accumulator `acc[4 j + 2 h + e]` of thread `t` holds query `64 wg + 16 (t / 32 % 4) + (t % 32) / 4 + 8 h`
 //! against row `8 j + 2 (t % 4) + e` of the tile (the `wgmma` D fragment of `m64nNk16`).
@@ -31,23 +35,32 @@ use recall_kernel_shared::{
     TC_TILE_R, TcGemmParams, TcKnnParams,
 };
 
-/// Bytes of one operand row in a stage (64 16-bit columns: one row of the 128-byte swizzle).
+/// Bytes of one operand row in a stage (32 16-bit columns: one row of the 64-byte swizzle).
 const ROW_BYTES: u32 = H_TILE_K * 2;
 const A_BYTES: u32 = TC_TILE_Q * ROW_BYTES;
 const STAGE_BYTES: u32 = (TC_TILE_Q + TC_TILE_R) * ROW_BYTES;
 const CAP: usize = H_KNN_CAP as usize;
+/// 16-byte pieces per operand row, and rows one pass of 256 threads copies.
+const PIECES: u32 = ROW_BYTES / 16;
+const PASS_ROWS: u32 = 256 / PIECES;
+/// Steps the copies run ahead of the MMAs: a stage is refilled two steps after its MMAs were issued.
+const LEAD: u32 = H_STAGES - 2;
+const _: () = assert!(
+    ROW_BYTES == 64 && H_STAGES >= 3,
+    "the descriptor and the issue are for 64-byte rows"
+);
 
 /// A thread's accumulators (f32 as bits), in the `wgmma` D fragment order (module documentation).
 pub(crate) type Acc90 = [u32; 128];
 
 /// The shared-memory matrix descriptor of a K-major operand tile at shared address `addr` (1,024-byte
-/// aligned, or advanced by a multiple of 32 bytes inside the first 128-byte row for a later 16-column
-/// slice) in the 128-byte swizzle: start address >> 4 (bits 0-13), leading offset 1 (unused for this
-/// layout, bits 16-29), stride 1,024 bytes between 8-row groups >> 4 (bits 32-45), swizzle mode 1 =
-/// 128 bytes (bits 62-63).
+/// aligned, or advanced by 32 bytes inside the first 64-byte row for the second 16-column slice) in the
+/// 64-byte swizzle: start address >> 4 (bits 0-13), leading offset 1 (unused for this layout, bits
+/// 16-29), stride 512 bytes between 8-row groups >> 4 (bits 32-45), swizzle mode 2 = 64 bytes (bits
+/// 62-63).
 #[inline(always)]
 fn descriptor(addr: u32) -> u64 {
-    (u64::from(addr & 0x3_ffff) >> 4) | (1 << 16) | (64 << 32) | (1 << 62)
+    (u64::from(addr & 0x3_ffff) >> 4) | (1 << 16) | (32 << 32) | (2 << 62)
 }
 
 macro_rules! d128 {
@@ -195,33 +208,34 @@ macro_rules! asm_acc {
     };
 }
 
-/// Start one step of a warpgroup: `acc += A (64 x 64) * B^T (256 x 64)` by four `wgmma.m64n256k16` (`$ty`
-/// f16 or bf16; `$a` and `$b` the descriptors of the four 16-column slices), committed as one group. The
-/// accumulators are the MMAs' until [`wait_mma`]: nothing may read or write them in between (`ptxas`
-/// would wait for the group first).
+/// Start one step of a warpgroup: `acc += A (64 x 32) * B^T (256 x 32)` by two `wgmma.m64n256k16` (`$ty`
+/// f16 or bf16; `$a` and `$b` the descriptors of the two 16-column slices; `$add` 0 makes it
+/// `acc = A * B^T`, the first step of a tile), committed as one group. The
+/// accumulators are the MMAs' until a wait ([`wait_mma`]) covers the group: nothing may read or write them
+/// in between (`ptxas` would wait for the group first).
 macro_rules! wgmma_issue {
-    ($ty:literal, $acc:ident, $a:ident, $b:ident) => {
+    ($ty:literal, $acc:ident, $a:ident, $b:ident, $add:ident) => {
         asm_acc!($acc; [
             "{{",
-            ".reg .pred p;",
-            "setp.ne.b32 p, {one}, 0;",
+            ".reg .pred p, q;",
+            "setp.ne.b32 p, {first}, 0;",
+            "setp.ne.b32 q, {one}, 0;",
             "wgmma.fence.sync.aligned;",
             concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a0}, {b0}, p, 1, 1, 0, 0;"),
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a1}, {b1}, p, 1, 1, 0, 0;"),
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a2}, {b2}, p, 1, 1, 0, 0;"),
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a3}, {b3}, p, 1, 1, 0, 0;"),
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{", d128!(), "}}, {a1}, {b1}, q, 1, 1, 0, 0;"),
             "wgmma.commit_group.sync.aligned;",
             "}}",
         ];
-            a0 = in(reg64) $a[0], a1 = in(reg64) $a[1], a2 = in(reg64) $a[2], a3 = in(reg64) $a[3],
-            b0 = in(reg64) $b[0], b1 = in(reg64) $b[1], b2 = in(reg64) $b[2], b3 = in(reg64) $b[3],
+            a0 = in(reg64) $a[0], a1 = in(reg64) $a[1],
+            b0 = in(reg64) $b[0], b1 = in(reg64) $b[1],
+            first = in(reg32) $add,
             one = in(reg32) 1u32,
             options(nostack)
         )
     };
 }
 
-/// Start `acc += A * B^T` over one stage (see [`wgmma_issue`]) for the warpgroup's A tile at `sa` and the B
+/// Start `acc += A * B^T` (`acc = A * B^T` when `first`) over one stage (see [`wgmma_issue`]) for the warpgroup's A tile at `sa` and the B
 /// tile at `sb` (shared addresses, 1,024-byte aligned). [`wait_mma`] ends it.
 ///
 /// # Safety
@@ -229,36 +243,27 @@ macro_rules! wgmma_issue {
 /// the async proxy before a block barrier, and stay unchanged until [`wait_mma`]; all 128 threads of the
 /// warpgroup call it together; sm_90a.
 #[inline(always)]
-unsafe fn start_mma<const BF16: bool>(acc: &mut Acc90, sa: u32, sb: u32) {
-    let a = [
-        descriptor(sa),
-        descriptor(sa + 32),
-        descriptor(sa + 64),
-        descriptor(sa + 96),
-    ];
-    let b = [
-        descriptor(sb),
-        descriptor(sb + 32),
-        descriptor(sb + 64),
-        descriptor(sb + 96),
-    ];
+unsafe fn start_mma<const BF16: bool>(acc: &mut Acc90, sa: u32, sb: u32, first: bool) {
+    let a = [descriptor(sa), descriptor(sa + 32)];
+    let b = [descriptor(sb), descriptor(sb + 32)];
     // SAFETY: caller; the instructions read only the two tiles the descriptors name and write only `acc`.
     unsafe {
+        let add = u32::from(!first);
         if BF16 {
-            wgmma_issue!("bf16", acc, a, b);
+            wgmma_issue!("bf16", acc, a, b, add);
         } else {
-            wgmma_issue!("f16", acc, a, b);
+            wgmma_issue!("f16", acc, a, b, add);
         }
     }
 }
 
-/// Wait until this warpgroup's MMAs are done; `acc` then holds their results.
+/// Wait until at most `N` of this warpgroup's MMA groups are running (`N = 0`: `acc` holds every result).
 #[inline(always)]
-fn wait_mma(acc: &mut Acc90) {
+fn wait_mma<const N: u32>(acc: &mut Acc90) {
     // SAFETY: waits for this warpgroup's own MMA groups; the accumulators are named so that no access to
     // them moves above the wait. The comment names them for the template.
     unsafe {
-        asm_acc!(acc; [concat!("wgmma.wait_group.sync.aligned 0; // ", d128!())]; options(nostack));
+        asm_acc!(acc; [concat!("wgmma.wait_group.sync.aligned {n}; // ", d128!())]; n = const N, options(nostack));
     }
 }
 
@@ -270,19 +275,19 @@ fn fence_proxy_async() {
     unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) }
 }
 
-/// The copies of the main loop, one step (a query tile and a row tile of 64 columns) at a time, in the order
-/// the steps run. Thread `t` copies 16-byte piece `t % 8` of rows `t / 8 + 32 i` of both tiles, so its
-/// shared offsets (`(t / 8 + 32 i) * 128 + ((t % 8) ^ (t / 8 % 8)) * 16`: the swizzle) and its source
+/// The copies of the main loop, one step (a query tile and a row tile of 32 columns) at a time, in the order
+/// the steps run. Thread `t` copies 16-byte piece `t % 4` of rows `t / 4 + 64 i` of both tiles, so its
+/// shared offsets (`(t / 4 + 64 i) * 64 + ((t % 4) ^ (t / 8 % 4)) * 16`: the swizzle) and its source
 /// addresses, but for the step's column and row tile, are fixed: a step costs an add and a compare per copy.
 struct Loader {
-    /// Queries: `2 * ((q0 + t / 8) * ld + 8 * (t % 8))` bytes past the operand.
+    /// Queries: `2 * ((q0 + t / 4) * ld + 8 * (t % 4))` bytes past the operand.
     a_src: u64,
-    /// Bit `i`: query row `q0 + t / 8 + 32 i` exists.
+    /// Bit `i`: query row `q0 + t / 4 + 64 i` exists.
     a_rows: u32,
-    /// The corpus operand and this thread's `2 * (t / 8 * ld + 8 * (t % 8))` bytes into a row tile.
+    /// The corpus operand and this thread's `2 * (t / 4 * ld + 8 * (t % 4))` bytes into a row tile.
     corpus: u64,
     b_off: u64,
-    /// Bytes between rows `32` apart: `64 * ld`.
+    /// Bytes between rows [`PASS_ROWS`] apart.
     stride: u64,
     /// Shared offset of the thread's first piece in a stage, from the ring.
     dst: u32,
@@ -305,30 +310,33 @@ impl Loader {
     /// group per call, empty or not, so the waits count uniformly).
     ///
     /// # Safety
-    /// As [`stream90`]; the stage the next step goes to is not read by any `wgmma` in flight.
+    /// As [`stream90`]; no `wgmma` in flight reads the stage the next step goes to.
     #[inline(always)]
     unsafe fn issue(&mut self, queries: u64) {
-        if self.left > 0 {
+        // Without a branch (after the last step, every copy is empty): `ptxas` serialises MMAs whose
+        // surroundings branch.
+        let live = self.left > 0;
+        {
             let k0 = self.ks * H_TILE_K;
-            let col_ok = k0 + self.col < self.ld;
+            let col_ok = live && k0 + self.col < self.ld;
             let dst = self.ring + self.stage * STAGE_BYTES + self.dst;
             let a = self.a_src + 2 * u64::from(k0);
-            unroll!(4, I: u32 => {
+            unroll!(2, I: u32 => {
                 let ok = col_ok && self.a_rows & (1 << I) != 0;
                 let src = if ok { a + u64::from(I) * self.stride } else { queries };
                 // SAFETY: inside the stage; the source row and columns exist when `ok`.
-                unsafe { cp_async16(dst + I * 32 * ROW_BYTES, src, if ok { 16 } else { 0 }) };
+                unsafe { cp_async16(dst + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
-            // Rows of this row tile left from this thread's first: copy i exists when 32 i < rem.
+            // Rows of this row tile left from this thread's first: copy i exists when 64 i < rem.
             let rem = i64::from(self.n_rows) - i64::from(self.r0 + self.row);
             let b = self.corpus
                 + self.b_off
                 + 2 * (u64::from(self.r0) * u64::from(self.ld) + u64::from(k0));
-            unroll!(8, I: u32 => {
-                let ok = col_ok && i64::from(32 * I) < rem;
+            unroll!(4, I: u32 => {
+                let ok = col_ok && i64::from(PASS_ROWS * I) < rem;
                 let src = if ok { b + u64::from(I) * self.stride } else { self.corpus };
                 // SAFETY: as above.
-                unsafe { cp_async16(dst + A_BYTES + I * 32 * ROW_BYTES, src, if ok { 16 } else { 0 }) };
+                unsafe { cp_async16(dst + A_BYTES + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
             self.ks += 1;
             if self.ks == self.steps {
@@ -340,7 +348,7 @@ impl Loader {
             } else {
                 self.stage + 1
             };
-            self.left -= 1;
+            self.left -= u32::from(live);
         }
         cp_async_commit();
     }
@@ -369,11 +377,11 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
     let wg = warp_uniform(t / 128);
     let steps = o.ld.div_ceil(H_TILE_K);
     let total = n_tiles * steps;
-    let (row, col) = (t / 8, 8 * (t % 8));
+    let (row, col) = (t / PIECES, 8 * (t % PIECES));
     let ld = u64::from(o.ld);
     let mut a_rows = 0;
-    unroll!(4, I: u32 => {
-        if o.q0 + row + 32 * I < o.n_queries {
+    unroll!(2, I: u32 => {
+        if o.q0 + row + PASS_ROWS * I < o.n_queries {
             a_rows |= 1 << I;
         }
     });
@@ -382,8 +390,9 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
         a_rows,
         corpus: o.corpus,
         b_off: 2 * (u64::from(row) * ld + u64::from(col)),
-        stride: 64 * ld,
-        dst: row * ROW_BYTES + ((t % 8) ^ (row % 8)) * 16,
+        stride: 2 * u64::from(PASS_ROWS) * ld,
+        // The 64-byte swizzle: piece bits 4-5 XOR address bits 7-8 (row / 2 % 4).
+        dst: row * ROW_BYTES + ((t % PIECES) ^ (row / 2 % PIECES)) * 16,
         ring,
         col,
         row,
@@ -397,43 +406,44 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
         r0_step: tile_step * TC_TILE_R,
     };
     let mut g = 0;
-    while g + 1 < H_STAGES {
+    while g < LEAD {
         // SAFETY: the ring is empty.
         unsafe { loader.issue(o.queries) };
         g += 1;
     }
+    // Every step's first MMA of a tile overwrites the accumulators, so they need no reset.
     let mut acc: Acc90 = [0u32; 128];
-    let (mut ks, mut r0, mut stage) = (0, tile0 * TC_TILE_R, 0);
-    let mut g = 0;
-    // Block-uniform loop: the barriers are reached by every thread.
-    while g < total {
-        // Step g's group is complete for this thread; the fence hands it to the async proxy and the barrier
-        // to every warpgroup, and tells that both finished step g - 1's `wgmma`s (each waited for its own),
-        // whose stage the copies queued next overwrite.
-        cp_async_wait::<{ H_STAGES - 2 }>();
-        fence_proxy_async();
-        sync_threads();
-        if ks == 0 {
-            e.begin(r0);
-        }
-        let sa = ring + stage * STAGE_BYTES;
-        // SAFETY: the stage's tiles are complete and published (above), and no copy writes them until the
-        // next barrier; both warpgroups reach this together.
-        unsafe { start_mma::<BF16>(&mut acc, sa + wg * 64 * ROW_BYTES, sa + A_BYTES) };
-        // The next step's copies run under the MMAs (their stage is step g - 1's, done with).
-        // SAFETY: as above.
-        unsafe { loader.issue(o.queries) };
-        wait_mma(&mut acc);
-        if ks == steps - 1 {
-            e.end(r0, &acc);
-            acc = [0u32; 128];
-            ks = 0;
-            r0 += tile_step * TC_TILE_R;
-        } else {
+    let (mut r0, mut stage) = (tile0 * TC_TILE_R, 0);
+    // Block-uniform loops without a branch around the MMAs (`ptxas` serialises MMAs in divergent paths):
+    // the barriers are reached by every thread.
+    let mut tile = 0;
+    while tile < n_tiles {
+        e.begin(r0);
+        let mut ks = 0;
+        while ks < steps {
+            // Step ks's copies are complete for this thread (LEAD groups were queued before the first step and
+            // one per step since); the fence hands them to the async proxy and the barrier to every
+            // warpgroup. Past the barrier, both warpgroups' MMAs of two steps back are done (each waited for
+            // them in the step before).
+            cp_async_wait::<{ LEAD - 1 }>();
+            fence_proxy_async();
+            sync_threads();
+            let sa = ring + stage * STAGE_BYTES;
+            // SAFETY: the stage's tiles are complete and published (above) and no copy writes them before
+            // this step's MMAs are done (the copies queued next go to the stage of two steps back); both
+            // warpgroups reach this together.
+            unsafe { start_mma::<BF16>(&mut acc, sa + wg * 64 * ROW_BYTES, sa + A_BYTES, ks == 0) };
+            // This warpgroup's previous step is done; this one runs on under the copies and the next barrier.
+            wait_mma::<1>(&mut acc);
+            // SAFETY: the copies go to the stage of two steps back (LEAD = H_STAGES - 2), done (above).
+            unsafe { loader.issue(o.queries) };
+            stage = if stage + 1 == H_STAGES { 0 } else { stage + 1 };
             ks += 1;
         }
-        stage = if stage + 1 == H_STAGES { 0 } else { stage + 1 };
-        g += 1;
+        wait_mma::<0>(&mut acc);
+        e.end(r0, &acc);
+        r0 += tile_step * TC_TILE_R;
+        tile += 1;
     }
     // Only empty groups can be pending; leave none behind.
     cp_async_wait::<0>();

@@ -235,12 +235,12 @@ pub const fn tc_knn_shared_bytes(k: u32) -> u32 {
 }
 
 /// Fast mode on Hopper (`sm90a_*`, only in the bundle's sm_90a image): the tiles of [`TC_TILE_Q`] x
-/// [`TC_TILE_R`] on warpgroup MMA (`wgmma`), [`H_TILE_K`] columns (128 bytes, one row of the 128-byte
+/// [`TC_TILE_R`] on warpgroup MMA (`wgmma`), [`H_TILE_K`] columns (64 bytes, one row of the 64-byte
 /// swizzle) per step, [`H_STAGES`] steps in the shared-memory ring.
-pub const H_TILE_K: u32 = 64;
-pub const H_STAGES: u32 = 3;
-/// Dynamic shared memory of `sm90a_gemm_*`: the ring, plus 1,024 bytes to align it to the swizzle's
-/// 1,024-byte pattern.
+pub const H_TILE_K: u32 = 32;
+pub const H_STAGES: u32 = 5;
+/// Dynamic shared memory of `sm90a_gemm_*`: the ring, plus 1,024 bytes to align it to 1,024 bytes (the
+/// swizzle's pattern repeats every 512).
 pub const H_PIPE_BYTES: u32 = H_STAGES * (TC_TILE_Q + TC_TILE_R) * H_TILE_K * 2 + 1024;
 /// Candidates per query that one filter round of `sm90a_knn_*` can hold (fewer than [`TC_KNN_CAP`]: its
 /// ring is larger).
