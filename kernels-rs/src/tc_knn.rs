@@ -19,6 +19,14 @@
 //! 3. A candidate list that overflowed leaves its pairs unmarked in the filtering thread's bit mask; the
 //!    block repeats 1 and 2 (the thresholds have fallen meanwhile) until nothing overflows.
 //!
+//! A query's threshold is the smaller of its list's `k`-th key and a key the blocks share through device
+//! memory (`TcKnnParams::thresholds`: each merge that fills or improves a list lowers it atomically): a pair
+//! at or above it has `k` better pairs in some block, so it cannot be in the answer, and each split keeps
+//! only the pairs that can. Without the shared key every split would gather its own `k` best.
+//!
+//! Before step 1, each pair meets a quick test ([`Lists::might_pass`]: one multiply or FMA and a compare
+//! against a per-query limit widened far beyond its rounding error); only the few that pass take step 1.
+//!
 //! Keys are unique (one row id per pair), so the ranks are distinct and the order is the total order of
 //! `docs/numerics.md`, "Top-k": the same keys as `select_topk`, so the same lists.
 
@@ -28,6 +36,7 @@ use crate::util::{
     block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, score_key, shared_addr,
     sync_threads, sync_threads_or, sync_warp, thread_x,
 };
+use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::{
     METRIC_COSINE, METRIC_DOT, METRIC_L2, TC_KNN_CAP, TC_PIPE_BYTES, TC_TILE_Q, TC_TILE_R,
     TcKnnParams, TcMergeParams,
@@ -39,6 +48,19 @@ const CAP: usize = TC_KNN_CAP as usize;
 const MARGIN: f32 = 1.0 / 65536.0;
 /// And its absolute margin (covers subnormal scores).
 const TINY: f32 = 1e-30;
+
+/// The score whose [`score_key`] is the high half of `key` (its inverse; every key a list holds comes from a
+/// score that is not NaN, and `-0.0` keys as `0.0`).
+#[inline(always)]
+fn key_score(key: u64, higher_first: bool) -> f32 {
+    let k = (key >> 32) as u32;
+    let ascending = if higher_first { !k } else { k };
+    f32::from_bits(if ascending & 0x8000_0000 != 0 {
+        ascending & 0x7fff_ffff
+    } else {
+        !ascending
+    })
+}
 
 /// `1 / x` for norms where the pre-filter's products stay normal, else 0 (the pre-filter is skipped).
 #[inline(always)]
@@ -78,6 +100,8 @@ pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
     pub(crate) rn: *mut f32,
     pub(crate) rinv: *mut f32,
     pub(crate) corpus_norms: u64,
+    /// The launch's shared thresholds, at this block's first query (`TcKnnParams::thresholds`).
+    pub(crate) shared_thr: *mut u64,
     pub(crate) n_rows: u32,
     pub(crate) n_queries: u32,
     pub(crate) q0: u32,
@@ -153,6 +177,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             rn,
             rinv,
             corpus_norms: p.corpus_norms,
+            shared_thr: (p.thresholds as *mut u64).wrapping_add(q0 as usize),
             n_rows: p.n_rows,
             n_queries: p.n_queries,
             q0,
@@ -198,11 +223,9 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
                 thr_s: 0.0,
             };
         }
-        let k = self.k;
-        let last = ql * k + k - 1;
-        // SAFETY: ql < 128: inside the lists and the query norms.
+        let thr = self.threshold_key(ql);
+        // SAFETY: ql < 128: inside the query norms.
         unsafe {
-            let thr = *self.list_key.add(last);
             let nq = if METRIC != METRIC_DOT {
                 *self.qn.add(ql)
             } else {
@@ -214,7 +237,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
                     if thr == u64::MAX {
                         f32::NEG_INFINITY
                     } else {
-                        *self.list_score.add(last)
+                        key_score(thr, true)
                     },
                 )
             } else {
@@ -227,6 +250,20 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
                 qi,
                 thr_s,
             }
+        }
+    }
+
+    /// Tile-local query `ql`'s threshold key: the smaller of its list's `k`-th key and the launch's shared
+    /// threshold (`u64::MAX` while neither is known). A pair whose key is not below it is not needed.
+    #[inline(always)]
+    pub(crate) fn threshold_key(&self, ql: usize) -> u64 {
+        let last = ql * self.k + self.k - 1;
+        // SAFETY: ql < 128 and the query exists (callers check): inside the lists and the launch's
+        // thresholds, which other blocks change only atomically.
+        unsafe {
+            let shared =
+                AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql)).load(Ordering::Relaxed);
+            (*self.list_key.add(last)).min(shared)
         }
     }
 
@@ -244,13 +281,13 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         if self.q0 as usize + ql >= self.n_queries as usize {
             return stop_all;
         }
-        let last = ql * self.k + self.k - 1;
-        // SAFETY: ql < 128: inside the lists and the query norms.
+        let thr = self.threshold_key(ql);
+        if thr == u64::MAX {
+            return pass_all;
+        }
+        let s = key_score(thr, METRIC != METRIC_L2);
+        // SAFETY: ql < 128: inside the query norms.
         unsafe {
-            if *self.list_key.add(last) == u64::MAX {
-                return pass_all;
-            }
-            let s = *self.list_score.add(last);
             if METRIC == METRIC_COSINE {
                 if *self.qinv.add(ql) == 0.0 {
                     pass_all
@@ -489,6 +526,15 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             }
             if lane == 0 {
                 *self.count.add(ql) = 0;
+            }
+            // The list's new k-th key, once every lane's writes are in, to the launch's shared threshold.
+            sync_warp();
+            if lane == 0 {
+                let kth = *self.list_key.add(base + k - 1);
+                if kth != u64::MAX {
+                    AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql))
+                        .fetch_min(kth, Ordering::Relaxed);
+                }
             }
         }
     }

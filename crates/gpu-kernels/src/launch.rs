@@ -465,6 +465,34 @@ impl Kernels {
         }))
     }
 
+    /// Set the first `len` values of `buf` to `value` (`fill_u64`, one thread per value).
+    pub(crate) fn fill_u64(
+        &self,
+        gpu: &Gpu,
+        buf: &CudaSlice<u64>,
+        len: usize,
+        value: u64,
+    ) -> Result<(), KernelError> {
+        const K: &str = "fill_u64";
+        need_len(K, "buf", buf, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let fill = FillParams {
+            ptr: gpu.device_ptr(buf),
+            len: len as u64,
+            value,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", len.div_ceil(256))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: buf holds at least len u64 (checked); one thread per value, the rest return.
+        unsafe { gpu.launch(&self.fill_u64, cfg, fill) }?;
+        Ok(())
+    }
+
     /// The image this instance runs.
     pub fn image(&self) -> LoadedImage {
         self.image

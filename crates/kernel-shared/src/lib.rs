@@ -283,9 +283,10 @@ pub struct TcGemmParams {
 /// Fast-mode knn with top-k fused (`tc_knn_{f16,bf16}_{dot,cosine,l2}`, sm_80 and newer): the scores of
 /// `tc_gemm_*` (the same main loop, so the same bits), never written out. Block `(x, y)` takes queries
 /// `TC_TILE_Q * x ..` and the row tiles `y, y + n_splits, ..` of `TC_TILE_R` rows; it keeps each query's `k`
-/// best pair keys `(score_key(score) << 32) | row` in shared memory and writes them, ascending, with their
-/// scores to `out_keys[(q * n_splits + y) * k ..]` and `out_scores` (key `u64::MAX` where the split had fewer
-/// than `k` rows). `tc_knn_merge` then merges the `n_splits` lists of each query.
+/// best pair keys `(score_key(score) << 32) | row` below the query's shared threshold in shared memory and
+/// writes them, ascending, with their scores to `out_keys[(q * n_splits + y) * k ..]` and `out_scores` (key
+/// `u64::MAX` where fewer than `k` were kept). Every pair of the query's `k` best over all rows is in its
+/// split's list. `tc_knn_merge` then merges the `n_splits` lists of each query.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcKnnParams {
@@ -301,6 +302,10 @@ pub struct TcKnnParams {
     pub out_keys: u64,
     /// `n_queries * n_splits * k` f32 out.
     pub out_scores: u64,
+    /// `n_queries` u64, `u64::MAX` at launch: per query the smallest `k`-th key of any block's full list so
+    /// far (atomic minimum), which every block filters against as well as its own: a pair with a larger key
+    /// has `k` better pairs somewhere, so no split needs it.
+    pub thresholds: u64,
     pub n_queries: u32,
     pub n_rows: u32,
     /// Row stride of both operands in 16-bit values, a multiple of [`TC_LD_ALIGN`].
