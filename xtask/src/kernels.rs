@@ -202,10 +202,10 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .join("release/recall_kernels.ptx");
 
     // 2. Strip the arch attributes so one module lowers to every SM.
-    let ll = run(Command::new(llvm_bin.join("llvm-dis"))
+    let ll = stable_crate_hashes(&run(Command::new(llvm_bin.join("llvm-dis"))
         .arg(&bitcode)
         .arg("-o")
-        .arg("-"))?;
+        .arg("-"))?);
     // The `sm90a_*` kernels (`wgmma`) assemble for sm_90a only: every other image leaves them out.
     let stripped_ll = strip_arch_attributes(&ll);
     let stripped = work.join("recall_kernels.stripped.ll");
@@ -450,6 +450,57 @@ fn drop_functions(ll: &str, prefix: &str) -> String {
     out
 }
 
+/// `ll` with the crate disambiguators of Rust (v0) symbol names blanked: `Cs<hash>_` -> `Cs_` inside every
+/// name that starts with `_R`. Cargo derives a path crate's hash from its path, so a function left out of
+/// line (one not inlined into its kernel) would otherwise carry the checkout's location into the bundle, and
+/// `build-kernels --check` would fail on any other checkout.
+fn stable_crate_hashes(ll: &str) -> String {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '.';
+    let mut out = String::with_capacity(ll.len());
+    let mut rest = ll;
+    while let Some(at) = rest.find("_R") {
+        // Only at the start of a name.
+        let starts = rest[..at].chars().next_back().is_none_or(|c| !is_ident(c));
+        out.push_str(&rest[..at]);
+        let len = rest[at..]
+            .find(|c: char| !is_ident(c))
+            .unwrap_or(rest.len() - at);
+        let name = &rest[at..at + len];
+        if starts {
+            out.push_str(&blank_disambiguators(name));
+        } else {
+            out.push_str(name);
+        }
+        rest = &rest[at + len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `Cs<base-62>_<digit>` -> `Cs_<digit>` in one symbol name.
+fn blank_disambiguators(name: &str) -> String {
+    let b = name.as_bytes();
+    let mut out = String::with_capacity(name.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'C' && b.get(i + 1) == Some(&b's') {
+            let mut j = i + 2;
+            while j < b.len() && b[j].is_ascii_alphanumeric() {
+                j += 1;
+            }
+            if j > i + 2 && b.get(j) == Some(&b'_') && b.get(j + 1).is_some_and(u8::is_ascii_digit)
+            {
+                out.push_str("Cs_");
+                i = j + 1;
+                continue;
+            }
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
 /// Remove `"target-cpu"="…"` and `"target-features"="…"` from the textual IR.
 fn strip_arch_attributes(ll: &str) -> String {
     let mut out = ll.to_string();
@@ -610,7 +661,25 @@ fn is_bitcode(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::add_launch_bounds;
+    use super::{add_launch_bounds, stable_crate_hashes};
+
+    #[test]
+    fn crate_hashes_are_blanked_in_rust_symbols_only() {
+        let ll = "define internal i1 @_RNvMNtCshB1ByvtNNyk_14recall_kernels6tc_knnINtB2_5ListsKm1_Kj10_E6decideB4_(ptr %x) {\n  call void @\"_RNvCs9xY_4core3foo\"()\n  ; comment Cs12_3abc\n  %Cs1_2 = add i32 0, 0\n}";
+        let out = stable_crate_hashes(ll);
+        assert!(out.contains(
+            "@_RNvMNtCs_14recall_kernels6tc_knnINtB2_5ListsKm1_Kj10_E6decideB4_(ptr %x)"
+        ));
+        assert!(out.contains("@\"_RNvCs_4core3foo\""));
+        // Not a Rust symbol: unchanged.
+        assert!(out.contains("comment Cs12_3abc"));
+        assert!(out.contains("%Cs1_2 = add"));
+        // Two checkouts (two hashes) give the same text.
+        assert_eq!(
+            out,
+            stable_crate_hashes(&ll.replace("hB1ByvtNNyk", "hpifNTqhCwh"))
+        );
+    }
 
     #[test]
     fn launch_bounds_go_to_the_named_entries_only() {

@@ -149,6 +149,41 @@ mod tests {
     }
 
     #[test]
+    fn the_sm90a_image_holds_the_wgmma_kernels_and_no_other_image_does() {
+        let [cubin, ptx] = &SM90A_IMAGES;
+        assert!(cubin.bytes.starts_with(b"\x7fELF"));
+        let ptx = std::str::from_utf8(ptx.bytes).expect("utf8");
+        assert!(
+            ptx.contains(".target sm_90a"),
+            "sm_90a PTX targets another arch"
+        );
+        let wgmma: Vec<&str> = MANIFEST
+            .lines()
+            .find_map(|l| l.strip_prefix("kernels: "))
+            .expect("manifest lists the kernels")
+            .split_whitespace()
+            .filter(|k| k.starts_with("sm90a_"))
+            .collect();
+        // f16 and bf16, three metrics, the GEMM and the fused knn.
+        assert_eq!(wgmma.len(), 12, "{wgmma:?}");
+        for k in &wgmma {
+            assert!(
+                ptx.contains(&format!(".entry {k}(")),
+                "{k} missing from the sm_90a PTX"
+            );
+            for sm in ARCHES {
+                let other = std::str::from_utf8(image(sm, ImageKind::Ptx).expect("ptx").bytes)
+                    .expect("utf8");
+                assert!(
+                    !other.contains(&format!(".entry {k}(")),
+                    "{k} in the sm_{sm} PTX"
+                );
+            }
+        }
+        assert!(ptx.contains("wgmma.mma_async"));
+    }
+
+    #[test]
     fn exact_cubin_first_then_newest_older_ptx() {
         assert_eq!(
             select_image(9, 0, None).unwrap().candidates,

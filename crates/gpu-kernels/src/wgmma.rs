@@ -15,14 +15,31 @@ use std::sync::Arc;
 
 /// Whether `RECALL_WGMMA` leaves the `sm90a_*` kernels enabled (unset or `on`; `off` disables them).
 pub fn wgmma_enabled() -> bool {
-    match std::env::var("RECALL_WGMMA") {
-        Ok(v) if v == "off" => false,
-        Ok(v) if v == "on" => true,
-        Ok(v) => {
+    wgmma_setting(std::env::var("RECALL_WGMMA").ok().as_deref())
+}
+
+/// [`wgmma_enabled`] for a value of `RECALL_WGMMA` (`None`: unset); an unknown value is logged and means on.
+fn wgmma_setting(value: Option<&str>) -> bool {
+    match value {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(v) => {
             tracing::warn!(value = %v, "RECALL_WGMMA: expected on or off; using on");
             true
         }
-        Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wgmma_setting;
+
+    #[test]
+    fn only_off_disables_the_wgmma_kernels() {
+        assert!(wgmma_setting(None));
+        assert!(wgmma_setting(Some("on")));
+        assert!(!wgmma_setting(Some("off")));
+        assert!(wgmma_setting(Some("OFF?")));
     }
 }
 
