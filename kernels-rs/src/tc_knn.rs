@@ -600,9 +600,37 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
 /// <= TC_KNN_K_MAX`; sm_80 or newer.
 #[inline(always)]
 unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
-    let q0 = block_x() * TC_TILE_Q;
     // SAFETY: forwarded launcher contract: the lists follow the ring of TC_PIPE_BYTES.
-    let mut lists = unsafe { Lists::<METRIC, CAP>::new(p, TC_PIPE_BYTES, q0) };
+    let (mut lists, o, split, n_tiles) = unsafe { knn_block::<METRIC, CAP>(p, TC_PIPE_BYTES) };
+    // SAFETY: the ring is the first TC_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
+    // contract for the operands and outputs.
+    unsafe {
+        stream::<BF16, _>(
+            &o,
+            shared_addr(dynamic_shared_f32()),
+            split,
+            p.n_splits,
+            n_tiles,
+            &mut lists,
+        );
+        lists.write_out(p, split);
+    }
+}
+
+/// What a fused knn block (`tc_knn_*`, `sm90a_knn_*`) sets up before its main loop: its lists (after the
+/// ring's `pipe_bytes`), its operands, its split (`blockIdx.y`) and the number of row tiles it walks
+/// (`split, split + n_splits, ..`).
+///
+/// # Safety
+/// As [`Lists::new`].
+#[inline(always)]
+pub(crate) unsafe fn knn_block<const METRIC: u32, const C: usize>(
+    p: &TcKnnParams,
+    pipe_bytes: u32,
+) -> (Lists<METRIC, C>, Operands, u32, u32) {
+    let q0 = block_x() * TC_TILE_Q;
+    // SAFETY: forwarded.
+    let lists = unsafe { Lists::<METRIC, C>::new(p, pipe_bytes, q0) };
     let tiles = p.n_rows.div_ceil(TC_TILE_R);
     let split = block_y();
     let n_tiles = if split < tiles {
@@ -618,19 +646,7 @@ unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
         ld: p.ld,
         q0,
     };
-    // SAFETY: the ring is the first TC_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
-    // contract for the operands and outputs.
-    unsafe {
-        stream::<BF16, _>(
-            &o,
-            shared_addr(dynamic_shared_f32()),
-            split,
-            p.n_splits,
-            n_tiles,
-            &mut lists,
-        );
-        lists.write_out(p, split);
-    }
+    (lists, o, split, n_tiles)
 }
 
 kernels! {

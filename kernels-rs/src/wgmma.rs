@@ -23,7 +23,7 @@
 //! Both are fast mode, within the bound of `docs/numerics.md`; within one image `sm90a_knn_*` gives exactly
 //! the lists of `select_topk` over `sm90a_gemm_*`'s scores (the same main loop and score function).
 
-use crate::tc_knn::Lists;
+use crate::tc_knn::{Lists, knn_block};
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
     block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, shared_addr,
@@ -604,24 +604,8 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
 /// <= TC_KNN_K_MAX`; sm_90a.
 #[inline(always)]
 unsafe fn sm90a_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
-    let q0 = block_x() * TC_TILE_Q;
     // SAFETY: forwarded launcher contract: the lists follow the ring of H_PIPE_BYTES.
-    let mut lists = unsafe { Lists::<METRIC, CAP>::new(p, H_PIPE_BYTES, q0) };
-    let tiles = p.n_rows.div_ceil(TC_TILE_R);
-    let split = block_y();
-    let n_tiles = if split < tiles {
-        (tiles - split).div_ceil(p.n_splits)
-    } else {
-        0
-    };
-    let o = Operands {
-        queries: p.queries,
-        corpus: p.corpus,
-        n_queries: p.n_queries,
-        n_rows: p.n_rows,
-        ld: p.ld,
-        q0,
-    };
+    let (mut lists, o, split, n_tiles) = unsafe { knn_block::<METRIC, CAP>(p, H_PIPE_BYTES) };
     // SAFETY: the ring is the first H_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
     // contract for the operands and outputs.
     unsafe {
