@@ -235,17 +235,18 @@ macro_rules! wgmma_issue {
     };
 }
 
-/// Start `acc += A * B^T` (`acc = A * B^T` when `first`) over one stage (see [`wgmma_issue`]) for the warpgroup's A tile at `sa` and the B
-/// tile at `sb` (shared addresses, 1,024-byte aligned). [`wait_mma`] ends it.
+/// Start `acc += A * B^T` (`acc = A * B^T` when `first`) over one stage (see [`wgmma_issue`]) for the
+/// warpgroup's A tile and the B tile whose [`descriptor`]s are `da` and `db`. [`wait_mma`] ends it.
 ///
 /// # Safety
 /// The tiles hold 64 (A) and 256 (B) rows of this stage, written in the swizzled layout and made visible to
 /// the async proxy before a block barrier, and stay unchanged until [`wait_mma`]; all 128 threads of the
 /// warpgroup call it together; sm_90a.
 #[inline(always)]
-unsafe fn start_mma<const BF16: bool>(acc: &mut Acc90, sa: u32, sb: u32, first: bool) {
-    let a = [descriptor(sa), descriptor(sa + 32)];
-    let b = [descriptor(sb), descriptor(sb + 32)];
+unsafe fn start_mma<const BF16: bool>(acc: &mut Acc90, da: u64, db: u64, first: bool) {
+    // The second 16-column slice starts 32 bytes on: 2 in the descriptor's address field.
+    let a = [da, da + 2];
+    let b = [db, db + 2];
     // SAFETY: caller; the instructions read only the two tiles the descriptors name and write only `acc`.
     unsafe {
         let add = u32::from(!first);
@@ -286,7 +287,10 @@ struct Loader {
     a_rows: u32,
     /// The corpus operand and this thread's `2 * (t / 4 * ld + 8 * (t % 4))` bytes into a row tile.
     corpus: u64,
-    b_off: u64,
+    /// This thread's first piece in the next step's row tile (`corpus + 2 * ((r0 + t / 4) * ld + 8 * (t % 4))`
+    /// bytes), and the bytes from one of the block's row tiles to its next.
+    b_tile: u64,
+    b_step: u64,
     /// Bytes between rows [`PASS_ROWS`] apart.
     stride: u64,
     /// Shared offset of the thread's first piece in a stage, from the ring.
@@ -328,12 +332,10 @@ impl Loader {
                 unsafe { cp_async16(dst + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
             // Rows of this row tile left from this thread's first: copy i exists when 64 i < rem.
-            let rem = i64::from(self.n_rows) - i64::from(self.r0 + self.row);
-            let b = self.corpus
-                + self.b_off
-                + 2 * (u64::from(self.r0) * u64::from(self.ld) + u64::from(k0));
+            let rem = self.n_rows.saturating_sub(self.r0 + self.row);
+            let b = self.b_tile + 2 * u64::from(k0);
             unroll!(4, I: u32 => {
-                let ok = col_ok && i64::from(PASS_ROWS * I) < rem;
+                let ok = col_ok && PASS_ROWS * I < rem;
                 let src = if ok { b + u64::from(I) * self.stride } else { self.corpus };
                 // SAFETY: as above.
                 unsafe { cp_async16(dst + A_BYTES + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
@@ -342,6 +344,7 @@ impl Loader {
             if self.ks == self.steps {
                 self.ks = 0;
                 self.r0 += self.r0_step;
+                self.b_tile += self.b_step;
             }
             self.stage = if self.stage + 1 == H_STAGES {
                 0
@@ -375,6 +378,11 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
     let t = thread_x();
     // Uniform per warp (and known so): the descriptors built from it stay in uniform registers.
     let wg = warp_uniform(t / 128);
+    // The first stage's descriptors: this warpgroup's 64 query rows, and the row tile.
+    let (da, db) = (
+        descriptor(ring + wg * 64 * ROW_BYTES),
+        descriptor(ring + A_BYTES),
+    );
     let steps = o.ld.div_ceil(H_TILE_K);
     let total = n_tiles * steps;
     let (row, col) = (t / PIECES, 8 * (t % PIECES));
@@ -389,7 +397,8 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
         a_src: o.queries + 2 * (u64::from(o.q0 + row) * ld + u64::from(col)),
         a_rows,
         corpus: o.corpus,
-        b_off: 2 * (u64::from(row) * ld + u64::from(col)),
+        b_tile: o.corpus + 2 * ((u64::from(tile0 * TC_TILE_R + row)) * ld + u64::from(col)),
+        b_step: 2 * u64::from(tile_step * TC_TILE_R) * ld,
         stride: 2 * u64::from(PASS_ROWS) * ld,
         // The 64-byte swizzle: piece bits 4-5 XOR address bits 7-8 (row / 2 % 4).
         dst: row * ROW_BYTES + ((t % PIECES) ^ (row / 2 % PIECES)) * 16,
@@ -428,11 +437,13 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
             cp_async_wait::<{ LEAD - 1 }>();
             fence_proxy_async();
             sync_threads();
-            let sa = ring + stage * STAGE_BYTES;
+            // The stage's descriptors: the first stage's, its address field advanced (no carry out of it: the
+            // ring lies below 256 KiB of shared addresses).
+            let off = u64::from(stage * (STAGE_BYTES >> 4));
             // SAFETY: the stage's tiles are complete and published (above) and no copy writes them before
             // this step's MMAs are done (the copies queued next go to the stage of two steps back); both
             // warpgroups reach this together.
-            unsafe { start_mma::<BF16>(&mut acc, sa + wg * 64 * ROW_BYTES, sa + A_BYTES, ks == 0) };
+            unsafe { start_mma::<BF16>(&mut acc, da + off, db + off, ks == 0) };
             // This warpgroup's previous step is done; this one runs on under the copies and the next barrier.
             wait_mma::<1>(&mut acc);
             // SAFETY: the copies go to the stage of two steps back (LEAD = H_STAGES - 2), done (above).
