@@ -564,41 +564,27 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
                     lim[I * 2 + H] = self.limit(wm * 64 + I * 16 + g + 8 * H);
                 });
             });
-            // First the quick test alone, without branches: most threads find no pair to offer.
-            let mut any = false;
             unroll!(8, J: usize => {
                 unroll!(2, E: usize => {
-                    let rq = self.row_quick(wn * 64 + J * 8 + c + E);
+                    let rl = wn * 64 + J * 8 + c + E;
+                    let rq = self.row_quick(rl);
                     unroll!(4, I: usize => {
                         unroll!(2, H: usize => {
-                            any |= Self::might_pass(acc[I][J][2 * H + E], rq, lim[I * 2 + H]);
+                            let bit = ((I * 2 + H) * 8 + J) * 2 + E;
+                            overflow |= self.consider(
+                                wm * 64 + I * 16 + g + 8 * H,
+                                rl,
+                                r0,
+                                acc[I][J][2 * H + E],
+                                rq,
+                                lim[I * 2 + H],
+                                &mut done[bit / 32],
+                                1 << (bit % 32),
+                            );
                         });
                     });
                 });
             });
-            if any {
-                unroll!(8, J: usize => {
-                    unroll!(2, E: usize => {
-                        let rl = wn * 64 + J * 8 + c + E;
-                        let rq = self.row_quick(rl);
-                        unroll!(4, I: usize => {
-                            unroll!(2, H: usize => {
-                                let bit = ((I * 2 + H) * 8 + J) * 2 + E;
-                                overflow |= self.consider(
-                                    wm * 64 + I * 16 + g + 8 * H,
-                                    rl,
-                                    r0,
-                                    acc[I][J][2 * H + E],
-                                    rq,
-                                    lim[I * 2 + H],
-                                    &mut done[bit / 32],
-                                    1 << (bit % 32),
-                                );
-                            });
-                        });
-                    });
-                });
-            }
             if !self.merge_round(overflow) {
                 break;
             }

@@ -578,43 +578,28 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
         loop {
             let mut overflow = false;
             let lim = [self.limit(ql[0]), self.limit(ql[1])];
-            // First the quick test alone, without branches: most threads find no pair to offer.
-            let mut any = false;
             unroll!(4, JH: usize => {
                 unroll!(8, JL: usize => {
                     let j = JH * 8 + JL;
                     unroll!(2, E: usize => {
-                        let rq = self.row_quick(8 * j + c + E);
+                        let rl = 8 * j + c + E;
+                        let rq = self.row_quick(rl);
                         unroll!(2, H: usize => {
-                            any |= Self::might_pass(acc[4 * j + 2 * H + E], rq, lim[H]);
+                            let bit = 2 * (2 * j + E) + H;
+                            overflow |= self.consider(
+                                ql[H],
+                                rl,
+                                r0,
+                                acc[4 * j + 2 * H + E],
+                                rq,
+                                lim[H],
+                                &mut done[bit / 32],
+                                1 << (bit % 32),
+                            );
                         });
                     });
                 });
             });
-            if any {
-                unroll!(4, JH: usize => {
-                    unroll!(8, JL: usize => {
-                        let j = JH * 8 + JL;
-                        unroll!(2, E: usize => {
-                            let rl = 8 * j + c + E;
-                            let rq = self.row_quick(rl);
-                            unroll!(2, H: usize => {
-                                let bit = 2 * (2 * j + E) + H;
-                                overflow |= self.consider(
-                                    ql[H],
-                                    rl,
-                                    r0,
-                                    acc[4 * j + 2 * H + E],
-                                    rq,
-                                    lim[H],
-                                    &mut done[bit / 32],
-                                    1 << (bit % 32),
-                                );
-                            });
-                        });
-                    });
-                });
-            }
             if !self.merge_round(overflow) {
                 break;
             }
