@@ -210,7 +210,11 @@ pub fn build(args: &[String]) -> Result<(), String> {
     let stripped_ll = strip_arch_attributes(&ll);
     let stripped = work.join("recall_kernels.stripped.ll");
     let main_bc = work.join("recall_kernels.main.bc");
-    fs::write(&stripped, drop_functions(&stripped_ll, SM90A_PREFIX)).map_err(|e| e.to_string())?;
+    fs::write(
+        &stripped,
+        drop_functions(&stripped_ll, |f| f.starts_with(SM90A_PREFIX)),
+    )
+    .map_err(|e| e.to_string())?;
     run(Command::new(llvm_bin.join("opt"))
         .args(["-passes=globaldce"])
         .arg(&stripped)
@@ -252,10 +256,12 @@ pub fn build(args: &[String]) -> Result<(), String> {
     let without_tc = work.join("recall_kernels.pre_sm80.bc");
     fs::write(
         &pre_ampere,
-        SM80_PREFIXES
-            .iter()
-            .chain([&SM90A_PREFIX])
-            .fold(stripped_ll.clone(), |m, prefix| drop_functions(&m, prefix)),
+        drop_functions(&stripped_ll, |f| {
+            SM80_PREFIXES
+                .iter()
+                .chain([&SM90A_PREFIX])
+                .any(|p| f.starts_with(p))
+        }),
     )
     .map_err(|e| e.to_string())?;
     run(Command::new(llvm_bin.join("opt"))
@@ -297,15 +303,11 @@ pub fn build(args: &[String]) -> Result<(), String> {
     // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.0.
     let only_90a = work.join("recall_kernels.sm90a.ll");
     let only_90a_bc = work.join("recall_kernels.sm90a.bc");
-    let others: Vec<&String> = kernels
-        .iter()
-        .filter(|k| !k.starts_with(SM90A_PREFIX))
-        .collect();
     fs::write(
         &only_90a,
-        others
-            .iter()
-            .fold(stripped_ll, |m, k| drop_functions(&m, k)),
+        drop_functions(&stripped_ll, |f| {
+            !f.starts_with(SM90A_PREFIX) && kernels.iter().any(|k| k == f)
+        }),
     )
     .map_err(|e| e.to_string())?;
     run(Command::new(llvm_bin.join("opt"))
@@ -428,9 +430,9 @@ const SM80_PREFIXES: [&str; 2] = ["tc_", "sm80_"];
 const SM90A_PREFIX: &str = "sm90a_";
 const TC_MIN_SM: u32 = 80;
 
-/// `ll` without the definitions of the functions whose names start with `prefix` (a `define` line up to its
-/// closing `}` line).
-fn drop_functions(ll: &str, prefix: &str) -> String {
+/// `ll` without the definitions (a `define` line up to its closing `}` line) of the functions whose names
+/// `drop` accepts.
+fn drop_functions(ll: &str, drop: impl Fn(&str) -> bool) -> String {
     let mut out = String::with_capacity(ll.len());
     let mut skipping = false;
     for line in ll.lines() {
@@ -440,7 +442,7 @@ fn drop_functions(ll: &str, prefix: &str) -> String {
             }
             continue;
         }
-        if line.starts_with("define") && line.contains(&format!("@{prefix}")) {
+        if define_name(line).is_some_and(&drop) {
             skipping = !line.trim_end().ends_with('}');
             continue;
         }
@@ -450,6 +452,14 @@ fn drop_functions(ll: &str, prefix: &str) -> String {
     out
 }
 
+/// The name a `define` line of textual IR defines (without quotes), if `line` is one.
+fn define_name(line: &str) -> Option<&str> {
+    if !line.starts_with("define") {
+        return None;
+    }
+    let rest = &line[line.find('@')? + 1..];
+    Some(rest[..rest.find('(')?].trim_matches('"'))
+}
 /// `ll` with the crate disambiguators of Rust (v0) symbol names blanked: `Cs<hash>_` -> `Cs_` inside every
 /// name that starts with `_R`. Cargo derives a path crate's hash from its path, so a function left out of
 /// line (one not inlined into its kernel) would otherwise carry the checkout's location into the bundle, and
@@ -525,13 +535,8 @@ fn strip_arch_attributes(ll: &str) -> String {
 fn exported_kernels(ll: &str) -> Vec<String> {
     let mut names: Vec<String> = ll
         .lines()
-        .filter(|l| l.starts_with("define") && l.contains("ptx_kernel"))
-        .filter_map(|l| {
-            let at = l.find('@')?;
-            let rest = &l[at + 1..];
-            let end = rest.find('(')?;
-            Some(rest[..end].trim_matches('"').to_string())
-        })
+        .filter(|l| l.contains("ptx_kernel"))
+        .filter_map(|l| define_name(l).map(str::to_string))
         .collect();
     names.sort();
     names

@@ -1780,19 +1780,8 @@ impl Kernels {
         need_len(K, "points", points, elems(K, n_points, dim)?)?;
         need_len(K, "centroids", centroids, elems(K, k, dim)?)?;
         need_len(K, "keys", keys, n_points)?;
-        let n32 = to_u32(K, "n_points", n_points)?;
-        let fill = FillParams {
-            ptr: gpu.device_ptr(keys),
-            len: n_points as u64,
-            value: u64::MAX,
-        };
-        let fill_cfg = LaunchConfig {
-            grid_dim: (n32.div_ceil(256), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: keys holds n_points u64; the grid covers them.
-        unsafe { gpu.launch(&self.fill_u64, fill_cfg, fill) }?;
+        to_u32(K, "n_points", n_points)?;
+        self.fill_u64(gpu, keys, n_points, u64::MAX)?;
         let per_launch = MAX_GRID_Y * GEMM_TILE as usize;
         let k32 = to_u32(K, "k", k)?;
         let (func, smem) = match self.sgemm_for(dim) {
