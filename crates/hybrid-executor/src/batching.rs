@@ -14,6 +14,7 @@
 
 use crate::device::Device;
 use crate::executor::{ExecError, Outcome};
+use crate::metrics::Metrics;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -85,16 +86,23 @@ pub(crate) struct Batcher<R> {
     open: Mutex<HashMap<BatchKey, Arc<Batch<R>>>>,
     /// Batches running now: a leader waits while `in_flight` are, keeping its batch open (and growing),
     /// so under load batches grow to what arrives while the running ones run.
-    running: Mutex<usize>,
+    running: Mutex<Running>,
     /// Signalled when a running batch ends.
     ended: Condvar,
+}
+
+/// The batches of one op that run now, and when the last one ended.
+#[derive(Debug, Default)]
+struct Running {
+    n: usize,
+    last_end: Option<Instant>,
 }
 
 impl<R> Default for Batcher<R> {
     fn default() -> Self {
         Batcher {
             open: Mutex::new(HashMap::new()),
-            running: Mutex::new(0),
+            running: Mutex::new(Running::default()),
             ended: Condvar::new(),
         }
     }
@@ -102,27 +110,34 @@ impl<R> Default for Batcher<R> {
 
 /// A running batch's place among the `in_flight`; given back on drop (also when the run unwinds).
 struct RunSlot<'a> {
-    running: &'a Mutex<usize>,
+    running: &'a Mutex<Running>,
     ended: &'a Condvar,
 }
 
 impl<'a> RunSlot<'a> {
-    /// Wait until fewer than `in_flight` (at least 1) batches run, then take a place.
-    fn take(running: &'a Mutex<usize>, ended: &'a Condvar, in_flight: usize) -> RunSlot<'a> {
-        let mut n = running.lock();
-        while *n >= in_flight.max(1) {
-            ended.wait(&mut n);
+    /// Wait until fewer than `in_flight` (at least 1) batches run, then take a place; also returns how
+    /// long ago the op's last batch ended (`None` before the first).
+    fn take(
+        running: &'a Mutex<Running>,
+        ended: &'a Condvar,
+        in_flight: usize,
+    ) -> (RunSlot<'a>, Option<Duration>) {
+        let mut r = running.lock();
+        while r.n >= in_flight.max(1) {
+            ended.wait(&mut r);
         }
-        *n += 1;
-        RunSlot { running, ended }
+        r.n += 1;
+        let gap = r.last_end.map(|t| t.elapsed());
+        (RunSlot { running, ended }, gap)
     }
 }
 
 impl Drop for RunSlot<'_> {
     fn drop(&mut self) {
-        let mut n = self.running.lock();
-        *n = n.saturating_sub(1);
-        drop(n);
+        let mut r = self.running.lock();
+        r.n = r.n.saturating_sub(1);
+        r.last_end = Some(Instant::now());
+        drop(r);
         self.ended.notify_one();
     }
 }
@@ -148,10 +163,11 @@ impl<R> Drop for LeaderGuard<'_, R> {
 
 impl<R: Send> Batcher<R> {
     /// Join (or open and lead) the batch for `key` with `queries` (`n` queries, row-major); `run` runs a
-    /// closed batch (all its queries, row-major, and each member's count) and is called by the leader only.
-    /// Returns this caller's answer.
+    /// closed batch (all its queries, row-major, and each member's count) and is called by the leader only,
+    /// which records the batch's size and phases in `metrics`. Returns this caller's answer.
     pub(crate) fn submit(
         &self,
+        metrics: &Metrics,
         key: BatchKey,
         queries: &[f32],
         n: usize,
@@ -208,7 +224,7 @@ impl<R: Send> Batcher<R> {
                 }
             }
         };
-        self.lead(key, &batch, index, config, run)
+        self.lead(metrics, key, &batch, index, config, run)
     }
 
     fn follow(batch: &Batch<R>, index: usize) -> Result<Outcome<R>, ExecError> {
@@ -239,6 +255,7 @@ impl<R: Send> Batcher<R> {
 
     fn lead(
         &self,
+        metrics: &Metrics,
         key: BatchKey,
         batch: &Arc<Batch<R>>,
         index: usize,
@@ -246,7 +263,8 @@ impl<R: Send> Batcher<R> {
         run: impl FnOnce(&[f32], &[usize]) -> BatchResult<R>,
     ) -> Result<Outcome<R>, ExecError> {
         let mut guard = LeaderGuard { batch, done: false };
-        let deadline = Instant::now() + config.max_wait;
+        let opened = Instant::now();
+        let deadline = opened + config.max_wait;
         {
             let mut s = batch.state.lock();
             while !s.closed {
@@ -256,7 +274,7 @@ impl<R: Send> Batcher<R> {
             }
         }
         // Wait for a place among the running batches; callers keep joining meanwhile.
-        let slot = RunSlot::take(&self.running, &self.ended, config.in_flight);
+        let (slot, gap) = RunSlot::take(&self.running, &self.ended, config.in_flight);
         // Close it (map lock first, as joiners take it).
         let (queries, sizes, members) = {
             let mut open = self.open.lock();
@@ -271,9 +289,12 @@ impl<R: Send> Batcher<R> {
                 s.members,
             )
         };
+        let started = Instant::now();
         let result = run(&queries, &sizes);
         // The device's part is done: the next batch may start while this one's answers are handed out.
         drop(slot);
+        metrics.record_batch(sizes.iter().sum());
+        metrics.record_batch_phases(started - opened, started.elapsed(), gap);
         let mut s = batch.state.lock();
         s.answers = Some(match result {
             Ok((answers, device, fallback)) if answers.len() == members => {
@@ -303,6 +324,7 @@ mod tests {
     /// Two leaders of different keys at once; returns the most batches seen running together.
     fn most_running_together(in_flight: usize) -> usize {
         let batcher = Batcher::<u32>::default();
+        let metrics = Metrics::default();
         let config = BatchConfig {
             max_batch: 8,
             max_wait: Duration::ZERO,
@@ -316,7 +338,7 @@ mod tests {
                 params: 0,
                 tenant: None,
             };
-            batcher.submit(key, &[1.0], 1, config, |_, sizes| {
+            batcher.submit(&metrics, key, &[1.0], 1, config, |_, sizes| {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 // Wait (boundedly) for the other batch to be running too.
@@ -338,6 +360,9 @@ mod tests {
                 assert_eq!(out.expect("answered").value, 7);
             }
         });
+        let run = metrics.batch_phase_ns(crate::metrics::BatchPhase::Run);
+        assert_eq!(run.count(), 2, "both batches' phases recorded");
+        assert_eq!(metrics.batch_sizes().sum(), 2);
         most.load(Ordering::SeqCst)
     }
 

@@ -1127,9 +1127,13 @@ impl Executor {
             tenant: opts.tenant.map(|t| t.0),
         };
         let n_rows = corpus.n_rows();
-        self.cosine_batcher
-            .submit(key, query, 1, self.config.batching, |queries, sizes| {
-                self.metrics.record_batch(sizes.len());
+        self.cosine_batcher.submit(
+            &self.metrics,
+            key,
+            query,
+            1,
+            self.config.batching,
+            |queries, _| {
                 let out = self.run_op(
                     &CosineOp {
                         queries,
@@ -1140,7 +1144,8 @@ impl Executor {
                 )?;
                 let rows = out.value.chunks(n_rows).map(<[f32]>::to_vec).collect();
                 Ok((rows, out.device, out.fallback))
-            })
+            },
+        )
     }
 }
 
@@ -1223,30 +1228,34 @@ impl Executor {
                 opts.tenant.map(|t| t.0)
             },
         };
-        let out =
-            self.knn_batcher
-                .submit(key, queries, nq, self.config.batching, |all, sizes| {
-                    self.metrics.record_batch(sizes.iter().sum());
-                    let out = self.knn_shared(opts, all, corpus, metric, k)?;
-                    let mut answers = Vec::with_capacity(sizes.len());
-                    let mut at = 0;
-                    for &n in sizes {
-                        let (ids, scores) = (
-                            out.value.ids.get(at..at + n * k),
-                            out.value.scores.get(at..at + n * k),
-                        );
-                        let (Some(ids), Some(scores)) = (ids, scores) else {
-                            return Err(ExecError::Internal(format!(
-                                "a batch of {} queries returned {} neighbours",
-                                sizes.iter().sum::<usize>(),
-                                out.value.ids.len()
-                            )));
-                        };
-                        answers.push((ids.to_vec(), scores.to_vec()));
-                        at += n * k;
-                    }
-                    Ok((answers, out.device, out.fallback))
-                })?;
+        let out = self.knn_batcher.submit(
+            &self.metrics,
+            key,
+            queries,
+            nq,
+            self.config.batching,
+            |all, sizes| {
+                let out = self.knn_shared(opts, all, corpus, metric, k)?;
+                let mut answers = Vec::with_capacity(sizes.len());
+                let mut at = 0;
+                for &n in sizes {
+                    let (ids, scores) = (
+                        out.value.ids.get(at..at + n * k),
+                        out.value.scores.get(at..at + n * k),
+                    );
+                    let (Some(ids), Some(scores)) = (ids, scores) else {
+                        return Err(ExecError::Internal(format!(
+                            "a batch of {} queries returned {} neighbours",
+                            sizes.iter().sum::<usize>(),
+                            out.value.ids.len()
+                        )));
+                    };
+                    answers.push((ids.to_vec(), scores.to_vec()));
+                    at += n * k;
+                }
+                Ok((answers, out.device, out.fallback))
+            },
+        )?;
         let (ids, scores) = out.value;
         Ok(Outcome {
             value: TopK { k, ids, scores },

@@ -64,7 +64,9 @@ pub use executor::{
 pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, FaultStep, Trigger};
 pub use gpu_backend::{GpuBackend, bundle_arches};
 pub use gpu_test_fault::{TEST_FAULT_ENV, TestFault, TestFaultAction, TestFaultOp};
-pub use metrics::{FallbackReason, LogHistogram, Metrics, Pow2Histogram, TenantCounters};
+pub use metrics::{
+    BatchPhase, FallbackReason, LogHistogram, Metrics, Pow2Histogram, TenantCounters,
+};
 pub use multi_gpu::{GpuLoad, MultiGpu};
 pub use op::{Op, OpKind};
 pub use shared_corpus::SharedCorpus;

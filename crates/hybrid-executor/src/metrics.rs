@@ -185,6 +185,37 @@ impl Pow2Histogram {
     }
 }
 
+/// Where a dynamically formed batch spends its time ([`Metrics::batch_phase_ns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchPhase {
+    /// From the batch's opening (its first call) to its closing: the time its first member waited for
+    /// others to join and for a free run slot.
+    Wait,
+    /// The batched call itself (on a GPU: uploads, kernels, results back).
+    Run,
+    /// From the end of the op's previous batch to this one's start: time the batcher left its run slot
+    /// empty. Under load it is the hand-over cost between batches; when idle, the time between calls.
+    Gap,
+}
+
+impl BatchPhase {
+    /// Every phase, in the order of the metric's labels.
+    pub const ALL: [BatchPhase; 3] = [BatchPhase::Wait, BatchPhase::Run, BatchPhase::Gap];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The phase's label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchPhase::Wait => "wait",
+            BatchPhase::Run => "run",
+            BatchPhase::Gap => "gap",
+        }
+    }
+}
+
 /// Per-tenant counters (registered by the executor when a tenant is added).
 #[derive(Debug, Default)]
 pub struct TenantCounters {
@@ -208,6 +239,8 @@ pub struct Metrics {
     breaker_transitions: [AtomicU64; 3],
     breaker_state: AtomicU8,
     batch_sizes: Pow2Histogram,
+    /// Per formed batch: [`BatchPhase::ALL`] in nanoseconds.
+    batch_phase_ns: [LogHistogram; 3],
     gpu_memory_in_use: AtomicU64,
     tenants: Mutex<Vec<(String, Arc<TenantCounters>)>>,
 }
@@ -224,6 +257,7 @@ impl Default for Metrics {
             breaker_transitions: std::array::from_fn(|_| AtomicU64::new(0)),
             breaker_state: AtomicU8::new(0),
             batch_sizes: Pow2Histogram::default(),
+            batch_phase_ns: std::array::from_fn(|_| LogHistogram::default()),
             gpu_memory_in_use: AtomicU64::new(0),
             tenants: Mutex::new(Vec::new()),
         }
@@ -283,6 +317,16 @@ impl Metrics {
         self.batch_sizes.record(size as u64);
     }
 
+    /// A formed batch's phases; `gap` is `None` for the op's first batch.
+    pub(crate) fn record_batch_phases(&self, wait: Duration, run: Duration, gap: Option<Duration>) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.batch_phase_ns[BatchPhase::Wait.index()].record(ns(wait));
+        self.batch_phase_ns[BatchPhase::Run.index()].record(ns(run));
+        if let Some(gap) = gap {
+            self.batch_phase_ns[BatchPhase::Gap.index()].record(ns(gap));
+        }
+    }
+
     pub(crate) fn set_gpu_memory_in_use(&self, bytes: u64) {
         self.gpu_memory_in_use.store(bytes, Ordering::Relaxed);
     }
@@ -337,6 +381,11 @@ impl Metrics {
     /// Sizes of the batches dynamic batching formed.
     pub fn batch_sizes(&self) -> &Pow2Histogram {
         &self.batch_sizes
+    }
+
+    /// Per formed batch, the time spent in `phase`, in nanoseconds.
+    pub fn batch_phase_ns(&self, phase: BatchPhase) -> &LogHistogram {
+        &self.batch_phase_ns[phase.index()]
     }
 
     /// Latencies of `op` in nanoseconds.
@@ -445,6 +494,37 @@ impl Metrics {
         writeln!(o, "recall_batch_size_bucket{{le=\"+Inf\"}} {n}")?;
         writeln!(o, "recall_batch_size_sum {}", self.batch_sizes.sum())?;
         writeln!(o, "recall_batch_size_count {n}")?;
+        writeln!(
+            o,
+            "# HELP recall_batch_phase_seconds Per dynamically formed batch: wait (opening to closing), run (the batched call), gap (run slot empty before it)."
+        )?;
+        writeln!(o, "# TYPE recall_batch_phase_seconds summary")?;
+        for phase in BatchPhase::ALL {
+            let (h, p) = (&self.batch_phase_ns[phase.index()], phase.name());
+            for q in [0.5, 0.95, 0.99] {
+                match h.quantile(q) {
+                    Some(ns) => writeln!(
+                        o,
+                        "recall_batch_phase_seconds{{phase=\"{p}\",quantile=\"{q}\"}} {}",
+                        ns as f64 * 1e-9
+                    )?,
+                    None => writeln!(
+                        o,
+                        "recall_batch_phase_seconds{{phase=\"{p}\",quantile=\"{q}\"}} NaN"
+                    )?,
+                }
+            }
+            writeln!(
+                o,
+                "recall_batch_phase_seconds_sum{{phase=\"{p}\"}} {}",
+                h.sum() as f64 * 1e-9
+            )?;
+            writeln!(
+                o,
+                "recall_batch_phase_seconds_count{{phase=\"{p}\"}} {}",
+                h.count()
+            )?;
+        }
         writeln!(
             o,
             "# HELP recall_call_latency_seconds Call latency, queueing included, by op."

@@ -16,7 +16,9 @@
 use crate::ops::MetricArg;
 use crate::util::{COMMIT, cpu_model, grouped, threads, utc_date};
 use recall::diagnostics::{SplitMix, power_law_graph};
-use recall::executor::{CallOptions, Device, FallbackReason, OpKind, TenantConfig, TenantId};
+use recall::executor::{
+    BatchPhase, CallOptions, Device, FallbackReason, OpKind, TenantConfig, TenantId,
+};
 use recall::{Corpus, DevicePolicy, Engine, GpuStatus, Metric, SpreadGraph, SpreadParams};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -839,6 +841,13 @@ struct Report {
     /// Fast mode: what the check of the sampled knn answers within the bound found.
     fast_check: Option<FastCheck>,
     fallbacks_by_reason: Vec<(&'static str, u64)>,
+    /// Dynamic batches formed (warm-up included), their queries, and per phase (wait, run, gap) the
+    /// p50, p99 and mean in microseconds.
+    batches: (
+        u64,
+        u64,
+        Vec<(&'static str, Option<f64>, Option<f64>, Option<f64>)>,
+    ),
     gpu_calls: u64,
     memory: Vec<(&'static str, Memory)>,
     checks: Vec<MemCheck>,
@@ -1164,6 +1173,24 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
         .iter()
         .map(|op| metrics.calls(*op, Device::Gpu { ordinal: 0 }))
         .sum();
+    let batches = {
+        let sizes = metrics.batch_sizes();
+        let phases = BatchPhase::ALL
+            .iter()
+            .map(|p| {
+                let h = metrics.batch_phase_ns(*p);
+                let us = |ns: u64| ns as f64 / 1e3;
+                let mean = (h.count() > 0).then(|| us(h.sum()) / h.count() as f64);
+                (
+                    p.name(),
+                    h.quantile(0.5).map(us),
+                    h.quantile(0.99).map(us),
+                    mean,
+                )
+            })
+            .collect();
+        (sizes.count(), sizes.sum(), phases)
+    };
     drop(corpus);
     drop(graph);
     drop(samples);
@@ -1321,6 +1348,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
         verified: verified.iter().sum(),
         fast_check: (setup.mode != recall::Mode::Exact).then_some(fast_check),
         fallbacks_by_reason,
+        batches,
         gpu_calls,
         memory: vec![
             ("start", m_start),
@@ -1507,7 +1535,29 @@ fn render_markdown(r: &Report) -> String {
         .iter()
         .map(|(n, v)| format!("{n} {v}"))
         .collect();
-    let _ = writeln!(o, "- fallbacks to the CPU by reason: {}\n", fb.join(", "));
+    let _ = writeln!(o, "- fallbacks to the CPU by reason: {}", fb.join(", "));
+    let (n_batches, batched, phases) = &r.batches;
+    if *n_batches > 0 {
+        let ph: Vec<String> = phases
+            .iter()
+            .map(|(name, p50, p99, mean)| {
+                format!(
+                    "{name} p50 {} / p99 {} / mean {}",
+                    fmt_us(*p50),
+                    fmt_us(*p99),
+                    fmt_us(*mean)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "- dynamic batches: {} of {:.1} queries on average; per batch {}",
+            grouped(*n_batches),
+            *batched as f64 / *n_batches as f64,
+            ph.join("; ")
+        );
+    }
+    let _ = writeln!(o);
     let _ = writeln!(
         o,
         "| op | calls | on GPU | fallbacks | errors | p50 | p95 | p99 | max | verified | mismatches |"

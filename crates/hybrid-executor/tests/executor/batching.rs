@@ -1,7 +1,9 @@
 //! Dynamic batching: coalescing, one answer per caller, none lost or duplicated.
 
 use super::*;
-use recall_hybrid_executor::{BatchConfig, CallOptions, CorpusRef, ExecError, TenantConfig};
+use recall_hybrid_executor::{
+    BatchConfig, BatchPhase, CallOptions, CorpusRef, ExecError, TenantConfig,
+};
 use std::sync::Barrier;
 
 const DIM: usize = 12;
@@ -106,6 +108,18 @@ fn batching_under_load_loses_and_duplicates_nothing() {
     assert!(h.count() as usize <= threads * per_thread);
     let (c_calls, g_calls, _) = exec.counters();
     assert_eq!(c_calls + g_calls, h.count());
+    // Every batch's phases were recorded: a wait and a run each, a gap each but the first.
+    let m = exec.metrics();
+    let phase = |p| m.batch_phase_ns(p).count();
+    assert_eq!(phase(BatchPhase::Wait), h.count());
+    assert_eq!(phase(BatchPhase::Run), h.count());
+    assert_eq!(phase(BatchPhase::Gap), h.count() - 1);
+    let text = exec.prometheus_text();
+    let runs = format!(
+        "recall_batch_phase_seconds_count{{phase=\"run\"}} {}",
+        h.count()
+    );
+    assert!(text.contains(&runs), "{text}");
 }
 
 #[test]
