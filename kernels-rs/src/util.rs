@@ -158,6 +158,20 @@ pub unsafe fn cp_async16(dst: u32, src: u64, bytes: u32) {
     }
 }
 
+/// [`cp_async16`] with the L2 asked to fetch the 256 aligned bytes around `src` (`.L2::256B`): for a
+/// stream whose later steps read the rest of those bytes (a row read 32 or 64 bytes a step), one memory
+/// request serves several steps, so more of the stream is in flight per request the SM tracks.
+///
+/// # Safety
+/// As [`cp_async16`].
+#[inline(always)]
+pub unsafe fn cp_async16_l2_256(dst: u32, src: u64, bytes: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("cp.async.cg.shared.global.L2::256B [{d}], [{s}], 16, {n};", d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, options(nostack));
+    }
+}
+
 /// Ask the L2 to fetch the line holding `addr` (`prefetch.global.L2`); no data comes back to the thread.
 ///
 /// # Safety

@@ -26,8 +26,8 @@
 use crate::tc_knn::{Lists, knn_block};
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
-    block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, shared_addr,
-    sync_threads, thread_x, warp_uniform,
+    block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
+    dynamic_shared_f32, shared_addr, sync_threads, thread_x, warp_uniform,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -338,7 +338,7 @@ impl Loader {
                 let ok = col_ok && PASS_ROWS * I < rem;
                 let src = if ok { b + u64::from(I) * self.stride } else { self.corpus };
                 // SAFETY: as above.
-                unsafe { cp_async16(dst + A_BYTES + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
+                unsafe { cp_async16_l2_256(dst + A_BYTES + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
             self.ks += 1;
             if self.ks == self.steps {
