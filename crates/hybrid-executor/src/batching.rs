@@ -366,6 +366,108 @@ mod tests {
         most.load(Ordering::SeqCst)
     }
 
+    /// `n` callers of one key at once, one batch of all of them; each answer is the caller's own query.
+    fn one_batch_of(n: usize, fail: bool) -> Vec<Result<u32, ExecError>> {
+        let batcher = Batcher::<u32>::default();
+        let metrics = Metrics::default();
+        let config = BatchConfig {
+            max_batch: n,
+            max_wait: Duration::from_secs(600),
+            in_flight: 1,
+        };
+        let key = BatchKey {
+            corpus: (1, 1),
+            dim: 1,
+            params: 0,
+            tenant: None,
+        };
+        let barrier = std::sync::Barrier::new(n);
+        let out = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let (batcher, metrics, barrier) = (&batcher, &metrics, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let q = [i as f32];
+                        batcher
+                            .submit(metrics, key, &q, 1, config, |all, sizes| {
+                                assert_eq!(all.len(), n, "the leader runs the full batch");
+                                if fail {
+                                    return Err(ExecError::Internal("planted".into()));
+                                }
+                                Ok((all.iter().map(|&v| v as u32).collect(), Device::Cpu, None))
+                            })
+                            .map(|o| o.value)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("caller thread"))
+                .collect()
+        });
+        assert_eq!(metrics.batch_sizes().count(), 1, "one batch");
+        out
+    }
+
+    #[test]
+    fn every_member_of_a_large_batch_is_woken_with_its_own_answer() {
+        // Up to 1 leader and 36 waiting members, each answered by position.
+        for n in [2, 5, 37] {
+            let got = one_batch_of(n, false);
+            let want: Vec<Result<u32, ExecError>> = (0..n as u32).map(Ok).collect();
+            assert_eq!(got, want, "{n} callers");
+        }
+    }
+
+    #[test]
+    fn a_leader_that_unwinds_leaves_no_member_waiting() {
+        let batcher = Batcher::<u32>::default();
+        let metrics = Metrics::default();
+        let config = BatchConfig {
+            max_batch: 3,
+            max_wait: Duration::from_secs(600),
+            in_flight: 1,
+        };
+        let key = BatchKey {
+            corpus: (1, 1),
+            dim: 1,
+            params: 0,
+            tenant: None,
+        };
+        let barrier = std::sync::Barrier::new(3);
+        let outs: Vec<Option<Result<u32, ExecError>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|_| {
+                    let (batcher, metrics, barrier) = (&batcher, &metrics, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        batcher
+                            .submit(metrics, key, &[1.0], 1, config, |_, _| {
+                                panic!("planted panic in the batch's run")
+                            })
+                            .map(|o| o.value)
+                    })
+                })
+                .collect();
+            // The leader's thread panics (join gives Err); the members get an error.
+            handles.into_iter().map(|h| h.join().ok()).collect()
+        });
+        assert_eq!(outs.iter().filter(|o| o.is_none()).count(), 1, "one leader");
+        for o in outs.into_iter().flatten() {
+            assert!(matches!(o, Err(ExecError::Internal(m)) if m.contains("did not finish")));
+        }
+    }
+
+    #[test]
+    fn a_failed_batch_reaches_every_member() {
+        let got = one_batch_of(21, true);
+        assert!(
+            got.iter()
+                .all(|r| matches!(r, Err(ExecError::Internal(m)) if m == "planted"))
+        );
+    }
+
     #[test]
     fn in_flight_bounds_the_batches_running_at_once() {
         assert_eq!(most_running_together(1), 1);
