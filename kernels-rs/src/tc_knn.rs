@@ -33,8 +33,8 @@
 use crate::select::atomic_add;
 use crate::tensor::{Acc, Epilogue, Operands, score, stream};
 use crate::util::{
-    block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, score_key, shared_addr,
-    sync_threads, sync_threads_or, sync_warp, thread_x,
+    ballot, block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, score_key,
+    shared_addr, shfl_xor_f32, sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::{
@@ -43,6 +43,20 @@ use recall_kernel_shared::{
 };
 
 const TQ: usize = TC_TILE_Q as usize;
+/// Best quick values a thread keeps per query for [`Lists::seed_limit`].
+pub(crate) const SEED_SLOTS: usize = 4;
+const _: () = assert!(SEED_SLOTS == 4, "the seed's loops are unrolled for 4 slots");
+
+/// Insert `v` into `top` (best first; NaN counts as no value), keeping the [`SEED_SLOTS`] best.
+#[inline(always)]
+pub(crate) fn seed_insert(top: &mut [f32; SEED_SLOTS], v: f32) {
+    let mut v = if v == v { v } else { f32::NEG_INFINITY };
+    unroll!(4, S: usize => {
+        let hi = top[S].max(v);
+        v = top[S].min(v);
+        top[S] = hi;
+    });
+}
 const CAP: usize = TC_KNN_CAP as usize;
 /// The cosine pre-filter's relative margin (its rounding error is below 8 * 2^-24).
 const MARGIN: f32 = 1.0 / 65536.0;
@@ -331,6 +345,70 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         }
     }
 
+    /// Whether this tile's filter seeds its quick limits ([`Lists::seed_limit`]): cosine and dot, `k <= 16`
+    /// (four values a thread of a quad cover `k`). Uniform.
+    #[inline(always)]
+    pub(crate) fn seeds(&self) -> bool {
+        METRIC != METRIC_L2 && self.k <= 4 * SEED_SLOTS
+    }
+
+    /// Whether tile-local query `ql`'s quick limit lets every pair through (its list not full and no shared
+    /// threshold yet), so that the tile's filter should be seeded.
+    #[inline(always)]
+    pub(crate) fn unbounded(&self, ql: usize) -> bool {
+        self.q0 as usize + ql < self.n_queries as usize && self.threshold_key(ql) == u64::MAX
+    }
+
+    /// A quick-test limit for tile-local query `ql` from this tile's own pairs, for a tile whose list is not
+    /// yet full (when the first tiles would otherwise take every pair through the exact filter, 16 at a time).
+    /// `top` holds this thread's [`SEED_SLOTS`] best quick values of the query (best first, [`seed_insert`]);
+    /// the quad's four threads (lanes `4 i ..= 4 i + 3`) hold the same query. With `m = ceil(k / 4)`, the
+    /// smallest of the quad's `m`-th values, `v`, has at least `k` pairs at or above it, each with an exact
+    /// score at least `v`'s (as a score) less the quick test's margin; a pair below the returned limit has
+    /// an exact score below all of them, so it is not among the query's `k` best. Negative infinity (no
+    /// limit) when the quad has fewer than `k` such values or the query's norm skips the quick test.
+    /// Warp-collective: every lane of the warp calls it.
+    #[inline(always)]
+    pub(crate) fn seed_limit(&self, ql: usize, top: &[f32; SEED_SLOTS]) -> f32 {
+        let m = self.k.div_ceil(4);
+        let mut mine = top[0];
+        unroll!(4, S: usize => {
+            if S + 1 == m {
+                mine = top[S];
+            }
+        });
+        let v = mine.min(shfl_xor_f32(mine, 1));
+        let v = v.min(shfl_xor_f32(v, 2));
+        if v == f32::NEG_INFINITY || self.q0 as usize + ql >= self.n_queries as usize {
+            return f32::NEG_INFINITY;
+        }
+        if METRIC == METRIC_COSINE {
+            // SAFETY: ql < 128: inside the query norms.
+            let (qi, qn) = unsafe { (*self.qinv.add(ql), *self.qn.add(ql)) };
+            if qi == 0.0 {
+                return f32::NEG_INFINITY;
+            }
+            // A lower bound of those pairs' exact scores, then `limit`'s widening of a threshold score.
+            let s = v * qi;
+            let s = s - f32::from_bits(s.to_bits() & 0x7fff_ffff) * (2.0 * MARGIN) - 2.0 * TINY;
+            (s - f32::from_bits(s.to_bits() & 0x7fff_ffff) * (2.0 * MARGIN) - 2.0 * TINY) * qn
+        } else {
+            // Dot: the quick value is the score.
+            v
+        }
+    }
+
+    /// The value [`Lists::might_pass`] compares (cosine and dot: higher is better), for [`seed_insert`].
+    #[inline(always)]
+    pub(crate) fn quick_value(dot: u32, rq: f32) -> f32 {
+        let dot = f32::from_bits(dot);
+        if METRIC == METRIC_COSINE {
+            dot * rq
+        } else {
+            dot
+        }
+    }
+
     /// One pair of a filter round (tile-local query `ql` with limit `lim`, row `rl` with quick value `rq`, dot
     /// product bits `dot`; bit `mask` of `done` marks it decided): the quick test, then, for the few pairs
     /// that pass it, step 1 (the exact filter). Returns whether it beat its query's threshold but found the
@@ -555,13 +633,40 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
         // Bit ((i * 2 + h) * 8 + j) * 2 + e: accumulator [i][j][2h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
         self.publish_norms();
+        // Seed the quick limits of queries whose lists are not full (see `seed_limit`).
+        let mut seed = [f32::NEG_INFINITY; 8];
+        if self.seeds() {
+            let mut need = false;
+            unroll!(8, X: usize => {
+                need |= self.unbounded(wm * 64 + (X / 2) * 16 + g + 8 * (X % 2));
+            });
+            if ballot(need) != 0 {
+                let mut top = [[f32::NEG_INFINITY; SEED_SLOTS]; 8];
+                unroll!(8, J: usize => {
+                    unroll!(2, E: usize => {
+                        let rl = wn * 64 + J * 8 + c + E;
+                        let rq = self.row_quick(rl);
+                        let inside = r0 + (rl as u32) < self.n_rows;
+                        unroll!(4, I: usize => {
+                            unroll!(2, H: usize => {
+                                let v = Self::quick_value(acc[I][J][2 * H + E], rq);
+                                seed_insert(&mut top[I * 2 + H], if inside { v } else { f32::NEG_INFINITY });
+                            });
+                        });
+                    });
+                });
+                unroll!(8, X: usize => {
+                    seed[X] = self.seed_limit(wm * 64 + (X / 2) * 16 + g + 8 * (X % 2), &top[X]);
+                });
+            }
+        }
         // Block-uniform loop (`merge_round` ends with a block-wide vote).
         loop {
             let mut overflow = false;
             let mut lim = [0.0f32; 8];
             unroll!(4, I: usize => {
                 unroll!(2, H: usize => {
-                    lim[I * 2 + H] = self.limit(wm * 64 + I * 16 + g + 8 * H);
+                    lim[I * 2 + H] = self.limit(wm * 64 + I * 16 + g + 8 * H).max(seed[I * 2 + H]);
                 });
             });
             unroll!(8, J: usize => {

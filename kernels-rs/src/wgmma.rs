@@ -23,10 +23,10 @@
 //! Both are fast mode, within the bound of `docs/numerics.md`; within one image `sm90a_knn_*` gives exactly
 //! the lists of `select_topk` over `sm90a_gemm_*`'s scores (the same main loop and score function).
 
-use crate::tc_knn::{Lists, knn_block};
+use crate::tc_knn::{Lists, SEED_SLOTS, knn_block, seed_insert};
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
-    block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
+    ballot, block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
     dynamic_shared_f32, shared_addr, sync_threads, thread_x, warp_uniform,
 };
 use core::arch::asm;
@@ -574,10 +574,36 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
         // Bit 2 (2 j + e) + h: accumulator [4 j + 2 h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
         self.publish_norms();
+        // Seed the quick limits of queries whose lists are not full (see `Lists::seed_limit`).
+        let mut seed = [f32::NEG_INFINITY; 2];
+        if self.seeds() && ballot(self.unbounded(ql[0]) || self.unbounded(ql[1])) != 0 {
+            let mut top = [[f32::NEG_INFINITY; SEED_SLOTS]; 2];
+            unroll!(4, JH: usize => {
+              unroll!(8, JL: usize => {
+                const J: usize = JH * 8 + JL;
+                unroll!(2, E: usize => {
+                    let rl = 8 * J + c + E;
+                    let rq = self.row_quick(rl);
+                    let inside = r0 + (rl as u32) < self.n_rows;
+                    unroll!(2, H: usize => {
+                        let v = Self::quick_value(acc[4 * J + 2 * H + E], rq);
+                        seed_insert(&mut top[H], if inside { v } else { f32::NEG_INFINITY });
+                    });
+                });
+              });
+            });
+            seed = [
+                self.seed_limit(ql[0], &top[0]),
+                self.seed_limit(ql[1], &top[1]),
+            ];
+        }
         // Block-uniform loop (`merge_round` ends with a block-wide vote).
         loop {
             let mut overflow = false;
-            let lim = [self.limit(ql[0]), self.limit(ql[1])];
+            let lim = [
+                self.limit(ql[0]).max(seed[0]),
+                self.limit(ql[1]).max(seed[1]),
+            ];
             unroll!(4, JH: usize => {
                 unroll!(8, JL: usize => {
                     let j = JH * 8 + JL;
