@@ -17,7 +17,8 @@ use crate::executor::{ExecError, Outcome};
 use crate::metrics::Metrics;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// Batching limits.
@@ -61,7 +62,7 @@ pub(crate) struct BatchKey {
 pub(crate) type BatchResult<R> = Result<(Vec<R>, Device, Option<String>), ExecError>;
 
 #[derive(Debug)]
-struct State<R> {
+struct State {
     queries: Vec<f32>,
     /// Queries of each member, in join order.
     sizes: Vec<usize>,
@@ -69,15 +70,36 @@ struct State<R> {
     n_queries: usize,
     members: usize,
     closed: bool,
-    answers: Option<Result<Vec<Option<R>>, ExecError>>,
+    /// The members that wait for the answer (all but the leader), in join order.
+    waiters: Vec<Thread>,
+}
+
+/// A batch's answer: one slot per member, taken once each, and the threads to wake.
+#[derive(Debug)]
+struct Done<R> {
+    answers: Result<Vec<Mutex<Option<R>>>, ExecError>,
     device: Device,
     fallback: Option<String>,
+    waiters: Vec<Thread>,
+}
+
+impl<R> Done<R> {
+    /// Wake every waiting member, one after another in join order. (A tree of wake-ups, each member waking
+    /// a few others, made every member runnable at once, and the members' next calls then crowded the
+    /// batcher's locks ahead of the next batch's leader: docs/results/2026-11-22-h200-session11, run B.)
+    fn wake_all(&self) {
+        for w in &self.waiters {
+            w.unpark();
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Batch<R> {
-    state: Mutex<State<R>>,
+    state: Mutex<State>,
+    /// Signalled when the batch closes (full).
     cv: Condvar,
+    done: OnceLock<Done<R>>,
 }
 
 /// One op's open batches.
@@ -151,12 +173,22 @@ struct LeaderGuard<'a, R> {
 impl<R> Drop for LeaderGuard<'_, R> {
     fn drop(&mut self) {
         if !self.done {
-            let mut s = self.batch.state.lock();
-            s.answers = Some(Err(ExecError::Internal(
-                "the batch's leading call did not finish".into(),
-            )));
-            drop(s);
-            self.batch.cv.notify_all();
+            let waiters = std::mem::take(&mut self.batch.state.lock().waiters);
+            let done = Done {
+                answers: Err(ExecError::Internal(
+                    "the batch's leading call did not finish".into(),
+                )),
+                device: Device::Cpu,
+                fallback: None,
+                waiters,
+            };
+            // (Were the batch answered already, its waiters were woken; waking them again is harmless.)
+            let _ = self.batch.done.set(done);
+            if let Some(d) = self.batch.done.get() {
+                for w in &d.waiters {
+                    w.unpark();
+                }
+            }
         }
     }
 }
@@ -186,6 +218,7 @@ impl<R: Send> Batcher<R> {
                 let index = s.members;
                 s.members += 1;
                 s.sizes.push(n);
+                s.waiters.push(std::thread::current());
                 s.n_queries += n;
                 if s.n_queries >= max_batch {
                     s.closed = true;
@@ -209,11 +242,10 @@ impl<R: Send> Batcher<R> {
                             n_queries: n,
                             members: 1,
                             closed: n >= max_batch,
-                            answers: None,
-                            device: Device::Cpu,
-                            fallback: None,
+                            waiters: Vec::new(),
                         }),
                         cv: Condvar::new(),
+                        done: OnceLock::new(),
                     });
                     if n < max_batch {
                         // (An open batch with too little room for these queries is replaced: its leader
@@ -227,29 +259,33 @@ impl<R: Send> Batcher<R> {
         self.lead(metrics, key, &batch, index, config, run)
     }
 
+    /// Wait for the batch's answer (parked until the leader wakes this thread) and take this caller's answer
+    /// from its own slot (no lock shared with the other members).
     fn follow(batch: &Batch<R>, index: usize) -> Result<Outcome<R>, ExecError> {
-        let mut s = batch.state.lock();
-        while s.answers.is_none() {
-            batch.cv.wait(&mut s);
-        }
-        Self::take(&mut s, index)
+        let done = loop {
+            if let Some(done) = batch.done.get() {
+                break done;
+            }
+            // Spurious returns are fine: the loop looks again. An unpark before the park is kept as the
+            // thread's token, so a wake-up that comes before the park is not lost.
+            std::thread::park();
+        };
+        Self::take(done, index)
     }
 
-    fn take(s: &mut State<R>, index: usize) -> Result<Outcome<R>, ExecError> {
-        let (device, fallback) = (s.device, s.fallback.clone());
-        match s.answers.as_mut() {
-            Some(Ok(answers)) => match answers.get_mut(index).and_then(Option::take) {
+    fn take(done: &Done<R>, index: usize) -> Result<Outcome<R>, ExecError> {
+        match &done.answers {
+            Ok(answers) => match answers.get(index).and_then(|a| a.lock().take()) {
                 Some(value) => Ok(Outcome {
                     value,
-                    device,
-                    fallback,
+                    device: done.device,
+                    fallback: done.fallback.clone(),
                 }),
                 None => Err(ExecError::Internal(format!(
                     "batch answer {index} missing or taken twice"
                 ))),
             },
-            Some(Err(e)) => Err(e.clone()),
-            None => Err(ExecError::Internal("batch not answered".into())),
+            Err(e) => Err(e.clone()),
         }
     }
 
@@ -295,24 +331,39 @@ impl<R: Send> Batcher<R> {
         drop(slot);
         metrics.record_batch(sizes.iter().sum());
         metrics.record_batch_phases(started - opened, started.elapsed(), gap);
-        let mut s = batch.state.lock();
-        s.answers = Some(match result {
-            Ok((answers, device, fallback)) if answers.len() == members => {
-                s.device = device;
-                s.fallback = fallback;
-                Ok(answers.into_iter().map(Some).collect())
-            }
-            Ok((answers, ..)) => Err(ExecError::Internal(format!(
-                "a batch of {members} members returned {} answers",
-                answers.len()
-            ))),
-            Err(e) => Err(e),
-        });
+        // Closed, so no member joins any more: the waiters are complete.
+        let waiters = std::mem::take(&mut batch.state.lock().waiters);
+        let (answers, device, fallback) = match result {
+            Ok((answers, device, fallback)) if answers.len() == members => (
+                Ok(answers.into_iter().map(|a| Mutex::new(Some(a))).collect()),
+                device,
+                fallback,
+            ),
+            Ok((answers, ..)) => (
+                Err(ExecError::Internal(format!(
+                    "a batch of {members} members returned {} answers",
+                    answers.len()
+                ))),
+                Device::Cpu,
+                None,
+            ),
+            Err(e) => (Err(e), Device::Cpu, None),
+        };
+        let done = Done {
+            answers,
+            device,
+            fallback,
+            waiters,
+        };
         guard.done = true;
-        let mine = Self::take(&mut s, index);
-        drop(s);
-        batch.cv.notify_all();
-        mine
+        if batch.done.set(done).is_err() {
+            return Err(ExecError::Internal("batch answered twice".into()));
+        }
+        let Some(done) = batch.done.get() else {
+            return Err(ExecError::Internal("batch answer missing".into()));
+        };
+        done.wake_all();
+        Self::take(done, index)
     }
 }
 
@@ -390,7 +441,7 @@ mod tests {
                         barrier.wait();
                         let q = [i as f32];
                         batcher
-                            .submit(metrics, key, &q, 1, config, |all, sizes| {
+                            .submit(metrics, key, &q, 1, config, |all, _| {
                                 assert_eq!(all.len(), n, "the leader runs the full batch");
                                 if fail {
                                     return Err(ExecError::Internal("planted".into()));
