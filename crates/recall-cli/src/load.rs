@@ -821,6 +821,20 @@ struct MemCheck {
     informational: bool,
 }
 
+/// Dynamic batches formed, their queries, and per phase (wait, run, gap) the p50, p99 and mean in microseconds.
+struct BatchFigures {
+    count: u64,
+    queries: u64,
+    phases: Vec<PhaseFigures>,
+}
+
+struct PhaseFigures {
+    name: &'static str,
+    p50: Option<f64>,
+    p99: Option<f64>,
+    mean: Option<f64>,
+}
+
 struct Report {
     command: String,
     date: String,
@@ -841,13 +855,8 @@ struct Report {
     /// Fast mode: what the check of the sampled knn answers within the bound found.
     fast_check: Option<FastCheck>,
     fallbacks_by_reason: Vec<(&'static str, u64)>,
-    /// Dynamic batches formed (warm-up included), their queries, and per phase (wait, run, gap) the
-    /// p50, p99 and mean in microseconds.
-    batches: (
-        u64,
-        u64,
-        Vec<(&'static str, Option<f64>, Option<f64>, Option<f64>)>,
-    ),
+    /// Dynamic batches formed (warm-up included).
+    batches: BatchFigures,
     gpu_calls: u64,
     memory: Vec<(&'static str, Memory)>,
     checks: Vec<MemCheck>,
@@ -1181,15 +1190,19 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
                 let h = metrics.batch_phase_ns(*p);
                 let us = |ns: u64| ns as f64 / 1e3;
                 let mean = (h.count() > 0).then(|| us(h.sum()) / h.count() as f64);
-                (
-                    p.name(),
-                    h.quantile(0.5).map(us),
-                    h.quantile(0.99).map(us),
+                PhaseFigures {
+                    name: p.name(),
+                    p50: h.quantile(0.5).map(us),
+                    p99: h.quantile(0.99).map(us),
                     mean,
-                )
+                }
             })
             .collect();
-        (sizes.count(), sizes.sum(), phases)
+        BatchFigures {
+            count: sizes.count(),
+            queries: sizes.sum(),
+            phases,
+        }
     };
     drop(corpus);
     drop(graph);
@@ -1536,24 +1549,26 @@ fn render_markdown(r: &Report) -> String {
         .map(|(n, v)| format!("{n} {v}"))
         .collect();
     let _ = writeln!(o, "- fallbacks to the CPU by reason: {}", fb.join(", "));
-    let (n_batches, batched, phases) = &r.batches;
-    if *n_batches > 0 {
-        let ph: Vec<String> = phases
+    let b = &r.batches;
+    if b.count > 0 {
+        let ph: Vec<String> = b
+            .phases
             .iter()
-            .map(|(name, p50, p99, mean)| {
+            .map(|p| {
                 format!(
-                    "{name} p50 {} / p99 {} / mean {}",
-                    fmt_us(*p50),
-                    fmt_us(*p99),
-                    fmt_us(*mean)
+                    "{} p50 {} / p99 {} / mean {}",
+                    p.name,
+                    fmt_us(p.p50),
+                    fmt_us(p.p99),
+                    fmt_us(p.mean)
                 )
             })
             .collect();
         let _ = writeln!(
             o,
             "- dynamic batches: {} of {:.1} queries on average; per batch {}",
-            grouped(*n_batches),
-            *batched as f64 / *n_batches as f64,
+            grouped(b.count),
+            b.queries as f64 / b.count as f64,
             ph.join("; ")
         );
     }
