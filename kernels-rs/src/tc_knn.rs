@@ -33,8 +33,9 @@
 use crate::select::atomic_add;
 use crate::tensor::{Acc, Epilogue, Operands, score, stream};
 use crate::util::{
-    ballot, block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, score_key,
-    shared_addr, shfl_xor_f32, sync_threads, sync_threads_or, sync_warp, thread_x,
+    ballot, block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma,
+    load_relaxed_gpu_u64, score_key, shared_addr, shfl_xor_f32, shfl_xor_u64,
+    store_relaxed_gpu_u64, sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::{
@@ -116,6 +117,9 @@ pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
     pub(crate) corpus_norms: u64,
     /// The launch's shared thresholds, at this block's first query (`TcKnnParams::thresholds`).
     pub(crate) shared_thr: *mut u64,
+    /// The launch's list heads of this block's first query (`TcKnnParams::heads`), `n_splits` a query, and this
+    /// block's split; `None` with fewer than `k` splits (the heads then bound nothing).
+    pub(crate) heads: Option<(*mut u64, usize, usize)>,
     pub(crate) n_rows: u32,
     pub(crate) n_queries: u32,
     pub(crate) q0: u32,
@@ -192,6 +196,14 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             rinv,
             corpus_norms: p.corpus_norms,
             shared_thr: (p.thresholds as *mut u64).wrapping_add(q0 as usize),
+            heads: (p.n_splits >= p.k).then(|| {
+                let ns = p.n_splits as usize;
+                (
+                    (p.heads as *mut u64).wrapping_add(q0 as usize * ns),
+                    ns,
+                    block_y() as usize,
+                )
+            }),
             n_rows: p.n_rows,
             n_queries: p.n_queries,
             q0,
@@ -275,8 +287,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         // SAFETY: ql < 128 and the query exists (callers check): inside the lists and the launch's
         // thresholds, which other blocks change only atomically.
         unsafe {
-            let shared =
-                AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql)).load(Ordering::Relaxed);
+            let shared = load_relaxed_gpu_u64(self.shared_thr.wrapping_add(ql));
             (*self.list_key.add(last)).min(shared)
         }
     }
@@ -562,6 +573,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
                 return;
             }
             let (base, cb) = (ql * k, ql * CAP);
+            let old_head = *self.list_key.add(base);
             let (lk, ls) = if lane < k {
                 (
                     *self.list_key.add(base + lane),
@@ -614,8 +626,76 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
                         .fetch_min(kth, Ordering::Relaxed);
                 }
             }
+            // A new best pair: publish it among the launch's heads, and bound the query by the k-th smallest
+            // head (warp-uniform: every lane read the same list before and after).
+            let head = *self.list_key.add(base);
+            if let Some((heads, ns, split)) = self.heads
+                && head != old_head
+            {
+                let row = heads.wrapping_add(ql * ns);
+                if lane == 0 {
+                    store_relaxed_gpu_u64(row.wrapping_add(split), head);
+                }
+                let t = kth_smallest_head(row, ns, split, head, k, lane);
+                if lane == 0 && t != u64::MAX {
+                    AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql))
+                        .fetch_min(t, Ordering::Relaxed);
+                }
+            }
         }
     }
+}
+
+/// The `k`-th smallest of one query's `ns` list heads (`row[..ns]`, this block's own, `head`, at `split`), or
+/// `u64::MAX` when fewer than `k` are known. Round `r` takes the smallest head above round `r - 1`'s, so the
+/// `k` rounds find `k` distinct keys, each a pair some block held (heads only fall, so a head read while another
+/// block lowers it is still a pair's key): the result has `k - 1` better pairs, whatever the other blocks do
+/// meanwhile. Warp-collective: every lane of the warp calls it.
+///
+/// # Safety
+/// `row` points at `ns` u64 of the launch's heads; `split < ns`.
+#[inline(always)]
+unsafe fn kth_smallest_head(
+    row: *const u64,
+    ns: usize,
+    split: usize,
+    head: u64,
+    k: usize,
+    lane: usize,
+) -> u64 {
+    let mut last = 0u64;
+    let mut found = u64::MAX;
+    let mut r = 0;
+    while r < k {
+        let mut best = u64::MAX;
+        let mut i = lane;
+        while i < ns {
+            // SAFETY: i < ns.
+            let h = if i == split {
+                head
+            } else {
+                unsafe { load_relaxed_gpu_u64(row.wrapping_add(i)) }
+            };
+            // The first round takes any key; later ones only keys above the last round's.
+            if (r == 0 || h > last) && h < best {
+                best = h;
+            }
+            i += 32;
+        }
+        let mut m = 16;
+        while m > 0 {
+            let o = shfl_xor_u64(best, m);
+            best = if o < best { o } else { best };
+            m /= 2;
+        }
+        if best == u64::MAX {
+            return u64::MAX;
+        }
+        last = best;
+        found = best;
+        r += 1;
+    }
+    found
 }
 
 impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {

@@ -172,6 +172,33 @@ pub unsafe fn cp_async16_l2_256(dst: u32, src: u64, bytes: u32) {
     }
 }
 
+/// A relaxed load of a `u64` that other blocks of the launch change atomically (`ld.relaxed.gpu`: device scope,
+/// where a Rust atomic load would be system scope).
+///
+/// # Safety
+/// `ptr` is a valid, 8-byte aligned global address.
+#[inline(always)]
+pub unsafe fn load_relaxed_gpu_u64(ptr: *const u64) -> u64 {
+    let v: u64;
+    // SAFETY: caller.
+    unsafe {
+        asm!("ld.relaxed.gpu.global.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) ptr, options(nostack, readonly));
+    }
+    v
+}
+
+/// A relaxed store of a `u64` that other blocks of the launch read (`st.relaxed.gpu`).
+///
+/// # Safety
+/// `ptr` is a valid, 8-byte aligned global address that no other thread writes non-atomically.
+#[inline(always)]
+pub unsafe fn store_relaxed_gpu_u64(ptr: *mut u64, v: u64) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("st.relaxed.gpu.global.u64 [{p}], {v};", v = in(reg64) v, p = in(reg64) ptr, options(nostack));
+    }
+}
+
 /// Ask the L2 to fetch the line holding `addr` (`prefetch.global.L2`); no data comes back to the thread.
 ///
 /// # Safety

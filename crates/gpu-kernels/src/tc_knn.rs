@@ -69,7 +69,8 @@ pub(crate) struct TcKnnScratch {
     part_scores: CudaSlice<f32>,
     out_keys: CudaSlice<u64>,
     out_scores: CudaSlice<f32>,
-    /// Per query the launch's shared threshold key (`TcKnnParams::thresholds`), reset to `u64::MAX`.
+    /// Per query the launch's shared threshold key (`TcKnnParams::thresholds`), then per query and split the
+    /// list heads (`TcKnnParams::heads`), all reset to `u64::MAX`.
     thresholds: CudaSlice<u64>,
 }
 
@@ -136,9 +137,11 @@ impl Kernels {
         let n_splits = splits(tk.sm_count, query_tiles, row_tiles);
         let part = elems(K, elems(K, n_queries, n_splits)?, k)?;
         let out = elems(K, n_queries, k)?;
+        // The thresholds, then the heads.
+        let shared = elems(K, n_queries, n_splits + 1)?;
         let mut slot = self.tc_knn_scratch.lock();
         if !slot.as_ref().is_some_and(|s| {
-            s.part_keys.len() >= part && s.out_keys.len() >= out && s.thresholds.len() >= n_queries
+            s.part_keys.len() >= part && s.out_keys.len() >= out && s.thresholds.len() >= shared
         }) {
             *slot = None; // free first
             *slot = Some(TcKnnScratch {
@@ -146,13 +149,14 @@ impl Kernels {
                 part_scores: gpu.alloc_zeros::<f32>(part)?,
                 out_keys: gpu.alloc_zeros::<u64>(out)?,
                 out_scores: gpu.alloc_zeros::<f32>(out)?,
-                thresholds: gpu.alloc_zeros::<u64>(n_queries.max(1))?,
+                thresholds: gpu.alloc_zeros::<u64>(shared.max(1))?,
             });
         }
         let Some(sc) = slot.as_mut() else {
             return Err(shape(K, "scratch missing"));
         };
-        self.fill_u64(gpu, &sc.thresholds, n_queries, u64::MAX)?;
+        self.fill_u64(gpu, &sc.thresholds, shared, u64::MAX)?;
+        let thresholds = gpu.device_ptr(&sc.thresholds);
         let params = TcKnnParams {
             queries: gpu.device_ptr(queries),
             query_norms: qn,
@@ -160,7 +164,8 @@ impl Kernels {
             corpus_norms: cn,
             out_keys: gpu.device_ptr(&sc.part_keys),
             out_scores: gpu.device_ptr(&sc.part_scores),
-            thresholds: gpu.device_ptr(&sc.thresholds),
+            thresholds,
+            heads: thresholds + 8 * n_queries as u64,
             n_queries: n_queries32,
             n_rows: n_rows32,
             ld: to_u32(K, "ld", ld)?,

@@ -306,6 +306,11 @@ pub struct TcKnnParams {
     /// far (atomic minimum), which every block filters against as well as its own: a pair with a larger key
     /// has `k` better pairs somewhere, so no split needs it.
     pub thresholds: u64,
+    /// `n_queries * n_splits` u64, `u64::MAX` at launch: `[q * n_splits + s]` the best key of split `s`'s list
+    /// for query `q` so far. With at least `k` splits, the `k`-th smallest of a query's heads is the key of a
+    /// pair with `k - 1` better ones (each head a different pair), so it bounds the query like `thresholds`;
+    /// when the answer's `k` pairs lie in different splits, it is close to the answer's own `k`-th key.
+    pub heads: u64,
     pub n_queries: u32,
     pub n_rows: u32,
     /// Row stride of both operands in 16-bit values, a multiple of [`TC_LD_ALIGN`].
