@@ -417,10 +417,8 @@ mod tests {
         most.load(Ordering::SeqCst)
     }
 
-    /// `n` callers of one key at once, one batch of all of them; each answer is the caller's own query.
-    fn one_batch_of(n: usize, fail: bool) -> Vec<Result<u32, ExecError>> {
-        let batcher = Batcher::<u32>::default();
-        let metrics = Metrics::default();
+    /// A batcher, its metrics, a config whose batches close at `n` queries (and not before), and one key.
+    fn one_key(n: usize) -> (Batcher<u32>, Metrics, BatchConfig, BatchKey) {
         let config = BatchConfig {
             max_batch: n,
             max_wait: Duration::from_secs(600),
@@ -432,6 +430,12 @@ mod tests {
             params: 0,
             tenant: None,
         };
+        (Batcher::default(), Metrics::default(), config, key)
+    }
+
+    /// `n` callers of one key at once, one batch of all of them; each answer is the caller's own query.
+    fn one_batch_of(n: usize, fail: bool) -> Vec<Result<u32, ExecError>> {
+        let (batcher, metrics, config, key) = one_key(n);
         let barrier = std::sync::Barrier::new(n);
         let out = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
@@ -473,19 +477,7 @@ mod tests {
 
     #[test]
     fn a_leader_that_unwinds_leaves_no_member_waiting() {
-        let batcher = Batcher::<u32>::default();
-        let metrics = Metrics::default();
-        let config = BatchConfig {
-            max_batch: 3,
-            max_wait: Duration::from_secs(600),
-            in_flight: 1,
-        };
-        let key = BatchKey {
-            corpus: (1, 1),
-            dim: 1,
-            params: 0,
-            tenant: None,
-        };
+        let (batcher, metrics, config, key) = one_key(3);
         let barrier = std::sync::Barrier::new(3);
         let outs: Vec<Option<Result<u32, ExecError>>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..3)

@@ -264,6 +264,23 @@ impl Default for Metrics {
     }
 }
 
+/// One labelled series of a Prometheus summary in seconds from a histogram of nanoseconds: its p50, p95 and
+/// p99 (NaN while empty), sum and count.
+fn write_summary_ns(o: &mut String, metric: &str, label: &str, h: &LogHistogram) -> fmt::Result {
+    for q in [0.5, 0.95, 0.99] {
+        match h.quantile(q) {
+            Some(ns) => writeln!(
+                o,
+                "{metric}{{{label},quantile=\"{q}\"}} {}",
+                ns as f64 * 1e-9
+            )?,
+            None => writeln!(o, "{metric}{{{label},quantile=\"{q}\"}} NaN")?,
+        }
+    }
+    writeln!(o, "{metric}_sum{{{label}}} {}", h.sum() as f64 * 1e-9)?;
+    writeln!(o, "{metric}_count{{{label}}} {}", h.count())
+}
+
 fn dev_index(d: Device) -> usize {
     match d {
         Device::Cpu => 0,
@@ -500,29 +517,12 @@ impl Metrics {
         )?;
         writeln!(o, "# TYPE recall_batch_phase_seconds summary")?;
         for phase in BatchPhase::ALL {
-            let (h, p) = (&self.batch_phase_ns[phase.index()], phase.name());
-            for q in [0.5, 0.95, 0.99] {
-                match h.quantile(q) {
-                    Some(ns) => writeln!(
-                        o,
-                        "recall_batch_phase_seconds{{phase=\"{p}\",quantile=\"{q}\"}} {}",
-                        ns as f64 * 1e-9
-                    )?,
-                    None => writeln!(
-                        o,
-                        "recall_batch_phase_seconds{{phase=\"{p}\",quantile=\"{q}\"}} NaN"
-                    )?,
-                }
-            }
-            writeln!(
+            let label = format!("phase=\"{}\"", phase.name());
+            write_summary_ns(
                 o,
-                "recall_batch_phase_seconds_sum{{phase=\"{p}\"}} {}",
-                h.sum() as f64 * 1e-9
-            )?;
-            writeln!(
-                o,
-                "recall_batch_phase_seconds_count{{phase=\"{p}\"}} {}",
-                h.count()
+                "recall_batch_phase_seconds",
+                &label,
+                &self.batch_phase_ns[phase.index()],
             )?;
         }
         writeln!(
@@ -531,29 +531,12 @@ impl Metrics {
         )?;
         writeln!(o, "# TYPE recall_call_latency_seconds summary")?;
         for op in OpKind::ALL {
-            let h = &self.latency_ns[op.index()];
-            for q in [0.5, 0.95, 0.99] {
-                match h.quantile(q) {
-                    Some(ns) => writeln!(
-                        o,
-                        "recall_call_latency_seconds{{op=\"{op}\",quantile=\"{q}\"}} {}",
-                        ns as f64 * 1e-9
-                    )?,
-                    None => writeln!(
-                        o,
-                        "recall_call_latency_seconds{{op=\"{op}\",quantile=\"{q}\"}} NaN"
-                    )?,
-                }
-            }
-            writeln!(
+            let label = format!("op=\"{op}\"");
+            write_summary_ns(
                 o,
-                "recall_call_latency_seconds_sum{{op=\"{op}\"}} {}",
-                h.sum() as f64 * 1e-9
-            )?;
-            writeln!(
-                o,
-                "recall_call_latency_seconds_count{{op=\"{op}\"}} {}",
-                h.count()
+                "recall_call_latency_seconds",
+                &label,
+                &self.latency_ns[op.index()],
             )?;
         }
         let tenants = self.tenants.lock();
