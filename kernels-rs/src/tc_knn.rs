@@ -346,13 +346,10 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
     /// the pair too, so a thread whose pairs all fail it skips the filter. NaN passes.
     #[inline(always)]
     pub(crate) fn might_pass(dot: u32, rq: f32, lim: f32) -> bool {
-        let dot = f32::from_bits(dot);
-        if METRIC == METRIC_COSINE {
-            !(dot * rq < lim)
-        } else if METRIC == METRIC_L2 {
-            !(fma(-2.0, dot, rq) > lim)
+        if METRIC == METRIC_L2 {
+            !(fma(-2.0, f32::from_bits(dot), rq) > lim)
         } else {
-            !(dot < lim)
+            !(Self::quick_value(dot, rq) < lim)
         }
     }
 
@@ -363,11 +360,42 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         METRIC != METRIC_L2 && self.k <= 4 * SEED_SLOTS
     }
 
-    /// Whether tile-local query `ql`'s quick limit lets every pair through (its list not full and no shared
-    /// threshold yet), so that the tile's filter should be seeded.
+    /// Whether to seed this tile's quick limits ([`Lists::seed_limits`]): some query of the warp has a limit
+    /// this round (`lim`, from [`Lists::limit`], for this thread's tile-local queries `ql`) that lets every
+    /// pair through (its list not full, no shared threshold yet, and a norm the quick test uses).
+    /// Warp-collective: every lane of the warp calls it.
     #[inline(always)]
-    pub(crate) fn unbounded(&self, ql: usize) -> bool {
-        self.q0 as usize + ql < self.n_queries as usize && self.threshold_key(ql) == u64::MAX
+    pub(crate) fn seed_needed<const NQ: usize>(&self, ql: &[usize; NQ], lim: &[f32; NQ]) -> bool {
+        if !self.seeds() {
+            return false;
+        }
+        // (Unrolled for up to 8 queries, so that the arrays stay in registers.)
+        let mut need = false;
+        unroll!(8, X: usize => {
+            if X < NQ {
+                // SAFETY: ql < 128: inside the query norms.
+                let norm_ok = METRIC != METRIC_COSINE || unsafe { *self.qinv.add(ql[X]) } != 0.0;
+                need |= lim[X] == f32::NEG_INFINITY && norm_ok;
+            }
+        });
+        ballot(need) != 0
+    }
+
+    /// The seeds ([`Lists::seed_limit`]) of this thread's queries `ql` from their slots `top`
+    /// ([`seed_insert`] over this thread's quick values of each). Warp-collective.
+    #[inline(always)]
+    pub(crate) fn seed_limits<const NQ: usize>(
+        &self,
+        ql: &[usize; NQ],
+        top: &[[f32; SEED_SLOTS]; NQ],
+    ) -> [f32; NQ] {
+        let mut seed = [f32::NEG_INFINITY; NQ];
+        unroll!(8, X: usize => {
+            if X < NQ {
+                seed[X] = self.seed_limit(ql[X], &top[X]);
+            }
+        });
+        seed
     }
 
     /// A quick-test limit for tile-local query `ql` from this tile's own pairs, for a tile whose list is not
@@ -713,41 +741,38 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
         // Bit ((i * 2 + h) * 8 + j) * 2 + e: accumulator [i][j][2h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
         self.publish_norms();
+        let mut ql = [0usize; 8];
+        let mut lim = [0.0f32; 8];
+        unroll!(8, X: usize => {
+            ql[X] = wm * 64 + (X / 2) * 16 + g + 8 * (X % 2);
+            lim[X] = self.limit(ql[X]);
+        });
         // Seed the quick limits of queries whose lists are not full (see `seed_limit`).
         let mut seed = [f32::NEG_INFINITY; 8];
-        if self.seeds() {
-            let mut need = false;
-            unroll!(8, X: usize => {
-                need |= self.unbounded(wm * 64 + (X / 2) * 16 + g + 8 * (X % 2));
-            });
-            if ballot(need) != 0 {
-                let mut top = [[f32::NEG_INFINITY; SEED_SLOTS]; 8];
-                unroll!(8, J: usize => {
-                    unroll!(2, E: usize => {
-                        let rl = wn * 64 + J * 8 + c + E;
-                        let rq = self.row_quick(rl);
-                        let inside = r0 + (rl as u32) < self.n_rows;
-                        unroll!(4, I: usize => {
-                            unroll!(2, H: usize => {
-                                let v = Self::quick_value(acc[I][J][2 * H + E], rq);
-                                seed_insert(&mut top[I * 2 + H], if inside { v } else { f32::NEG_INFINITY });
-                            });
+        if self.seed_needed(&ql, &lim) {
+            let mut top = [[f32::NEG_INFINITY; SEED_SLOTS]; 8];
+            unroll!(8, J: usize => {
+                unroll!(2, E: usize => {
+                    let rl = wn * 64 + J * 8 + c + E;
+                    let rq = self.row_quick(rl);
+                    let inside = r0 + (rl as u32) < self.n_rows;
+                    unroll!(4, I: usize => {
+                        unroll!(2, H: usize => {
+                            let v = Self::quick_value(acc[I][J][2 * H + E], rq);
+                            seed_insert(&mut top[I * 2 + H], if inside { v } else { f32::NEG_INFINITY });
                         });
                     });
                 });
-                unroll!(8, X: usize => {
-                    seed[X] = self.seed_limit(wm * 64 + (X / 2) * 16 + g + 8 * (X % 2), &top[X]);
-                });
-            }
+            });
+            seed = self.seed_limits(&ql, &top);
         }
         // Block-uniform loop (`merge_round` ends with a block-wide vote).
         loop {
             let mut overflow = false;
-            let mut lim = [0.0f32; 8];
-            unroll!(4, I: usize => {
-                unroll!(2, H: usize => {
-                    lim[I * 2 + H] = self.limit(wm * 64 + I * 16 + g + 8 * H).max(seed[I * 2 + H]);
-                });
+            // (Recomputed every round, the first too: carrying eight limits across the rounds costs `ptxas`
+            // more stack than the loads it saves.)
+            unroll!(8, X: usize => {
+                lim[X] = self.limit(ql[X]).max(seed[X]);
             });
             unroll!(8, J: usize => {
                 unroll!(2, E: usize => {
@@ -757,7 +782,7 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
                         unroll!(2, H: usize => {
                             let bit = ((I * 2 + H) * 8 + J) * 2 + E;
                             overflow |= self.consider(
-                                wm * 64 + I * 16 + g + 8 * H,
+                                ql[I * 2 + H],
                                 rl,
                                 r0,
                                 acc[I][J][2 * H + E],

@@ -26,7 +26,7 @@
 use crate::tc_knn::{Lists, SEED_SLOTS, knn_block, seed_insert};
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
-    ballot, block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
+    block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
     dynamic_shared_f32, shared_addr, sync_threads, thread_x, warp_uniform,
 };
 use core::arch::asm;
@@ -574,9 +574,10 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
         // Bit 2 (2 j + e) + h: accumulator [4 j + 2 h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
         self.publish_norms();
+        let mut lim = [self.limit(ql[0]), self.limit(ql[1])];
         // Seed the quick limits of queries whose lists are not full (see `Lists::seed_limit`).
         let mut seed = [f32::NEG_INFINITY; 2];
-        if self.seeds() && ballot(self.unbounded(ql[0]) || self.unbounded(ql[1])) != 0 {
+        if self.seed_needed(&ql, &lim) {
             let mut top = [[f32::NEG_INFINITY; SEED_SLOTS]; 2];
             unroll!(4, JH: usize => {
               unroll!(8, JL: usize => {
@@ -592,18 +593,12 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
                 });
               });
             });
-            seed = [
-                self.seed_limit(ql[0], &top[0]),
-                self.seed_limit(ql[1], &top[1]),
-            ];
+            seed = self.seed_limits(&ql, &top);
         }
         // Block-uniform loop (`merge_round` ends with a block-wide vote).
         loop {
             let mut overflow = false;
-            let lim = [
-                self.limit(ql[0]).max(seed[0]),
-                self.limit(ql[1]).max(seed[1]),
-            ];
+            lim = [lim[0].max(seed[0]), lim[1].max(seed[1])];
             unroll!(4, JH: usize => {
                 unroll!(8, JL: usize => {
                     let j = JH * 8 + JL;
@@ -629,6 +624,7 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
             if !self.merge_round(overflow) {
                 break;
             }
+            lim = [self.limit(ql[0]), self.limit(ql[1])];
         }
     }
 }

@@ -329,8 +329,7 @@ impl<R: Send> Batcher<R> {
         let result = run(&queries, &sizes);
         // The device's part is done: the next batch may start while this one's answers are handed out.
         drop(slot);
-        metrics.record_batch(sizes.iter().sum());
-        metrics.record_batch_phases(started - opened, started.elapsed(), gap);
+        metrics.record_batch(sizes.iter().sum(), started - opened, started.elapsed(), gap);
         // Closed, so no member joins any more: the waiters are complete.
         let waiters = std::mem::take(&mut batch.state.lock().waiters);
         let (answers, device, fallback) = match result {

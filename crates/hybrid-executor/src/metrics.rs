@@ -330,12 +330,15 @@ impl Metrics {
         self.breaker_state.store(now.code(), Ordering::Relaxed);
     }
 
-    pub(crate) fn record_batch(&self, size: usize) {
+    /// A formed batch of `size` queries and its phases; `gap` is `None` for the op's first batch.
+    pub(crate) fn record_batch(
+        &self,
+        size: usize,
+        wait: Duration,
+        run: Duration,
+        gap: Option<Duration>,
+    ) {
         self.batch_sizes.record(size as u64);
-    }
-
-    /// A formed batch's phases; `gap` is `None` for the op's first batch.
-    pub(crate) fn record_batch_phases(&self, wait: Duration, run: Duration, gap: Option<Duration>) {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.batch_phase_ns[BatchPhase::Wait.index()].record(ns(wait));
         self.batch_phase_ns[BatchPhase::Run.index()].record(ns(run));
