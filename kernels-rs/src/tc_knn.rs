@@ -107,6 +107,9 @@ fn opaque(x: u32) -> u32 {
 pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
     pub(crate) list_key: *mut u64,
     pub(crate) cand_key: *mut u64,
+    /// Per query its threshold key for this tile ([`Lists::threshold_key`]): the launch's shared key as read
+    /// at the tile's start ([`Lists::publish_norms`]), lowered by the block's own merges since.
+    pub(crate) thr: *mut u64,
     pub(crate) list_score: *mut f32,
     pub(crate) cand_score: *mut f32,
     pub(crate) count: *mut u32,
@@ -152,7 +155,8 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         let k = p.k as usize;
         let list_key = base.wrapping_add(pipe_bytes as usize) as *mut u64;
         let cand_key = list_key.wrapping_add(TQ * k);
-        let list_score = cand_key.wrapping_add(TQ * CAP) as *mut f32;
+        let thr = cand_key.wrapping_add(TQ * CAP);
+        let list_score = thr.wrapping_add(TQ) as *mut f32;
         let cand_score = list_score.wrapping_add(TQ * k);
         let count = cand_score.wrapping_add(TQ * CAP) as *mut u32;
         let qn = count.wrapping_add(TQ) as *mut f32;
@@ -169,6 +173,13 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             }
             i += 256;
         }
+        // Every candidate slot holds a key ([`Lists::merge_one`] reads whole groups of 8).
+        let mut i = t;
+        while i < TQ * CAP {
+            // SAFETY: i < 128 CAP: inside the candidates.
+            unsafe { *cand_key.add(i) = u64::MAX };
+            i += 256;
+        }
         if t < TQ {
             let q = q0 + t as u32;
             let nq = if METRIC != METRIC_DOT && q < p.n_queries {
@@ -180,6 +191,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             // SAFETY: t < 128: inside the counts and query norms.
             unsafe {
                 *count.add(t) = 0;
+                *thr.add(t) = u64::MAX;
                 *qn.add(t) = nq;
                 *qinv.add(t) = inv_or_zero(nq);
             }
@@ -187,6 +199,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         Lists {
             list_key,
             cand_key,
+            thr,
             list_score,
             cand_score,
             count,
@@ -196,7 +209,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             rinv,
             corpus_norms: p.corpus_norms,
             shared_thr: (p.thresholds as *mut u64).wrapping_add(q0 as usize),
-            heads: (p.n_splits >= p.k).then(|| {
+            heads: (p.n_splits >= p.k && p.n_splits as usize <= 32 * HEAD_SLOTS).then(|| {
                 let ns = p.n_splits as usize;
                 (
                     (p.heads as *mut u64).wrapping_add(q0 as usize * ns),
@@ -280,16 +293,12 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
     }
 
     /// Tile-local query `ql`'s threshold key: the smaller of its list's `k`-th key and the launch's shared
-    /// threshold (`u64::MAX` while neither is known). A pair whose key is not below it is not needed.
+    /// threshold as this tile read it (`u64::MAX` while neither is known). A pair whose key is not below it is
+    /// not needed.
     #[inline(always)]
     pub(crate) fn threshold_key(&self, ql: usize) -> u64 {
-        let last = ql * self.k + self.k - 1;
-        // SAFETY: ql < 128 and the query exists (callers check): inside the lists and the launch's
-        // thresholds, which other blocks change only atomically.
-        unsafe {
-            let shared = load_relaxed_gpu_u64(self.shared_thr.wrapping_add(ql));
-            (*self.list_key.add(last)).min(shared)
-        }
+        // SAFETY: ql < 128: inside the thresholds (written by this block only, between barriers).
+        unsafe { *self.thr.add(ql) }
     }
 
     /// Tile-local query `ql`'s limit for [`Lists::might_pass`] this round: from its threshold score, widened
@@ -530,11 +539,22 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         true
     }
 
-    /// Publish the tile's row norms (loaded by [`Lists::load_norm`]) to the block before the filter rounds of
-    /// [`Lists::offer`] and [`Lists::merge_round`]. Block-uniform.
+    /// Publish the tile's row norms (loaded by [`Lists::load_norm`]) and each query's threshold key (the
+    /// launch's shared key read once a tile, so that the filter reads only shared memory) to the block before
+    /// the filter rounds of [`Lists::offer`] and [`Lists::merge_round`]. Block-uniform.
     #[inline(always)]
     pub(crate) fn publish_norms(&self) {
         let t = thread_x() as usize;
+        if t < TQ && (self.q0 as usize + t) < self.n_queries as usize {
+            // SAFETY: the query exists: inside the launch's thresholds, which other blocks change only
+            // atomically; t < 128: inside the block's thresholds, which the last tile's readers passed the
+            // barrier that ended its epilogue.
+            unsafe {
+                let shared = load_relaxed_gpu_u64(self.shared_thr.wrapping_add(t));
+                let own = self.thr.add(t);
+                *own = (*own).min(shared);
+            }
+        }
         if METRIC != METRIC_DOT {
             // SAFETY: t < 256 rows of the tile. The last readers of the previous tile's values passed the
             // barrier that ended its epilogue.
@@ -618,19 +638,30 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             } else {
                 (u64::MAX, 0.0)
             };
+            // Eight independent reads at a time (the ranks are the only chain): a merge is latency-bound.
+            const { assert!(CAP % 8 == 0, "the candidates are read 8 at a time") };
             let mut rank_l = lane;
             let mut rank_c = 0usize;
             let mut j = 0;
             while j < cnt {
-                let x = *self.cand_key.add(cb + j);
-                rank_l += usize::from(x < lk);
-                rank_c += usize::from(x < ck);
-                j += 1;
+                unroll!(8, U: usize => {
+                    // (CAP is a multiple of 8: the read stays inside the query's candidates.)
+                    let x = *self.cand_key.add(cb + j + U);
+                    if j + U < cnt {
+                        rank_l += usize::from(x < lk);
+                        rank_c += usize::from(x < ck);
+                    }
+                });
+                j += 8;
             }
             let mut i = 0;
             while i < k {
-                rank_c += usize::from(*self.list_key.add(base + i) < ck);
-                i += 1;
+                unroll!(8, U: usize => {
+                    if i + U < k {
+                        rank_c += usize::from(*self.list_key.add(base + i + U) < ck);
+                    }
+                });
+                i += 8;
             }
             // Every lane has read the list and the count before any lane writes them.
             sync_warp();
@@ -645,14 +676,14 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             if lane == 0 {
                 *self.count.add(ql) = 0;
             }
-            // The list's new k-th key, once every lane's writes are in, to the launch's shared threshold.
+            // The list's new k-th key, once every lane's writes are in, to the block's threshold and the
+            // launch's shared one.
             sync_warp();
-            if lane == 0 {
-                let kth = *self.list_key.add(base + k - 1);
-                if kth != u64::MAX {
-                    AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql))
-                        .fetch_min(kth, Ordering::Relaxed);
-                }
+            let kth = *self.list_key.add(base + k - 1);
+            let mut bound = kth;
+            if lane == 0 && kth != u64::MAX {
+                AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql))
+                    .fetch_min(kth, Ordering::Relaxed);
             }
             // A new best pair: publish it among the launch's heads, and bound the query by the k-th smallest
             // head (warp-uniform: every lane read the same list before and after).
@@ -669,19 +700,28 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
                     AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql))
                         .fetch_min(t, Ordering::Relaxed);
                 }
+                bound = bound.min(t);
+            }
+            if lane == 0 {
+                let own = self.thr.add(ql);
+                *own = (*own).min(bound);
             }
         }
     }
 }
 
+/// Heads a lane of [`kth_smallest_head`] holds: the heads bound a query with at most `32 * HEAD_SLOTS` splits.
+const HEAD_SLOTS: usize = 8;
+
 /// The `k`-th smallest of one query's `ns` list heads (`row[..ns]`, this block's own, `head`, at `split`), or
-/// `u64::MAX` when fewer than `k` are known. Round `r` takes the smallest head above round `r - 1`'s, so the
-/// `k` rounds find `k` distinct keys, each a pair some block held (heads only fall, so a head read while another
-/// block lowers it is still a pair's key): the result has `k - 1` better pairs, whatever the other blocks do
-/// meanwhile. Warp-collective: every lane of the warp calls it.
+/// `u64::MAX` when fewer than `k` are known. The heads are read once (lane `l` holds heads `l, l + 32, ..`);
+/// round `r` takes the smallest above round `r - 1`'s, so the `k` rounds find `k` distinct keys, each a pair
+/// some block held (heads only fall, so a head read while another block lowers it is still a pair's key):
+/// the result has `k - 1` better pairs, whatever the other blocks do meanwhile. Warp-collective: every lane
+/// of the warp calls it.
 ///
 /// # Safety
-/// `row` points at `ns` u64 of the launch's heads; `split < ns`.
+/// `row` points at `ns` u64 of the launch's heads; `split < ns <= 32 * HEAD_SLOTS`.
 #[inline(always)]
 unsafe fn kth_smallest_head(
     row: *const u64,
@@ -691,25 +731,28 @@ unsafe fn kth_smallest_head(
     k: usize,
     lane: usize,
 ) -> u64 {
-    let mut last = 0u64;
-    let mut found = u64::MAX;
-    let mut r = 0;
-    while r < k {
-        let mut best = u64::MAX;
-        let mut i = lane;
-        while i < ns {
-            // SAFETY: i < ns.
-            let h = if i == split {
+    let mut h = [u64::MAX; HEAD_SLOTS];
+    unroll!(8, S: usize => {
+        let i = lane + 32 * S;
+        if i < ns {
+            h[S] = if i == split {
                 head
             } else {
+                // SAFETY: i < ns.
                 unsafe { load_relaxed_gpu_u64(row.wrapping_add(i)) }
             };
-            // The first round takes any key; later ones only keys above the last round's.
-            if (r == 0 || h > last) && h < best {
-                best = h;
-            }
-            i += 32;
         }
+    });
+    let mut last = 0u64;
+    let mut r = 0;
+    while r < k {
+        // The first round takes any key; later ones only keys above the last round's.
+        let mut best = u64::MAX;
+        unroll!(8, S: usize => {
+            if (r == 0 || h[S] > last) && h[S] < best {
+                best = h[S];
+            }
+        });
         let mut m = 16;
         while m > 0 {
             let o = shfl_xor_u64(best, m);
@@ -720,10 +763,9 @@ unsafe fn kth_smallest_head(
             return u64::MAX;
         }
         last = best;
-        found = best;
         r += 1;
     }
-    found
+    last
 }
 
 impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {

@@ -228,10 +228,10 @@ pub const TC_KNN_K_MAX: u32 = 32;
 pub const TC_KNN_CAP: u32 = 32;
 
 /// Dynamic shared memory of one `tc_knn_*` block for top-`k`: the ring, then per query of the tile its sorted
-/// list (`k` keys, `k` scores), its candidates ([`TC_KNN_CAP`] keys and scores), its candidate count, norm and
-/// inverse norm; then per corpus row of the tile its norm and inverse norm.
+/// list (`k` keys, `k` scores), its candidates ([`TC_KNN_CAP`] keys and scores), its threshold key, candidate
+/// count, norm and inverse norm; then per corpus row of the tile its norm and inverse norm.
 pub const fn tc_knn_shared_bytes(k: u32) -> u32 {
-    TC_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * TC_KNN_CAP + 12) + TC_TILE_R * 8
+    TC_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * TC_KNN_CAP + 20) + TC_TILE_R * 8
 }
 
 /// Fast mode on Hopper (`sm90a_*`, only in the bundle's sm_90a image): the tiles of [`TC_TILE_Q`] x
@@ -249,7 +249,7 @@ pub const H_KNN_CAP: u32 = 16;
 /// Dynamic shared memory of one `sm90a_knn_*` block for top-`k`: as [`tc_knn_shared_bytes`], with the
 /// ring of [`H_PIPE_BYTES`] and [`H_KNN_CAP`] candidates per query.
 pub const fn h_knn_shared_bytes(k: u32) -> u32 {
-    H_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * H_KNN_CAP + 12) + TC_TILE_R * 8
+    H_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * H_KNN_CAP + 20) + TC_TILE_R * 8
 }
 // 227 KiB: the most dynamic shared memory one block of an sm_90 device may opt into.
 const _: () = assert!(
