@@ -1,6 +1,6 @@
 //! Fast mode on Hopper (sm_90a): `tensor.rs`'s tiles on warpgroup MMA (`wgmma.mma_async`), for the
 //! `sm90a_gemm_*` and `sm90a_knn_*` kernels. `cargo xtask build-kernels` puts them in an image of their own
-//! (`sm_90a`: PTX ISA 8.0, `ptxas -arch=sm_90a`), which the launcher loads beside the sm_90 image on devices
+//! (`sm_90a`: PTX ISA 8.3, `ptxas -arch=sm_90a`), which the launcher loads beside the sm_90 image on devices
 //! of compute capability 9.0 exactly; everywhere else fast mode runs `tc_*`.
 //!
 //! A block of 256 threads (two warpgroups) computes tiles of 128 queries x 256 corpus rows, like `tc_*`:
@@ -31,8 +31,8 @@ use crate::util::{
 };
 use core::arch::asm;
 use recall_kernel_shared::{
-    H_KNN_CAP, H_PIPE_BYTES, H_STAGES, H_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2, TC_TILE_Q,
-    TC_TILE_R, TcGemmParams, TcKnnParams,
+    H_KNN_BARRIER_BYTES, H_KNN_CAP, H_PIPE_BYTES, H_STAGES, H_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2,
+    TC_TILE_Q, TC_TILE_R, TcGemmParams, TcKnnParams, h_knn_shared_bytes,
 };
 
 /// Bytes of one operand row in a stage (32 16-bit columns: one row of the 64-byte swizzle).
@@ -276,11 +276,28 @@ fn fence_proxy_async() {
     unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) }
 }
 
-/// The copies of the main loop, one step (a query tile and a row tile of 32 columns) at a time, in the order
-/// the steps run. Thread `t` copies 16-byte piece `t % 4` of rows `t / 4 + 64 i` of both tiles, so its
+/// How the main loop's operand tiles reach the ring, one step (a query tile and a row tile of 32 columns) at a
+/// time, in the order the steps run: `cp.async` by every thread ([`Loader`], `sm90a_gemm_*`) or the tensor
+/// memory accelerator driven by one thread ([`TmaLoader`], `sm90a_knn_*`).
+trait Copies {
+    /// Queue the copies of the next step (if any).
+    ///
+    /// # Safety
+    /// As [`stream90`]; no `wgmma` in flight reads the stage the next step goes to.
+    unsafe fn issue(&mut self);
+    /// Wait until the oldest step queued and not yet taken is in shared memory, visible to the async proxy
+    /// once the step's block barrier has passed.
+    fn ready(&mut self);
+    /// After the last step: leave no copy pending.
+    fn finish(&mut self);
+}
+
+/// `cp.async` copies: thread `t` copies 16-byte piece `t % 4` of rows `t / 4 + 64 i` of both tiles, so its
 /// shared offsets (`(t / 4 + 64 i) * 64 + ((t % 4) ^ (t / 8 % 4)) * 16`: the swizzle) and its source
 /// addresses, but for the step's column and row tile, are fixed: a step costs an add and a compare per copy.
 struct Loader {
+    /// The query operand (the source of the empty copies past the end).
+    queries: u64,
     /// Queries: `2 * ((q0 + t / 4) * ld + 8 * (t % 4))` bytes past the operand.
     a_src: u64,
     /// Bit `i`: query row `q0 + t / 4 + 64 i` exists.
@@ -310,13 +327,49 @@ struct Loader {
 }
 
 impl Loader {
-    /// Queue the copies of the next step (if any) and commit them as one group (every thread commits one
-    /// group per call, empty or not, so the waits count uniformly).
-    ///
-    /// # Safety
-    /// As [`stream90`]; no `wgmma` in flight reads the stage the next step goes to.
+    /// The copies of the row tiles `tile0, tile0 + tile_step, ..` (`n_tiles` of them) against the block's
+    /// queries, into the ring at shared address `ring`.
     #[inline(always)]
-    unsafe fn issue(&mut self, queries: u64) {
+    fn new(o: &Operands, ring: u32, tile0: u32, tile_step: u32, n_tiles: u32) -> Loader {
+        let t = thread_x();
+        let steps = o.ld.div_ceil(H_TILE_K);
+        let (row, col) = (t / PIECES, 8 * (t % PIECES));
+        let ld = u64::from(o.ld);
+        let mut a_rows = 0;
+        unroll!(2, I: u32 => {
+            if o.q0 + row + PASS_ROWS * I < o.n_queries {
+                a_rows |= 1 << I;
+            }
+        });
+        Loader {
+            queries: o.queries,
+            a_src: o.queries + 2 * (u64::from(o.q0 + row) * ld + u64::from(col)),
+            a_rows,
+            corpus: o.corpus,
+            b_tile: o.corpus + 2 * ((u64::from(tile0 * TC_TILE_R + row)) * ld + u64::from(col)),
+            b_step: 2 * u64::from(tile_step * TC_TILE_R) * ld,
+            stride: 2 * u64::from(PASS_ROWS) * ld,
+            // The 64-byte swizzle: piece bits 4-5 XOR address bits 7-8 (row / 2 % 4).
+            dst: row * ROW_BYTES + ((t % PIECES) ^ (row / 2 % PIECES)) * 16,
+            ring,
+            col,
+            row,
+            ld: o.ld,
+            n_rows: o.n_rows,
+            steps,
+            ks: 0,
+            r0: tile0 * TC_TILE_R,
+            stage: 0,
+            left: n_tiles * steps,
+            r0_step: tile_step * TC_TILE_R,
+        }
+    }
+}
+
+impl Copies for Loader {
+    /// Every thread commits one group per call, empty or not, so the waits count uniformly.
+    #[inline(always)]
+    unsafe fn issue(&mut self) {
         // Without a branch (after the last step, every copy is empty): `ptxas` serialises MMAs whose
         // surroundings branch.
         let live = self.left > 0;
@@ -327,7 +380,7 @@ impl Loader {
             let a = self.a_src + 2 * u64::from(k0);
             unroll!(2, I: u32 => {
                 let ok = col_ok && self.a_rows & (1 << I) != 0;
-                let src = if ok { a + u64::from(I) * self.stride } else { queries };
+                let src = if ok { a + u64::from(I) * self.stride } else { self.queries };
                 // SAFETY: inside the stage; the source row and columns exist when `ok`.
                 unsafe { cp_async16(dst + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
@@ -355,26 +408,213 @@ impl Loader {
         }
         cp_async_commit();
     }
+
+    #[inline(always)]
+    fn ready(&mut self) {
+        // LEAD groups were queued before the first step and one per step since; the fence hands this
+        // thread's completed copies to the async proxy (the step's barrier, to every warpgroup).
+        cp_async_wait::<{ LEAD - 1 }>();
+        fence_proxy_async();
+    }
+
+    #[inline(always)]
+    fn finish(&mut self) {
+        // Only empty groups can be pending.
+        cp_async_wait::<0>();
+    }
 }
 
-/// The main loop of `tensor.rs`'s `stream` on `wgmma`: the row tiles `tile0, tile0 + tile_step, ..`
-/// (`n_tiles` of them) against the block's queries, each tile's accumulators handed to `e.end`.
-/// Block-uniform.
+/// TMA copies (`cp.async.bulk.tensor`): thread 0 queues a step as two tile copies through the launch's tensor
+/// maps (`TcKnnParams::maps`: the queries' in boxes of 128 rows, the corpus's in boxes of 256, 32 columns, in
+/// the 64-byte swizzle; rows past the end read as zeros), completing on the stage's `mbarrier`; every thread
+/// waits on that barrier's phase. No per-thread addresses: a step costs the MMA warps a few instructions.
+struct TmaLoader {
+    /// Generic addresses of the two tensor maps in device memory.
+    qmap: u64,
+    cmap: u64,
+    /// Shared addresses of the stages' barriers and of the ring.
+    bars: u32,
+    ring: u32,
+    /// 1 in the thread that queues the copies (thread 0), else 0.
+    issuer: u32,
+    q0: u32,
+    steps: u32,
+    /// The next step to queue: its column step, its row tile's first row, its stage; steps left; row tile
+    /// stride.
+    ks: u32,
+    r0: u32,
+    stage: u32,
+    left: u32,
+    r0_step: u32,
+    /// The stage the MMAs take next, and the phase parity its barrier completes with this time.
+    next: u32,
+    parity: u32,
+}
+
+impl TmaLoader {
+    /// Set up the barriers (thread 0, then a block barrier) for the row tiles `tile0, tile0 + tile_step, ..`
+    /// (`n_tiles` of them) against queries `o.q0 ..`.
+    ///
+    /// # Safety
+    /// `maps` is the device address of two 64-byte aligned tensor maps as [`TmaLoader`] describes, written
+    /// before the launch; `bars` the shared address of `8 * H_STAGES` 8-byte aligned bytes that nothing else
+    /// uses; block-uniform (256 threads); sm_90a.
+    #[inline(always)]
+    unsafe fn new(
+        maps: u64,
+        bars: u32,
+        ring: u32,
+        o: &Operands,
+        tile0: u32,
+        tile_step: u32,
+        n_tiles: u32,
+    ) -> TmaLoader {
+        let issuer = u32::from(thread_x() == 0);
+        let (qmap, cmap) = (maps, maps + 128);
+        if issuer != 0 {
+            let mut s = 0;
+            while s < H_STAGES {
+                // SAFETY: inside the barriers; no thread uses them before the block barrier below.
+                unsafe {
+                    asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", b = in(reg32) bars + 8 * s, options(nostack));
+                }
+                s += 1;
+            }
+            // SAFETY: fences: the barriers' initialisation before their use by the async proxy; the maps,
+            // written by a host copy before the launch, before the TMA unit reads them.
+            unsafe {
+                asm!(
+                    "fence.mbarrier_init.release.cluster;",
+                    "fence.proxy.tensormap::generic.acquire.sys [{q}], 128;",
+                    "fence.proxy.tensormap::generic.acquire.sys [{c}], 128;",
+                    q = in(reg64) qmap,
+                    c = in(reg64) cmap,
+                    options(nostack)
+                );
+            }
+        }
+        sync_threads();
+        let steps = o.ld.div_ceil(H_TILE_K);
+        TmaLoader {
+            qmap,
+            cmap,
+            bars,
+            ring,
+            issuer,
+            q0: o.q0,
+            steps,
+            ks: 0,
+            r0: tile0 * TC_TILE_R,
+            stage: 0,
+            left: n_tiles * steps,
+            r0_step: tile_step * TC_TILE_R,
+            next: 0,
+            parity: 0,
+        }
+    }
+}
+
+impl Copies for TmaLoader {
+    #[inline(always)]
+    unsafe fn issue(&mut self) {
+        // Predicated, not branched around (`ptxas` serialises MMAs whose surroundings branch).
+        let go = u32::from(self.left > 0) & self.issuer;
+        let k0 = self.ks * H_TILE_K;
+        let bar = self.bars + 8 * self.stage;
+        let dst = self.ring + self.stage * STAGE_BYTES;
+        // SAFETY: the stage is free (caller); the boxes land inside it (A_BYTES of queries, then the rows);
+        // the barrier expects exactly the two boxes' bytes (rows past the end count, filled with zeros).
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .pred p;",
+                ".reg .b64 st;",
+                "setp.ne.u32 p, {go}, 0;",
+                "@p mbarrier.arrive.expect_tx.shared::cta.b64 st, [{bar}], {bytes};",
+                "@p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{da}], [{qmap}, {{{k0}, {q0}}}], [{bar}];",
+                "@p cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{db}], [{cmap}, {{{k0}, {r0}}}], [{bar}];",
+                "}}",
+                go = in(reg32) go,
+                bar = in(reg32) bar,
+                bytes = const STAGE_BYTES,
+                da = in(reg32) dst,
+                db = in(reg32) dst + A_BYTES,
+                qmap = in(reg64) self.qmap,
+                cmap = in(reg64) self.cmap,
+                k0 = in(reg32) k0,
+                q0 = in(reg32) self.q0,
+                r0 = in(reg32) self.r0,
+                options(nostack)
+            );
+        }
+        self.ks += 1;
+        if self.ks == self.steps {
+            self.ks = 0;
+            self.r0 += self.r0_step;
+        }
+        self.stage = if self.stage + 1 == H_STAGES {
+            0
+        } else {
+            self.stage + 1
+        };
+        self.left -= u32::from(self.left > 0);
+    }
+
+    #[inline(always)]
+    fn ready(&mut self) {
+        let bar = self.bars + 8 * self.next;
+        loop {
+            let done: u32;
+            // SAFETY: waits on an initialised barrier of this block (`try_wait` suspends for a while).
+            unsafe {
+                asm!(
+                    "{{",
+                    ".reg .pred p;",
+                    "mbarrier.try_wait.parity.shared::cta.b64 p, [{bar}], {par};",
+                    "selp.u32 {done}, 1, 0, p;",
+                    "}}",
+                    bar = in(reg32) bar,
+                    par = in(reg32) self.parity,
+                    done = out(reg32) done,
+                    options(nostack)
+                );
+            }
+            if done != 0 {
+                break;
+            }
+        }
+        if self.next + 1 == H_STAGES {
+            self.next = 0;
+            self.parity ^= 1;
+        } else {
+            self.next += 1;
+        }
+    }
+
+    #[inline(always)]
+    fn finish(&mut self) {
+        // Every queued step was waited for by `ready`.
+    }
+}
+
+/// The main loop of `tensor.rs`'s `stream` on `wgmma`: the row tiles at `r0, r0 + 256 tile_step, ..`
+/// (`n_tiles` of them, the ones `copies` was made for) against the block's queries, each tile's accumulators
+/// handed to `e.end`. Block-uniform.
 ///
 /// # Safety
-/// `smem` is the shared address of `H_PIPE_BYTES` bytes of this block's shared memory, 16-byte aligned;
-/// the operands hold `n_queries * ld` and `n_rows * ld` 16-bit values, `ld` a positive multiple of 32;
-/// 256 threads; sm_90a.
+/// The ring at shared address `ring` holds `H_STAGES` stages, 1,024-byte aligned; the operands hold
+/// `n_queries * ld` and `n_rows * ld` 16-bit values, `ld` a positive multiple of 32; `copies` fills the
+/// ring; 256 threads; sm_90a.
 #[inline(always)]
-unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
+unsafe fn stream90<const BF16: bool, C: Copies, E: Epilogue<Acc90>>(
     o: &Operands,
-    smem: u32,
-    tile0: u32,
+    ring: u32,
+    r0: u32,
     tile_step: u32,
     n_tiles: u32,
+    copies: &mut C,
     e: &mut E,
 ) {
-    let ring = (smem + 1023) & !1023;
     let t = thread_x();
     // Uniform per warp (and known so): the descriptors built from it stay in uniform registers.
     let wg = warp_uniform(t / 128);
@@ -384,45 +624,15 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
         descriptor(ring + A_BYTES),
     );
     let steps = o.ld.div_ceil(H_TILE_K);
-    let total = n_tiles * steps;
-    let (row, col) = (t / PIECES, 8 * (t % PIECES));
-    let ld = u64::from(o.ld);
-    let mut a_rows = 0;
-    unroll!(2, I: u32 => {
-        if o.q0 + row + PASS_ROWS * I < o.n_queries {
-            a_rows |= 1 << I;
-        }
-    });
-    let mut loader = Loader {
-        a_src: o.queries + 2 * (u64::from(o.q0 + row) * ld + u64::from(col)),
-        a_rows,
-        corpus: o.corpus,
-        b_tile: o.corpus + 2 * ((u64::from(tile0 * TC_TILE_R + row)) * ld + u64::from(col)),
-        b_step: 2 * u64::from(tile_step * TC_TILE_R) * ld,
-        stride: 2 * u64::from(PASS_ROWS) * ld,
-        // The 64-byte swizzle: piece bits 4-5 XOR address bits 7-8 (row / 2 % 4).
-        dst: row * ROW_BYTES + ((t % PIECES) ^ (row / 2 % PIECES)) * 16,
-        ring,
-        col,
-        row,
-        ld: o.ld,
-        n_rows: o.n_rows,
-        steps,
-        ks: 0,
-        r0: tile0 * TC_TILE_R,
-        stage: 0,
-        left: total,
-        r0_step: tile_step * TC_TILE_R,
-    };
     let mut g = 0;
     while g < LEAD {
         // SAFETY: the ring is empty.
-        unsafe { loader.issue(o.queries) };
+        unsafe { copies.issue() };
         g += 1;
     }
     // Every step's first MMA of a tile overwrites the accumulators, so they need no reset.
     let mut acc: Acc90 = [0u32; 128];
-    let (mut r0, mut stage) = (tile0 * TC_TILE_R, 0);
+    let (mut r0, mut stage) = (r0, 0);
     // Block-uniform loops without a branch around the MMAs (`ptxas` serialises MMAs in divergent paths):
     // the barriers are reached by every thread.
     let mut tile = 0;
@@ -430,12 +640,9 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
         e.begin(r0);
         let mut ks = 0;
         while ks < steps {
-            // Step ks's copies are complete for this thread (LEAD groups were queued before the first step and
-            // one per step since); the fence hands them to the async proxy and the barrier to every
-            // warpgroup. Past the barrier, both warpgroups' MMAs of two steps back are done (each waited for
-            // them in the step before).
-            cp_async_wait::<{ LEAD - 1 }>();
-            fence_proxy_async();
+            // Step ks's tiles are in shared memory; the barrier hands them to every warpgroup. Past it, both
+            // warpgroups' MMAs of two steps back are done (each waited for them in the step before).
+            copies.ready();
             sync_threads();
             // The stage's descriptors: the first stage's, its address field advanced (no carry out of it: the
             // ring lies below 256 KiB of shared addresses).
@@ -447,7 +654,7 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
             // This warpgroup's previous step is done; this one runs on under the copies and the next barrier.
             wait_mma::<1>(&mut acc);
             // SAFETY: the copies go to the stage of two steps back (LEAD = H_STAGES - 2), done (above).
-            unsafe { loader.issue(o.queries) };
+            unsafe { copies.issue() };
             stage = if stage + 1 == H_STAGES { 0 } else { stage + 1 };
             ks += 1;
         }
@@ -456,8 +663,14 @@ unsafe fn stream90<const BF16: bool, E: Epilogue<Acc90>>(
         r0 += tile_step * TC_TILE_R;
         tile += 1;
     }
-    // Only empty groups can be pending; leave none behind.
-    cp_async_wait::<0>();
+    copies.finish();
+}
+
+/// The ring's shared address in this block's dynamic shared memory: its start rounded up to 1,024 bytes (the
+/// swizzle's pattern repeats every 512; `H_PIPE_BYTES` has the room).
+#[inline(always)]
+fn ring_addr() -> u32 {
+    (shared_addr(dynamic_shared_f32()) + 1023) & !1023
 }
 
 /// The tile-local query of this thread's accumulators `acc[4 j + 2 h + e]`, for `h` = 0 (add 8 for `h` = 1).
@@ -538,14 +751,17 @@ unsafe fn sm90a_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
         q0,
     };
     let mut e = ScoresOut90::<METRIC> { p: *p, q0 };
-    // SAFETY: forwarded launcher contract; one row tile per block.
+    let ring = ring_addr();
+    let mut copies = Loader::new(&o, ring, block_x(), 1, 1);
+    // SAFETY: forwarded launcher contract; one row tile per block; the ring is inside the H_PIPE_BYTES.
     unsafe {
-        stream90::<BF16, _>(
+        stream90::<BF16, _, _>(
             &o,
-            shared_addr(dynamic_shared_f32()),
-            block_x(),
+            ring,
+            block_x() * TC_TILE_R,
             1,
             1,
+            &mut copies,
             &mut e,
         )
     };
@@ -639,15 +855,20 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
 unsafe fn sm90a_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
     // SAFETY: forwarded launcher contract: the lists follow the ring of H_PIPE_BYTES.
     let (mut lists, o, split, n_tiles) = unsafe { knn_block::<METRIC, CAP>(p, H_PIPE_BYTES) };
-    // SAFETY: the ring is the first H_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
-    // contract for the operands and outputs.
+    let ring = ring_addr();
+    let bars = shared_addr(dynamic_shared_f32()) + h_knn_shared_bytes(p.k) - H_KNN_BARRIER_BYTES;
+    // SAFETY: forwarded launcher contract: the ring is inside the first H_PIPE_BYTES bytes of the dynamic
+    // shared memory and the barriers its last H_KNN_BARRIER_BYTES (8-byte aligned: h_knn_shared_bytes is a
+    // multiple of 8); `p.maps` holds the launch's two tensor maps; the operands and outputs as documented.
     unsafe {
-        stream90::<BF16, _>(
+        let mut copies = TmaLoader::new(p.maps, bars, ring, &o, split, p.n_splits, n_tiles);
+        stream90::<BF16, _, _>(
             &o,
-            shared_addr(dynamic_shared_f32()),
-            split,
+            ring,
+            split * TC_TILE_R,
             p.n_splits,
             n_tiles,
+            &mut copies,
             &mut lists,
         );
         lists.write_out(p, split);

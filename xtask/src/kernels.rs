@@ -300,7 +300,7 @@ pub fn build(args: &[String]) -> Result<(), String> {
         }
         fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
     }
-    // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.0.
+    // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.3 (the tensor-map fence).
     let only_90a = work.join("recall_kernels.sm90a.ll");
     let only_90a_bc = work.join("recall_kernels.sm90a.bc");
     fs::write(
@@ -317,7 +317,7 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .arg(&only_90a_bc))?;
     let ptx_path = work.join("sm_90a.ptx");
     run(Command::new(llvm_bin.join("llc"))
-        .args(["-O3", "-mcpu=sm_90a", "-mattr=+ptx80"])
+        .args(["-O3", "-mcpu=sm_90a", "-mattr=+ptx83"])
         .arg(&only_90a_bc)
         .arg("-o")
         .arg(&ptx_path))?;
@@ -329,7 +329,7 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .arg(&ptx_path)
         .arg("-o")
         .arg(out_dir.join("sm_90a.cubin")))?;
-    manifest.push_str("\n[sm_90a] ptx-isa 8.0 (sm90a_* only)\n");
+    manifest.push_str("\n[sm_90a] ptx-isa 8.3 (sm90a_* only)\n");
     for (kernel, usage) in parse_ptxas_usage(&log) {
         manifest.push_str(&format!("  {kernel}: {usage}\n"));
     }

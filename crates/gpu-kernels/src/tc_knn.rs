@@ -6,7 +6,7 @@ use crate::launch::{
     HalfKind, KernelError, Kernels, SimMetric, TopKResult, elems, fast_operands, shape, to_u32,
 };
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
-use recall_gpu_sys::{Gpu, GpuError};
+use recall_gpu_sys::{Gpu, GpuError, Half, tensor_map_2d};
 use recall_kernel_shared::{
     TC_KNN_K_MAX, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams, h_knn_shared_bytes,
     tc_knn_shared_bytes,
@@ -72,6 +72,9 @@ pub(crate) struct TcKnnScratch {
     /// Per query the launch's shared threshold key (`TcKnnParams::thresholds`), then per query and split the
     /// list heads (`TcKnnParams::heads`), all reset to `u64::MAX`.
     thresholds: CudaSlice<u64>,
+    /// The two tensor maps of an `sm90a_knn_*` launch (`TcKnnParams::maps`), rewritten for each launch while
+    /// the scratch is held (so no other launch's copy can overwrite them before this one's kernel is done).
+    maps: CudaSlice<u64>,
 }
 
 /// Splits (row-tile strides) for `query_tiles` query tiles over `row_tiles` row tiles: enough blocks for one
@@ -150,6 +153,7 @@ impl Kernels {
                 out_keys: gpu.alloc_zeros::<u64>(out)?,
                 out_scores: gpu.alloc_zeros::<f32>(out)?,
                 thresholds: gpu.alloc_zeros::<u64>(shared.max(1))?,
+                maps: gpu.alloc_zeros::<u64>(32)?,
             });
         }
         let Some(sc) = slot.as_mut() else {
@@ -157,6 +161,21 @@ impl Kernels {
         };
         self.fill_u64(gpu, &sc.thresholds, shared, u64::MAX)?;
         let thresholds = gpu.device_ptr(&sc.thresholds);
+        // sm90a_knn_* when loaded, unless the rows exceed the TMA's signed 32-bit coordinates.
+        let hopper = self.hopper.as_ref().filter(|_| n_rows < 1 << 31);
+        if hopper.is_some() {
+            let half = match kind {
+                HalfKind::F16 => Half::F16,
+                HalfKind::Bf16 => Half::Bf16,
+            };
+            let (l, tq, tr) = (ld as u64, TC_TILE_Q, TC_TILE_R);
+            let q = tensor_map_2d(half, gpu.device_ptr(queries), n_queries as u64, l, l, tq, 32)?;
+            let c = tensor_map_2d(half, gpu.device_ptr(corpus), n_rows as u64, l, l, tr, 32)?;
+            let mut both = [0u64; 32];
+            both[..16].copy_from_slice(&q.0);
+            both[16..].copy_from_slice(&c.0);
+            gpu.upload_into(&both, &mut sc.maps)?;
+        }
         let params = TcKnnParams {
             queries: gpu.device_ptr(queries),
             query_norms: qn,
@@ -166,6 +185,7 @@ impl Kernels {
             out_scores: gpu.device_ptr(&sc.part_scores),
             thresholds,
             heads: thresholds + 8 * n_queries as u64,
+            maps: gpu.device_ptr(&sc.maps),
             n_queries: n_queries32,
             n_rows: n_rows32,
             ld: to_u32(K, "ld", ld)?,
@@ -174,7 +194,7 @@ impl Kernels {
             _pad: 0,
         };
         let (variant, metric_i) = (usize::from(kind == HalfKind::Bf16), metric.index());
-        let (func, shared_mem_bytes) = match &self.hopper {
+        let (func, shared_mem_bytes) = match hopper {
             Some(h) => (&h.knn[variant][metric_i], h_knn_shared_bytes(k as u32)),
             None => (&tk.knn[variant][metric_i], tc_knn_shared_bytes(k as u32)),
         };
@@ -187,7 +207,9 @@ impl Kernels {
         // n_queries and n_rows (cosine, l2); the outputs n_queries * n_splits * k; 1 <= k <= 32; n_splits is
         // at most the row tiles (<= 1024, so the grid's y fits); the function was opted into the shared memory
         // of k = 32, the most a launch asks for (sm90a_knn_* too, when loaded: 9.0 devices only); the image
-        // is sm_80+ (tc_knn present); both kernels take the same grid and parameters.
+        // is sm_80+ (tc_knn present); both kernels take the same grid and parameters; for sm90a_knn_* the
+        // maps describe these operands (uploaded above on this stream, and the scratch stays held until the
+        // results are back, so no other launch rewrites them meanwhile).
         unsafe { gpu.launch(func, cfg, params) }?;
         let warps = n_splits.div_ceil(32) as u32;
         let merge = TcMergeParams {

@@ -246,10 +246,15 @@ pub const H_PIPE_BYTES: u32 = H_STAGES * (TC_TILE_Q + TC_TILE_R) * H_TILE_K * 2 
 /// ring is larger).
 pub const H_KNN_CAP: u32 = 16;
 
+/// Shared bytes at the end of an `sm90a_knn_*` block's shared memory for its copies' barriers (one 8-byte
+/// `mbarrier` per stage).
+pub const H_KNN_BARRIER_BYTES: u32 = 8 * H_STAGES;
+
 /// Dynamic shared memory of one `sm90a_knn_*` block for top-`k`: as [`tc_knn_shared_bytes`], with the
-/// ring of [`H_PIPE_BYTES`] and [`H_KNN_CAP`] candidates per query.
+/// ring of [`H_PIPE_BYTES`] and [`H_KNN_CAP`] candidates per query, then the barriers
+/// ([`H_KNN_BARRIER_BYTES`]).
 pub const fn h_knn_shared_bytes(k: u32) -> u32 {
-    H_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * H_KNN_CAP + 20) + TC_TILE_R * 8
+    H_PIPE_BYTES + TC_TILE_Q * (12 * k + 12 * H_KNN_CAP + 20) + TC_TILE_R * 8 + H_KNN_BARRIER_BYTES
 }
 // 227 KiB: the most dynamic shared memory one block of an sm_90 device may opt into.
 const _: () = assert!(
@@ -311,6 +316,11 @@ pub struct TcKnnParams {
     /// pair with `k - 1` better ones (each head a different pair), so it bounds the query like `thresholds`;
     /// when the answer's `k` pairs lie in different splits, it is close to the answer's own `k`-th key.
     pub heads: u64,
+    /// `sm90a_knn_*` only (`tc_knn_*` ignores it): the device address of two 64-byte aligned `CUtensorMap`s
+    /// of 128 bytes each, written before the launch: the queries (`n_queries` rows) and the corpus (`n_rows`
+    /// rows), both `ld` columns of row stride `ld`, in boxes of 32 columns by [`TC_TILE_Q`] (queries) and
+    /// [`TC_TILE_R`] (corpus) rows, the 64-byte swizzle, rows past the end read as zeros.
+    pub maps: u64,
     pub n_queries: u32,
     pub n_rows: u32,
     /// Row stride of both operands in 16-bit values, a multiple of [`TC_LD_ALIGN`].
