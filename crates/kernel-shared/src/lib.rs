@@ -238,7 +238,7 @@ pub const fn tc_knn_shared_bytes(k: u32) -> u32 {
 /// [`TC_TILE_R`] on warpgroup MMA (`wgmma`), [`H_TILE_K`] columns (64 bytes, one row of the 64-byte
 /// swizzle) per step, [`H_STAGES`] steps in the shared-memory ring.
 pub const H_TILE_K: u32 = 32;
-pub const H_STAGES: u32 = 5;
+pub const H_STAGES: u32 = 6;
 /// Dynamic shared memory of `sm90a_gemm_*`: the ring, plus 1,024 bytes to align it to 1,024 bytes (the
 /// swizzle's pattern repeats every 512).
 pub const H_PIPE_BYTES: u32 = H_STAGES * (TC_TILE_Q + TC_TILE_R) * H_TILE_K * 2 + 1024;
