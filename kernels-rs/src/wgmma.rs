@@ -31,8 +31,8 @@ use crate::util::{
 };
 use core::arch::asm;
 use recall_kernel_shared::{
-    H_KNN_BARRIER_BYTES, H_KNN_CAP, H_PIPE_BYTES, H_STAGES, H_TILE_K, METRIC_COSINE, METRIC_DOT, METRIC_L2,
-    TC_TILE_Q, TC_TILE_R, TcGemmParams, TcKnnParams, h_knn_shared_bytes,
+    H_KNN_BARRIER_BYTES, H_KNN_CAP, H_PIPE_BYTES, H_STAGES, H_TILE_K, METRIC_COSINE, METRIC_DOT,
+    METRIC_L2, TC_TILE_Q, TC_TILE_R, TcGemmParams, TcKnnParams, h_knn_shared_bytes,
 };
 
 /// Bytes of one operand row in a stage (32 16-bit columns: one row of the 64-byte swizzle).
@@ -754,17 +754,7 @@ unsafe fn sm90a_gemm<const METRIC: u32, const BF16: bool>(p: &TcGemmParams) {
     let ring = ring_addr();
     let mut copies = Loader::new(&o, ring, block_x(), 1, 1);
     // SAFETY: forwarded launcher contract; one row tile per block; the ring is inside the H_PIPE_BYTES.
-    unsafe {
-        stream90::<BF16, _, _>(
-            &o,
-            ring,
-            block_x() * TC_TILE_R,
-            1,
-            1,
-            &mut copies,
-            &mut e,
-        )
-    };
+    unsafe { stream90::<BF16, _, _>(&o, ring, block_x() * TC_TILE_R, 1, 1, &mut copies, &mut e) };
 }
 
 kernels! {

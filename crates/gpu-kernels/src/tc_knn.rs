@@ -169,7 +169,15 @@ impl Kernels {
                 HalfKind::Bf16 => Half::Bf16,
             };
             let (l, tq, tr) = (ld as u64, TC_TILE_Q, TC_TILE_R);
-            let q = tensor_map_2d(half, gpu.device_ptr(queries), n_queries as u64, l, l, tq, 32)?;
+            let q = tensor_map_2d(
+                half,
+                gpu.device_ptr(queries),
+                n_queries as u64,
+                l,
+                l,
+                tq,
+                32,
+            )?;
             let c = tensor_map_2d(half, gpu.device_ptr(corpus), n_rows as u64, l, l, tr, 32)?;
             let mut both = [0u64; 32];
             both[..16].copy_from_slice(&q.0);
