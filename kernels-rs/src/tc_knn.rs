@@ -108,7 +108,7 @@ pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
     pub(crate) list_key: *mut u64,
     pub(crate) cand_key: *mut u64,
     /// Per query its threshold key for this tile ([`Lists::threshold_key`]): the launch's shared key as read
-    /// at the tile's start ([`Lists::publish_norms`]), lowered by the block's own merges since.
+    /// at the tile's start ([`Lists::publish_tile`]), lowered by the block's own merges since.
     pub(crate) thr: *mut u64,
     pub(crate) list_score: *mut f32,
     pub(crate) cand_score: *mut f32,
@@ -339,7 +339,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
     }
 
     /// Tile-local row `rl`'s value for [`Lists::might_pass`]: its inverse norm (cosine; NaN where skipped), its
-    /// squared norm less `2 * MARGIN` of it (l2), nothing (dot). Published by [`Lists::publish_norms`].
+    /// squared norm less `2 * MARGIN` of it (l2), nothing (dot). Published by [`Lists::publish_tile`].
     #[inline(always)]
     pub(crate) fn row_quick(&self, rl: usize) -> f32 {
         if METRIC == METRIC_DOT {
@@ -543,7 +543,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
     /// launch's shared key read once a tile, so that the filter reads only shared memory) to the block before
     /// the filter rounds of [`Lists::offer`] and [`Lists::merge_round`]. Block-uniform.
     #[inline(always)]
-    pub(crate) fn publish_norms(&self) {
+    pub(crate) fn publish_tile(&self) {
         let t = thread_x() as usize;
         if t < TQ && (self.q0 as usize + t) < self.n_queries as usize {
             // SAFETY: the query exists: inside the launch's thresholds, which other blocks change only
@@ -782,7 +782,7 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
         let (g, c) = (lane / 4, 2 * (lane % 4));
         // Bit ((i * 2 + h) * 8 + j) * 2 + e: accumulator [i][j][2h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
-        self.publish_norms();
+        self.publish_tile();
         let mut ql = [0usize; 8];
         let mut lim = [0.0f32; 8];
         unroll!(8, X: usize => {

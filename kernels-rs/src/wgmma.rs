@@ -292,6 +292,59 @@ trait Copies {
     fn finish(&mut self);
 }
 
+/// Where the copies are: the next step to queue (its column step `ks` of `steps`, its row tile's first row
+/// `r0`, its stage), the steps left, and the rows from one of the block's row tiles to its next.
+struct Cursor {
+    steps: u32,
+    ks: u32,
+    r0: u32,
+    stage: u32,
+    left: u32,
+    r0_step: u32,
+}
+
+impl Cursor {
+    /// The steps of the row tiles `tile0, tile0 + tile_step, ..` (`n_tiles` of them), `ld` columns each.
+    #[inline(always)]
+    fn new(ld: u32, tile0: u32, tile_step: u32, n_tiles: u32) -> Cursor {
+        let steps = ld.div_ceil(H_TILE_K);
+        Cursor {
+            steps,
+            ks: 0,
+            r0: tile0 * TC_TILE_R,
+            stage: 0,
+            left: n_tiles * steps,
+            r0_step: tile_step * TC_TILE_R,
+        }
+    }
+
+    /// Whether a step is left to queue.
+    #[inline(always)]
+    fn live(&self) -> bool {
+        self.left > 0
+    }
+
+    /// On to the next step (past the last, only the stage moves on meaningfully); `true` when it starts
+    /// the next row tile.
+    #[inline(always)]
+    fn advance(&mut self) -> bool {
+        let live = self.live();
+        self.ks += 1;
+        let next_tile = self.ks == self.steps;
+        if next_tile {
+            self.ks = 0;
+            self.r0 += self.r0_step;
+        }
+        self.stage = if self.stage + 1 == H_STAGES {
+            0
+        } else {
+            self.stage + 1
+        };
+        self.left -= u32::from(live);
+        next_tile
+    }
+}
+
 /// `cp.async` copies: thread `t` copies 16-byte piece `t % 4` of rows `t / 4 + 64 i` of both tiles, so its
 /// shared offsets (`(t / 4 + 64 i) * 64 + ((t % 4) ^ (t / 8 % 4)) * 16`: the swizzle) and its source
 /// addresses, but for the step's column and row tile, are fixed: a step costs an add and a compare per copy.
@@ -317,13 +370,7 @@ struct Loader {
     row: u32,
     ld: u32,
     n_rows: u32,
-    steps: u32,
-    /// The next step: its column step, its row tile's first row, its stage; steps left; row tile stride.
-    ks: u32,
-    r0: u32,
-    stage: u32,
-    left: u32,
-    r0_step: u32,
+    at: Cursor,
 }
 
 impl Loader {
@@ -332,7 +379,6 @@ impl Loader {
     #[inline(always)]
     fn new(o: &Operands, ring: u32, tile0: u32, tile_step: u32, n_tiles: u32) -> Loader {
         let t = thread_x();
-        let steps = o.ld.div_ceil(H_TILE_K);
         let (row, col) = (t / PIECES, 8 * (t % PIECES));
         let ld = u64::from(o.ld);
         let mut a_rows = 0;
@@ -356,12 +402,7 @@ impl Loader {
             row,
             ld: o.ld,
             n_rows: o.n_rows,
-            steps,
-            ks: 0,
-            r0: tile0 * TC_TILE_R,
-            stage: 0,
-            left: n_tiles * steps,
-            r0_step: tile_step * TC_TILE_R,
+            at: Cursor::new(o.ld, tile0, tile_step, n_tiles),
         }
     }
 }
@@ -372,11 +413,10 @@ impl Copies for Loader {
     unsafe fn issue(&mut self) {
         // Without a branch (after the last step, every copy is empty): `ptxas` serialises MMAs whose
         // surroundings branch.
-        let live = self.left > 0;
         {
-            let k0 = self.ks * H_TILE_K;
-            let col_ok = live && k0 + self.col < self.ld;
-            let dst = self.ring + self.stage * STAGE_BYTES + self.dst;
+            let k0 = self.at.ks * H_TILE_K;
+            let col_ok = self.at.live() && k0 + self.col < self.ld;
+            let dst = self.ring + self.at.stage * STAGE_BYTES + self.dst;
             let a = self.a_src + 2 * u64::from(k0);
             unroll!(2, I: u32 => {
                 let ok = col_ok && self.a_rows & (1 << I) != 0;
@@ -385,7 +425,7 @@ impl Copies for Loader {
                 unsafe { cp_async16(dst + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
             // Rows of this row tile left from this thread's first: copy i exists when 64 i < rem.
-            let rem = self.n_rows.saturating_sub(self.r0 + self.row);
+            let rem = self.n_rows.saturating_sub(self.at.r0 + self.row);
             let b = self.b_tile + 2 * u64::from(k0);
             unroll!(4, I: u32 => {
                 let ok = col_ok && PASS_ROWS * I < rem;
@@ -393,18 +433,9 @@ impl Copies for Loader {
                 // SAFETY: as above.
                 unsafe { cp_async16_l2_256(dst + A_BYTES + I * PASS_ROWS * ROW_BYTES, src, if ok { 16 } else { 0 }) };
             });
-            self.ks += 1;
-            if self.ks == self.steps {
-                self.ks = 0;
-                self.r0 += self.r0_step;
+            if self.at.advance() {
                 self.b_tile += self.b_step;
             }
-            self.stage = if self.stage + 1 == H_STAGES {
-                0
-            } else {
-                self.stage + 1
-            };
-            self.left -= u32::from(live);
         }
         cp_async_commit();
     }
@@ -438,14 +469,7 @@ struct TmaLoader {
     /// 1 in the thread that queues the copies (thread 0), else 0.
     issuer: u32,
     q0: u32,
-    steps: u32,
-    /// The next step to queue: its column step, its row tile's first row, its stage; steps left; row tile
-    /// stride.
-    ks: u32,
-    r0: u32,
-    stage: u32,
-    left: u32,
-    r0_step: u32,
+    at: Cursor,
     /// The stage the MMAs take next, and the phase parity its barrier completes with this time.
     next: u32,
     parity: u32,
@@ -494,7 +518,6 @@ impl TmaLoader {
             }
         }
         sync_threads();
-        let steps = o.ld.div_ceil(H_TILE_K);
         TmaLoader {
             qmap,
             cmap,
@@ -502,12 +525,7 @@ impl TmaLoader {
             ring,
             issuer,
             q0: o.q0,
-            steps,
-            ks: 0,
-            r0: tile0 * TC_TILE_R,
-            stage: 0,
-            left: n_tiles * steps,
-            r0_step: tile_step * TC_TILE_R,
+            at: Cursor::new(o.ld, tile0, tile_step, n_tiles),
             next: 0,
             parity: 0,
         }
@@ -518,10 +536,10 @@ impl Copies for TmaLoader {
     #[inline(always)]
     unsafe fn issue(&mut self) {
         // Predicated, not branched around (`ptxas` serialises MMAs whose surroundings branch).
-        let go = u32::from(self.left > 0) & self.issuer;
-        let k0 = self.ks * H_TILE_K;
-        let bar = self.bars + 8 * self.stage;
-        let dst = self.ring + self.stage * STAGE_BYTES;
+        let go = u32::from(self.at.live()) & self.issuer;
+        let k0 = self.at.ks * H_TILE_K;
+        let bar = self.bars + 8 * self.at.stage;
+        let dst = self.ring + self.at.stage * STAGE_BYTES;
         // SAFETY: the stage is free (caller); the boxes land inside it (A_BYTES of queries, then the rows);
         // the barrier expects exactly the two boxes' bytes (rows past the end count, filled with zeros).
         unsafe {
@@ -543,21 +561,11 @@ impl Copies for TmaLoader {
                 cmap = in(reg64) self.cmap,
                 k0 = in(reg32) k0,
                 q0 = in(reg32) self.q0,
-                r0 = in(reg32) self.r0,
+                r0 = in(reg32) self.at.r0,
                 options(nostack)
             );
         }
-        self.ks += 1;
-        if self.ks == self.steps {
-            self.ks = 0;
-            self.r0 += self.r0_step;
-        }
-        self.stage = if self.stage + 1 == H_STAGES {
-            0
-        } else {
-            self.stage + 1
-        };
-        self.left -= u32::from(self.left > 0);
+        self.at.advance();
     }
 
     #[inline(always)]
@@ -779,7 +787,7 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
         let ql = [first_query(), first_query() + 8];
         // Bit 2 (2 j + e) + h: accumulator [4 j + 2 h + e] is decided (filtered out, or written).
         let mut done = [0u32; 4];
-        self.publish_norms();
+        self.publish_tile();
         let mut lim = [self.limit(ql[0]), self.limit(ql[1])];
         // Seed the quick limits of queries whose lists are not full (see `Lists::seed_limit`).
         let mut seed = [f32::NEG_INFINITY; 2];

@@ -300,7 +300,8 @@ pub fn build(args: &[String]) -> Result<(), String> {
         }
         fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
     }
-    // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.3 (the tensor-map fence).
+    // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.3
+    // (for the tensor-map fence).
     let only_90a = work.join("recall_kernels.sm90a.ll");
     let only_90a_bc = work.join("recall_kernels.sm90a.bc");
     fs::write(

@@ -161,24 +161,26 @@ impl Kernels {
         };
         self.fill_u64(gpu, &sc.thresholds, shared, u64::MAX)?;
         let thresholds = gpu.device_ptr(&sc.thresholds);
-        // sm90a_knn_* when loaded, unless the rows exceed the TMA's signed 32-bit coordinates.
-        let hopper = self.hopper.as_ref().filter(|_| n_rows < 1 << 31);
+        // sm90a_knn_* when loaded, unless rows or queries exceed the TMA's signed 32-bit coordinates.
+        let hopper = self
+            .hopper
+            .as_ref()
+            .filter(|_| n_rows < 1 << 31 && n_queries < 1 << 31);
         if hopper.is_some() {
             let half = match kind {
                 HalfKind::F16 => Half::F16,
                 HalfKind::Bf16 => Half::Bf16,
             };
-            let (l, tq, tr) = (ld as u64, TC_TILE_Q, TC_TILE_R);
+            let l = ld as u64;
             let q = tensor_map_2d(
                 half,
                 gpu.device_ptr(queries),
                 n_queries as u64,
                 l,
                 l,
-                tq,
-                32,
+                TC_TILE_Q,
             )?;
-            let c = tensor_map_2d(half, gpu.device_ptr(corpus), n_rows as u64, l, l, tr, 32)?;
+            let c = tensor_map_2d(half, gpu.device_ptr(corpus), n_rows as u64, l, l, TC_TILE_R)?;
             let mut both = [0u64; 32];
             both[..16].copy_from_slice(&q.0);
             both[16..].copy_from_slice(&c.0);

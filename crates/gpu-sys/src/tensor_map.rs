@@ -22,12 +22,12 @@ pub enum Half {
 }
 
 /// A tensor map of the `rows x cols` matrix of 16-bit values at device address `ptr` (row stride `ld`
-/// values), copied in boxes of `box_rows x box_cols` values into shared memory in the 64-byte swizzle
-/// (`box_cols` must be 32: one 64-byte row of the swizzle). Rows past `rows` read as zeros.
+/// values), copied in boxes of `box_rows` rows by 32 columns (one 64-byte row of the swizzle) into shared
+/// memory in the 64-byte swizzle. Rows past `rows` read as zeros.
 ///
 /// Errors (never a panic) for a shape the hardware cannot describe: `ptr` or `2 * ld` not a multiple of 16,
 /// `ld < cols`, a zero or over-large dimension (the driver's limits: dimensions up to 2^32, strides below
-/// 2^40, boxes up to 256), or the driver refusing it.
+/// 2^40, boxes of 1 to 256 rows), or the driver refusing it.
 pub fn tensor_map_2d(
     half: Half,
     ptr: u64,
@@ -35,7 +35,6 @@ pub fn tensor_map_2d(
     cols: u64,
     ld: u64,
     box_rows: u32,
-    box_cols: u32,
 ) -> Result<TensorMap, GpuError> {
     const CALL: &str = "cuTensorMapEncodeTiled";
     let bad = |what: &str| GpuError::Driver {
@@ -49,8 +48,8 @@ pub fn tensor_map_2d(
     if !ptr.is_multiple_of(16) || !(2 * ld).is_multiple_of(16) {
         return Err(bad("address and row stride must be multiples of 16 bytes"));
     }
-    if box_cols != 32 || box_rows == 0 || box_rows > 256 {
-        return Err(bad("box must be 32 columns by 1 to 256 rows"));
+    if box_rows == 0 || box_rows > 256 {
+        return Err(bad("a box has 1 to 256 rows"));
     }
     let dtype = match half {
         Half::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
@@ -59,7 +58,7 @@ pub fn tensor_map_2d(
     let dims = [cols, rows];
     // Bytes between rows (the innermost dimension's stride is implied).
     let strides = [2 * ld];
-    let boxes = [box_cols, box_rows];
+    let boxes = [32, box_rows];
     let elem_strides = [1u32, 1];
     guard(CALL, || {
         let mut map = sys::CUtensorMap { opaque: [0; 16] };
@@ -93,13 +92,13 @@ mod tests {
 
     #[test]
     fn shapes_the_hardware_cannot_describe_are_errors_before_the_driver() {
-        // Misaligned address, odd stride, stride shorter than a row, empty, wrong box: each an error (no
-        // driver is needed to reject them, so this runs without a GPU).
-        assert!(tensor_map_2d(Half::Bf16, 8, 10, 32, 32, 128, 32).is_err());
-        assert!(tensor_map_2d(Half::Bf16, 0, 10, 32, 36, 128, 32).is_err());
-        assert!(tensor_map_2d(Half::Bf16, 0, 10, 64, 32, 128, 32).is_err());
-        assert!(tensor_map_2d(Half::F16, 0, 0, 32, 32, 128, 32).is_err());
-        assert!(tensor_map_2d(Half::F16, 0, 10, 32, 32, 128, 64).is_err());
-        assert!(tensor_map_2d(Half::F16, 0, 10, 32, 32, 512, 32).is_err());
+        // Misaligned address, odd stride, stride shorter than a row, empty, box too tall or empty: each an
+        // error (no driver is needed to reject them, so this runs without a GPU).
+        assert!(tensor_map_2d(Half::Bf16, 8, 10, 32, 32, 128).is_err());
+        assert!(tensor_map_2d(Half::Bf16, 0, 10, 32, 36, 128).is_err());
+        assert!(tensor_map_2d(Half::Bf16, 0, 10, 64, 32, 128).is_err());
+        assert!(tensor_map_2d(Half::F16, 0, 0, 32, 32, 128).is_err());
+        assert!(tensor_map_2d(Half::F16, 0, 10, 32, 32, 0).is_err());
+        assert!(tensor_map_2d(Half::F16, 0, 10, 32, 32, 512).is_err());
     }
 }

@@ -185,9 +185,7 @@ impl<R> Drop for LeaderGuard<'_, R> {
             // (Were the batch answered already, its waiters were woken; waking them again is harmless.)
             let _ = self.batch.done.set(done);
             if let Some(d) = self.batch.done.get() {
-                for w in &d.waiters {
-                    w.unpark();
-                }
+                d.wake_all();
             }
         }
     }

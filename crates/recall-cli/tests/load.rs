@@ -148,6 +148,7 @@ fn many_threads_leave_the_heap_where_it_started() {
     // Where the heap in use cannot be read (not glibc), RSS decides, and 4 MiB is too tight for it: nothing
     // to check there.
     let Some(released) = check_ok(&json, "host heap in use released (start -> end)") else {
+        eprintln!("skipped: the heap in use cannot be read here (not glibc)");
         return;
     };
     assert!(released, "{json}");
