@@ -1,13 +1,23 @@
 //! The launcher of `sm80_knn1_*`: one query against at most [`KNN1_MAX_ROWS`] rows, similarity and top-k
-//! (k <= 32) in one launch. The host's part is two queued calls and one wait: the query into a pinned
-//! buffer and across, and the kernel, which writes its `2k` answer words straight into mapped pinned memory
-//! (or, with `RECALL_ONE_QUERY_READBACK=copy`, into device memory, copied back as a third call).
+//! (k <= 32) in one launch. The host's part is one queued call and one wait: the query goes into mapped
+//! pinned memory, which the kernel reads over the bus; the kernel writes its `2k` answer words straight into
+//! mapped pinned memory, and the host spins on those words ([`Gpu::wait_mapped_filled`]) instead of waiting
+//! for the stream. Settings for comparison: `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for
+//! the stream; `RECALL_ONE_QUERY_READBACK=copy` also copies the answer back (a third call).
 
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
 use recall_kernel_shared::{Knn1Params, SMALL_K_MAX, knn1_shared_bytes};
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// What the host puts in each answer word before a spinning launch: no answer word is ever this (a key's
+/// low half is a row id, below `u32::MAX`; a score word's high half is zero).
+const UNSET: u64 = u64::MAX;
+/// How long a one-query call spins on its answer words before it waits for the stream instead (the driver's
+/// default wait spins too; this bounds the spin for the largest one-query launches).
+const ONE_QUERY_SPIN: Duration = Duration::from_millis(2);
 
 /// The most rows [`Kernels::knn1`] takes. Above it the separate scan (more warps per SM in flight) and
 /// selection are faster: at 1,000,000 x 768 on an H200 `knn1` moved 2.5 TB/s against the scan's 3.9.
@@ -56,7 +66,11 @@ impl Knn1Kernels {
 #[derive(Debug)]
 pub(crate) struct OneQueryScratch {
     query_host: PinnedHostSlice<f32>,
-    pub(crate) query: CudaSlice<f32>,
+    query: CudaSlice<f32>,
+    /// The query in mapped pinned memory, for spinning launches (see [`one_query_spin`]).
+    query_mapped: Option<MappedReadback<f32>>,
+    /// Whether this call's kernel reads the query from `query_mapped` (else from `query`).
+    query_from_host: bool,
     pub(crate) scores: CudaSlice<f32>,
     pub(crate) partial: CudaSlice<u64>,
     /// Zero between launches (the kernel's last block or mergers reset them).
@@ -92,11 +106,30 @@ pub fn one_query_readback_mapped() -> bool {
     })
 }
 
-/// What a one-query launch needs of its [`OneQueryScratch`]: the query's length, scores for `n_rows`, at least
+/// Whether a one-query call with a mapped answer takes its query from mapped memory and spins on the answer
+/// words (the default), or copies the query in and waits for the stream (`RECALL_ONE_QUERY_WAIT=sync`),
+/// read once. Both give the same words.
+pub fn one_query_spin() -> bool {
+    static SPIN: OnceLock<bool> = OnceLock::new();
+    *SPIN.get_or_init(|| match std::env::var("RECALL_ONE_QUERY_WAIT") {
+        Ok(v) if v.trim() == "sync" => false,
+        Ok(v) if v.trim() == "spin" || v.trim().is_empty() => true,
+        Ok(v) => {
+            tracing::warn!(value = %v, "RECALL_ONE_QUERY_WAIT: expected spin or sync; using spin");
+            true
+        }
+        Err(_) => true,
+    })
+}
+
+/// What a one-query launch needs of its [`OneQueryScratch`]: the query's length (and how many blocks read it),
+/// scores for `n_rows`, at least
 /// `partial` partial keys (`partial_made` when the scratch is made anew), and `tickets` tickets.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OneQueryNeeds {
     pub(crate) dim: usize,
+    /// Blocks of the launch: each reads the whole query.
+    pub(crate) blocks: usize,
     pub(crate) n_rows: usize,
     pub(crate) partial: usize,
     pub(crate) partial_made: usize,
@@ -122,14 +155,34 @@ impl OneQueryScratch {
                 host: gpu.alloc_pinned_readback::<u64>(out_len)?,
             },
         };
+        // Spinning needs both ends mapped; where the query's mapping fails, the call copies and waits.
+        let query_mapped = match answer {
+            Answer::Mapped(_) if one_query_spin() => gpu
+                .alloc_mapped_readback::<f32>(n.dim)
+                .inspect_err(|e| {
+                    tracing::debug!(error = %e, "mapped query unavailable; one-query calls copy and wait")
+                })
+                .ok(),
+            _ => None,
+        };
         Ok(OneQueryScratch {
             query_host: gpu.alloc_pinned::<f32>(n.dim)?,
             query: gpu.alloc_zeros::<f32>(n.dim)?,
+            query_mapped,
+            query_from_host: false,
             scores: gpu.alloc_zeros::<f32>(n.n_rows)?,
             partial: gpu.alloc_zeros::<u64>(n.partial_made)?,
             tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
             answer,
         })
+    }
+
+    /// Where the kernel reads the query.
+    pub(crate) fn query_ptr(&self, gpu: &Gpu) -> u64 {
+        match &self.query_mapped {
+            Some(q) if self.query_from_host => q.device_ptr(),
+            _ => gpu.device_ptr(&self.query),
+        }
     }
 
     /// Where the kernel writes the `2k` answer words.
@@ -149,10 +202,17 @@ impl OneQueryScratch {
 }
 
 /// The host's part of a one-query top-`k` launch (`knn1`, `scan1`): the scratch in `slot` (kept when it fits
-/// `needs`, else made anew), the query into its pinned buffer and across, `launch` (which reads the scratch's
-/// device buffers and writes the answer at [`OneQueryScratch::out_ptr`]), the `2k` answer words read from the
-/// mapped readback after the wait (or copied back into the pinned readback). Two queued calls (three with
-/// the copy) and one wait.
+/// `needs`, else made anew), then either
+/// - (spinning, the default) the query into mapped memory and the answer words set to [`UNSET`], `launch`,
+///   and a spin until every answer word is written: one queued call, no stream wait;
+/// - or the query into its pinned buffer and across, `launch`, and the answer words read from the mapped
+///   readback after a stream wait (or copied back into the pinned readback): two or three queued calls.
+///
+/// `launch` reads the query at [`OneQueryScratch::query_ptr`] and the scratch's device buffers, and writes
+/// each answer word once at [`OneQueryScratch::out_ptr`], after its blocks' last reads of the query (the
+/// kernels' last block merges only after every block's ticket). A spinning call can return while the
+/// kernel's last block still resets its tickets; the next call's launch queues behind it on the stream, and
+/// the scratch is freed only after a synchronise.
 /// After an error the stream is synchronised and the scratch dropped: a launch that failed part-way may leave
 /// a ticket non-zero.
 pub(crate) fn one_query_round_trip(
@@ -165,6 +225,10 @@ pub(crate) fn one_query_round_trip(
     launch: impl FnOnce(&OneQueryScratch) -> Result<(), KernelError>,
 ) -> Result<TopKResult, KernelError> {
     if !slot.as_ref().is_some_and(|s| s.fits(needs)) {
+        if slot.is_some() {
+            // A spinning call may have returned before its kernel ended.
+            gpu.synchronize()?;
+        }
         *slot = None; // free first
         *slot = Some(OneQueryScratch::new(gpu, needs)?);
     }
@@ -175,24 +239,35 @@ pub(crate) fn one_query_round_trip(
         });
     };
     let result = (|| {
-        // No copy from it is in flight: every call ends with the stream synchronised.
-        gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
-        // SAFETY: query_host is not written again before this call's closing synchronise
-        // (the answer's read below, which waits for the stream, or the synchronise on the error path).
-        unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
+        let spin = matches!(sc.answer, Answer::Mapped(_)) && sc.query_mapped.is_some();
+        sc.query_from_host = spin && query_from_host(needs);
+        match (&mut sc.query_mapped, sc.query_from_host) {
+            (Some(q), true) => {
+                // SAFETY: the last call on this scratch ended with its answer words seen, each written
+                // after every block's last read of the query, or with the stream synchronised (sync, error
+                // and refit paths); a new scratch has had no launch.
+                unsafe { q.write_host(query) }?
+            }
+            _ => {
+                // No copy from it is in flight: the last call ended with the stream synchronised, or with
+                // its answer seen, written by the kernel queued after that call's copy.
+                gpu.pinned_write(&mut sc.query_host)?.copy_from_slice(query);
+                // SAFETY: query_host is not written again before this copy has finished: before the next
+                // call the stream is synchronised or this call's answer, queued after the copy, is seen.
+                unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
+            }
+        }
+        if let (Answer::Mapped(answer), true) = (&mut sc.answer, spin) {
+            // SAFETY: as for the query above: no device work of an earlier call still writes the words.
+            unsafe { answer.fill_host(2 * k, UNSET) }?;
+        }
         launch(sc)?;
-        let out = match &mut sc.answer {
-            Answer::Mapped(m) => gpu.read_mapped(m)?,
-            Answer::Copied { device, host } => gpu.download_pinned(device, host)?,
+        let out = match (&mut sc.answer, spin) {
+            (Answer::Mapped(m), true) => gpu.wait_mapped_filled(m, 2 * k, UNSET, ONE_QUERY_SPIN)?,
+            (Answer::Mapped(m), false) => gpu.read_mapped(m)?,
+            (Answer::Copied { device, host }, _) => gpu.download_pinned(device, host)?,
         };
-        Ok::<_, KernelError>(TopKResult {
-            k,
-            ids: out[..k].iter().map(|&key| key as u32).collect(),
-            scores: out[k..2 * k]
-                .iter()
-                .map(|&bits| f32::from_bits(bits as u32))
-                .collect(),
-        })
+        Ok::<_, KernelError>(answer_of(out, k))
     })();
     if result.is_err() {
         // Start from fresh buffers, once no copy can still be using the pinned ones (a failed wait leaves
@@ -201,6 +276,42 @@ pub(crate) fn one_query_round_trip(
         *slot = None;
     }
     result
+}
+
+/// Whether a spinning call's kernel reads the query from mapped host memory (no copy call): when the bytes
+/// its blocks read over the bus stay under `RECALL_ONE_QUERY_INPUT_MAX_BYTES` (default
+/// [`QUERY_FROM_HOST_MAX_BYTES`]; `0` always copies), read once.
+fn query_from_host(needs: OneQueryNeeds) -> bool {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    let max = *MAX.get_or_init(|| {
+        match std::env::var("RECALL_ONE_QUERY_INPUT_MAX_BYTES").map(|v| v.trim().parse::<usize>()) {
+            Ok(Ok(v)) => v,
+            Ok(Err(_)) => {
+                tracing::warn!(
+                    "RECALL_ONE_QUERY_INPUT_MAX_BYTES: expected a byte count; using the default"
+                );
+                QUERY_FROM_HOST_MAX_BYTES
+            }
+            Err(_) => QUERY_FROM_HOST_MAX_BYTES,
+        }
+    });
+    needs.blocks.saturating_mul(needs.dim * 4) <= max
+}
+
+/// The default of [`query_from_host`]'s limit.
+pub const QUERY_FROM_HOST_MAX_BYTES: usize = 1 << 20;
+
+/// The list in a one-query launch's `2k` answer words: `k` keys (the row id in the low half), then `k`
+/// scores' bits.
+fn answer_of(out: &[u64], k: usize) -> TopKResult {
+    TopKResult {
+        k,
+        ids: out[..k].iter().map(|&key| key as u32).collect(),
+        scores: out[k..2 * k]
+            .iter()
+            .map(|&bits| f32::from_bits(bits as u32))
+            .collect(),
+    }
 }
 
 /// Warps per block for `n_rows` rows: one for few rows (more blocks, so more SMs pull), else two (fewer
@@ -270,6 +381,7 @@ impl Kernels {
         let (n_blocks, n_groups, threads) = layout(n_rows, kernels.max_warps);
         let needs = OneQueryNeeds {
             dim,
+            blocks: n_blocks,
             n_rows,
             partial: (n_blocks + n_groups) * k,
             partial_made: (n_blocks + n_groups) * SMALL_K_MAX as usize,
@@ -278,7 +390,7 @@ impl Kernels {
         let mut slot = self.knn1_scratch.lock();
         one_query_round_trip(K, gpu, &mut slot, needs, query, k, |sc| {
             let params = Knn1Params {
-                query: gpu.device_ptr(&sc.query),
+                query: sc.query_ptr(gpu),
                 corpus: gpu.device_ptr(corpus),
                 corpus_norms: norms,
                 scores: gpu.device_ptr(&sc.scores),

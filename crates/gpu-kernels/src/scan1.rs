@@ -387,6 +387,7 @@ impl Kernels {
         let blocks = plan.blocks as usize;
         let needs = OneQueryNeeds {
             dim,
+            blocks,
             n_rows,
             partial: blocks * SMALL_K_MAX as usize,
             partial_made: blocks * SMALL_K_MAX as usize,
@@ -395,7 +396,7 @@ impl Kernels {
         let mut slot = self.scan1_scratch.lock();
         one_query_round_trip(K, gpu, &mut slot, needs, query, k, |sc| {
             let params = Scan1Params {
-                query: gpu.device_ptr(&sc.query),
+                query: sc.query_ptr(gpu),
                 query_norm: 0,
                 corpus: gpu.device_ptr(corpus),
                 corpus_norms: norms,

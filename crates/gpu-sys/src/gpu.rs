@@ -35,10 +35,11 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
 }
 
-/// Page-locked host memory that a kernel writes directly (see [`Gpu::alloc_mapped_readback`]). Kernels get
-/// its address through [`MappedReadback::device_ptr`] and may write it only from work queued on the stream of
-/// the [`Gpu`] that reads it ([`Gpu::read_mapped`]). Freed on drop; drop it only when no queued work writes
-/// it.
+/// Page-locked host memory that a kernel writes directly (see [`Gpu::alloc_mapped_readback`]), or reads: the
+/// host writes an input into it ([`MappedReadback::write_host`]) with no copy call. Kernels get its address
+/// through [`MappedReadback::device_ptr`] and may write it only from work queued on the stream of the [`Gpu`]
+/// that reads it ([`Gpu::read_mapped`], [`Gpu::wait_mapped_filled`]). Freed on drop; drop it only when no
+/// queued work reads or writes it.
 pub struct MappedReadback<T> {
     ctx: Arc<CudaContext>,
     host: std::ptr::NonNull<u8>,
@@ -70,6 +71,44 @@ impl<T> MappedReadback<T> {
     }
 }
 
+impl<T: Copy> MappedReadback<T> {
+    /// Write `values` into the memory from the host, from the first value on: an input that a kernel then
+    /// reads through [`MappedReadback::device_ptr`], with no copy call (fewer than `values.len()` values
+    /// held is an error).
+    ///
+    /// # Safety
+    /// No queued or running device work reads or writes the values written: work that used them has
+    /// finished (its stream was synchronised, or its answer, written after its last read of them, was seen).
+    pub unsafe fn write_host(&mut self, values: &[T]) -> Result<(), GpuError> {
+        room("host write to mapped memory", self.len, values.len())?;
+        // SAFETY: `host` holds `len >= values.len()` values of `T`; the mutable borrow keeps other host
+        // access out and the caller keeps device access out (see `# Safety`); the regions cannot overlap
+        // (`values` is not this page-locked allocation: `&mut self` forbids a borrow of it).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                values.as_ptr(),
+                self.host.as_ptr().cast::<T>(),
+                values.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Set the first `n` values to `value` from the host (see [`MappedReadback::write_host`]).
+    ///
+    /// # Safety
+    /// As [`MappedReadback::write_host`].
+    pub unsafe fn fill_host(&mut self, n: usize, value: T) -> Result<(), GpuError> {
+        room("host write to mapped memory", self.len, n)?;
+        let base = self.host.as_ptr().cast::<T>();
+        for i in 0..n {
+            // SAFETY: i < n <= len; access as in `write_host`.
+            unsafe { base.add(i).write(value) };
+        }
+        Ok(())
+    }
+}
+
 impl<T> std::fmt::Debug for MappedReadback<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MappedReadback")
@@ -84,6 +123,18 @@ impl<T> Drop for MappedReadback<T> {
         // SAFETY: `host` came from `pinned_alloc` and is freed only here; by the type's contract no queued
         // work writes it any more. A failure leaks the pages, which is all that can be done in a drop.
         let _ = unsafe { crate::memory::pinned_free(&self.ctx, self.host) };
+    }
+}
+
+/// How often [`Gpu::wait_mapped_filled`] asks the driver about its stream while it spins.
+pub const MAPPED_POLL_QUERY_EVERY: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The error of a stream that finished without writing the answer a spin waited for.
+fn unfilled() -> GpuError {
+    GpuError::Driver {
+        call: "wait on mapped memory",
+        code: 0,
+        name: "the stream finished without writing every awaited value".into(),
     }
 }
 
@@ -489,6 +540,72 @@ impl Gpu {
         // pattern is a valid `T`); the mutable borrow keeps host writers out, and the synchronise above has
         // finished the device writes queued on this stream, the only ones `MappedReadback`'s contract allows.
         Ok(unsafe { std::slice::from_raw_parts(buf.host.as_ptr().cast::<T>(), buf.len) })
+    }
+
+    /// Wait until work queued on this handle's stream has replaced each of the first `n` values of `buf`,
+    /// which the host set to `unset` before queuing that work ([`MappedReadback::fill_host`]), and return
+    /// them; the stream may still be running what follows the last of those writes.
+    ///
+    /// The host reads the values (volatile: the device writes them over the bus) in a spin of at most
+    /// `spin`, asking the driver every [`MAPPED_POLL_QUERY_EVERY`] whether the stream failed or finished;
+    /// past `spin` it waits with a stream synchronise. The wait the driver does for a synchronise (spinning
+    /// on a completion word the device writes after the whole grid has drained) is the same kind of wait
+    /// that starts later, so the answer comes sooner. An error of the stream is returned as the driver
+    /// reports it; a stream that finished without replacing every value is an error too.
+    ///
+    /// `T`'s `PartialEq` must compare bits (the integer types): the device writes each of the `n` values
+    /// at most once, never as `unset`.
+    pub fn wait_mapped_filled<'a, T: DeviceRepr + ValidAsZeroBits + Copy + PartialEq>(
+        &self,
+        buf: &'a mut MappedReadback<T>,
+        n: usize,
+        unset: T,
+        spin: std::time::Duration,
+    ) -> Result<&'a [T], GpuError> {
+        room("wait on mapped memory", buf.len, n)?;
+        let base = buf.host.as_ptr().cast::<T>();
+        // The first value from `from` on that is still unset.
+        let unset_from = |from: usize| {
+            (from..n).find(|&i| {
+                // SAFETY: i < n <= len values of `T` at `base` (page-locked, every bit pattern a valid
+                // `T`); volatile, because the device writes them while the host reads.
+                unsafe { base.add(i).read_volatile() == unset }
+            })
+        };
+        let start = std::time::Instant::now();
+        let mut next_query = MAPPED_POLL_QUERY_EVERY;
+        let mut first_unset = 0;
+        loop {
+            match unset_from(first_unset) {
+                None => break,
+                Some(i) => first_unset = i,
+            }
+            let waited = start.elapsed();
+            if waited >= spin {
+                self.synchronize()?;
+                if unset_from(first_unset).is_some() {
+                    return Err(unfilled());
+                }
+                break;
+            }
+            if waited >= next_query {
+                next_query = waited + MAPPED_POLL_QUERY_EVERY;
+                if crate::memory::stream_is_idle(&self.stream)? {
+                    // Finished: every write has landed, so what is unset now stays unset.
+                    if unset_from(first_unset).is_some() {
+                        return Err(unfilled());
+                    }
+                    break;
+                }
+            }
+            std::hint::spin_loop();
+        }
+        // Order the reads of the values after the reads that saw them replaced.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        // SAFETY: `host` holds `len >= n` values of `T` (page-locked, every bit pattern valid); the mutable
+        // borrow keeps host writers out, and each of the first `n` has had its one device write (seen
+        // above), so no device write to them is still to come.
+        Ok(unsafe { std::slice::from_raw_parts(base, n) })
     }
 
     /// Copy the first `dst.len()` values of `src` into the pinned buffer `dst`, wait for the stream, and
