@@ -493,6 +493,42 @@ impl Kernels {
         Ok(())
     }
 
+    /// Diagnostics: the host's cost of one small launch and its wait, as a one-query call pays it. Launches
+    /// `fill_u64` over the first `n` values of `buf` (mapped pinned memory: [`Gpu::alloc_mapped_readback`])
+    /// with a value other than `u64::MAX`, after the host set them to `u64::MAX`, then waits for the stream
+    /// (`spin == false`) or spins on the values ([`Gpu::wait_mapped_filled`]). Returns whether the device's
+    /// values arrived.
+    pub fn launch_floor_probe(
+        &self,
+        gpu: &Gpu,
+        buf: &mut recall_gpu_sys::MappedReadback<u64>,
+        n: usize,
+        spin: bool,
+    ) -> Result<bool, KernelError> {
+        const K: &str = "fill_u64";
+        let n = n.clamp(1, buf.len());
+        // SAFETY: every earlier probe on `buf` ended with the stream synchronised or its values seen.
+        unsafe { buf.fill_host(n, u64::MAX) }?;
+        let fill = FillParams {
+            ptr: buf.device_ptr(),
+            len: n as u64,
+            value: 7,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (to_u32(K, "blocks", n.div_ceil(256))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the mapped buffer holds at least n u64; one thread per value, the rest return.
+        unsafe { gpu.launch(&self.fill_u64, cfg, fill) }?;
+        let got = if spin {
+            gpu.wait_mapped_filled(buf, n, u64::MAX, std::time::Duration::from_millis(2))?
+        } else {
+            &gpu.read_mapped(buf)?[..n]
+        };
+        Ok(got.iter().all(|&v| v == 7))
+    }
+
     /// The image this instance runs.
     pub fn image(&self) -> LoadedImage {
         self.image

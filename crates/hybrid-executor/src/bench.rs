@@ -304,28 +304,58 @@ mod gpu_knn {
         let mut back = vec![0f32; 32.min(n)];
         g.synchronize().map_err(|x| err(&x))?;
         let mut parts = Vec::new();
-        let mut time =
-            |name: &'static str, f: &mut dyn FnMut() -> Result<(), String>| -> Result<(), String> {
+        // Each step, then a synchronise inside the timing unless the step waits by itself (`sync == false`:
+        // the synchronise comes after the clock stops).
+        let mut time_as = |sync: bool,
+                           name: &'static str,
+                           f: &mut dyn FnMut() -> Result<(), String>|
+         -> Result<(), String> {
+            f()?;
+            g.synchronize().map_err(|x| err(&x))?;
+            let mut t = Vec::with_capacity(iters);
+            for _ in 0..iters.max(1) {
+                let s = Instant::now();
                 f()?;
-                let mut t = Vec::with_capacity(iters);
-                for _ in 0..iters.max(1) {
-                    let s = Instant::now();
-                    f()?;
+                if sync {
                     g.synchronize().map_err(|x| err(&x))?;
-                    t.push(s.elapsed().as_secs_f64() * 1e6);
                 }
-                parts.push((name, median(t)));
-                Ok(())
-            };
-        time("stream synchronise (idle)", &mut || Ok(()))?;
-        time("query upload (pageable, into a reused buffer)", &mut || {
-            g.upload_into(query, &mut q).map_err(|x| err(&x))
-        })?;
-        time("query norm kernel", &mut || {
+                t.push(s.elapsed().as_secs_f64() * 1e6);
+                if !sync {
+                    g.synchronize().map_err(|x| err(&x))?;
+                }
+            }
+            parts.push((name, median(t)));
+            Ok(())
+        };
+        time_as(true, "stream synchronise (idle)", &mut || Ok(()))?;
+        let mut words = g.alloc_mapped_readback::<u64>(64).map_err(|x| err(&x))?;
+        let mut probe = |spin: bool| -> Result<(), String> {
+            match kern.launch_floor_probe(g, &mut words, 20, spin) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("the probe kernel's values did not arrive".into()),
+                Err(e) => Err(err(&e)),
+            }
+        };
+        time_as(
+            true,
+            "tiny kernel writing 20 words of mapped memory, stream synchronise",
+            &mut || probe(false),
+        )?;
+        time_as(
+            false,
+            "tiny kernel writing 20 words of mapped memory, host spins on the words",
+            &mut || probe(true),
+        )?;
+        time_as(
+            true,
+            "query upload (pageable, into a reused buffer)",
+            &mut || g.upload_into(query, &mut q).map_err(|x| err(&x)),
+        )?;
+        time_as(true, "query norm kernel", &mut || {
             kern.row_norms_f32(g, &q, 1, dim, &mut qn)
                 .map_err(|x| err(&x))
         })?;
-        time("scan kernel (cosine, 1 query)", &mut || {
+        time_as(true, "scan kernel (cosine, 1 query)", &mut || {
             kern.similarity(
                 g,
                 SimMetric::Cosine,
@@ -340,7 +370,7 @@ mod gpu_knn {
             )
             .map_err(|x| err(&x))
         })?;
-        time("top-k select incl. its download", &mut || {
+        time_as(true, "top-k select incl. its download", &mut || {
             kern.select_topk(
                 g,
                 &scores,
@@ -355,11 +385,23 @@ mod gpu_knn {
             .map(|_| ())
             .map_err(|x| err(&x))
         })?;
-        time("download of 32 floats (pageable)", &mut || {
+        time_as(true, "download of 32 floats (pageable)", &mut || {
             g.download_prefix(&scores, &mut back).map_err(|x| err(&x))
         })?;
+        if kern.scan1_supported(n, dim, k) && k >= 1 {
+            time_as(
+                false,
+                "scan1: query in, scan + top-k in one launch, result out (all of it)",
+                &mut || {
+                    kern.scan1_knn(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
+                        .map(|_| ())
+                        .map_err(|x| err(&x))
+                },
+            )?;
+        }
         if kern.knn1_supported(n, dim, k) {
-            time(
+            time_as(
+                false,
                 "knn1: query in, scan + top-k in one launch, result out (all of it)",
                 &mut || {
                     kern.knn1(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
