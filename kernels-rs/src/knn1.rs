@@ -24,8 +24,10 @@ use crate::util::{
     grid_dim_x, last_to_arrive, score_key, shared_addr, sqrt, stage_query, sync_threads, sync_warp,
     thread_x,
 };
+use core::arch::asm;
 use recall_kernel_shared::{
-    KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE, METRIC_DOT, METRIC_L2,
+    KNN1_BULK_CHUNKS, KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE,
+    METRIC_DOT, METRIC_L2, knn1_bulk_chunk_cols, knn1_bulk_row_stride, knn1_bulk_rows_area,
 };
 
 const TILE: usize = KNN1_TILE as usize;
@@ -113,6 +115,7 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     let mut acc = 0.0f32;
     let mut acc_q = 0.0f32;
     let mut tile = 0;
+    let keys_s = smem.wrapping_add(dim.div_ceil(4) * 4) as *mut u64;
     while tile < n_tiles {
         issue(tile + STAGES - 1);
         cp_async_wait::<{ KNN1_STAGES - 1 }>();
@@ -134,6 +137,33 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
         sync_warp();
         tile += 1;
     }
+    // SAFETY: forwarded launcher contract; the ring is free once the copies below have landed.
+    unsafe { select_and_merge::<METRIC>(p, r, acc, acc_q, nc, keys_s, mins, last_flag, warps) };
+}
+
+/// Row `r`'s score from its chains (`acc`, the query's norm chain `acc_q`, the row's norm `nc`), this block's
+/// `k` smallest keys, and the two levels of "the last one merges" (see the module comment). Every thread of
+/// the block calls it.
+///
+/// # Safety
+/// As the kernels' contract; `keys_s` is shared memory for `32 * warps * 32` u64 that no copy still writes
+/// once this thread's pending `cp.async` groups are waited for; `mins` 2 * warps u64 and `last_flag` one u32
+/// of shared memory.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn select_and_merge<const METRIC: u32>(
+    p: &Knn1Params,
+    r: usize,
+    acc: f32,
+    acc_q: f32,
+    nc: f32,
+    keys_s: *mut u64,
+    mins: *mut u64,
+    last_flag: *mut u32,
+    warps: usize,
+) {
+    let t = thread_x() as usize;
+    let (n, k) = (p.n_rows as usize, p.k as usize);
     let higher_first = p.higher_first != 0;
     let mut mine = u64::MAX;
     if r < n {
@@ -179,7 +209,6 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     let one_group = n_groups == 1;
     // Every copy into the ring has landed (the ones still counted are empty groups): it holds the lists now.
     cp_async_wait::<0>();
-    let keys_s = smem.wrapping_add(dim.div_ceil(4) * 4) as *mut u64;
     // SAFETY: this group's blocks wrote their k keys each (one ascending list per block, in_group <= the
     // block's threads) before their tickets; the destination is the group's k keys (or, for one group, out's
     // 2k values); the rings (warps * RING floats) hold in_group * k <= 32 * warps * 32 u64.
@@ -321,9 +350,152 @@ unsafe fn merge(
     }
 }
 
+/// `sm90a_knn1_*`: the same answer as `knn1` (same chains, same selection and merges), with the copies on the
+/// tensor memory accelerator. One warp per block, 32 rows, whole rows in shared memory: lane `l` queues its
+/// row's [`KNN1_BULK_CHUNKS`] column chunks as bulk copies (`cp.async.bulk`, one instruction each), chunk `c`
+/// of every row completing on barrier `c`; the chains run over chunk `c` as soon as its barrier completes.
+///
+/// `knn1` spends most of a small launch issuing copies (eight `cp.async` with their addresses per lane and
+/// tile) and waiting on them one tile at a time: a lone warp ran at about three cycles an instruction (ncu,
+/// docs/results/). Here a lane issues four copies in all, and its loop is the loads and FMAs of the chains.
+///
+/// # Safety
+/// Grid `ceil(n_rows / 32)`, 32 threads, `knn1_bulk_shared_bytes(dim)` bytes of dynamic shared memory;
+/// sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
+#[inline(always)]
+unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
+    const CHUNKS: usize = KNN1_BULK_CHUNKS as usize;
+    let smem = dynamic_shared_f32();
+    let lane = thread_x() as usize;
+    let (n, dim) = (p.n_rows as usize, p.dim as usize);
+    let q_s = smem;
+    let rs = knn1_bulk_row_stride(p.dim) as usize;
+    let rows_s = smem.wrapping_add(dim.div_ceil(4) * 4);
+    let area = knn1_bulk_rows_area(p.dim) as usize;
+    let bars = shared_addr(rows_s.wrapping_add(area));
+    let mins = rows_s.wrapping_add(area + 2 * CHUNKS) as *mut u64;
+    let last_flag = mins.wrapping_add(2) as *mut u32;
+    let row0 = block_x() as usize * 32;
+    let rows = 32.min(n - row0);
+    let cw = knn1_bulk_chunk_cols(p.dim) as usize;
+    // The query's pieces: one round trip, waited for before the first chunk.
+    // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte aligned.
+    unsafe { stage_query(q_s, p.query, dim, lane, 32) };
+    cp_async_commit();
+    if lane == 0 {
+        let mut c = 0;
+        while c < CHUNKS {
+            let bytes = (dim.min((c + 1) * cw).saturating_sub(c * cw) * 4 * rows) as u32;
+            // SAFETY: barrier c of this block's shared memory, used by nothing else; lane 0 announces every
+            // byte of the chunk's copies (an empty chunk completes at once), which the lanes queue after
+            // the warp barrier below.
+            unsafe {
+                asm!(
+                    "mbarrier.init.shared::cta.b64 [{b}], 1;",
+                    "fence.mbarrier_init.release.cluster;",
+                    "{{",
+                    ".reg .b64 st;",
+                    "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {bytes};",
+                    "}}",
+                    b = in(reg32) bars + 8 * c as u32,
+                    bytes = in(reg32) bytes,
+                    options(nostack)
+                );
+            }
+            c += 1;
+        }
+    }
+    sync_warp();
+    if lane < rows {
+        let src = p.corpus + ((row0 + lane) * dim * 4) as u64;
+        let dst = shared_addr(rows_s.wrapping_add(lane * rs));
+        let mut c = 0;
+        while c < CHUNKS {
+            let (c0, c1) = (c * cw, dim.min((c + 1) * cw));
+            if c1 > c0 {
+                // SAFETY: row row0 + lane < n_rows: columns c0..c1 of it are inside the corpus (16-byte aligned,
+                // a multiple of 16 bytes: dim, c0 and c1 are multiples of 4) and land inside the lane's row
+                // of shared memory (16-byte aligned: the query area and the stride are multiples of 4 floats).
+                unsafe {
+                    asm!(
+                        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+                        d = in(reg32) dst + (c0 * 4) as u32,
+                        s = in(reg64) src + (c0 * 4) as u64,
+                        n = in(reg32) ((c1 - c0) * 4) as u32,
+                        b = in(reg32) bars + 8 * c as u32,
+                        options(nostack)
+                    );
+                }
+            }
+            c += 1;
+        }
+    }
+    let r = row0 + lane;
+    let nc = if METRIC == METRIC_COSINE && r < n {
+        // SAFETY: cosine launches pass n_rows corpus norms; r < n_rows.
+        unsafe { *(p.corpus_norms as *const f32).add(r) }
+    } else {
+        0.0
+    };
+    cp_async_wait::<0>();
+    sync_warp();
+    let (mut acc, mut acc_q) = (0.0f32, 0.0f32);
+    let row = rows_s.wrapping_add(lane * rs);
+    let mut c = 0;
+    while c < CHUNKS {
+        let bar = bars + 8 * c as u32;
+        loop {
+            let done: u32;
+            // SAFETY: waits on an initialised barrier of this block for its first phase.
+            unsafe {
+                asm!(
+                    "{{",
+                    ".reg .pred p;",
+                    "mbarrier.try_wait.parity.shared::cta.b64 p, [{bar}], 0;",
+                    "selp.u32 {done}, 1, 0, p;",
+                    "}}",
+                    bar = in(reg32) bar,
+                    done = out(reg32) done,
+                    options(nostack)
+                );
+            }
+            if done != 0 {
+                break;
+            }
+        }
+        let (mut col, c1) = (c * cw, dim.min((c + 1) * cw));
+        while col < c1 {
+            let cols = TILE.min(c1 - col);
+            // SAFETY: both operands hold `cols` f32 from col on (the query staged; the row's chunk landed,
+            // or, for a lane past the rows, shared memory it only computes an unused chain from), 16-byte
+            // aligned (col a multiple of 4).
+            (acc, acc_q) = unsafe {
+                chain_tile::<METRIC>(
+                    q_s.wrapping_add(col) as *const F4,
+                    row.wrapping_add(col) as *const F4,
+                    cols,
+                    acc,
+                    acc_q,
+                    METRIC == METRIC_COSINE,
+                )
+            };
+            col += cols;
+        }
+        c += 1;
+    }
+    // Every chunk has landed: the rows' area is free for the merge's lists.
+    // SAFETY: forwarded launcher contract; the rows' area holds at least 32 * 32 u64.
+    unsafe {
+        select_and_merge::<METRIC>(p, r, acc, acc_q, nc, rows_s as *mut u64, mins, last_flag, 1)
+    };
+}
+
 kernels! {
     Knn1Params;
     sm80_knn1_dot => knn1::<METRIC_DOT>;
     sm80_knn1_cosine => knn1::<METRIC_COSINE>;
     sm80_knn1_l2 => knn1::<METRIC_L2>;
+    sm90a_knn1_dot => knn1_bulk::<METRIC_DOT>;
+    sm90a_knn1_cosine => knn1_bulk::<METRIC_COSINE>;
+    sm90a_knn1_l2 => knn1_bulk::<METRIC_L2>;
 }

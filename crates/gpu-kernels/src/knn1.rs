@@ -8,7 +8,7 @@
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
-use recall_kernel_shared::{Knn1Params, SMALL_K_MAX, knn1_shared_bytes};
+use recall_kernel_shared::{Knn1Params, SMALL_K_MAX, knn1_bulk_shared_bytes, knn1_shared_bytes};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -24,6 +24,61 @@ const ONE_QUERY_SPIN: Duration = Duration::from_millis(2);
 pub const KNN1_MAX_ROWS: usize = 262_144;
 /// The longest rows [`Kernels::knn1`] takes (its query lives in shared memory).
 pub const KNN1_MAX_DIM: usize = 4096;
+
+/// The longest rows `sm90a_knn1_*` takes (its block holds 32 whole rows in shared memory).
+pub const KNN1_BULK_MAX_DIM: usize = 1536;
+/// The most rows `sm90a_knn1_*` runs for (above it `sm80_knn1_*`, whose ring keeps more blocks per SM).
+pub const KNN1_BULK_MAX_ROWS: usize = 16_384;
+
+/// `sm90a_knn1_{dot,cosine,l2}` from the sm_90a module, opted into the shared memory of
+/// [`KNN1_BULK_MAX_DIM`]; `None` when a function is missing or the device has too little shared memory
+/// (logged). Device loss is an error.
+pub(crate) fn load_bulk(
+    gpu: &Gpu,
+    module: &std::sync::Arc<recall_gpu_sys::driver::CudaModule>,
+) -> Result<Option<[CudaFunction; 3]>, GpuError> {
+    let f = |name: &str| gpu.function(module, name);
+    let funcs = match (
+        f("sm90a_knn1_dot"),
+        f("sm90a_knn1_cosine"),
+        f("sm90a_knn1_l2"),
+    ) {
+        (Ok(a), Ok(b), Ok(c)) => [a, b, c],
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            if e.is_device_lost() {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "sm90a_knn1 not in the sm_90a image; sm80_knn1 runs");
+            return Ok(None);
+        }
+    };
+    let bytes = knn1_bulk_shared_bytes(KNN1_BULK_MAX_DIM as u32);
+    for func in &funcs {
+        if let Err(e) = gpu.allow_dynamic_shared(func, bytes) {
+            if e.is_device_lost() {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "sm90a_knn1: not enough shared memory per block; sm80_knn1 runs");
+            return Ok(None);
+        }
+    }
+    Ok(Some(funcs))
+}
+
+/// Whether `sm90a_knn1_*` runs one-query launches (the default where it loaded), or `sm80_knn1_*`
+/// (`RECALL_KNN1_BULK=off`), read once.
+pub fn knn1_bulk_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("RECALL_KNN1_BULK") {
+        Ok(v) if v.trim() == "off" => false,
+        Ok(v) if v.trim() == "on" || v.trim().is_empty() => true,
+        Ok(v) => {
+            tracing::warn!(value = %v, "RECALL_KNN1_BULK: expected on or off; using on");
+            true
+        }
+        Err(_) => true,
+    })
+}
 
 /// The three metric variants, and the most warps per block the device's shared memory allows.
 #[derive(Debug)]
@@ -298,8 +353,10 @@ fn query_from_host(needs: OneQueryNeeds) -> bool {
     needs.blocks.saturating_mul(needs.dim * 4) <= max
 }
 
-/// The default of [`query_from_host`]'s limit.
-pub const QUERY_FROM_HOST_MAX_BYTES: usize = 1 << 20;
+/// The default of [`query_from_host`]'s limit: 128 KiB. On an H200 (docs/results/2026-11-22-h200-session13,
+/// run A) 1,000 rows x 768 (32 blocks, 96 KiB over the bus) took 23.1-24.2 us with the query read from host
+/// memory against 24.7-26.5 us copied; 10,000 rows (157 blocks, 471 KiB) 44.6-46.3 against 34.4-34.7 us.
+pub const QUERY_FROM_HOST_MAX_BYTES: usize = 128 << 10;
 
 /// The list in a one-query launch's `2k` answer words: `k` keys (the row id in the low half), then `k`
 /// scores' bits.
@@ -377,8 +434,26 @@ impl Kernels {
             )));
         }
         let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
-        let warps = warps_for(n_rows, kernels.max_warps);
-        let (n_blocks, n_groups, threads) = layout(n_rows, kernels.max_warps);
+        // sm90a_knn1 where it loaded and takes the shape: one warp per block, groups of 32 blocks.
+        let bulk = self
+            .hopper
+            .as_ref()
+            .and_then(|h| h.knn1.as_ref())
+            .filter(|_| {
+                knn1_bulk_enabled() && n_rows <= KNN1_BULK_MAX_ROWS && dim <= KNN1_BULK_MAX_DIM
+            });
+        let (warps, (n_blocks, n_groups, threads), smem) = match bulk {
+            Some(_) => (
+                1,
+                (n_rows.div_ceil(32), n_rows.div_ceil(32 * 32), 32),
+                knn1_bulk_shared_bytes(dim as u32),
+            ),
+            None => (
+                warps_for(n_rows, kernels.max_warps),
+                layout(n_rows, kernels.max_warps),
+                knn1_shared_bytes(dim as u32, warps_for(n_rows, kernels.max_warps)),
+            ),
+        };
         let needs = OneQueryNeeds {
             dim,
             blocks: n_blocks,
@@ -407,15 +482,20 @@ impl Kernels {
             let cfg = LaunchConfig {
                 grid_dim: (n_blocks as u32, 1, 1),
                 block_dim: (32 * warps, 1, 1),
-                shared_mem_bytes: knn1_shared_bytes(dim as u32, warps),
+                shared_mem_bytes: smem,
             };
-            let func = &kernels.funcs[metric.index()];
+            let func = match bulk {
+                Some(b) => &b[metric.index()],
+                None => &kernels.funcs[metric.index()],
+            };
             // SAFETY: knn1_supported holds (1 <= k <= min(32, n_rows), dim a multiple of 4 up to
             // KNN1_MAX_DIM, whose shared memory the function was opted into for `max_warps >= warps`);
             // the query holds dim values, the corpus n_rows * dim (16-byte aligned: a device allocation),
             // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
             // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
-            // launch's mergers); grid and block as `Knn1Params` documents.
+            // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): one warp
+            // per block, groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at most 16 groups; dim up to
+            // KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it into.
             unsafe { gpu.launch(func, cfg, params) }?;
             Ok(())
         })

@@ -403,6 +403,41 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
     (query + rings) * 4 + 2 * warps * 8 + 8
 }
 
+/// Column chunks of each row in `sm90a_knn1_*` (one `mbarrier` each: the chain starts on chunk 0 while the
+/// later chunks still land).
+pub const KNN1_BULK_CHUNKS: u32 = 4;
+
+/// Shared row stride of `sm90a_knn1_*`, in f32: `dim` and 4 or 8 of padding, so that the stride in 16-byte
+/// units is odd (the eight 16-byte reads of one quarter-warp, one per row, fall in eight bank groups).
+pub const fn knn1_bulk_row_stride(dim: u32) -> u32 {
+    let d = dim.div_ceil(4) * 4;
+    // d / 4 even: bit 2 of d clear.
+    if d & 4 == 0 { d + 4 } else { d + 8 }
+}
+
+/// Columns per chunk of `sm90a_knn1_*` (a multiple of 4; the last chunk may be shorter or empty).
+pub const fn knn1_bulk_chunk_cols(dim: u32) -> u32 {
+    dim.div_ceil(KNN1_BULK_CHUNKS).div_ceil(4) * 4
+}
+
+/// f32 of the rows' area of `sm90a_knn1_*`: the warp's 32 rows, and at least the 32 lists of 32 keys its
+/// merges stage there afterwards.
+pub const fn knn1_bulk_rows_area(dim: u32) -> u32 {
+    let rows = 32 * knn1_bulk_row_stride(dim);
+    if rows > 2 * 32 * 32 {
+        rows
+    } else {
+        2 * 32 * 32
+    }
+}
+
+/// Dynamic shared memory of one `sm90a_knn1_*` block (one warp): the query, the rows' area, the chunks'
+/// barriers, two minima and the last-block flag.
+pub const fn knn1_bulk_shared_bytes(dim: u32) -> u32 {
+    let query = dim.div_ceil(4) * 4;
+    (query + knn1_bulk_rows_area(dim)) * 4 + KNN1_BULK_CHUNKS * 8 + 2 * 8 + 8
+}
+
 /// One query against many rows (`sm80_scan1_*`, sm_80 and newer: `cp.async`): a persistent scan, scores and,
 /// for `k >= 1`, top-k in one launch.
 ///
