@@ -27,8 +27,10 @@ pub const KNN1_MAX_DIM: usize = 4096;
 
 /// The longest rows `sm90a_knn1_*` takes (its block holds 32 whole rows in shared memory).
 pub const KNN1_BULK_MAX_DIM: usize = 1536;
-/// The most rows `sm90a_knn1_*` runs for (above it `sm80_knn1_*`, whose ring keeps more blocks per SM).
-pub const KNN1_BULK_MAX_ROWS: usize = 16_384;
+/// The most rows `sm90a_knn1_*` runs for: 128 blocks, one per SM of an H100/H200. Above it `sm80_knn1_*`,
+/// whose ring keeps more blocks per SM: on an H200 (docs/results/2026-11-22-h200-session13, run D) 1,000
+/// rows took 20.1-21.0 us with `sm90a_knn1` against 22.4-23.5 us, 10,000 rows 36.1-36.4 against 35.1.
+pub const KNN1_BULK_MAX_ROWS: usize = 4096;
 
 /// `sm90a_knn1_{dot,cosine,l2}` from the sm_90a module, opted into the shared memory of
 /// [`KNN1_BULK_MAX_DIM`]; `None` when a function is missing or the device has too little shared memory
@@ -494,7 +496,7 @@ impl Kernels {
             // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
             // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
             // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): one warp
-            // per block, groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at most 16 groups; dim up to
+            // per block, groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at most 4 groups; dim up to
             // KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it into.
             unsafe { gpu.launch(func, cfg, params) }?;
             Ok(())
