@@ -21,8 +21,8 @@
 use crate::dense::{chain_tile, finish};
 use crate::util::{
     F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
-    grid_dim_x, last_to_arrive, score_key, shared_addr, sqrt, stage_query, sync_threads, sync_warp,
-    thread_x,
+    grid_dim_x, last_to_arrive, mbarrier_wait, score_key, shared_addr, sqrt, stage_query,
+    sync_threads, sync_warp, thread_x,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -443,26 +443,8 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
     let row = rows_s.wrapping_add(lane * rs);
     let mut c = 0;
     while c < CHUNKS {
-        let bar = bars + 8 * c as u32;
-        loop {
-            let done: u32;
-            // SAFETY: waits on an initialised barrier of this block for its first phase.
-            unsafe {
-                asm!(
-                    "{{",
-                    ".reg .pred p;",
-                    "mbarrier.try_wait.parity.shared::cta.b64 p, [{bar}], 0;",
-                    "selp.u32 {done}, 1, 0, p;",
-                    "}}",
-                    bar = in(reg32) bar,
-                    done = out(reg32) done,
-                    options(nostack)
-                );
-            }
-            if done != 0 {
-                break;
-            }
-        }
+        // SAFETY: barrier c of this block, initialised above; its first phase.
+        unsafe { mbarrier_wait(bars + 8 * c as u32, 0) };
         let (mut col, c1) = (c * cw, dim.min((c + 1) * cw));
         while col < c1 {
             let cols = TILE.min(c1 - col);

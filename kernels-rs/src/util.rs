@@ -365,3 +365,32 @@ pub unsafe fn stage_query(dst: *mut f32, src: u64, dim: usize, t: usize, threads
         i += threads;
     }
 }
+
+/// Wait until the `mbarrier` at shared address `bar` completes the phase of parity `parity` (`try_wait`
+/// suspends the thread for a while between tries).
+///
+/// # Safety
+/// `bar` is an initialised barrier of this block's shared memory; sm_90.
+#[inline(always)]
+pub unsafe fn mbarrier_wait(bar: u32, parity: u32) {
+    loop {
+        let done: u32;
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            core::arch::asm!(
+                "{{",
+                ".reg .pred p;",
+                "mbarrier.try_wait.parity.shared::cta.b64 p, [{bar}], {par};",
+                "selp.u32 {done}, 1, 0, p;",
+                "}}",
+                bar = in(reg32) bar,
+                par = in(reg32) parity,
+                done = out(reg32) done,
+                options(nostack)
+            );
+        }
+        if done != 0 {
+            break;
+        }
+    }
+}

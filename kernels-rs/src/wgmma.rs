@@ -27,7 +27,7 @@ use crate::tc_knn::{Lists, SEED_SLOTS, knn_block, seed_insert};
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
     block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
-    dynamic_shared_f32, shared_addr, sync_threads, thread_x, warp_uniform,
+    dynamic_shared_f32, mbarrier_wait, shared_addr, sync_threads, thread_x, warp_uniform,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -570,27 +570,8 @@ impl Copies for TmaLoader {
 
     #[inline(always)]
     fn ready(&mut self) {
-        let bar = self.bars + 8 * self.next;
-        loop {
-            let done: u32;
-            // SAFETY: waits on an initialised barrier of this block (`try_wait` suspends for a while).
-            unsafe {
-                asm!(
-                    "{{",
-                    ".reg .pred p;",
-                    "mbarrier.try_wait.parity.shared::cta.b64 p, [{bar}], {par};",
-                    "selp.u32 {done}, 1, 0, p;",
-                    "}}",
-                    bar = in(reg32) bar,
-                    par = in(reg32) self.parity,
-                    done = out(reg32) done,
-                    options(nostack)
-                );
-            }
-            if done != 0 {
-                break;
-            }
-        }
+        // SAFETY: an initialised barrier of this block (`TmaLoader::new`).
+        unsafe { mbarrier_wait(self.bars + 8 * self.next, self.parity) };
         if self.next + 1 == H_STAGES {
             self.next = 0;
             self.parity ^= 1;

@@ -5,6 +5,7 @@
 //! for the stream. Settings for comparison: `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for
 //! the stream; `RECALL_ONE_QUERY_READBACK=copy` also copies the answer back (a third call).
 
+use crate::env::{env_number, env_switch};
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
@@ -71,15 +72,7 @@ pub(crate) fn load_bulk(
 /// (`RECALL_KNN1_BULK=off`), read once.
 pub fn knn1_bulk_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("RECALL_KNN1_BULK") {
-        Ok(v) if v.trim() == "off" => false,
-        Ok(v) if v.trim() == "on" || v.trim().is_empty() => true,
-        Ok(v) => {
-            tracing::warn!(value = %v, "RECALL_KNN1_BULK: expected on or off; using on");
-            true
-        }
-        Err(_) => true,
-    })
+    *ON.get_or_init(|| env_switch("RECALL_KNN1_BULK", "on", "off"))
 }
 
 /// The three metric variants, and the most warps per block the device's shared memory allows.
@@ -152,15 +145,7 @@ enum Answer {
 /// hosts; both give the same words.
 pub fn one_query_readback_mapped() -> bool {
     static MAPPED: OnceLock<bool> = OnceLock::new();
-    *MAPPED.get_or_init(|| match std::env::var("RECALL_ONE_QUERY_READBACK") {
-        Ok(v) if v.trim() == "copy" => false,
-        Ok(v) if v.trim() == "mapped" || v.trim().is_empty() => true,
-        Ok(v) => {
-            tracing::warn!(value = %v, "RECALL_ONE_QUERY_READBACK: expected copy or mapped; using mapped");
-            true
-        }
-        Err(_) => true,
-    })
+    *MAPPED.get_or_init(|| env_switch("RECALL_ONE_QUERY_READBACK", "mapped", "copy"))
 }
 
 /// Whether a one-query call with a mapped answer takes its query from mapped memory and spins on the answer
@@ -168,15 +153,7 @@ pub fn one_query_readback_mapped() -> bool {
 /// read once. Both give the same words.
 pub fn one_query_spin() -> bool {
     static SPIN: OnceLock<bool> = OnceLock::new();
-    *SPIN.get_or_init(|| match std::env::var("RECALL_ONE_QUERY_WAIT") {
-        Ok(v) if v.trim() == "sync" => false,
-        Ok(v) if v.trim() == "spin" || v.trim().is_empty() => true,
-        Ok(v) => {
-            tracing::warn!(value = %v, "RECALL_ONE_QUERY_WAIT: expected spin or sync; using spin");
-            true
-        }
-        Err(_) => true,
-    })
+    *SPIN.get_or_init(|| env_switch("RECALL_ONE_QUERY_WAIT", "spin", "sync"))
 }
 
 /// What a one-query launch needs of its [`OneQueryScratch`]: the query's length (and how many blocks read it),
@@ -341,16 +318,8 @@ pub(crate) fn one_query_round_trip(
 fn query_from_host(needs: OneQueryNeeds) -> bool {
     static MAX: OnceLock<usize> = OnceLock::new();
     let max = *MAX.get_or_init(|| {
-        match std::env::var("RECALL_ONE_QUERY_INPUT_MAX_BYTES").map(|v| v.trim().parse::<usize>()) {
-            Ok(Ok(v)) => v,
-            Ok(Err(_)) => {
-                tracing::warn!(
-                    "RECALL_ONE_QUERY_INPUT_MAX_BYTES: expected a byte count; using the default"
-                );
-                QUERY_FROM_HOST_MAX_BYTES
-            }
-            Err(_) => QUERY_FROM_HOST_MAX_BYTES,
-        }
+        env_number("RECALL_ONE_QUERY_INPUT_MAX_BYTES", 0..=u32::MAX)
+            .map_or(QUERY_FROM_HOST_MAX_BYTES, |v| v as usize)
     });
     needs.blocks.saturating_mul(needs.dim * 4) <= max
 }

@@ -473,13 +473,28 @@ impl Kernels {
         len: usize,
         value: u64,
     ) -> Result<(), KernelError> {
+        need_len("fill_u64", "buf", buf, len)?;
+        // SAFETY: buf holds at least len u64 (checked).
+        unsafe { self.fill_u64_at(gpu, gpu.device_ptr(buf), len, value) }
+    }
+
+    /// Queue `fill_u64` over `len` u64 at device address `ptr` (none for `len == 0`).
+    ///
+    /// # Safety
+    /// `ptr` addresses at least `len` writable u64 of this context until the launch has run.
+    unsafe fn fill_u64_at(
+        &self,
+        gpu: &Gpu,
+        ptr: u64,
+        len: usize,
+        value: u64,
+    ) -> Result<(), KernelError> {
         const K: &str = "fill_u64";
-        need_len(K, "buf", buf, len)?;
         if len == 0 {
             return Ok(());
         }
         let fill = FillParams {
-            ptr: gpu.device_ptr(buf),
+            ptr,
             len: len as u64,
             value,
         };
@@ -488,7 +503,7 @@ impl Kernels {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: buf holds at least len u64 (checked); one thread per value, the rest return.
+        // SAFETY: ptr holds at least len u64 (caller); one thread per value, the rest return.
         unsafe { gpu.launch(&self.fill_u64, cfg, fill) }?;
         Ok(())
     }
@@ -505,22 +520,11 @@ impl Kernels {
         n: usize,
         spin: bool,
     ) -> Result<bool, KernelError> {
-        const K: &str = "fill_u64";
         let n = n.clamp(1, buf.len());
         // SAFETY: every earlier probe on `buf` ended with the stream synchronised or its values seen.
         unsafe { buf.fill_host(n, u64::MAX) }?;
-        let fill = FillParams {
-            ptr: buf.device_ptr(),
-            len: n as u64,
-            value: 7,
-        };
-        let cfg = LaunchConfig {
-            grid_dim: (to_u32(K, "blocks", n.div_ceil(256))?, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the mapped buffer holds at least n u64; one thread per value, the rest return.
-        unsafe { gpu.launch(&self.fill_u64, cfg, fill) }?;
+        // SAFETY: the mapped buffer holds at least n u64 and outlives the wait below.
+        unsafe { self.fill_u64_at(gpu, buf.device_ptr(), n, 7) }?;
         let got = if spin {
             gpu.wait_mapped_filled(buf, n, u64::MAX, std::time::Duration::from_millis(2))?
         } else {

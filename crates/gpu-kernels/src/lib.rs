@@ -12,6 +12,7 @@
 
 mod bundle;
 mod cand;
+mod env;
 mod knn1;
 mod launch;
 mod scan1;

@@ -6,6 +6,7 @@
 //! read from `RECALL_SCAN1` when the kernels load (default [`Scan1Mode::New`]; `old` is the row scan `scan_*` and
 //! the separate selection) and set with [`Kernels::set_scan1_mode`]. Both give the same bits.
 
+use crate::env::env_number;
 use crate::knn1::{OneQueryNeeds, one_query_round_trip};
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
@@ -73,18 +74,6 @@ fn mode_from_env() -> Scan1Mode {
         // The default since run D of session 6 (H200): `Engine::knn_in` at 1M x 768 took 814 us against 844
         // with the old scan (the same bits; docs/tuning.md).
         Err(_) => Scan1Mode::default(),
-    }
-}
-
-/// A number from `range` in the environment variable `name`, if set (a bad value is logged and ignored).
-fn env_number(name: &str, range: std::ops::RangeInclusive<u32>) -> Option<u32> {
-    let v = std::env::var(name).ok()?;
-    match v.trim().parse::<u32>() {
-        Ok(w) if range.contains(&w) => Some(w),
-        _ => {
-            tracing::warn!(value = %v, "{name}: not a number from {} to {}; ignored", range.start(), range.end());
-            None
-        }
     }
 }
 

@@ -3,18 +3,21 @@
 
 use recall_gpu_sys::{Gpu, memory, probe};
 
-#[test]
-fn device_writes_to_mapped_memory_are_read_back() {
+/// GPU 0, or `None` after printing why there is none.
+fn gpu_or_skip() -> Option<Gpu> {
     if let Err(why) = probe().result {
         eprintln!("skipped: no GPU ({why})");
-        return;
+        return None;
     }
-    let gpu = match Gpu::open(0) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("skipped: GPU 0 did not open ({e})");
-            return;
-        }
+    Gpu::open(0)
+        .inspect_err(|e| eprintln!("skipped: GPU 0 did not open ({e})"))
+        .ok()
+}
+
+#[test]
+fn device_writes_to_mapped_memory_are_read_back() {
+    let Some(gpu) = gpu_or_skip() else {
+        return;
     };
     let mut buf = gpu
         .alloc_mapped_readback::<u32>(64)
@@ -42,16 +45,8 @@ fn device_writes_to_mapped_memory_are_read_back() {
 /// has replaced every awaited value; a stream that ends with one still unset is an error, not a hang.
 #[test]
 fn host_inputs_and_spin_waits_on_mapped_memory() {
-    if let Err(why) = probe().result {
-        eprintln!("skipped: no GPU ({why})");
+    let Some(gpu) = gpu_or_skip() else {
         return;
-    }
-    let gpu = match Gpu::open(0) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("skipped: GPU 0 did not open ({e})");
-            return;
-        }
     };
     let spin = std::time::Duration::from_millis(50);
     // The host's input, copied by the device from the mapped address into device memory.
