@@ -57,22 +57,9 @@ pub(crate) unsafe fn chain_tile<const METRIC: u32>(
     norm: bool,
 ) -> (f32, f32) {
     if cols == 32 {
-        let (mut qv, mut cv) = ([F4([0.0; 4]); 8], [F4([0.0; 4]); 8]);
-        unroll!(8, U: usize => {
-            // SAFETY: U < 8 = cols / 4: inside both operands.
-            unsafe {
-                qv[U] = *q_t.add(U);
-                cv[U] = *row_s.add(U);
-            }
-        });
-        unroll!(8, U: usize => {
-            unroll!(4, V: usize => {
-                acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
-                if norm {
-                    acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
-                }
-            });
-        });
+        // SAFETY: 32 columns of both operands (cols == 32).
+        let (qv, cv) = unsafe { load32(q_t, row_s) };
+        (acc, acc_q) = chain32::<METRIC>(&qv, &cv, acc, acc_q, norm);
     } else {
         let mut c = 0;
         while c < cols / 4 {
@@ -87,6 +74,43 @@ pub(crate) unsafe fn chain_tile<const METRIC: u32>(
             c += 1;
         }
     }
+    (acc, acc_q)
+}
+
+/// 32 columns of the query and of a row (8 loads of 16 bytes each), for [`chain32`].
+///
+/// # Safety
+/// Both point to 32 readable f32, 16-byte aligned.
+#[inline(always)]
+pub(crate) unsafe fn load32(q: *const F4, row: *const F4) -> ([F4; 8], [F4; 8]) {
+    let (mut qv, mut cv) = ([F4([0.0; 4]); 8], [F4([0.0; 4]); 8]);
+    unroll!(8, U: usize => {
+        // SAFETY: U < 8: inside both operands (caller).
+        unsafe {
+            qv[U] = *q.add(U);
+            cv[U] = *row.add(U);
+        }
+    });
+    (qv, cv)
+}
+
+/// The chains' 32 steps over loaded columns ([`load32`]): the row's (and, with `norm`, the query's norm's).
+#[inline(always)]
+pub(crate) fn chain32<const METRIC: u32>(
+    qv: &[F4; 8],
+    cv: &[F4; 8],
+    mut acc: f32,
+    mut acc_q: f32,
+    norm: bool,
+) -> (f32, f32) {
+    unroll!(8, U: usize => {
+        unroll!(4, V: usize => {
+            acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
+            if norm {
+                acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
+            }
+        });
+    });
     (acc, acc_q)
 }
 

@@ -18,11 +18,11 @@
 //! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
 //! the launcher runs the separate kernels instead.
 
-use crate::dense::{chain_tile, finish};
+use crate::dense::{chain_tile, chain32, finish, load32};
 use crate::util::{
     F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
     grid_dim_x, last_to_arrive, mbarrier_wait, score_key, shared_addr, sqrt, stage_query,
-    sync_threads, sync_warp, thread_x,
+    sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -184,18 +184,27 @@ unsafe fn select_and_merge<const METRIC: u32>(
     let n_groups = n_blocks.div_ceil(group_blocks);
     let partial = p.partial as *mut u64;
     let group_keys = partial.wrapping_add(n_blocks * k);
-    let mut round = 0;
-    while round < k {
-        // SAFETY: mins holds 2 * warps u64.
-        let best = unsafe { block_min(mine, mins, warps, round) };
-        if mine == best {
-            mine = u64::MAX;
+    if warps == 1 {
+        // One warp: sort its 32 keys across the lanes; lane `i < k` holds the block's `i`-th smallest.
+        let sorted = warp_sort_u64(mine, t as u32);
+        if t < k {
+            // SAFETY: block * k + t < n_blocks * k.
+            unsafe { *partial.add(block * k + t) = sorted };
         }
-        if t == 0 {
-            // SAFETY: block * k + round < n_blocks * k.
-            unsafe { *partial.add(block * k + round) = best };
+    } else {
+        let mut round = 0;
+        while round < k {
+            // SAFETY: mins holds 2 * warps u64.
+            let best = unsafe { block_min(mine, mins, warps, round) };
+            if mine == best {
+                mine = u64::MAX;
+            }
+            if t == 0 {
+                // SAFETY: block * k + round < n_blocks * k.
+                unsafe { *partial.add(block * k + round) = best };
+            }
+            round += 1;
         }
-        round += 1;
     }
     // Two levels of "the last one merges": the last block of each group of `group_blocks` merges the
     // group's keys; the last group's merger merges the groups' (with one group, it writes the answer).
@@ -350,14 +359,18 @@ unsafe fn merge(
     }
 }
 
-/// `sm90a_knn1_*`: the same answer as `knn1` (same chains, same selection and merges), with the copies on the
-/// tensor memory accelerator. One warp per block, 32 rows, whole rows in shared memory: lane `l` queues its
+/// `sm90a_knn1_*`: the same answer as `knn1` (same chains, same keys and merges), with the copies on the
+/// tensor memory accelerator. One warp per block, 32 rows, whole rows in shared memory: lane 0 queues each
 /// row's [`KNN1_BULK_CHUNKS`] column chunks as bulk copies (`cp.async.bulk`, one instruction each), chunk `c`
-/// of every row completing on barrier `c`; the chains run over chunk `c` as soon as its barrier completes.
+/// of every row completing on barrier `c`; the chains run over chunk `c` as soon as its barrier completes
+/// (loads of the next 32 columns ahead of the current ones' FMAs, [`chain_run`]), and the block's keys are
+/// sorted across the warp (`warp_sort_u64`) instead of `k` rounds of minima.
 ///
 /// `knn1` spends most of a small launch issuing copies (eight `cp.async` with their addresses per lane and
 /// tile) and waiting on them one tile at a time: a lone warp ran at about three cycles an instruction (ncu,
-/// docs/results/). Here a lane issues four copies in all, and its loop is the loads and FMAs of the chains.
+/// docs/results/). Here the copies are `KNN1_BULK_CHUNKS * 32` instructions of one lane, and the loop is the
+/// loads and FMAs of the chains. Copying the rows with `cp.async` instead (16 bytes a lane, one group per
+/// chunk) was slower: 27 against 21 us at 1,000 rows, its address loop outweighing the copies (session 15).
 ///
 /// # Safety
 /// Grid `ceil(n_rows / 32)`, 32 threads, `knn1_bulk_shared_bytes(dim)` bytes of dynamic shared memory;
@@ -387,8 +400,7 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
         while c < CHUNKS {
             let bytes = (dim.min((c + 1) * cw).saturating_sub(c * cw) * 4 * rows) as u32;
             // SAFETY: barrier c of this block's shared memory, used by nothing else; lane 0 announces every
-            // byte of the chunk's copies (an empty chunk completes at once), which the lanes queue after
-            // the warp barrier below.
+            // byte of the chunk's copies (an empty chunk completes at once), which it queues below.
             unsafe {
                 asm!(
                     "mbarrier.init.shared::cta.b64 [{b}], 1;",
@@ -404,32 +416,38 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
             }
             c += 1;
         }
-    }
-    sync_warp();
-    if lane < rows {
-        let src = p.corpus + ((row0 + lane) * dim * 4) as u64;
-        let dst = shared_addr(rows_s.wrapping_add(lane * rs));
+        // Lane 0 queues every copy, chunk by chunk (chunk 0 of every row first). Its operands are the same
+        // in every lane (block index, parameters, loop counters), so they stay in uniform registers: one
+        // bulk copy per row and chunk was a lane-by-lane loop (`R2UR` per lane) that took ~3 us at 32 rows.
+        let src0 = p.corpus + (row0 * dim * 4) as u64;
+        let dst0 = shared_addr(rows_s);
         let mut c = 0;
         while c < CHUNKS {
             let (c0, c1) = (c * cw, dim.min((c + 1) * cw));
             if c1 > c0 {
-                // SAFETY: row row0 + lane < n_rows: columns c0..c1 of it are inside the corpus (16-byte aligned,
-                // a multiple of 16 bytes: dim, c0 and c1 are multiples of 4) and land inside the lane's row
-                // of shared memory (16-byte aligned: the query area and the stride are multiples of 4 floats).
-                unsafe {
-                    asm!(
-                        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
-                        d = in(reg32) dst + (c0 * 4) as u32,
-                        s = in(reg64) src + (c0 * 4) as u64,
-                        n = in(reg32) ((c1 - c0) * 4) as u32,
-                        b = in(reg32) bars + 8 * c as u32,
-                        options(nostack)
-                    );
+                let mut i = 0;
+                while i < rows {
+                    // SAFETY: row row0 + i < n_rows: columns c0..c1 of it are inside the corpus (16-byte
+                    // aligned, a multiple of 16 bytes: dim, c0 and c1 are multiples of 4) and land inside row
+                    // i of shared memory (16-byte aligned: the query area and the stride are multiples of 4
+                    // floats); barrier c was initialised above by this thread.
+                    unsafe {
+                        asm!(
+                            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+                            d = in(reg32) dst0 + ((i * rs + c0) * 4) as u32,
+                            s = in(reg64) src0 + ((i * dim + c0) * 4) as u64,
+                            n = in(reg32) ((c1 - c0) * 4) as u32,
+                            b = in(reg32) bars + 8 * c as u32,
+                            options(nostack)
+                        );
+                    }
+                    i += 1;
                 }
             }
             c += 1;
         }
     }
+    sync_warp();
     let r = row0 + lane;
     let nc = if METRIC == METRIC_COSINE && r < n {
         // SAFETY: cosine launches pass n_rows corpus norms; r < n_rows.
@@ -445,24 +463,11 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
     while c < CHUNKS {
         // SAFETY: barrier c of this block, initialised above; its first phase.
         unsafe { mbarrier_wait(bars + 8 * c as u32, 0) };
-        let (mut col, c1) = (c * cw, dim.min((c + 1) * cw));
-        while col < c1 {
-            let cols = TILE.min(c1 - col);
-            // SAFETY: both operands hold `cols` f32 from col on (the query staged; the row's chunk landed,
-            // or, for a lane past the rows, shared memory it only computes an unused chain from), 16-byte
-            // aligned (col a multiple of 4).
-            (acc, acc_q) = unsafe {
-                chain_tile::<METRIC>(
-                    q_s.wrapping_add(col) as *const F4,
-                    row.wrapping_add(col) as *const F4,
-                    cols,
-                    acc,
-                    acc_q,
-                    METRIC == METRIC_COSINE,
-                )
-            };
-            col += cols;
-        }
+        // SAFETY: both operands hold the chunk's columns (the query staged; the row's chunk landed, or, for a
+        // lane past the rows, shared memory it only computes an unused chain from), 16-byte aligned (the
+        // chunk starts at a multiple of 4).
+        (acc, acc_q) =
+            unsafe { chain_run::<METRIC>(q_s, row, c * cw, dim.min((c + 1) * cw), acc, acc_q) };
         c += 1;
     }
     // Every chunk has landed: the rows' area is free for the merge's lists.
@@ -470,6 +475,46 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
     unsafe {
         select_and_merge::<METRIC>(p, r, acc, acc_q, nc, rows_s as *mut u64, mins, last_flag, 1)
     };
+}
+
+/// The chains over columns `col0 .. col1` (multiples of 4) of the staged query `q` and row `row`: the steps of
+/// `chain_tile`, 32 columns at a time, with the next 32 columns' operands loaded before the current 32's
+/// steps run, so that a lone warp's chain waits on shared-memory loads once per chunk rather than once per
+/// 32 columns. The same steps in the same order: the same bits.
+///
+/// # Safety
+/// `q` and `row` hold readable f32 over `col0 .. col1`, 16-byte aligned at `col0`.
+#[inline(always)]
+unsafe fn chain_run<const METRIC: u32>(
+    q: *const f32,
+    row: *const f32,
+    col0: usize,
+    col1: usize,
+    mut acc: f32,
+    mut acc_q: f32,
+) -> (f32, f32) {
+    let norm = METRIC == METRIC_COSINE;
+    let at = |p: *const f32, col: usize| p.wrapping_add(col) as *const F4;
+    let mut col = col0;
+    if col + TILE <= col1 {
+        // SAFETY: columns col .. col + 32 are inside both operands (the caller's range).
+        let (mut qv, mut cv) = unsafe { load32(at(q, col), at(row, col)) };
+        while col + 2 * TILE <= col1 {
+            // SAFETY: as above, for the next 32 columns.
+            let (qn, cn) = unsafe { load32(at(q, col + TILE), at(row, col + TILE)) };
+            (acc, acc_q) = chain32::<METRIC>(&qv, &cv, acc, acc_q, norm);
+            (qv, cv) = (qn, cn);
+            col += TILE;
+        }
+        (acc, acc_q) = chain32::<METRIC>(&qv, &cv, acc, acc_q, norm);
+        col += TILE;
+    }
+    if col < col1 {
+        // SAFETY: the last columns (fewer than 32) of the caller's range.
+        (acc, acc_q) =
+            unsafe { chain_tile::<METRIC>(at(q, col), at(row, col), col1 - col, acc, acc_q, norm) };
+    }
+    (acc, acc_q)
 }
 
 kernels! {

@@ -288,6 +288,32 @@ pub fn warp_min(mut m: u64) -> u64 {
     m.min(shfl_xor_u64(m, 1))
 }
 
+/// The warp's 32 keys sorted ascending across the lanes (lane `lane` gets the `lane`-th smallest): a bitonic
+/// sort, 15 compare-exchange steps through `shfl.sync.bfly`. Every lane of the warp must call it; `lane` is
+/// the caller's lane index.
+#[inline(always)]
+pub fn warp_sort_u64(mut key: u64, lane: u32) -> u64 {
+    let mut size = 2;
+    while size <= 32 {
+        // Runs of `size` lanes alternate ascending / descending, so that each pair of runs is bitonic for
+        // the next size; the last size (32) is ascending in every lane.
+        let ascending = lane & size == 0 || size == 32;
+        let mut stride = size / 2;
+        while stride > 0 {
+            let other = shfl_xor_u64(key, stride);
+            let lower = lane & stride == 0;
+            key = if lower == ascending {
+                key.min(other)
+            } else {
+                key.max(other)
+            };
+            stride /= 2;
+        }
+        size *= 2;
+    }
+    key
+}
+
 /// Round `r`'s smallest key over a block of `warps` warps: every thread offers `offer`; returns the block's
 /// minimum. Block-uniform: every thread calls it with the same `r`. The minima alternate between two slot
 /// sets, so one barrier per round is enough (a warp writes set `r % 2` again only after round `r + 1`'s

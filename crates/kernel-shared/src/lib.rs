@@ -403,9 +403,11 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
     (query + rings) * 4 + 2 * warps * 8 + 8
 }
 
-/// Column chunks of each row in `sm90a_knn1_*` (one `mbarrier` each: the chain starts on chunk 0 while the
-/// later chunks still land).
-pub const KNN1_BULK_CHUNKS: u32 = 4;
+/// Column chunks of each row in `sm90a_knn1_*` (one bulk copy per row and chunk, one `mbarrier` per chunk: the
+/// chains start on chunk 0 while the later chunks still land). One: the tensor memory accelerator takes ~65
+/// cycles per bulk copy, so the 3 us that 4 chunks of 32 rows cost in copies outweighed the overlap (session
+/// 15, run D: 1,000 rows x 768 took 19.2-21.1 us with 1 chunk, 21.2-21.8 us with 4, 19.7-19.9 us with 2).
+pub const KNN1_BULK_CHUNKS: u32 = 1;
 
 /// Shared row stride of `sm90a_knn1_*`, in f32: `dim` and 4 or 8 of padding, so that the stride in 16-byte
 /// units is odd (the eight 16-byte reads of one quarter-warp, one per row, fall in eight bank groups).
