@@ -9,11 +9,11 @@
 //! [`KNN1_STAGES`] tiles in flight, so a whole row's worth of loads is outstanding at once instead of one
 //! tile per round trip. Lane `l` then runs row `l`'s chain over the tile exactly as `scan` does
 //! (`docs/numerics.md`: one FMA chain per pair, `k` ascending); for cosine it runs the query's norm chain
-//! beside it (the same steps as `row_norms`, so the same bits). Keys and the selection are those of
-//! `topk_small`: the block extracts its `k` smallest keys in `k` rounds of warp and block minima; the block
-//! that takes the last ticket of its group of blocks merges the group's keys the same way, and the merger
-//! that takes the last group ticket merges the groups' keys into the answer. Most merging happens while
-//! other blocks still scan.
+//! beside it (the same steps as `row_norms`, so the same bits). Keys are those of `topk_small`: the block
+//! extracts its `k` smallest keys in `k` rounds of warp and block minima (a one-warp block sorts its 32 keys
+//! across the warp instead, `warp_sort_u64`); the block that takes the last ticket of its group of blocks
+//! merges the group's lists in `k` rounds of minima over their heads, and the merger that takes the last
+//! group ticket merges the groups' lists into the answer. Most merging happens while other blocks still scan.
 //!
 //! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
 //! the launcher runs the separate kernels instead.
@@ -417,8 +417,9 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
             c += 1;
         }
         // Lane 0 queues every copy, chunk by chunk (chunk 0 of every row first). Its operands are the same
-        // in every lane (block index, parameters, loop counters), so they stay in uniform registers: one
-        // bulk copy per row and chunk was a lane-by-lane loop (`R2UR` per lane) that took ~3 us at 32 rows.
+        // in every lane (block index, parameters, loop counters), so they stay in uniform registers, with no
+        // lane-by-lane loop (`R2UR` per lane) around each copy as when every lane queued its own row's. What
+        // the copies cost is their number (~65 cycles each): hence one chunk ([`KNN1_BULK_CHUNKS`]).
         let src0 = p.corpus + (row0 * dim * 4) as u64;
         let dst0 = shared_addr(rows_s);
         let mut c = 0;
