@@ -22,12 +22,13 @@ use crate::dense::{chain_tile, chain32, finish, load32};
 use crate::util::{
     F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
     grid_dim_x, last_to_arrive, mbarrier_wait, score_key, shared_addr, sqrt, stage_query,
-    sync_threads, sync_warp, thread_x, warp_sort_u64,
+    stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
-    KNN1_BULK_CHUNKS, KNN1_ROW_STRIDE, KNN1_STAGES, KNN1_TILE, Knn1Params, METRIC_COSINE,
-    METRIC_DOT, METRIC_L2, knn1_bulk_chunk_cols, knn1_bulk_row_stride, knn1_bulk_rows_area,
+    KNN1_BULK_CHUNKS, KNN1_BULK_PARAM_QUERY, KNN1_PARAM_QUERY, KNN1_ROW_STRIDE, KNN1_STAGES,
+    KNN1_TILE, Knn1Params, Knn1QueryParams, METRIC_COSINE, METRIC_DOT, METRIC_L2,
+    knn1_bulk_chunk_cols, knn1_bulk_row_stride, knn1_bulk_rows_area,
 };
 
 const TILE: usize = KNN1_TILE as usize;
@@ -43,7 +44,7 @@ const RING: usize = STAGES * 32 * RS;
 /// dynamic shared memory; pointers and sizes as `Knn1Params` documents; `1 <= k <= SMALL_K_MAX`, `k <=
 /// n_rows`, the tickets zero.
 #[inline(always)]
-unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
+unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) -> F4) {
     let smem = dynamic_shared_f32();
     let t = thread_x() as usize;
     let (lane, warp) = (t % 32, t / 32);
@@ -54,10 +55,16 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params) {
     let mins = smem.wrapping_add(dim.div_ceil(4) * 4 + warps * RING) as *mut u64;
     let last_flag = mins.wrapping_add(2 * warps) as *mut u32;
     // The query joins the first copy group (its pieces spread over the block's threads): one round trip
-    // for all of it, overlapped with the first tiles.
-    // SAFETY: the query area at q_s holds dim floats (launcher); p.query holds dim (a multiple of 4) floats,
-    // 16-byte aligned.
-    unsafe { stage_query(q_s, p.query, dim, t, 32 * warps) };
+    // for all of it, overlapped with the first tiles; or it is in the parameters, stored before tile 0's
+    // barrier.
+    if p.query != 0 {
+        // SAFETY: the query area at q_s holds dim floats (launcher); p.query holds dim (a multiple of 4)
+        // floats, 16-byte aligned.
+        unsafe { stage_query(q_s, p.query, dim, t, 32 * warps) };
+    } else {
+        // SAFETY: as above; with p.query == 0 the entry point carries the query (launcher).
+        unsafe { stage_query_params(q_s, query_piece, dim, t, 32 * warps) };
+    }
     let row0 = (block_x() as usize * warps + warp) * 32;
     let n_tiles = dim.div_ceil(TILE);
     // Lane `l` copies piece `l % 8` (16 bytes) of rows `l / 8 + 4 i`, i < 8, of every tile: 4 rows of 128
@@ -376,7 +383,7 @@ unsafe fn merge(
 /// Grid `ceil(n_rows / 32)`, 32 threads, `knn1_bulk_shared_bytes(dim)` bytes of dynamic shared memory;
 /// sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
 #[inline(always)]
-unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
+unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) -> F4) {
     const CHUNKS: usize = KNN1_BULK_CHUNKS as usize;
     let smem = dynamic_shared_f32();
     let lane = thread_x() as usize;
@@ -391,9 +398,15 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params) {
     let row0 = block_x() as usize * 32;
     let rows = 32.min(n - row0);
     let cw = knn1_bulk_chunk_cols(p.dim) as usize;
-    // The query's pieces: one round trip, waited for before the first chunk.
-    // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte aligned.
-    unsafe { stage_query(q_s, p.query, dim, lane, 32) };
+    // The query's pieces: one round trip, waited for before the first chunk; or from the parameters.
+    if p.query != 0 {
+        // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte
+        // aligned.
+        unsafe { stage_query(q_s, p.query, dim, lane, 32) };
+    } else {
+        // SAFETY: as above; with p.query == 0 the entry point carries the query (launcher).
+        unsafe { stage_query_params(q_s, query_piece, dim, lane, 32) };
+    }
     cp_async_commit();
     if lane == 0 {
         let mut c = 0;
@@ -518,12 +531,84 @@ unsafe fn chain_run<const METRIC: u32>(
     (acc, acc_q)
 }
 
-kernels! {
-    Knn1Params;
+/// The entry points that carry the query in their parameters (`*_knn1q_*`), each reading the query's pieces
+/// from its own parameter: Rust passes the parameter struct by value as an array of integers, so indexing
+/// its `query` at a run-time offset would first copy all of it to local memory; `ld.param` at the
+/// parameter's address plus the offset reads the constant bank directly (PTX: the address of a kernel
+/// parameter, moved into a register, is in the `.param` space).
+macro_rules! knn1q_kernels {
+    ($q:ident; $($name:ident => $body:ident::<$metric:ident>;)*) => {$(
+        /// See the generic body named in the macro call; its metric is fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: Knn1QueryParams<$q>) {
+            let piece = |i: usize| {
+                let (x, y, z, w): (f32, f32, f32, f32);
+                // SAFETY: bytes `16 i ..+ 16` of the parameter's query, inside it for i < Q / 4 (the body
+                // reads pieces below dim / 4, dim <= Q: the launcher); the parameter and its query are
+                // 16-byte aligned.
+                unsafe {
+                    asm!(
+                        "{{",
+                        ".reg .b64 a;",
+                        concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
+                        "add.s64 a, a, {off};",
+                        "ld.param.v4.f32 {{{x}, {y}, {z}, {w}}}, [a+{base}];",
+                        "}}",
+                        off = in(reg64) (16 * i) as u64,
+                        base = const core::mem::offset_of!(Knn1QueryParams<$q>, query),
+                        x = out(reg32) x,
+                        y = out(reg32) y,
+                        z = out(reg32) z,
+                        w = out(reg32) w,
+                        options(pure, readonly, nostack)
+                    );
+                }
+                F4([x, y, z, w])
+            };
+            // SAFETY: forwarded launcher contract (the launcher sets `p.base.query` to 0).
+            unsafe { $body::<$metric>(&p.base, piece) }
+        }
+    )*};
+}
+
+/// The entry points whose query is in memory (`p.query`): no query in the parameters, so that a small launch
+/// does not carry 4 KiB it does not use (about a microsecond more a launch on an H100, session 16).
+macro_rules! knn1_kernels {
+    ($($name:ident => $body:ident::<$metric:ident>;)*) => {$(
+        /// See the generic body named in the macro call; its metric is fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels` (`p.query` non-zero).
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: Knn1Params) {
+            // SAFETY: forwarded launcher contract; the query is in memory, so the pieces are never asked.
+            unsafe { $body::<$metric>(&p, |_| F4([0.0; 4])) }
+        }
+    )*};
+}
+
+knn1_kernels! {
     sm80_knn1_dot => knn1::<METRIC_DOT>;
     sm80_knn1_cosine => knn1::<METRIC_COSINE>;
     sm80_knn1_l2 => knn1::<METRIC_L2>;
     sm90a_knn1_dot => knn1_bulk::<METRIC_DOT>;
     sm90a_knn1_cosine => knn1_bulk::<METRIC_COSINE>;
     sm90a_knn1_l2 => knn1_bulk::<METRIC_L2>;
+}
+
+knn1q_kernels! {
+    KNN1_PARAM_QUERY;
+    sm80_knn1q_dot => knn1::<METRIC_DOT>;
+    sm80_knn1q_cosine => knn1::<METRIC_COSINE>;
+    sm80_knn1q_l2 => knn1::<METRIC_L2>;
+}
+
+knn1q_kernels! {
+    KNN1_BULK_PARAM_QUERY;
+    sm90a_knn1q_dot => knn1_bulk::<METRIC_DOT>;
+    sm90a_knn1q_cosine => knn1_bulk::<METRIC_COSINE>;
+    sm90a_knn1q_l2 => knn1_bulk::<METRIC_L2>;
 }

@@ -278,14 +278,33 @@ pub fn ballot(flag: bool) -> u32 {
 #[derive(Clone, Copy)]
 pub struct F4(pub [f32; 4]);
 
-/// The smallest of the 32 lanes' values (every lane gets it). Every lane of the warp must call it.
+/// The smallest of the 32 lanes' values (every lane gets it), in two warp reductions (`redux.sync`, sm_80):
+/// the smallest high half, then the smallest low half among the lanes holding it, instead of five
+/// butterfly shuffles of both halves. Every lane of the warp must call it; only kernels that need sm_80
+/// (`sm80_*`, `tc_*`, `sm90a_*`) reach it.
 #[inline(always)]
-pub fn warp_min(mut m: u64) -> u64 {
-    m = m.min(shfl_xor_u64(m, 16));
-    m = m.min(shfl_xor_u64(m, 8));
-    m = m.min(shfl_xor_u64(m, 4));
-    m = m.min(shfl_xor_u64(m, 2));
-    m.min(shfl_xor_u64(m, 1))
+pub fn warp_min(m: u64) -> u64 {
+    let (hi, lo) = ((m >> 32) as u32, m as u32);
+    let hi_min = redux_min_u32(hi);
+    let lo_min = redux_min_u32(if hi == hi_min { lo } else { u32::MAX });
+    (u64::from(hi_min) << 32) | u64::from(lo_min)
+}
+
+/// The smallest of the 32 lanes' `v` (`redux.sync.min.u32`, sm_80), in every lane. Every lane of the warp
+/// must call it.
+#[inline(always)]
+fn redux_min_u32(v: u32) -> u32 {
+    let m: u32;
+    // SAFETY: a warp-wide reduction over the full mask; every lane calls it (caller).
+    unsafe {
+        core::arch::asm!(
+            "redux.sync.min.u32 {m}, {v}, 0xffffffff;",
+            m = out(reg32) m,
+            v = in(reg32) v,
+            options(nomem, nostack)
+        );
+    }
+    m
 }
 
 /// The warp's 32 keys sorted ascending across the lanes (lane `lane` gets the `lane`-th smallest): a bitonic
@@ -388,6 +407,31 @@ pub unsafe fn stage_query(dst: *mut f32, src: u64, dim: usize, t: usize, threads
                 16,
             )
         };
+        i += threads;
+    }
+}
+
+/// Copy a query of `dim` floats (a multiple of 4) that the launch carries in its parameters into shared
+/// memory at `dst`: `piece(i)` loads its floats `4i .. 4i + 4` (`ld.param` of the entry point's parameter),
+/// the pieces spread over the block's `threads` threads (`t` this one's index). Plain stores: the caller's
+/// barrier makes them visible. (Issuing every load before the first store was no faster: the constant
+/// cache's misses, one per line of the parameter, are served one after another either way.)
+///
+/// # Safety
+/// `dst` points to `dim` floats of this block's shared memory, 16-byte aligned; `piece(i)` is defined for
+/// `i < dim / 4`.
+#[inline(always)]
+pub unsafe fn stage_query_params(
+    dst: *mut f32,
+    piece: impl Fn(usize) -> F4,
+    dim: usize,
+    t: usize,
+    threads: usize,
+) {
+    let mut i = t;
+    while i < dim / 4 {
+        // SAFETY: piece i < dim / 4 of the query area (caller), 16-byte aligned.
+        unsafe { (dst as *mut F4).add(i).write(piece(i)) };
         i += threads;
     }
 }

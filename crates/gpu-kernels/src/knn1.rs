@@ -1,15 +1,21 @@
 //! The launcher of `sm80_knn1_*`: one query against at most [`KNN1_MAX_ROWS`] rows, similarity and top-k
-//! (k <= 32) in one launch. The host's part is one queued call and one wait: the query goes into mapped
-//! pinned memory, which the kernel reads over the bus; the kernel writes its `2k` answer words straight into
-//! mapped pinned memory, and the host spins on those words ([`Gpu::wait_mapped_filled`]) instead of waiting
-//! for the stream. Settings for comparison: `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for
-//! the stream; `RECALL_ONE_QUERY_READBACK=copy` also copies the answer back (a third call).
+//! (k <= 32) in one launch. The host's part is one queued call and one wait: a launch whose blocks would read
+//! much of the query over the bus carries it inside its parameters (`*_knn1q_*`, up to [`KNN1_PARAM_QUERY`]
+//! floats, [`KNN1_BULK_PARAM_QUERY`] for `sm90a_knn1q_*`); otherwise the query goes into mapped pinned
+//! memory, which the kernel reads over the bus. The kernel writes its `2k` answer words straight into mapped
+//! pinned memory, and the host spins on those words ([`Gpu::wait_mapped_filled`]) instead of waiting for
+//! the stream. Settings for comparison: `RECALL_KNN1_QUERY=params|memory` always or never carries the query
+//! in the parameters; `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for the stream;
+//! `RECALL_ONE_QUERY_READBACK=copy` also copies the answer back (a third call).
 
 use crate::env::{env_number, env_switch};
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
-use recall_kernel_shared::{Knn1Params, SMALL_K_MAX, knn1_bulk_shared_bytes, knn1_shared_bytes};
+use recall_kernel_shared::{
+    KNN1_BULK_PARAM_QUERY, KNN1_PARAM_QUERY, Knn1Params, Knn1QueryParams, SMALL_K_MAX,
+    knn1_bulk_shared_bytes, knn1_shared_bytes,
+};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -33,39 +39,69 @@ pub const KNN1_BULK_MAX_DIM: usize = 1536;
 /// rows took 20.1-21.0 us with `sm90a_knn1` against 22.4-23.5 us, 10,000 rows 36.1-36.4 against 35.1.
 pub const KNN1_BULK_MAX_ROWS: usize = 4096;
 
-/// `sm90a_knn1_{dot,cosine,l2}` from the sm_90a module, opted into the shared memory of
-/// [`KNN1_BULK_MAX_DIM`]; `None` when a function is missing or the device has too little shared memory
-/// (logged). Device loss is an error.
+/// One family's entry points (dot, cosine, l2): those reading the query from memory and, where the image has
+/// them, those carrying it in their parameters (`*_knn1q_*`).
+#[derive(Debug)]
+pub(crate) struct Knn1Funcs {
+    memory: [CudaFunction; 3],
+    carried: Option<[CudaFunction; 3]>,
+}
+
+impl Knn1Funcs {
+    /// `{prefix}_{dot,cosine,l2}` and `{prefix}q_{dot,cosine,l2}`, each opted into `bytes` of dynamic shared
+    /// memory; `None` (logged) when the first three are missing or refuse the shared memory. Device loss is
+    /// an error.
+    fn load(
+        gpu: &Gpu,
+        f: impl Fn(&str) -> Result<CudaFunction, GpuError>,
+        prefix: &str,
+        bytes: u32,
+    ) -> Result<Option<Knn1Funcs>, GpuError> {
+        let three = |p: &str| -> Result<Option<[CudaFunction; 3]>, GpuError> {
+            let mut out = Vec::with_capacity(3);
+            for metric in ["dot", "cosine", "l2"] {
+                let func = match f(&format!("{p}_{metric}")) {
+                    Ok(func) => func,
+                    Err(e) if e.is_device_lost() => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "{p}_{metric} not in the image");
+                        return Ok(None);
+                    }
+                };
+                match gpu.allow_dynamic_shared(&func, bytes) {
+                    Ok(()) => out.push(func),
+                    Err(e) if e.is_device_lost() => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "{p}_{metric}: not enough shared memory per block");
+                        return Ok(None);
+                    }
+                }
+            }
+            Ok(<[CudaFunction; 3]>::try_from(out).ok())
+        };
+        let Some(memory) = three(prefix)? else {
+            return Ok(None);
+        };
+        Ok(Some(Knn1Funcs {
+            memory,
+            carried: three(&format!("{prefix}q"))?,
+        }))
+    }
+}
+
+/// `sm90a_knn1_*` (and `sm90a_knn1q_*`) from the sm_90a module, opted into the shared memory of
+/// [`KNN1_BULK_MAX_DIM`]; `None` when they are missing or the device has too little shared memory
+/// (logged; then `sm80_knn1_*` runs). Device loss is an error.
 pub(crate) fn load_bulk(
     gpu: &Gpu,
     module: &std::sync::Arc<recall_gpu_sys::driver::CudaModule>,
-) -> Result<Option<[CudaFunction; 3]>, GpuError> {
-    let f = |name: &str| gpu.function(module, name);
-    let funcs = match (
-        f("sm90a_knn1_dot"),
-        f("sm90a_knn1_cosine"),
-        f("sm90a_knn1_l2"),
-    ) {
-        (Ok(a), Ok(b), Ok(c)) => [a, b, c],
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-            if e.is_device_lost() {
-                return Err(e);
-            }
-            tracing::debug!(error = %e, "sm90a_knn1 not in the sm_90a image; sm80_knn1 runs");
-            return Ok(None);
-        }
-    };
-    let bytes = knn1_bulk_shared_bytes(KNN1_BULK_MAX_DIM as u32);
-    for func in &funcs {
-        if let Err(e) = gpu.allow_dynamic_shared(func, bytes) {
-            if e.is_device_lost() {
-                return Err(e);
-            }
-            tracing::debug!(error = %e, "sm90a_knn1: not enough shared memory per block; sm80_knn1 runs");
-            return Ok(None);
-        }
-    }
-    Ok(Some(funcs))
+) -> Result<Option<Knn1Funcs>, GpuError> {
+    Knn1Funcs::load(
+        gpu,
+        |name| gpu.function(module, name),
+        "sm90a_knn1",
+        knn1_bulk_shared_bytes(KNN1_BULK_MAX_DIM as u32),
+    )
 }
 
 /// Whether `sm90a_knn1_*` runs one-query launches (the default where it loaded), or `sm80_knn1_*`
@@ -75,10 +111,10 @@ pub fn knn1_bulk_enabled() -> bool {
     *ON.get_or_init(|| env_switch("RECALL_KNN1_BULK", "on", "off"))
 }
 
-/// The three metric variants, and the most warps per block the device's shared memory allows.
+/// The entry points, and the most warps per block the device's shared memory allows.
 #[derive(Debug)]
 pub(crate) struct Knn1Kernels {
-    funcs: [CudaFunction; 3],
+    funcs: Knn1Funcs,
     max_warps: u32,
 }
 
@@ -89,17 +125,9 @@ impl Knn1Kernels {
         gpu: &Gpu,
         f: impl Fn(&str) -> Result<CudaFunction, GpuError>,
     ) -> Result<Option<Knn1Kernels>, GpuError> {
-        let funcs = [
-            f("sm80_knn1_dot")?,
-            f("sm80_knn1_cosine")?,
-            f("sm80_knn1_l2")?,
-        ];
         for warps in [2, 1] {
             let bytes = knn1_shared_bytes(KNN1_MAX_DIM as u32, warps);
-            if funcs
-                .iter()
-                .all(|func| gpu.allow_dynamic_shared(func, bytes).is_ok())
-            {
+            if let Some(funcs) = Knn1Funcs::load(gpu, &f, "sm80_knn1", bytes)? {
                 return Ok(Some(Knn1Kernels {
                     funcs,
                     max_warps: warps,
@@ -121,6 +149,8 @@ pub(crate) struct OneQueryScratch {
     query_mapped: Option<MappedReadback<f32>>,
     /// Whether this call's kernel reads the query from `query_mapped` (else from `query`).
     query_from_host: bool,
+    /// Whether this call's launch carries the query in its parameters (it reads neither buffer).
+    query_in_params: bool,
     pub(crate) scores: CudaSlice<f32>,
     pub(crate) partial: CudaSlice<u64>,
     /// Zero between launches (the kernel's last block or mergers reset them).
@@ -138,6 +168,71 @@ enum Answer {
         device: CudaSlice<u64>,
         host: PinnedHostSlice<u64>,
     },
+}
+
+/// Where a `knn1` launch takes its query from, by `RECALL_KNN1_QUERY` (read once): `auto` (the default)
+/// carries it in the launch's parameters when it fits and the launch's blocks would read more than
+/// [`KNN1_PARAMS_MIN_BUS_BYTES`] of it over the bus; `params` whenever it fits; `memory` never. All give
+/// the same words.
+fn knn1_query_in_params(needs: OneQueryNeeds, capacity: usize) -> bool {
+    static SETTING: OnceLock<QuerySetting> = OnceLock::new();
+    let setting = *SETTING
+        .get_or_init(|| QuerySetting::parse(std::env::var("RECALL_KNN1_QUERY").ok().as_deref()));
+    setting.carries(needs, capacity)
+}
+
+/// `RECALL_KNN1_QUERY`'s values (see [`knn1_query_in_params`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum QuerySetting {
+    Auto,
+    Params,
+    Memory,
+}
+
+impl QuerySetting {
+    /// The setting of a value (`None`: unset); a bad value is logged and means `Auto`.
+    fn parse(value: Option<&str>) -> QuerySetting {
+        match value.map(str::trim) {
+            None | Some("" | "auto") => QuerySetting::Auto,
+            Some("params") => QuerySetting::Params,
+            Some("memory") => QuerySetting::Memory,
+            Some(v) => {
+                tracing::warn!(value = %v, "RECALL_KNN1_QUERY: expected auto, params or memory; using auto");
+                QuerySetting::Auto
+            }
+        }
+    }
+
+    /// Whether a launch of `needs` carries its query in parameters of `capacity` floats.
+    fn carries(self, needs: OneQueryNeeds, capacity: usize) -> bool {
+        needs.dim <= capacity
+            && match self {
+                QuerySetting::Auto => {
+                    needs.blocks.saturating_mul(needs.dim * 4) > KNN1_PARAMS_MIN_BUS_BYTES
+                }
+                QuerySetting::Params => true,
+                QuerySetting::Memory => false,
+            }
+    }
+}
+
+/// Above this many query bytes read over the bus by a launch's blocks, `knn1` carries the query in its
+/// parameters. On an H100 and an H200 (docs/results/2026-11-26-session16, runs A, C, D) 1,000 rows x 768
+/// (32 blocks, 96 KiB) took about 2 us less with the query in the parameters, 100 rows (4 blocks, 12 KiB)
+/// about 1 us more: there the launch's larger parameters cost more than the blocks' reads.
+pub const KNN1_PARAMS_MIN_BUS_BYTES: usize = 32 << 10;
+
+/// `base` with the query's floats inside and `base.query` set to 0.
+fn with_query<const Q: usize>(mut base: Knn1Params, query: &[f32]) -> Knn1QueryParams<Q> {
+    let mut floats = [0.0; Q];
+    base.query = 0;
+    for (d, s) in floats.iter_mut().zip(query) {
+        *d = *s;
+    }
+    Knn1QueryParams {
+        base,
+        query: floats,
+    }
 }
 
 /// Whether one-query answers come back through mapped memory (the default) or a copy
@@ -204,6 +299,7 @@ impl OneQueryScratch {
             query: gpu.alloc_zeros::<f32>(n.dim)?,
             query_mapped,
             query_from_host: false,
+            query_in_params: false,
             scores: gpu.alloc_zeros::<f32>(n.n_rows)?,
             partial: gpu.alloc_zeros::<u64>(n.partial_made)?,
             tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
@@ -211,8 +307,11 @@ impl OneQueryScratch {
         })
     }
 
-    /// Where the kernel reads the query.
+    /// Where the kernel reads the query: 0 when the launch carries it.
     pub(crate) fn query_ptr(&self, gpu: &Gpu) -> u64 {
+        if self.query_in_params {
+            return 0;
+        }
         match &self.query_mapped {
             Some(q) if self.query_from_host => q.device_ptr(),
             _ => gpu.device_ptr(&self.query),
@@ -237,24 +336,29 @@ impl OneQueryScratch {
 
 /// The host's part of a one-query top-`k` launch (`knn1`, `scan1`): the scratch in `slot` (kept when it fits
 /// `needs`, else made anew), then either
-/// - (spinning, the default) the query into mapped memory and the answer words set to [`UNSET`], `launch`,
-///   and a spin until every answer word is written: one queued call, no stream wait;
-/// - or the query into its pinned buffer and across, `launch`, and the answer words read from the mapped
-///   readback after a stream wait (or copied back into the pinned readback): two or three queued calls.
+/// - (spinning, the default) the query into mapped memory (unless `query_in_params`: the launch carries it)
+///   and the answer words set to [`UNSET`], `launch`, and a spin until every answer word is written: one
+///   queued call, no stream wait;
+/// - or the query into its pinned buffer and across (unless `query_in_params`), `launch`, and the answer
+///   words read from the mapped readback after a stream wait (or copied back into the pinned readback): two
+///   or three queued calls.
 ///
-/// `launch` reads the query at [`OneQueryScratch::query_ptr`] and the scratch's device buffers, and writes
+/// `launch` reads the query at [`OneQueryScratch::query_ptr`] (0: in its parameters, which it fills itself)
+/// and the scratch's device buffers, and writes
 /// each answer word once at [`OneQueryScratch::out_ptr`], after its blocks' last reads of the query (the
 /// kernels' last block merges only after every block's ticket). A spinning call can return while the
 /// kernel's last block still resets its tickets; the next call's launch queues behind it on the stream, and
 /// the scratch is freed only after a synchronise.
 /// After an error the stream is synchronised and the scratch dropped: a launch that failed part-way may leave
 /// a ticket non-zero.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn one_query_round_trip(
     kernel: &'static str,
     gpu: &Gpu,
     slot: &mut Option<OneQueryScratch>,
     needs: OneQueryNeeds,
     query: &[f32],
+    query_in_params: bool,
     k: usize,
     launch: impl FnOnce(&OneQueryScratch) -> Result<(), KernelError>,
 ) -> Result<TopKResult, KernelError> {
@@ -273,9 +377,14 @@ pub(crate) fn one_query_round_trip(
         });
     };
     let result = (|| {
-        let spin = matches!(sc.answer, Answer::Mapped(_)) && sc.query_mapped.is_some();
-        sc.query_from_host = spin && query_from_host(needs);
+        // Spinning needs the answer mapped and the query mapped or in the parameters.
+        let spin = matches!(sc.answer, Answer::Mapped(_))
+            && one_query_spin()
+            && (query_in_params || sc.query_mapped.is_some());
+        sc.query_in_params = query_in_params;
+        sc.query_from_host = !query_in_params && spin && query_from_host(needs);
         match (&mut sc.query_mapped, sc.query_from_host) {
+            _ if query_in_params => {}
             (Some(q), true) => {
                 // SAFETY: the last call on this scratch ended with its answer words seen, each written
                 // after every block's last read of the query, or with the stream synchronised (sync, error
@@ -433,9 +542,18 @@ impl Kernels {
             partial_made: (n_blocks + n_groups) * SMALL_K_MAX as usize,
             tickets: 1 + n_groups,
         };
+        let (funcs, capacity) = match bulk {
+            Some(b) => (b, KNN1_BULK_PARAM_QUERY),
+            None => (&kernels.funcs, KNN1_PARAM_QUERY),
+        };
+        let carried = funcs
+            .carried
+            .as_ref()
+            .filter(|_| knn1_query_in_params(needs, capacity));
+        let in_params = carried.is_some();
         let mut slot = self.knn1_scratch.lock();
-        one_query_round_trip(K, gpu, &mut slot, needs, query, k, |sc| {
-            let params = Knn1Params {
+        one_query_round_trip(K, gpu, &mut slot, needs, query, in_params, k, |sc| {
+            let base = Knn1Params {
                 query: sc.query_ptr(gpu),
                 corpus: gpu.device_ptr(corpus),
                 corpus_norms: norms,
@@ -455,10 +573,6 @@ impl Kernels {
                 block_dim: (32 * warps, 1, 1),
                 shared_mem_bytes: smem,
             };
-            let func = match bulk {
-                Some(b) => &b[metric.index()],
-                None => &kernels.funcs[metric.index()],
-            };
             // SAFETY: knn1_supported holds (1 <= k <= min(32, n_rows), dim a multiple of 4 up to
             // KNN1_MAX_DIM, whose shared memory the function was opted into for `max_warps >= warps`);
             // the query holds dim values, the corpus n_rows * dim (16-byte aligned: a device allocation),
@@ -466,8 +580,24 @@ impl Kernels {
             // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
             // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): one warp
             // per block, groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at most 4 groups; dim up to
-            // KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it into.
-            unsafe { gpu.launch(func, cfg, params) }?;
+            // KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it into. A query in the parameters
+            // (`carried`: `*_knn1q_*`, with the parameter struct each was compiled with, base.query 0) has
+            // dim <= that struct's capacity (`knn1_query_in_params`).
+            unsafe {
+                match (carried, bulk.is_some()) {
+                    (Some(c), true) => gpu.launch(
+                        &c[metric.index()],
+                        cfg,
+                        with_query::<KNN1_BULK_PARAM_QUERY>(base, query),
+                    ),
+                    (Some(c), false) => gpu.launch(
+                        &c[metric.index()],
+                        cfg,
+                        with_query::<KNN1_PARAM_QUERY>(base, query),
+                    ),
+                    (None, _) => gpu.launch(&funcs.memory[metric.index()], cfg, base),
+                }
+            }?;
             Ok(())
         })
     }
@@ -500,5 +630,57 @@ pub(crate) fn one_query_inputs(
         (SimMetric::Cosine, Some(cn)) if cn.len() >= n_rows => Ok(gpu.device_ptr(cn)),
         (SimMetric::Cosine, _) => Err(shape("cosine needs n_rows corpus norms".into())),
         _ => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds, QuerySetting, with_query};
+    use recall_kernel_shared::{KNN1_BULK_PARAM_QUERY, Knn1Params};
+
+    fn needs(dim: usize, blocks: usize) -> OneQueryNeeds {
+        OneQueryNeeds {
+            dim,
+            blocks,
+            n_rows: 32 * blocks,
+            partial: 0,
+            partial_made: 0,
+            tickets: 0,
+        }
+    }
+
+    #[test]
+    fn the_query_is_carried_by_setting_size_and_bus_bytes() {
+        assert_eq!(QuerySetting::parse(None), QuerySetting::Auto);
+        assert_eq!(QuerySetting::parse(Some(" params ")), QuerySetting::Params);
+        assert_eq!(QuerySetting::parse(Some("memory")), QuerySetting::Memory);
+        assert_eq!(QuerySetting::parse(Some("bogus")), QuerySetting::Auto);
+        let auto = QuerySetting::Auto;
+        // 100 rows x 768 (4 blocks, 12 KiB over the bus): from memory; 1,000 rows (32 blocks): carried.
+        assert!(!auto.carries(needs(768, 4), 1024));
+        assert!(auto.carries(needs(768, 32), 1024));
+        let at = KNN1_PARAMS_MIN_BUS_BYTES / (768 * 4);
+        assert!(!auto.carries(needs(768, at), 1024));
+        assert!(auto.carries(needs(768, at + 1), 1024));
+        // Never a query longer than the parameters hold, whatever the setting.
+        assert!(!auto.carries(needs(1028, 1000), 1024));
+        assert!(!QuerySetting::Params.carries(needs(1028, 1), 1024));
+        assert!(QuerySetting::Params.carries(needs(1024, 1), 1024));
+        assert!(!QuerySetting::Memory.carries(needs(768, 1000), 1024));
+    }
+
+    #[test]
+    fn with_query_copies_the_query_and_clears_the_pointer() {
+        let base = Knn1Params {
+            query: 0xdead_0000,
+            dim: 8,
+            ..Knn1Params::default()
+        };
+        let q: Vec<f32> = (1..=8).map(|v| v as f32).collect();
+        let p = with_query::<KNN1_BULK_PARAM_QUERY>(base, &q);
+        assert_eq!(p.base.query, 0);
+        assert_eq!(p.base.dim, 8);
+        assert_eq!(&p.query[..8], &q[..]);
+        assert!(p.query[8..].iter().all(|&v| v == 0.0));
     }
 }

@@ -383,7 +383,7 @@ impl Kernels {
             tickets: 1,
         };
         let mut slot = self.scan1_scratch.lock();
-        one_query_round_trip(K, gpu, &mut slot, needs, query, k, |sc| {
+        one_query_round_trip(K, gpu, &mut slot, needs, query, false, k, |sc| {
             let params = Scan1Params {
                 query: sc.query_ptr(gpu),
                 query_norm: 0,

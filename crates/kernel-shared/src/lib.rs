@@ -387,6 +387,28 @@ pub struct Knn1Params {
     pub group_blocks: u32,
 }
 
+/// A one-query launch's parameters with the query itself inside (`sm80_knn1q_*`, `sm90a_knn1q_*`):
+/// `base.query` is 0 and the kernel reads the query's `base.dim <= Q` floats from `query` (the launch
+/// carries them: no copy call, and no read over the bus by every block). `Q` is [`KNN1_PARAM_QUERY`] for
+/// `sm80_knn1q_*` and [`KNN1_BULK_PARAM_QUERY`] for `sm90a_knn1q_*`.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Knn1QueryParams<const Q: usize> {
+    pub base: Knn1Params,
+    pub query: [f32; Q],
+}
+
+/// Query floats `sm80_knn1q_*` carries in its parameters: 4,080 bytes of parameters in all, under the 4 KiB
+/// that PTX before ISA 8.1 allows (the sm_80 .. sm_90 images use 7.0 .. 7.8).
+pub const KNN1_PARAM_QUERY: usize = 1000;
+const _: () = assert!(
+    core::mem::size_of::<Knn1QueryParams<KNN1_PARAM_QUERY>>() <= 4096,
+    "sm80_knn1's parameters must fit PTX's 4 KiB"
+);
+/// Query floats `sm90a_knn1q_*` carries in its parameters (PTX ISA 8.3 allows 32 KiB, but a launch's cost
+/// grows with its parameters: 6 KiB cost about a microsecond more than 4 KiB on an H100, session 16).
+pub const KNN1_BULK_PARAM_QUERY: usize = 1024;
+
 /// Columns per shared tile of `sm80_knn1_*`.
 pub const KNN1_TILE: u32 = 32;
 /// Tiles in flight per warp of `sm80_knn1_*`.
