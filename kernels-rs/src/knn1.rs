@@ -55,15 +55,12 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) ->
     let mins = smem.wrapping_add(dim.div_ceil(4) * 4 + warps * RING) as *mut u64;
     let last_flag = mins.wrapping_add(2 * warps) as *mut u32;
     // The query joins the first copy group (its pieces spread over the block's threads): one round trip
-    // for all of it, overlapped with the first tiles; or it is in the parameters, stored before tile 0's
-    // barrier.
+    // for all of it, overlapped with the first tiles. (From the parameters it is stored after the first
+    // tiles are queued: see below.)
     if p.query != 0 {
         // SAFETY: the query area at q_s holds dim floats (launcher); p.query holds dim (a multiple of 4)
         // floats, 16-byte aligned.
         unsafe { stage_query(q_s, p.query, dim, t, 32 * warps) };
-    } else {
-        // SAFETY: as above; with p.query == 0 the entry point carries the query (launcher).
-        unsafe { stage_query_params(q_s, query_piece, dim, t, 32 * warps) };
     }
     let row0 = (block_x() as usize * warps + warp) * 32;
     let n_tiles = dim.div_ceil(TILE);
@@ -110,6 +107,13 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) ->
     while s + 1 < STAGES {
         issue(s);
         s += 1;
+    }
+    if p.query == 0 {
+        // The parameter's loads (each line a constant-cache miss) while the first tiles are on their way;
+        // stored before tile 0's barrier.
+        // SAFETY: the query area at q_s holds dim floats (launcher); with p.query == 0 the entry point
+        // carries the query (launcher).
+        unsafe { stage_query_params(q_s, query_piece, dim, t, 32 * warps) };
     }
     // This row's norm, loaded now so that its latency hides under the scan.
     let r = row0 + lane;
@@ -398,14 +402,12 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usiz
     let row0 = block_x() as usize * 32;
     let rows = 32.min(n - row0);
     let cw = knn1_bulk_chunk_cols(p.dim) as usize;
-    // The query's pieces: one round trip, waited for before the first chunk; or from the parameters.
+    // The query's pieces from memory first (one round trip over the bus, the longest wait), waited for before
+    // the first chunk; from the parameters, after the rows' copies are queued (below).
     if p.query != 0 {
         // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte
         // aligned.
         unsafe { stage_query(q_s, p.query, dim, lane, 32) };
-    } else {
-        // SAFETY: as above; with p.query == 0 the entry point carries the query (launcher).
-        unsafe { stage_query_params(q_s, query_piece, dim, lane, 32) };
     }
     cp_async_commit();
     if lane == 0 {
@@ -460,6 +462,12 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usiz
             }
             c += 1;
         }
+    }
+    if p.query == 0 {
+        // The parameter's lines once the rows' copies are queued: their constant-cache misses are then
+        // served while the rows arrive.
+        // SAFETY: the query area holds dim floats; the entry point carries the query (launcher).
+        unsafe { stage_query_params(q_s, query_piece, dim, lane, 32) };
     }
     sync_warp();
     let r = row0 + lane;
