@@ -20,9 +20,10 @@
 
 use crate::dense::{chain_tile, chain32, finish, load32};
 use crate::util::{
-    F4, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
-    grid_dim_x, last_to_arrive, mbarrier_wait, score_key, shared_addr, sqrt, stage_query,
-    stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
+    F4, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
+    dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, mbarrier_wait, named_barrier, score_key,
+    shared_addr, sqrt, stage_query, stage_query_params, sync_threads, sync_warp, thread_x,
+    warp_sort_u64,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -383,14 +384,28 @@ unsafe fn merge(
 /// loads and FMAs of the chains. Copying the rows with `cp.async` instead (16 bytes a lane, one group per
 /// chunk) was slower: 27 against 21 us at 1,000 rows, its address loop outweighing the copies (session 15).
 ///
+/// A block may have helper warps (`KNN1_BULK_WARPS`): warp 1 then queues the rows' copies while the others
+/// stage the query (from the parameters, each line a constant-cache miss that a lone warp waits for one after
+/// another), and the helpers leave after one barrier; warp 0 alone runs the chains, the selection and the
+/// merges (barriers wait only for threads that have not exited).
+///
 /// # Safety
-/// Grid `ceil(n_rows / 32)`, 32 threads, `knn1_bulk_shared_bytes(dim)` bytes of dynamic shared memory;
-/// sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
+/// Grid `ceil(n_rows / 32)`, 32 or `32 * KNN1_BULK_WARPS` threads, `knn1_bulk_shared_bytes(dim)` bytes of
+/// dynamic shared memory; sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
 #[inline(always)]
 unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) -> F4) {
     const CHUNKS: usize = KNN1_BULK_CHUNKS as usize;
     let smem = dynamic_shared_f32();
-    let lane = thread_x() as usize;
+    let (lane, warp) = (thread_x() as usize % 32, thread_x() as usize / 32);
+    let block_warps = block_dim_x() as usize / 32;
+    // The warp that queues the rows' copies, and the warps that stage a query from the parameters (their
+    // rank and number): warp 1 and the others when there are helpers, else warp 0 for both.
+    let issuer = usize::from(block_warps > 1);
+    let (stage_rank, stagers) = if block_warps > 1 {
+        (warp.saturating_sub(1), block_warps - 1)
+    } else {
+        (0, 1)
+    };
     let (n, dim) = (p.n_rows as usize, p.dim as usize);
     let q_s = smem;
     let rs = knn1_bulk_row_stride(p.dim) as usize;
@@ -404,13 +419,14 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usiz
     let cw = knn1_bulk_chunk_cols(p.dim) as usize;
     // The query's pieces from memory first (one round trip over the bus, the longest wait), waited for before
     // the first chunk; from the parameters, after the rows' copies are queued (below).
-    if p.query != 0 {
+    // Warp 0 issues them: it waits for its own copies.
+    if p.query != 0 && warp == 0 {
         // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte
         // aligned.
         unsafe { stage_query(q_s, p.query, dim, lane, 32) };
     }
     cp_async_commit();
-    if lane == 0 {
+    if warp == issuer && lane == 0 {
         let mut c = 0;
         while c < CHUNKS {
             let bytes = (dim.min((c + 1) * cw).saturating_sub(c * cw) * 4 * rows) as u32;
@@ -463,11 +479,19 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usiz
             c += 1;
         }
     }
-    if p.query == 0 {
-        // The parameter's lines once the rows' copies are queued: their constant-cache misses are then
-        // served while the rows arrive.
+    if p.query == 0 && (warp != issuer || block_warps == 1) {
+        // The parameter's lines, spread over the staging warps (beside the issuer's copies, or, for a lone
+        // warp, once the rows' copies are queued): their constant-cache misses are served while the rows
+        // arrive.
         // SAFETY: the query area holds dim floats; the entry point carries the query (launcher).
-        unsafe { stage_query_params(q_s, query_piece, dim, lane, 32) };
+        unsafe { stage_query_params(q_s, query_piece, dim, 32 * stage_rank + lane, 32 * stagers) };
+    }
+    if block_warps > 1 {
+        // The barriers' initialisation and the query's stores, for warp 0; then the helpers leave.
+        named_barrier(1, 32 * block_warps as u32);
+        if warp != 0 {
+            return;
+        }
     }
     sync_warp();
     let r = row0 + lane;

@@ -27,6 +27,17 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// Barrier `id` (1 to 15) for `threads` threads of the block (a multiple of 32; `bar.sync id, threads`): only the
+/// warps that reach it wait for each other, ordering their shared-memory accesses.
+#[inline(always)]
+pub fn named_barrier(id: u32, threads: u32) {
+    // SAFETY: callers pass an id no other barrier of the kernel uses with another count, and `threads` warps'
+    // worth of threads reach it.
+    unsafe {
+        asm!("bar.sync {id}, {n};", id = in(reg32) id, n = in(reg32) threads, options(nostack))
+    }
+}
+
 /// Base of the block's dynamic shared memory, as `f32`s.
 #[inline(always)]
 pub fn dynamic_shared_f32() -> *mut f32 {

@@ -13,8 +13,8 @@ use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
 use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
 use recall_kernel_shared::{
-    KNN1_BULK_PARAM_QUERY, KNN1_PARAM_QUERY, Knn1Params, Knn1QueryParams, SMALL_K_MAX,
-    knn1_bulk_shared_bytes, knn1_shared_bytes,
+    KNN1_BULK_PARAM_QUERY, KNN1_BULK_WARPS, KNN1_PARAM_QUERY, Knn1Params, Knn1QueryParams,
+    SMALL_K_MAX, knn1_bulk_shared_bytes, knn1_shared_bytes,
 };
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -102,6 +102,13 @@ pub(crate) fn load_bulk(
         "sm90a_knn1",
         knn1_bulk_shared_bytes(KNN1_BULK_MAX_DIM as u32),
     )
+}
+
+/// Warps of an `sm90a_knn1_*` block: [`KNN1_BULK_WARPS`], or `RECALL_KNN1_BULK_WARPS` (1 to 8), read once.
+/// With one, warp 0 also queues the copies and stages the query; the answer is the same.
+pub fn knn1_bulk_warps() -> u32 {
+    static WARPS: OnceLock<u32> = OnceLock::new();
+    *WARPS.get_or_init(|| env_number("RECALL_KNN1_BULK_WARPS", 1..=8).unwrap_or(KNN1_BULK_WARPS))
 }
 
 /// Whether `sm90a_knn1_*` runs one-query launches (the default where it loaded), or `sm80_knn1_*`
@@ -570,7 +577,15 @@ impl Kernels {
             };
             let cfg = LaunchConfig {
                 grid_dim: (n_blocks as u32, 1, 1),
-                block_dim: (32 * warps, 1, 1),
+                block_dim: (
+                    32 * if bulk.is_some() {
+                        knn1_bulk_warps()
+                    } else {
+                        warps
+                    },
+                    1,
+                    1,
+                ),
                 shared_mem_bytes: smem,
             };
             // SAFETY: knn1_supported holds (1 <= k <= min(32, n_rows), dim a multiple of 4 up to
@@ -578,8 +593,9 @@ impl Kernels {
             // the query holds dim values, the corpus n_rows * dim (16-byte aligned: a device allocation),
             // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
             // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
-            // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): one warp
-            // per block, groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at most 4 groups; dim up to
+            // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): 32 rows and
+            // 1 to 8 warps per block (`knn1_bulk_warps`), groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS
+            // so at most 4 groups; dim up to
             // KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it into. A query in the parameters
             // (`carried`: `*_knn1q_*`, with the parameter struct each was compiled with, base.query 0) has
             // dim <= that struct's capacity (`knn1_query_in_params`).

@@ -430,6 +430,9 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
 /// cycles per bulk copy, so the 3 us that 4 chunks of 32 rows cost in copies outweighed the overlap (session
 /// 15, run D: 1,000 rows x 768 took 19.2-21.1 us with 1 chunk, 21.2-21.8 us with 4, 19.7-19.9 us with 2).
 pub const KNN1_BULK_CHUNKS: u32 = 1;
+/// Warps of an `sm90a_knn1_*` block by default: warp 0 runs the rows' chains; with more, warp 1 queues the
+/// rows' copies while the others stage the query, and they leave before the chains.
+pub const KNN1_BULK_WARPS: u32 = 4;
 
 /// Shared row stride of `sm90a_knn1_*`, in f32: `dim` and 4 or 8 of padding, so that the stride in 16-byte
 /// units is odd (the eight 16-byte reads of one quarter-warp, one per row, fall in eight bank groups).
