@@ -150,12 +150,14 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) ->
         tile += 1;
     }
     // SAFETY: forwarded launcher contract; the ring is free once the copies below have landed.
-    unsafe { select_and_merge::<METRIC>(p, r, acc, acc_q, nc, keys_s, mins, last_flag, warps) };
+    unsafe {
+        select_and_merge::<METRIC, false>(p, r, acc, acc_q, nc, keys_s, mins, last_flag, warps)
+    };
 }
 
 /// Row `r`'s score from its chains (`acc`, the query's norm chain `acc_q`, the row's norm `nc`), this block's
 /// `k` smallest keys, and the two levels of "the last one merges" (see the module comment). Every thread of
-/// the block calls it.
+/// the block calls it. `WIDE` as for [`merge`].
 ///
 /// # Safety
 /// As the kernels' contract; `keys_s` is shared memory for `32 * warps * 32` u64 that no copy still writes
@@ -163,7 +165,7 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) ->
 /// of shared memory.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn select_and_merge<const METRIC: u32>(
+unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
     p: &Knn1Params,
     r: usize,
     acc: f32,
@@ -234,7 +236,7 @@ unsafe fn select_and_merge<const METRIC: u32>(
     // block's threads) before their tickets; the destination is the group's k keys (or, for one group, out's
     // 2k values); the rings (warps * RING floats) hold in_group * k <= 32 * warps * 32 u64.
     unsafe {
-        merge(
+        merge::<WIDE>(
             partial.wrapping_add(g * group_blocks * k),
             in_group,
             k,
@@ -262,7 +264,7 @@ unsafe fn select_and_merge<const METRIC: u32>(
     // block's threads (the launcher's limit); out holds 2k; keys_s as above (its last readers passed the
     // group ticket's barriers).
     unsafe {
-        merge(
+        merge::<WIDE>(
             group_keys,
             n_groups,
             k,
@@ -284,7 +286,8 @@ unsafe fn select_and_merge<const METRIC: u32>(
 /// threads) into the `k` smallest, ascending, in `dst[0..k]`; when `scores != 0` also each one's score (read
 /// at the key's position, `< n`) into `dst[k..2k]` as f32 bits. The lists go to shared memory first; thread
 /// `i` then offers list `i`'s head in `k` rounds of block minima and the winner moves to its next key.
-/// Block-uniform.
+/// Block-uniform. `WIDE`: sixteen loads in flight per thread instead of eight (one round trip for a one-warp
+/// merger's 32 lists of up to 16 keys; the wider loop costs `sm80_knn1_*` registers).
 ///
 /// # Safety
 /// `src` holds `lists * k` keys written by other blocks before their tickets; `keys_s` has room for them in
@@ -292,7 +295,7 @@ unsafe fn select_and_merge<const METRIC: u32>(
 /// `block_min`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn merge(
+unsafe fn merge<const WIDE: bool>(
     src: *const u64,
     lists: usize,
     k: usize,
@@ -306,25 +309,34 @@ unsafe fn merge(
     let t = thread_x() as usize;
     let count = lists * k;
     let threads = 32 * warps;
-    let mut j = t;
-    while j < count {
-        // Eight loads in flight (volatile: from the device's memory, not a stale cache line).
-        let mut keys = [u64::MAX; 8];
-        unroll!(8, U: usize => {
-            let at = j + U * threads;
-            if at < count {
-                // SAFETY: at < count.
-                keys[U] = unsafe { src.add(at).read_volatile() };
+    // `$n` loads in flight per thread (volatile: from the device's memory, not a stale cache line).
+    macro_rules! stage_lists {
+        ($n:tt) => {{
+            let mut j = t;
+            while j < count {
+                let mut keys = [u64::MAX; $n];
+                unroll!($n, U: usize => {
+                    let at = j + U * threads;
+                    if at < count {
+                        // SAFETY: at < count.
+                        keys[U] = unsafe { src.add(at).read_volatile() };
+                    }
+                });
+                unroll!($n, U: usize => {
+                    let at = j + U * threads;
+                    if at < count {
+                        // SAFETY: at < count: inside keys_s.
+                        unsafe { *keys_s.add(at) = keys[U] };
+                    }
+                });
+                j += $n * threads;
             }
-        });
-        unroll!(8, U: usize => {
-            let at = j + U * threads;
-            if at < count {
-                // SAFETY: at < count: inside keys_s.
-                unsafe { *keys_s.add(at) = keys[U] };
-            }
-        });
-        j += 8 * threads;
+        }};
+    }
+    if WIDE {
+        stage_lists!(16)
+    } else {
+        stage_lists!(8)
     }
     sync_threads();
     let mut pos = 0;
@@ -519,7 +531,17 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usiz
     // Every chunk has landed: the rows' area is free for the merge's lists.
     // SAFETY: forwarded launcher contract; the rows' area holds at least 32 * 32 u64.
     unsafe {
-        select_and_merge::<METRIC>(p, r, acc, acc_q, nc, rows_s as *mut u64, mins, last_flag, 1)
+        select_and_merge::<METRIC, true>(
+            p,
+            r,
+            acc,
+            acc_q,
+            nc,
+            rows_s as *mut u64,
+            mins,
+            last_flag,
+            1,
+        )
     };
 }
 

@@ -19,7 +19,7 @@
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-/// Repeat a block `$n` times (2, 4 or 8) with `$i` bound to the constants `0..$n` of type `$t`, so that arrays
+/// Repeat a block `$n` times (2, 4, 8 or 16) with `$i` bound to the constants `0..$n` of type `$t`, so that arrays
 /// indexed by `$i` stay in registers.
 macro_rules! unroll {
     (@one $v:literal, $i:ident: $t:ty => $body:block) => {{
@@ -41,6 +41,17 @@ macro_rules! unroll {
         unroll!(@one 5, $i: $t => $body);
         unroll!(@one 6, $i: $t => $body);
         unroll!(@one 7, $i: $t => $body);
+    }};
+    (16, $i:ident: $t:ty => $body:block) => {{
+        unroll!(8, $i: $t => $body);
+        unroll!(@one 8, $i: $t => $body);
+        unroll!(@one 9, $i: $t => $body);
+        unroll!(@one 10, $i: $t => $body);
+        unroll!(@one 11, $i: $t => $body);
+        unroll!(@one 12, $i: $t => $body);
+        unroll!(@one 13, $i: $t => $body);
+        unroll!(@one 14, $i: $t => $body);
+        unroll!(@one 15, $i: $t => $body);
     }};
 }
 

@@ -431,8 +431,9 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
 /// 15, run D: 1,000 rows x 768 took 19.2-21.1 us with 1 chunk, 21.2-21.8 us with 4, 19.7-19.9 us with 2).
 pub const KNN1_BULK_CHUNKS: u32 = 1;
 /// Warps of an `sm90a_knn1_*` block by default: warp 0 runs the rows' chains; with more, warp 1 queues the
-/// rows' copies while the others stage the query, and they leave before the chains.
-pub const KNN1_BULK_WARPS: u32 = 4;
+/// rows' copies while the others stage the query, and they leave before the chains. On an H200 (session 16,
+/// runs H, I) 1,000 rows took 16.3-17.3 us with 4 warps, 15.7-15.9 with 8, 16.9-18.5 with 1.
+pub const KNN1_BULK_WARPS: u32 = 8;
 
 /// Shared row stride of `sm90a_knn1_*`, in f32: `dim` and 4 or 8 of padding, so that the stride in 16-byte
 /// units is odd (the eight 16-byte reads of one quarter-warp, one per row, fall in eight bank groups).
