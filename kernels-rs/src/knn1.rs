@@ -384,8 +384,9 @@ unsafe fn merge<const WIDE: bool>(
 }
 
 /// `sm90a_knn1_*`: the same answer as `knn1` (same chains, same keys and merges), with the copies on the
-/// tensor memory accelerator. One warp per block, 32 rows, whole rows in shared memory: lane 0 queues each
-/// row's [`KNN1_BULK_CHUNKS`] column chunks as bulk copies (`cp.async.bulk`, one instruction each), chunk `c`
+/// tensor memory accelerator. One computing warp per block (and its helpers, below), 32 rows, whole rows in
+/// shared memory: one lane queues each row's [`KNN1_BULK_CHUNKS`] column chunks as bulk copies
+/// (`cp.async.bulk`, one instruction each), chunk `c`
 /// of every row completing on barrier `c`; the chains run over chunk `c` as soon as its barrier completes
 /// (loads of the next 32 columns ahead of the current ones' FMAs, [`chain_run`]), and the block's keys are
 /// sorted across the warp (`warp_sort_u64`) instead of `k` rounds of minima.

@@ -521,7 +521,8 @@ impl Kernels {
             )));
         }
         let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
-        // sm90a_knn1 where it loaded and takes the shape: one warp per block, groups of 32 blocks.
+        // sm90a_knn1 where it loaded and takes the shape: 32 rows per block (one computing warp and its
+        // helpers), groups of 32 blocks.
         let bulk = self
             .hopper
             .as_ref()
