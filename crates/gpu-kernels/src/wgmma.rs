@@ -13,34 +13,10 @@ use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{H_PIPE_BYTES, TC_KNN_K_MAX, h_knn_shared_bytes};
 use std::sync::Arc;
 
-/// Whether `RECALL_WGMMA` leaves the `sm90a_*` kernels enabled (unset or `on`; `off` disables them).
+/// Whether `RECALL_WGMMA` leaves the `sm90a_*` kernels enabled (unset or `on`; `off` disables them; any other
+/// value is logged and means on).
 pub fn wgmma_enabled() -> bool {
-    wgmma_setting(std::env::var("RECALL_WGMMA").ok().as_deref())
-}
-
-/// [`wgmma_enabled`] for a value of `RECALL_WGMMA` (`None`: unset); an unknown value is logged and means on.
-fn wgmma_setting(value: Option<&str>) -> bool {
-    match value {
-        None | Some("on") => true,
-        Some("off") => false,
-        Some(v) => {
-            tracing::warn!(value = %v, "RECALL_WGMMA: expected on or off; using on");
-            true
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::wgmma_setting;
-
-    #[test]
-    fn only_off_disables_the_wgmma_kernels() {
-        assert!(wgmma_setting(None));
-        assert!(wgmma_setting(Some("on")));
-        assert!(!wgmma_setting(Some("off")));
-        assert!(wgmma_setting(Some("OFF?")));
-    }
+    crate::env::env_switch("RECALL_WGMMA", "on", "off")
 }
 
 /// `[f16, bf16]` x `[dot, cosine, l2]` of `sm90a_gemm_*` and `sm90a_knn_*`, and their module.
@@ -48,9 +24,9 @@ mod tests {
 pub(crate) struct HopperKernels {
     pub(crate) gemm: [[CudaFunction; 3]; 2],
     pub(crate) knn: [[CudaFunction; 3]; 2],
-    /// `sm90a_knn1_*` and `sm90a_knn1q_*` (dot, cosine, l2: one query, few rows, bulk copies), opted into the shared memory of
-    /// [`KNN1_BULK_MAX_DIM`](crate::knn1::KNN1_BULK_MAX_DIM); `None` where that did not work (then
-    /// `sm80_knn1_*` runs).
+    /// `sm90a_knn1_*` and `sm90a_knn1q_*` (dot, cosine, l2: one query, few rows, bulk copies), opted into the
+    /// shared memory of [`KNN1_BULK_MAX_DIM`](crate::knn1::KNN1_BULK_MAX_DIM); `None` where that did not work
+    /// (then `sm80_knn1_*` runs).
     pub(crate) knn1: Option<crate::knn1::Knn1Funcs>,
     /// Which image loaded: the cubin, or the PTX through the driver's JIT.
     pub(crate) kind: ImageKind,
