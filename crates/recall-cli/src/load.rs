@@ -599,11 +599,7 @@ struct Sample {
 }
 
 struct ThreadStats {
-    latency: Vec<Histogram>,
-    calls: [u64; 4],
-    errors: [u64; 4],
-    fallbacks: [u64; 4],
-    gpu: [u64; 4],
+    counts: KindCounts,
     first_errors: Vec<String>,
     /// Reservoir of samples per kind.
     samples: Vec<Vec<Sample>>,
@@ -613,14 +609,42 @@ struct ThreadStats {
 impl ThreadStats {
     fn new() -> ThreadStats {
         ThreadStats {
+            counts: KindCounts::new(),
+            first_errors: Vec::new(),
+            samples: vec![Vec::new(); 4],
+            seen: [0; 4],
+        }
+    }
+}
+
+/// Per kind of call (the four of `--mix`): latencies and counts, of a thread or of all.
+struct KindCounts {
+    latency: Vec<Histogram>,
+    calls: [u64; 4],
+    errors: [u64; 4],
+    fallbacks: [u64; 4],
+    gpu: [u64; 4],
+}
+
+impl KindCounts {
+    fn new() -> KindCounts {
+        KindCounts {
             latency: vec![Histogram::new(); 4],
             calls: [0; 4],
             errors: [0; 4],
             fallbacks: [0; 4],
             gpu: [0; 4],
-            first_errors: Vec::new(),
-            samples: vec![Vec::new(); 4],
-            seen: [0; 4],
+        }
+    }
+
+    /// Adds `other`'s latencies and counts.
+    fn merge(&mut self, other: &KindCounts) {
+        for i in 0..4 {
+            self.latency[i].merge(&other.latency[i]);
+            self.calls[i] += other.calls[i];
+            self.errors[i] += other.errors[i];
+            self.fallbacks[i] += other.fallbacks[i];
+            self.gpu[i] += other.gpu[i];
         }
     }
 }
@@ -634,11 +658,7 @@ impl ThreadStats {
 /// any measurement, so what the checks see grows with the thread count only where recall's does. The
 /// samples stay (the verification needs them) and are dropped before the end measurement.
 struct Totals {
-    latency: Vec<Histogram>,
-    calls: [u64; 4],
-    errors: [u64; 4],
-    fallbacks: [u64; 4],
-    gpu: [u64; 4],
+    counts: KindCounts,
     /// The first 5 errors, in thread order.
     first_errors: Vec<String>,
     samples: Vec<Sample>,
@@ -649,11 +669,7 @@ struct Totals {
 impl Totals {
     fn new() -> Totals {
         Totals {
-            latency: vec![Histogram::new(); 4],
-            calls: [0; 4],
-            errors: [0; 4],
-            fallbacks: [0; 4],
-            gpu: [0; 4],
+            counts: KindCounts::new(),
             first_errors: Vec::new(),
             samples: Vec::new(),
             panicked: 0,
@@ -662,13 +678,7 @@ impl Totals {
 
     /// Adds a thread's account and drops it.
     fn add(&mut self, st: ThreadStats) {
-        for i in 0..4 {
-            self.latency[i].merge(&st.latency[i]);
-            self.calls[i] += st.calls[i];
-            self.errors[i] += st.errors[i];
-            self.fallbacks[i] += st.fallbacks[i];
-            self.gpu[i] += st.gpu[i];
-        }
+        self.counts.merge(&st.counts);
         for s in st.samples {
             self.samples.extend(s);
         }
@@ -736,13 +746,13 @@ fn worker(
         let result = run_call(w, &opts, kind, &inp);
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let i = kind.index();
-        st.latency[i].record(ns);
-        st.calls[i] += 1;
+        st.counts.latency[i].record(ns);
+        st.counts.calls[i] += 1;
         total.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(a) => {
-                st.gpu[i] += u64::from(a.gpu);
-                st.fallbacks[i] += u64::from(a.fallback);
+                st.counts.gpu[i] += u64::from(a.gpu);
+                st.counts.fallbacks[i] += u64::from(a.fallback);
                 // Reservoir sampling (algorithm R) per kind.
                 st.seen[i] += 1;
                 let s = Sample {
@@ -763,7 +773,7 @@ fn worker(
                 }
             }
             Err(e) => {
-                st.errors[i] += 1;
+                st.counts.errors[i] += 1;
                 if st.first_errors.len() < 5 {
                     st.first_errors.push(e);
                 }
@@ -1130,11 +1140,14 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     let m_after_load = memory(&engine);
 
     let Totals {
-        latency,
-        calls,
-        errors,
-        fallbacks,
-        gpu,
+        counts:
+            KindCounts {
+                latency,
+                calls,
+                errors,
+                fallbacks,
+                gpu,
+            },
         mut first_errors,
         samples,
         panicked,
