@@ -21,11 +21,23 @@ pub(crate) struct TcKnnKernels {
     knn: [[CudaFunction; 3]; 2],
     merge: CudaFunction,
     sm_count: usize,
+    /// The largest `k` whose shared memory the device gives a block ([`tc_knn_k_max`]).
+    k_max: u32,
+}
+
+/// The largest `k <= TC_KNN_K_MAX` whose `tc_knn_*` block fits `optin` bytes of shared memory per block (the
+/// device's opt-in limit), or `None` when not even `k = 1` does. An H100/H200 (227 KiB) takes every `k`; an
+/// A100 (163 KiB) up to 13; sm_86/sm_89 (99 KiB) none, the ring alone being 90 KiB.
+pub(crate) fn tc_knn_k_max(optin: usize) -> Option<u32> {
+    (1..=TC_KNN_K_MAX)
+        .rev()
+        .find(|&k| tc_knn_shared_bytes(k) as usize <= optin)
 }
 
 impl TcKnnKernels {
-    /// Look the kernels up and opt them into the shared memory of `k = TC_KNN_K_MAX`; `None` when the device
-    /// has less per block (then fast knn runs the GEMM and the separate selection).
+    /// Look the kernels up and opt them into the shared memory of the largest `k` the device has room for
+    /// ([`tc_knn_k_max`]); `None` when it has room for none (then fast knn runs the GEMM and the separate
+    /// selection, as it does above that `k`).
     pub(crate) fn load(
         gpu: &Gpu,
         f: impl Fn(&str) -> Result<CudaFunction, GpuError>,
@@ -42,7 +54,15 @@ impl TcKnnKernels {
                 f("tc_knn_bf16_l2")?,
             ],
         ];
-        let bytes = tc_knn_shared_bytes(TC_KNN_K_MAX);
+        let optin = gpu.info().max_shared_memory_per_block_optin;
+        let Some(k_max) = tc_knn_k_max(optin) else {
+            tracing::debug!(
+                optin,
+                "tc_knn: not enough shared memory per block; fast knn runs the GEMM and the selection"
+            );
+            return Ok(None);
+        };
+        let bytes = tc_knn_shared_bytes(k_max);
         if !knn
             .iter()
             .flatten()
@@ -50,14 +70,21 @@ impl TcKnnKernels {
         {
             tracing::debug!(
                 bytes,
-                "tc_knn: not enough shared memory per block; fast knn runs the GEMM and the selection"
+                "tc_knn: the driver refused the shared memory; fast knn runs the GEMM and the selection"
             );
             return Ok(None);
+        }
+        if k_max < TC_KNN_K_MAX {
+            tracing::debug!(
+                k_max,
+                "tc_knn: fused fast knn up to this k; larger k runs the GEMM and the selection"
+            );
         }
         Ok(Some(TcKnnKernels {
             knn,
             merge: f("tc_knn_merge")?,
             sm_count: (gpu.info().sm_count as usize).max(1),
+            k_max,
         }))
     }
 }
@@ -85,9 +112,12 @@ fn splits(sm_count: usize, query_tiles: usize, row_tiles: usize) -> usize {
 
 impl Kernels {
     /// Whether [`Kernels::knn_fast`] runs here for this shape: an sm_80+ image whose device has the shared
-    /// memory, and `1 <= k <= min(TC_KNN_K_MAX, n_rows)`.
+    /// memory, and `1 <= k <= min(k_max, n_rows)`, `k_max` the largest `k` (at most `TC_KNN_K_MAX`) whose
+    /// block fits the device's shared memory.
     pub fn knn_fast_supported(&self, n_rows: usize, k: usize) -> bool {
-        self.tc_knn.is_some() && k >= 1 && k <= (TC_KNN_K_MAX as usize).min(n_rows)
+        self.tc_knn
+            .as_ref()
+            .is_some_and(|tk| k >= 1 && k <= (tk.k_max as usize).min(n_rows))
     }
 
     /// Fast-mode knn with top-k fused: the `k` best (score, id) pairs of every query against every row, best
@@ -127,7 +157,10 @@ impl Kernels {
         if !self.knn_fast_supported(n_rows, k) {
             return Err(shape(
                 K,
-                format!("k = {k} must be between 1 and min({TC_KNN_K_MAX}, n_rows = {n_rows})"),
+                format!(
+                    "k = {k} must be between 1 and min({}, n_rows = {n_rows})",
+                    tk.k_max
+                ),
             ));
         }
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
@@ -276,5 +309,17 @@ mod tests {
         assert_eq!(splits(132, 1, 3), 3);
         // Never above the merge's limit.
         assert_eq!(splits(4096, 1, 1 << 20), MAX_SPLITS);
+    }
+
+    #[test]
+    fn the_largest_k_follows_the_devices_shared_memory() {
+        // Opt-in shared memory per block: H100/H200 227 KiB, A100 163 KiB, sm_86/sm_89 99 KiB.
+        assert_eq!(tc_knn_k_max(232_448), Some(TC_KNN_K_MAX));
+        assert_eq!(tc_knn_k_max(166_912), Some(13));
+        assert_eq!(tc_knn_k_max(101_376), None);
+        // Exactly at a k's size, that k; a byte less, the one below.
+        let b = tc_knn_shared_bytes(10) as usize;
+        assert_eq!(tc_knn_k_max(b), Some(10));
+        assert_eq!(tc_knn_k_max(b - 1), Some(9));
     }
 }
