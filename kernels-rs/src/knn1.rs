@@ -386,10 +386,10 @@ unsafe fn merge<const WIDE: bool>(
 /// `sm90a_knn1_*`: the same answer as `knn1` (same chains, same keys and merges), with the copies on the
 /// tensor memory accelerator. One computing warp per block (and its helpers, below), 32 rows, whole rows in
 /// shared memory: one lane queues each row's [`KNN1_BULK_CHUNKS`] column chunks as bulk copies
-/// (`cp.async.bulk`, one instruction each), chunk `c`
-/// of every row completing on barrier `c`; the chains run over chunk `c` as soon as its barrier completes
-/// (loads of the next 32 columns ahead of the current ones' FMAs, [`chain_run`]), and the block's keys are
-/// sorted across the warp (`warp_sort_u64`) instead of `k` rounds of minima.
+/// (`cp.async.bulk`, one instruction each), chunk `c` of every row completing on barrier `c`; the chains run
+/// over chunk `c` as soon as its barrier completes (loads of the next 32 columns ahead of the current ones'
+/// FMAs, [`chain_run`]), and the block's keys are sorted across the warp (`warp_sort_u64`) instead of `k`
+/// rounds of minima.
 ///
 /// `knn1` spends most of a small launch issuing copies (eight `cp.async` with their addresses per lane and
 /// tile) and waiting on them one tile at a time: a lone warp ran at about three cycles an instruction (ncu,
@@ -403,8 +403,8 @@ unsafe fn merge<const WIDE: bool>(
 /// merges (barriers wait only for threads that have not exited).
 ///
 /// # Safety
-/// Grid `ceil(n_rows / 32)`, 32 or `32 * KNN1_BULK_WARPS` threads, `knn1_bulk_shared_bytes(dim)` bytes of
-/// dynamic shared memory; sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
+/// Grid `ceil(n_rows / 32)`, 32 to 256 threads (warp 0 and up to seven helpers), `knn1_bulk_shared_bytes(dim)`
+/// bytes of dynamic shared memory; sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
 #[inline(always)]
 unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) -> F4) {
     const CHUNKS: usize = KNN1_BULK_CHUNKS as usize;
