@@ -351,9 +351,8 @@ impl OneQueryScratch {
 ///   or three queued calls.
 ///
 /// `launch` reads the query at [`OneQueryScratch::query_ptr`] (0: in its parameters, which it fills itself)
-/// and the scratch's device buffers, and writes
-/// each answer word once at [`OneQueryScratch::out_ptr`], after its blocks' last reads of the query (the
-/// kernels' last block merges only after every block's ticket). A spinning call can return while the
+/// and the scratch's device buffers, and writes each answer word once at [`OneQueryScratch::out_ptr`], after
+/// its blocks' last reads of the query (the kernels' last block merges only after every block's ticket). A spinning call can return while the
 /// kernel's last block still resets its tickets; the next call's launch queues behind it on the stream, and
 /// the scratch is freed only after a synchronise.
 /// After an error the stream is synchronised and the scratch dropped: a launch that failed part-way may leave
@@ -596,10 +595,9 @@ impl Kernels {
             // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
             // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): 32 rows and
             // 1 to 8 warps per block (`knn1_bulk_warps`), groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS
-            // so at most 4 groups; dim up to
-            // KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it into. A query in the parameters
-            // (`carried`: `*_knn1q_*`, with the parameter struct each was compiled with, base.query 0) has
-            // dim <= that struct's capacity (`knn1_query_in_params`).
+            // so at most 4 groups; dim up to KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it
+            // into. A query in the parameters (`carried`: `*_knn1q_*`, with the parameter struct each was
+            // compiled with, base.query 0) has dim <= that struct's capacity (`knn1_query_in_params`).
             unsafe {
                 match (carried, bulk.is_some()) {
                     (Some(c), true) => gpu.launch(

@@ -405,6 +405,10 @@ const _: () = assert!(
     core::mem::size_of::<Knn1QueryParams<KNN1_PARAM_QUERY>>() <= 4096,
     "sm80_knn1's parameters must fit PTX's 4 KiB"
 );
+const _: () = assert!(
+    core::mem::offset_of!(Knn1QueryParams<KNN1_PARAM_QUERY>, query) % 16 == 0,
+    "the kernels load the parameters' query 16 bytes at a time"
+);
 /// Query floats `sm90a_knn1q_*` carries in its parameters (PTX ISA 8.3 allows 32 KiB, but a launch's cost
 /// grows with its parameters: 6 KiB cost about a microsecond more than 4 KiB on an H100, session 16).
 pub const KNN1_BULK_PARAM_QUERY: usize = 1024;
