@@ -18,18 +18,18 @@
 //! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
 //! the launcher runs the separate kernels instead.
 
-use crate::dense::{chain_tile, chain32, finish, load32};
+use crate::dense::{chain_tile, finish, step};
 use crate::util::{
     F4, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
-    dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, mbarrier_wait, named_barrier, score_key,
-    shared_addr, sqrt, stage_query, stage_query_params, sync_threads, sync_warp, thread_x,
-    warp_sort_u64,
+    dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, mbarrier_wait, named_barrier,
+    named_barrier_arrive, score_key, shared_addr, shfl_idx_u64, sqrt, stage_query,
+    stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
-    KNN1_BULK_CHUNKS, KNN1_BULK_PARAM_QUERY, KNN1_PARAM_QUERY, KNN1_ROW_STRIDE, KNN1_STAGES,
-    KNN1_TILE, Knn1Params, Knn1QueryParams, METRIC_COSINE, METRIC_DOT, METRIC_L2,
-    knn1_bulk_chunk_cols, knn1_bulk_row_stride, knn1_bulk_rows_area,
+    KNN1_BULK_PARAM_QUERY, KNN1_BULK_TILE_BYTES, KNN1_EMPTY_KEY, KNN1_PARAM_QUERY, KNN1_ROW_STRIDE,
+    KNN1_STAGES, KNN1_TILE, Knn1BulkParams, Knn1Params, Knn1QueryParams, METRIC_COSINE, METRIC_DOT,
+    METRIC_L2, knn1_bulk_query_floats,
 };
 
 const TILE: usize = KNN1_TILE as usize;
@@ -178,18 +178,10 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
 ) {
     let t = thread_x() as usize;
     let (n, k) = (p.n_rows as usize, p.k as usize);
-    let higher_first = p.higher_first != 0;
-    let mut mine = u64::MAX;
+    let (mut mine, score) = row_key::<METRIC>(p, r, acc, acc_q, nc);
     if r < n {
-        let nq = if METRIC == METRIC_COSINE {
-            sqrt(acc_q)
-        } else {
-            0.0
-        };
-        let score = finish::<METRIC>(acc, nq, nc);
         // SAFETY: r < n_rows: inside the scores.
         unsafe { *(p.scores as *mut f32).add(r) = score };
-        mine = (u64::from(score_key(score, higher_first)) << 32) | r as u64;
     }
     // This block's k smallest keys, ascending (keys are unique: exactly one thread holds each minimum).
     let block = block_x() as usize;
@@ -280,6 +272,29 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
         // SAFETY: every group has taken its ticket.
         unsafe { tickets.write_volatile(0) };
     }
+}
+
+/// Row `r`'s pair key `(score_key << 32) | r` and score from its chains (`acc`, the query's norm chain
+/// `acc_q`, the row's norm `nc`); `u64::MAX` (and 0.0) for a lane past the rows.
+#[inline(always)]
+fn row_key<const METRIC: u32>(
+    p: &Knn1Params,
+    r: usize,
+    acc: f32,
+    acc_q: f32,
+    nc: f32,
+) -> (u64, f32) {
+    if r >= p.n_rows as usize {
+        return (u64::MAX, 0.0);
+    }
+    let nq = if METRIC == METRIC_COSINE {
+        sqrt(acc_q)
+    } else {
+        0.0
+    };
+    let score = finish::<METRIC>(acc, nq, nc);
+    let key = (u64::from(score_key(score, p.higher_first != 0)) << 32) | r as u64;
+    (key, score)
 }
 
 /// Merge `lists` ascending lists of `k` keys each (list `i` at `src[i * k ..]`, `lists <=` the block's
@@ -384,129 +399,148 @@ unsafe fn merge<const WIDE: bool>(
 }
 
 /// `sm90a_knn1_*`: the same answer as `knn1` (same chains, same keys and merges), with the copies on the
-/// tensor memory accelerator. One computing warp per block (and its helpers, below), 32 rows, whole rows in
-/// shared memory: one lane queues each row's [`KNN1_BULK_CHUNKS`] column chunks as bulk copies
-/// (`cp.async.bulk`, one instruction each), chunk `c` of every row completing on barrier `c`; the chains run
-/// over chunk `c` as soon as its barrier completes (loads of the next 32 columns ahead of the current ones'
-/// FMAs, [`chain_run`]), and the block's keys are sorted across the warp (`warp_sort_u64`) instead of `k`
-/// rounds of minima.
+/// tensor memory accelerator. A block covers 32 rows with one computing warp: the rows arrive in tiles of 32
+/// rows x 32 columns, one tensor-map copy each ([`KNN1_BULK_TILE_BYTES`], in the 128-byte swizzle), through a
+/// ring of `slots` tiles with a full and an empty `mbarrier` per tile. Warp 1 queues the copies (one lane, no
+/// addresses: the tensor map knows the corpus), waiting for a slot to be emptied once the ring is full; warp
+/// 0 runs the chains tile by tile as the tiles land (the next tile's operands loaded before the current one's
+/// steps), frees each slot, then sorts its block's keys across the warp and either (`lists_out`) writes its
+/// `k` smallest with their scores for the host to merge, with no fence and no ticket, or merges as `knn1`
+/// does.
 ///
-/// `knn1` spends most of a small launch issuing copies (eight `cp.async` with their addresses per lane and
-/// tile) and waiting on them one tile at a time: a lone warp ran at about three cycles an instruction (ncu,
-/// docs/results/). Here the copies are `KNN1_BULK_CHUNKS * 32` instructions of one lane, and the loop is the
-/// loads and FMAs of the chains. Copying the rows with `cp.async` instead (16 bytes a lane, one group per
-/// chunk) was slower: 27 against 21 us at 1,000 rows, its address loop outweighing the copies (session 15).
+/// The launcher picks `slots`: the whole rows (every copy in flight at once) where the blocks have an SM
+/// each, fewer where several blocks share an SM, so that all of them are resident together. The other warps
+/// stage the query from the parameters (each 128-byte line a constant-cache miss; the misses of different
+/// warps overlap) and leave; warp 0 waits for them at one named barrier (barriers wait only for threads that
+/// have not exited).
 ///
-/// A block may have helper warps (`KNN1_BULK_WARPS`): warp 1 then queues the rows' copies while the others
-/// stage the query (from the parameters, each line a constant-cache miss that a lone warp waits for one after
-/// another), and the helpers leave after one barrier; warp 0 alone runs the chains, the selection and the
-/// merges (barriers wait only for threads that have not exited).
+/// Before session 17 a block held its 32 whole rows, queued as one bulk copy per row (~65 cycles of queueing
+/// each, so 32 a block), and the chains waited for all of them: a tile's copy covers 32 rows, so the chains
+/// start on the first tile, and the ring keeps more blocks per SM (10,000 rows x 768: 21-22 us end to end
+/// against 28-29 us on an H200, session 17). The fence, ticket and device merge that `lists_out` skips took
+/// about a third of a block's path after its chains (ncu, session 17).
 ///
 /// # Safety
-/// Grid `ceil(n_rows / 32)`, 32 to 256 threads (warp 0 and up to seven helpers), `knn1_bulk_shared_bytes(dim)`
-/// bytes of dynamic shared memory; sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
+/// Grid `ceil(n_rows / 32)`, 64 to 256 threads (warp 0, the copying warp 1 and up to six stagers),
+/// `knn1_bulk_shared_bytes(dim, slots)` bytes of dynamic shared memory; `map` the generic address of the
+/// corpus's tensor map in the parameters, as [`Knn1BulkParams`] describes; `KNN1_BULK_MIN_SLOTS
+/// <= slots <= KNN1_BULK_MAX_SLOTS`; with `lists_out`, `p.out` holds `2k` words per block; sm_90; the rest as
+/// `knn1` (`warps == 1`, `group_blocks == 32`).
 #[inline(always)]
-unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) -> F4) {
-    const CHUNKS: usize = KNN1_BULK_CHUNKS as usize;
+unsafe fn knn1_bulk<const METRIC: u32>(
+    p: &Knn1Params,
+    slots: usize,
+    lists_out: bool,
+    map: u64,
+    query_piece: impl Fn(usize) -> F4,
+) {
+    const TILE_F: usize = KNN1_BULK_TILE_BYTES as usize / 4;
     let smem = dynamic_shared_f32();
     let (lane, warp) = (thread_x() as usize % 32, thread_x() as usize / 32);
     let block_warps = block_dim_x() as usize / 32;
-    // The warp that queues the rows' copies, and the warps that stage a query from the parameters (their
-    // rank and number): warp 1 and the others when there are helpers, else warp 0 for both.
-    let issuer = usize::from(block_warps > 1);
-    let (stage_rank, stagers) = if block_warps > 1 {
-        (warp.saturating_sub(1), block_warps - 1)
-    } else {
-        (0, 1)
-    };
     let (n, dim) = (p.n_rows as usize, p.dim as usize);
-    let q_s = smem;
-    let rs = knn1_bulk_row_stride(p.dim) as usize;
-    let rows_s = smem.wrapping_add(dim.div_ceil(4) * 4);
-    let area = knn1_bulk_rows_area(p.dim) as usize;
-    let bars = shared_addr(rows_s.wrapping_add(area));
-    let mins = rows_s.wrapping_add(area + 2 * CHUNKS) as *mut u64;
+    let n_tiles = dim.div_ceil(TILE);
+    // The ring at the first 1,024-byte boundary (the swizzle's pattern repeats every 1,024 bytes and the
+    // copies place it from their shared address), then the query, the barriers, the minima and the flag.
+    let base = shared_addr(smem);
+    let ring_s = (base + 1023) & !1023;
+    let ring = smem.wrapping_add(((ring_s - base) / 4) as usize);
+    let q_s = ring.wrapping_add(slots * TILE_F);
+    let q_floats = knn1_bulk_query_floats(p.dim) as usize;
+    let full = shared_addr(q_s.wrapping_add(q_floats));
+    let empty = full + 8 * slots as u32;
+    let mins = q_s.wrapping_add(q_floats + 4 * slots) as *mut u64;
     let last_flag = mins.wrapping_add(2) as *mut u32;
     let row0 = block_x() as usize * 32;
-    let rows = 32.min(n - row0);
-    let cw = knn1_bulk_chunk_cols(p.dim) as usize;
-    // The query's pieces from memory first (one round trip over the bus, the longest wait), waited for before
-    // the first chunk; from the parameters, after the rows' copies are queued (below).
-    // Warp 0 issues them: it waits for its own copies.
+    let all = 32 * block_warps as u32;
+    // The query's pieces from memory (one round trip over the bus), waited for before the first tile.
     if p.query != 0 && warp == 0 {
         // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte
         // aligned.
         unsafe { stage_query(q_s, p.query, dim, lane, 32) };
     }
     cp_async_commit();
-    if warp == issuer && lane == 0 {
-        let mut c = 0;
-        while c < CHUNKS {
-            let bytes = (dim.min((c + 1) * cw).saturating_sub(c * cw) * 4 * rows) as u32;
-            // SAFETY: barrier c of this block's shared memory, used by nothing else; lane 0 announces every
-            // byte of the chunk's copies (an empty chunk completes at once), which it queues below.
+    if warp == 1 {
+        if lane == 0 {
+            let mut s = 0;
+            while s < slots {
+                // SAFETY: barriers s of this block's shared memory, used by nothing else; the full one
+                // completes on its tile's bytes (one arrival: the copy's `expect_tx`), the empty one when warp
+                // 0's 32 lanes have read the tile. The map's line is fetched ahead of the first copy.
+                unsafe {
+                    asm!(
+                        "mbarrier.init.shared::cta.b64 [{f}], 1;",
+                        "mbarrier.init.shared::cta.b64 [{e}], 32;",
+                        f = in(reg32) full + 8 * s as u32,
+                        e = in(reg32) empty + 8 * s as u32,
+                        options(nostack)
+                    );
+                }
+                s += 1;
+            }
+            // SAFETY: the barriers' initialisation before the async proxy uses them; map is the generic
+            // address of the parameter's tensor map (entry point).
             unsafe {
                 asm!(
-                    "mbarrier.init.shared::cta.b64 [{b}], 1;",
                     "fence.mbarrier_init.release.cluster;",
-                    "{{",
-                    ".reg .b64 st;",
-                    "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {bytes};",
-                    "}}",
-                    b = in(reg32) bars + 8 * c as u32,
-                    bytes = in(reg32) bytes,
+                    "prefetch.tensormap [{m}];",
+                    m = in(reg64) map,
                     options(nostack)
                 );
             }
-            c += 1;
         }
-        // Lane 0 queues every copy, chunk by chunk (chunk 0 of every row first). Its operands are the same
-        // in every lane (block index, parameters, loop counters), so they stay in uniform registers, with no
-        // lane-by-lane loop (`R2UR` per lane) around each copy as when every lane queued its own row's. What
-        // the copies cost is their number (~65 cycles each): hence one chunk ([`KNN1_BULK_CHUNKS`]).
-        let src0 = p.corpus + (row0 * dim * 4) as u64;
-        let dst0 = shared_addr(rows_s);
-        let mut c = 0;
-        while c < CHUNKS {
-            let (c0, c1) = (c * cw, dim.min((c + 1) * cw));
-            if c1 > c0 {
-                let mut i = 0;
-                while i < rows {
-                    // SAFETY: row row0 + i < n_rows: columns c0..c1 of it are inside the corpus (16-byte
-                    // aligned, a multiple of 16 bytes: dim, c0 and c1 are multiples of 4) and land inside row
-                    // i of shared memory (16-byte aligned: the query area and the stride are multiples of 4
-                    // floats); barrier c was initialised above by this thread.
-                    unsafe {
-                        asm!(
-                            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
-                            d = in(reg32) dst0 + ((i * rs + c0) * 4) as u32,
-                            s = in(reg64) src0 + ((i * dim + c0) * 4) as u64,
-                            n = in(reg32) ((c1 - c0) * 4) as u32,
-                            b = in(reg32) bars + 8 * c as u32,
-                            options(nostack)
-                        );
-                    }
-                    i += 1;
+        sync_warp();
+        // The barriers exist: warp 0 may wait on them (it waits for this arrival at barrier 1).
+        named_barrier_arrive(1, all);
+        let mut at = RingPos::default();
+        let mut t = 0;
+        while t < n_tiles {
+            let s = at.slot;
+            if t >= slots {
+                // SAFETY: barrier s, initialised above; the phase in which warp 0 read tile t - slots (the
+                // round before this one).
+                unsafe { mbarrier_wait(empty + 8 * s as u32, at.parity ^ 1) };
+            }
+            if lane == 0 {
+                // SAFETY: slot s is free (never used, or read by warp 0: the empty barrier); the box of 32
+                // rows from row0 by 32 columns from 32 t lands inside it (KNN1_BULK_TILE_BYTES, at a 1,024-byte
+                // boundary as the swizzle needs), and the full barrier expects exactly its bytes (rows and
+                // columns past the corpus count, filled with zeros); map as the launcher guarantees.
+                unsafe {
+                    asm!(
+                        "{{",
+                        ".reg .b64 st;",
+                        "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {bytes};",
+                        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{c}, {r}}}], [{b}];",
+                        "}}",
+                        b = in(reg32) full + 8 * s as u32,
+                        bytes = const KNN1_BULK_TILE_BYTES,
+                        d = in(reg32) ring_s + (s * KNN1_BULK_TILE_BYTES as usize) as u32,
+                        m = in(reg64) map,
+                        c = in(reg32) (t * TILE) as u32,
+                        r = in(reg32) row0 as u32,
+                        options(nostack)
+                    );
                 }
             }
-            c += 1;
+            at = at.next(slots);
+            t += 1;
         }
+        return;
     }
-    if p.query == 0 && (warp != issuer || block_warps == 1) {
-        // The parameter's lines, spread over the staging warps (beside the issuer's copies, or, for a lone
-        // warp, once the rows' copies are queued): their constant-cache misses are served while the rows
-        // arrive.
+    if p.query == 0 {
+        // The parameter's lines, spread over warp 0 and the stagers (warps 2 ..): their constant-cache misses
+        // are served while the first tiles arrive.
+        let (rank, stagers) = (warp.saturating_sub(1), block_warps - 1);
         // SAFETY: the query area holds dim floats; the entry point carries the query (launcher).
-        unsafe { stage_query_params(q_s, query_piece, dim, 32 * stage_rank + lane, 32 * stagers) };
+        unsafe { stage_query_params(q_s, query_piece, dim, 32 * rank + lane, 32 * stagers) };
     }
-    if block_warps > 1 {
-        // The barriers' initialisation and the query's stores, for warp 0; then the helpers leave.
-        named_barrier(1, 32 * block_warps as u32);
-        if warp != 0 {
-            return;
-        }
+    if warp != 0 {
+        named_barrier_arrive(1, all);
+        return;
     }
-    sync_warp();
+    // The barriers' initialisation and the query's stores.
+    named_barrier(1, all);
     let r = row0 + lane;
     let nc = if METRIC == METRIC_COSINE && r < n {
         // SAFETY: cosine launches pass n_rows corpus norms; r < n_rows.
@@ -516,81 +550,169 @@ unsafe fn knn1_bulk<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usiz
     };
     cp_async_wait::<0>();
     sync_warp();
+    // Half `part` (16 columns) of tile t's operands: the query's, and this lane's row of the tile (piece c at
+    // c ^ (lane % 8)); the first half waits for the tile's copy.
+    let load_half = |t: usize, at: RingPos, part: usize| {
+        let s = at.slot;
+        if part == 0 {
+            // SAFETY: barrier s, initialised before barrier 1; the phase of tile t's copy.
+            unsafe { mbarrier_wait(full + 8 * s as u32, at.parity) };
+        }
+        let row = ring.wrapping_add(s * TILE_F + lane * TILE) as *const F4;
+        let q = q_s.wrapping_add(t * TILE) as *const F4;
+        let (mut qv, mut cv) = ([F4([0.0; 4]); 4], [F4([0.0; 4]); 4]);
+        unroll!(4, U: usize => {
+            let c = 4 * part + U;
+            // SAFETY: piece c < 8 of the tile's row and of the padded query area (knn1_bulk_query_floats),
+            // 16-byte aligned; the copy has landed (the barrier above, or before the first half).
+            unsafe {
+                qv[U] = *q.add(c);
+                cv[U] = *row.add(c ^ (lane % 8));
+            }
+        });
+        (qv, cv)
+    };
+    let norm = METRIC == METRIC_COSINE;
+    // The steps of the first `pieces` pieces of a half, in column order (`chain32`'s steps).
+    let steps = |(qv, cv): &([F4; 4], [F4; 4]), pieces: usize, mut acc: f32, mut acc_q: f32| {
+        unroll!(4, U: usize => {
+            if U < pieces {
+                unroll!(4, V: usize => {
+                    acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
+                    if norm {
+                        acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
+                    }
+                });
+            }
+        });
+        (acc, acc_q)
+    };
     let (mut acc, mut acc_q) = (0.0f32, 0.0f32);
-    let row = rows_s.wrapping_add(lane * rs);
-    let mut c = 0;
-    while c < CHUNKS {
-        // SAFETY: barrier c of this block, initialised above; its first phase.
-        unsafe { mbarrier_wait(bars + 8 * c as u32, 0) };
-        // SAFETY: both operands hold the chunk's columns (the query staged; the row's chunk landed, or, for a
-        // lane past the rows, shared memory it only computes an unused chain from), 16-byte aligned (the
-        // chunk starts at a multiple of 4).
-        (acc, acc_q) =
-            unsafe { chain_run::<METRIC>(q_s, row, c * cw, dim.min((c + 1) * cw), acc, acc_q) };
-        c += 1;
+    // Every tile but the last is whole (32 columns). Each half's loads are issued before the other half's
+    // steps, so a lone warp's steps wait on shared memory only when a copy has not landed yet.
+    let mut at = RingPos::default();
+    let mut a = load_half(0, at, 0);
+    let mut t = 0;
+    while t + 1 < n_tiles {
+        let b = load_half(t, at, 1);
+        (acc, acc_q) = steps(&a, 4, acc, acc_q);
+        let next = at.next(slots);
+        a = load_half(t + 1, next, 0);
+        (acc, acc_q) = steps(&b, 4, acc, acc_q);
+        if t + slots < n_tiles {
+            // Tile t's values are in registers (its steps used them): its slot may take tile t + slots.
+            // SAFETY: barrier at.slot, initialised before barrier 1; 32 arrivals complete it.
+            unsafe {
+                asm!(
+                    "{{",
+                    ".reg .b64 st;",
+                    "mbarrier.arrive.shared::cta.b64 st, [{e}];",
+                    "}}",
+                    e = in(reg32) empty + 8 * at.slot as u32,
+                    // No compiler memory clobber: the next tile's loads may sink past it into the steps (the
+                    // arrival's own release semantics order this lane's earlier reads of the slot).
+                    options(nomem, nostack)
+                );
+            }
+        }
+        at = next;
+        t += 1;
     }
-    // Every chunk has landed: the rows' area is free for the merge's lists.
-    // SAFETY: forwarded launcher contract; the rows' area holds at least 32 * 32 u64.
+    // The last tile: its first cols / 4 pieces (past dim the copy wrote zeros, which are no part of the
+    // order).
+    let pieces = (dim - t * TILE) / 4;
+    let b = load_half(t, at, 1);
+    (acc, acc_q) = steps(&a, pieces.min(4), acc, acc_q);
+    (acc, acc_q) = steps(&b, pieces.saturating_sub(4), acc, acc_q);
+    if lists_out {
+        // The block's list for the host: its k smallest keys ascending, each one's score beside them (read
+        // from the lane of its row), [KNN1_EMPTY_KEY] past the block's rows. No fence, no ticket: the host
+        // waits for every word of every list.
+        let (key, score) = row_key::<METRIC>(p, r, acc, acc_q, nc);
+        let sorted = warp_sort_u64(key, lane as u32);
+        let from = (sorted as u32).wrapping_sub(row0 as u32) % 32;
+        let bits = shfl_idx_u64(u64::from(score.to_bits()), from);
+        let k = p.k as usize;
+        if lane < k {
+            let out = (p.out as *mut u64).wrapping_add(2 * k * block_x() as usize);
+            let (key, bits) = if sorted == u64::MAX {
+                (KNN1_EMPTY_KEY, 0)
+            } else {
+                (sorted, bits)
+            };
+            // SAFETY: out holds 2 k words per block (lists_out: the launcher); lane < k.
+            unsafe {
+                *out.add(lane) = key;
+                *out.add(k + lane) = bits;
+            }
+        }
+        return;
+    }
+    // Every tile has landed and been read: the ring is free for the merge's lists.
+    // SAFETY: forwarded launcher contract; the ring holds at least 2 tiles = 32 * 32 u64.
     unsafe {
-        select_and_merge::<METRIC, true>(
-            p,
-            r,
-            acc,
-            acc_q,
-            nc,
-            rows_s as *mut u64,
-            mins,
-            last_flag,
-            1,
-        )
+        select_and_merge::<METRIC, true>(p, r, acc, acc_q, nc, ring as *mut u64, mins, last_flag, 1)
     };
 }
 
-/// The chains over columns `col0 .. col1` (multiples of 4) of the staged query `q` and row `row`: the steps of
-/// `chain_tile`, 32 columns at a time, with the next 32 columns' operands loaded before the current 32's
-/// steps run, so that a lone warp's chain waits on shared-memory loads once per chunk rather than once per
-/// 32 columns. The same steps in the same order: the same bits.
-///
-/// # Safety
-/// `q` and `row` hold readable f32 over `col0 .. col1`, 16-byte aligned at `col0`.
-#[inline(always)]
-unsafe fn chain_run<const METRIC: u32>(
-    q: *const f32,
-    row: *const f32,
-    col0: usize,
-    col1: usize,
-    mut acc: f32,
-    mut acc_q: f32,
-) -> (f32, f32) {
-    let norm = METRIC == METRIC_COSINE;
-    let at = |p: *const f32, col: usize| p.wrapping_add(col) as *const F4;
-    let mut col = col0;
-    if col + TILE <= col1 {
-        // SAFETY: columns col .. col + 32 are inside both operands (the caller's range).
-        let (mut qv, mut cv) = unsafe { load32(at(q, col), at(row, col)) };
-        while col + 2 * TILE <= col1 {
-            // SAFETY: as above, for the next 32 columns.
-            let (qn, cn) = unsafe { load32(at(q, col + TILE), at(row, col + TILE)) };
-            (acc, acc_q) = chain32::<METRIC>(&qv, &cv, acc, acc_q, norm);
-            (qv, cv) = (qn, cn);
-            col += TILE;
-        }
-        (acc, acc_q) = chain32::<METRIC>(&qv, &cv, acc, acc_q, norm);
-        col += TILE;
-    }
-    if col < col1 {
-        // SAFETY: the last columns (fewer than 32) of the caller's range.
-        (acc, acc_q) =
-            unsafe { chain_tile::<METRIC>(at(q, col), at(row, col), col1 - col, acc, acc_q, norm) };
-    }
-    (acc, acc_q)
+/// A tile's place in an `sm90a_knn1_*` ring: its slot, and the parity of the phase in which its slot's
+/// barriers complete for it (flipping each time the ring wraps). Stepped, not divided: a run-time division
+/// per tile cost the lone computing warp about 40 % of its samples (session 17, run B).
+#[derive(Clone, Copy, Default)]
+struct RingPos {
+    slot: usize,
+    parity: u32,
 }
 
-/// The entry points that carry the query in their parameters (`*_knn1q_*`), each reading the query's pieces
-/// from its own parameter: Rust passes the parameter struct by value as an array of integers, so indexing
-/// its `query` at a run-time offset would first copy all of it to local memory; `ld.param` at the
-/// parameter's address plus the offset reads the constant bank directly (PTX: the address of a kernel
-/// parameter, moved into a register, is in the `.param` space).
+impl RingPos {
+    /// The next tile's place in a ring of `slots`.
+    #[inline(always)]
+    fn next(self, slots: usize) -> RingPos {
+        if self.slot + 1 == slots {
+            RingPos {
+                slot: 0,
+                parity: self.parity ^ 1,
+            }
+        } else {
+            RingPos {
+                slot: self.slot + 1,
+                parity: self.parity,
+            }
+        }
+    }
+}
+
+/// Piece `$i` (16 bytes) of the query inside the parameter of entry point `$name`, whose parameter struct is
+/// `$params`: `ld.param` at the parameter's own symbol. Rust passes the struct by value as an array of
+/// integers, so indexing its `query` at a run-time offset would first copy all of it to local memory; the
+/// address of a kernel parameter, moved into a register, is in the `.param` space (PTX).
+macro_rules! param_piece {
+    ($name:ident, $params:ty, $i:expr) => {{
+        let (x, y, z, w): (f32, f32, f32, f32);
+        // SAFETY: bytes `16 i ..+ 16` of the parameter's query, inside it for i < Q / 4 (the body reads
+        // pieces below dim / 4, dim <= Q: the launcher); the parameter and its query are 16-byte aligned.
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 a;",
+                concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
+                "add.s64 a, a, {off};",
+                "ld.param.v4.f32 {{{x}, {y}, {z}, {w}}}, [a+{base}];",
+                "}}",
+                off = in(reg64) (16 * $i) as u64,
+                base = const core::mem::offset_of!($params, query),
+                x = out(reg32) x,
+                y = out(reg32) y,
+                z = out(reg32) z,
+                w = out(reg32) w,
+                options(pure, readonly, nostack)
+            );
+        }
+        F4([x, y, z, w])
+    }};
+}
+
+/// The `sm80_knn1q_*` entry points, which carry the query in their parameters ([`param_piece`]).
 macro_rules! knn1q_kernels {
     ($q:ident; $($name:ident => $body:ident::<$metric:ident>;)*) => {$(
         /// See the generic body named in the macro call; its metric is fixed per entry point.
@@ -599,30 +721,7 @@ macro_rules! knn1q_kernels {
         /// Launched only through its typed launcher in `recall-gpu-kernels`.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: Knn1QueryParams<$q>) {
-            let piece = |i: usize| {
-                let (x, y, z, w): (f32, f32, f32, f32);
-                // SAFETY: bytes `16 i ..+ 16` of the parameter's query, inside it for i < Q / 4 (the body
-                // reads pieces below dim / 4, dim <= Q: the launcher); the parameter and its query are
-                // 16-byte aligned.
-                unsafe {
-                    asm!(
-                        "{{",
-                        ".reg .b64 a;",
-                        concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
-                        "add.s64 a, a, {off};",
-                        "ld.param.v4.f32 {{{x}, {y}, {z}, {w}}}, [a+{base}];",
-                        "}}",
-                        off = in(reg64) (16 * i) as u64,
-                        base = const core::mem::offset_of!(Knn1QueryParams<$q>, query),
-                        x = out(reg32) x,
-                        y = out(reg32) y,
-                        z = out(reg32) z,
-                        w = out(reg32) w,
-                        options(pure, readonly, nostack)
-                    );
-                }
-                F4([x, y, z, w])
-            };
+            let piece = |i: usize| param_piece!($name, Knn1QueryParams<$q>, i);
             // SAFETY: forwarded launcher contract (the launcher sets `p.base.query` to 0).
             unsafe { $body::<$metric>(&p.base, piece) }
         }
@@ -645,13 +744,48 @@ macro_rules! knn1_kernels {
     )*};
 }
 
+/// The `sm90a_knn1_*` (`Q = 0`, the query in memory) and `sm90a_knn1q_*` (`Q` floats of query in the
+/// parameters) entry points.
+macro_rules! knn1_bulk_kernels {
+    ($q:expr; $($name:ident => $metric:ident;)*) => {$(
+        /// See [`knn1_bulk`]; its metric is fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: Knn1BulkParams<{ $q }>) {
+            let map: u64;
+            // SAFETY: the generic address of this entry's parameter (`cvta.param`), whose first field is the
+            // map; the build declares the parameter 64-byte aligned.
+            unsafe {
+                asm!(
+                    "{{",
+                    ".reg .b64 a;",
+                    concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
+                    "cvta.param.u64 {m}, a;",
+                    "}}",
+                    m = out(reg64) map,
+                    options(pure, nomem, nostack)
+                );
+            }
+            let piece = |i: usize| {
+                if $q == 0 {
+                    F4([0.0; 4])
+                } else {
+                    param_piece!($name, Knn1BulkParams<{ $q }>, i)
+                }
+            };
+            // SAFETY: forwarded launcher contract (a query in the parameters has `p.base.query` 0, one in
+            // memory a non-zero address, so `Q = 0` never asks for a piece).
+            unsafe { knn1_bulk::<$metric>(&p.base, p.slots as usize, p.lists_out != 0, map, piece) }
+        }
+    )*};
+}
+
 knn1_kernels! {
     sm80_knn1_dot => knn1::<METRIC_DOT>;
     sm80_knn1_cosine => knn1::<METRIC_COSINE>;
     sm80_knn1_l2 => knn1::<METRIC_L2>;
-    sm90a_knn1_dot => knn1_bulk::<METRIC_DOT>;
-    sm90a_knn1_cosine => knn1_bulk::<METRIC_COSINE>;
-    sm90a_knn1_l2 => knn1_bulk::<METRIC_L2>;
 }
 
 knn1q_kernels! {
@@ -661,9 +795,16 @@ knn1q_kernels! {
     sm80_knn1q_l2 => knn1::<METRIC_L2>;
 }
 
-knn1q_kernels! {
+knn1_bulk_kernels! {
+    0;
+    sm90a_knn1_dot => METRIC_DOT;
+    sm90a_knn1_cosine => METRIC_COSINE;
+    sm90a_knn1_l2 => METRIC_L2;
+}
+
+knn1_bulk_kernels! {
     KNN1_BULK_PARAM_QUERY;
-    sm90a_knn1q_dot => knn1_bulk::<METRIC_DOT>;
-    sm90a_knn1q_cosine => knn1_bulk::<METRIC_COSINE>;
-    sm90a_knn1q_l2 => knn1_bulk::<METRIC_L2>;
+    sm90a_knn1q_dot => METRIC_DOT;
+    sm90a_knn1q_cosine => METRIC_COSINE;
+    sm90a_knn1q_l2 => METRIC_L2;
 }

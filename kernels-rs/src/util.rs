@@ -38,6 +38,16 @@ pub fn named_barrier(id: u32, threads: u32) {
     }
 }
 
+/// Arrive at barrier `id` without waiting (`bar.arrive id, threads`): the threads that wait there
+/// ([`named_barrier`]) see this thread's earlier shared-memory writes once it completes.
+#[inline(always)]
+pub fn named_barrier_arrive(id: u32, threads: u32) {
+    // SAFETY: as for `named_barrier`: one count per id, and `threads` threads arrive or wait in all.
+    unsafe {
+        asm!("bar.arrive {id}, {n};", id = in(reg32) id, n = in(reg32) threads, options(nostack))
+    }
+}
+
 /// Base of the block's dynamic shared memory, as `f32`s.
 #[inline(always)]
 pub fn dynamic_shared_f32() -> *mut f32 {

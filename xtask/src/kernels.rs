@@ -323,6 +323,7 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .arg("-o")
         .arg(&ptx_path))?;
     let ptx = add_launch_bounds(&fs::read_to_string(&ptx_path).map_err(|e| e.to_string())?);
+    let ptx = align_tensor_map_params(&ptx).map_err(|e| format!("sm_90a: {e}"))?;
     numerics_guard(&ptx).map_err(|e| format!("sm_90a: {e}"))?;
     fs::write(&ptx_path, &ptx).map_err(|e| e.to_string())?;
     let log = run(Command::new(&ptxas)
@@ -391,10 +392,13 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// `65536 / (threads * blocks)`). `sm80_gemm_*` (256 threads, 64 accumulators each) needs two blocks per SM to
 /// hide one block's barrier behind the other's arithmetic. `spread_hop` is bound by dependent loads, where warps
 /// in flight hide the latency: 56 registers gave 4 blocks of 256 threads per SM; 5 blocks give 48 with no spill
-/// (6 blocks, 40 registers, spilled 96 bytes).
-const LAUNCH_BOUNDS: [(&str, u32, u32); 3] = [
+/// (6 blocks, 40 registers, spilled 96 bytes). `sm90a_knn1*` blocks (8 warps where a block has an SM to
+/// itself, most of which leave early) fit three to an SM (at most 85 registers), so that launches of up to
+/// three blocks per SM keep 8 warps. The first prefix that matches applies.
+const LAUNCH_BOUNDS: [(&str, u32, u32); 4] = [
     ("sm80_gemm_", 256, 2),
     ("spread_hop", 256, 5),
+    ("sm90a_knn1", 256, 3),
     ("sm90a_", 256, 1),
 ];
 
@@ -422,6 +426,39 @@ fn add_launch_bounds(ptx: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Entry points whose parameter struct starts with a tensor map (`CUtensorMap`, which the tensor memory
+/// accelerator reads from the parameter's generic address and needs 64-byte aligned): rustc's kernel ABI
+/// declares a parameter at most 16-byte aligned (a struct aligned to more makes it panic), so the build
+/// raises the declaration of their single parameter to 64.
+const TENSOR_MAP_PARAMS: [&str; 1] = ["sm90a_knn1"];
+
+/// `ptx` with the parameter of every entry that [`TENSOR_MAP_PARAMS`] names declared `.align 64`; an error if
+/// such an entry's parameter is not declared as rustc does (`.param .align 16 .b8 NAME_param_0[..]`).
+fn align_tensor_map_params(ptx: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(ptx.len());
+    let mut pending: Option<String> = None;
+    for line in ptx.lines() {
+        if let Some(name) = pending.take() {
+            let decl = format!(".param .align 16 .b8 {name}_param_0[");
+            match line.trim_start().strip_prefix(decl.as_str()) {
+                Some(rest) => {
+                    out.push_str(&format!("\t.param .align 64 .b8 {name}_param_0[{rest}\n"));
+                    continue;
+                }
+                None => return Err(format!("{name}: unexpected parameter declaration `{line}`")),
+            }
+        }
+        if let Some(rest) = line.strip_prefix(".visible .entry ")
+            && TENSOR_MAP_PARAMS.iter().any(|p| rest.starts_with(p))
+        {
+            pending = Some(rest.trim_end_matches('(').to_string());
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// Kernels whose names start with one of these (tensor cores; other sm_80 instructions such as `cp.async`)
@@ -667,7 +704,7 @@ fn is_bitcode(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_launch_bounds, stable_crate_hashes};
+    use super::{add_launch_bounds, align_tensor_map_params, stable_crate_hashes};
 
     #[test]
     fn crate_hashes_are_blanked_in_rust_symbols_only() {
@@ -685,6 +722,19 @@ mod tests {
             out,
             stable_crate_hashes(&ll.replace("hB1ByvtNNyk", "hpifNTqhCwh"))
         );
+    }
+
+    #[test]
+    fn tensor_map_parameters_are_declared_64_byte_aligned() {
+        let ptx = ".visible .entry sm90a_knn1_dot(\n\t.param .align 16 .b8 sm90a_knn1_dot_param_0[224]\n)\n{\n}\n\
+                   .visible .entry sm90a_gemm_dot(\n\t.param .align 8 .b8 sm90a_gemm_dot_param_0[72]\n)\n{\n}\n";
+        let out = align_tensor_map_params(ptx).expect("patched");
+        assert!(out.contains("\t.param .align 64 .b8 sm90a_knn1_dot_param_0[224]\n"));
+        assert!(out.contains(".param .align 8 .b8 sm90a_gemm_dot_param_0[72]"));
+        assert_eq!(out.lines().count(), ptx.lines().count());
+        // A declaration rustc no longer writes that way is an error, not a misaligned map.
+        let other = ".visible .entry sm90a_knn1_dot(\n\t.param .align 8 .b8 sm90a_knn1_dot_param_0[224]\n)\n";
+        assert!(align_tensor_map_params(other).is_err());
     }
 
     #[test]

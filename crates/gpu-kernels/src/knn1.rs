@@ -3,17 +3,21 @@
 //! much of the query over the bus carries it inside its parameters (`*_knn1q_*`, up to [`KNN1_PARAM_QUERY`]
 //! floats, [`KNN1_BULK_PARAM_QUERY`] for `sm90a_knn1q_*`); otherwise the query goes into mapped pinned
 //! memory, which the kernel reads over the bus. The kernel writes its `2k` answer words straight into mapped
-//! pinned memory, and the host spins on those words ([`Gpu::wait_mapped_filled`]) instead of waiting for
-//! the stream. Settings for comparison: `RECALL_KNN1_QUERY=params|memory` always or never carries the query
-//! in the parameters; `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for the stream;
+//! pinned memory (`sm90a_knn1_*` with few blocks: each block its own `2k` words, its `k` best keys and their
+//! scores, which the host merges, so no block waits on a fence and a ticket), and the host spins on those
+//! words ([`Gpu::wait_mapped_filled`]) instead of waiting for the stream. Settings for comparison: `RECALL_KNN1_QUERY=params|memory` always or never carries the query
+//! in the parameters; `RECALL_KNN1_MERGE=host|device` always or never merges `sm90a_knn1`'s lists on the
+//! host; `RECALL_KNN1_BULK=off` runs `sm80_knn1_*` instead; `RECALL_KNN1_BULK_WARPS` fixes its blocks'
+//! warps; `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for the stream;
 //! `RECALL_ONE_QUERY_READBACK=copy` also copies the answer back (a third call).
 
-use crate::env::{env_number, env_switch};
+use crate::env::{choice_value, env_choice, env_number, env_switch};
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice};
-use recall_gpu_sys::{Gpu, GpuError, MappedReadback};
+use recall_gpu_sys::{Element, Gpu, GpuError, MappedReadback, TensorMap, tensor_map_2d};
 use recall_kernel_shared::{
-    KNN1_BULK_PARAM_QUERY, KNN1_BULK_WARPS, KNN1_PARAM_QUERY, Knn1Params, Knn1QueryParams,
+    KNN1_BULK_MAX_SLOTS, KNN1_BULK_MIN_SLOTS, KNN1_BULK_PARAM_QUERY, KNN1_BULK_TILE_BYTES,
+    KNN1_BULK_WARPS, KNN1_EMPTY_KEY, KNN1_PARAM_QUERY, Knn1BulkParams, Knn1Params, Knn1QueryParams,
     SMALL_K_MAX, knn1_bulk_shared_bytes, knn1_shared_bytes,
 };
 use std::sync::OnceLock;
@@ -32,12 +36,9 @@ pub const KNN1_MAX_ROWS: usize = 262_144;
 /// The longest rows [`Kernels::knn1`] takes (its query lives in shared memory).
 pub const KNN1_MAX_DIM: usize = 4096;
 
-/// The longest rows `sm90a_knn1_*` takes (its block holds 32 whole rows in shared memory).
-pub const KNN1_BULK_MAX_DIM: usize = 1536;
-/// The most rows `sm90a_knn1_*` runs for: 128 blocks, one per SM of an H100/H200. Above it `sm80_knn1_*`,
-/// whose ring keeps more blocks per SM: on an H200 (docs/results/2026-11-22-h200-session13, run D) 1,000
-/// rows took 20.1-21.0 us with `sm90a_knn1` against 22.4-23.5 us, 10,000 rows 36.1-36.4 against 35.1.
-pub const KNN1_BULK_MAX_ROWS: usize = 4096;
+/// The most rows `sm90a_knn1_*` runs for: 1,024 blocks of 32 rows, merged in groups of 32 by one warp (32
+/// groups at most). Above it `sm80_knn1_*`.
+pub const KNN1_BULK_MAX_ROWS: usize = 32 * 32 * 32;
 
 /// One family's entry points (dot, cosine, l2): those reading the query from memory and, where the image has
 /// them, those carrying it in their parameters (`*_knn1q_*`).
@@ -89,9 +90,9 @@ impl Knn1Funcs {
     }
 }
 
-/// `sm90a_knn1_*` (and `sm90a_knn1q_*`) from the sm_90a module, opted into the shared memory of
-/// [`KNN1_BULK_MAX_DIM`]; `None` when they are missing or the device has too little shared memory
-/// (logged; then `sm80_knn1_*` runs). Device loss is an error.
+/// `sm90a_knn1_*` (and `sm90a_knn1q_*`) from the sm_90a module, opted into the shared memory of their
+/// largest block ([`KNN1_MAX_DIM`], [`KNN1_BULK_MAX_SLOTS`] tiles); `None` when they are missing or the device
+/// has too little shared memory (logged; then `sm80_knn1_*` runs). Device loss is an error.
 pub(crate) fn load_bulk(
     gpu: &Gpu,
     module: &std::sync::Arc<recall_gpu_sys::driver::CudaModule>,
@@ -100,15 +101,47 @@ pub(crate) fn load_bulk(
         gpu,
         |name| gpu.function(module, name),
         "sm90a_knn1",
-        knn1_bulk_shared_bytes(KNN1_BULK_MAX_DIM as u32),
+        knn1_bulk_shared_bytes(KNN1_MAX_DIM as u32, KNN1_BULK_MAX_SLOTS),
     )
 }
 
-/// Warps of an `sm90a_knn1_*` block: [`KNN1_BULK_WARPS`], or `RECALL_KNN1_BULK_WARPS` (1 to 8), read once.
-/// With one, warp 0 also queues the copies and stages the query; the answer is the same.
-pub fn knn1_bulk_warps() -> u32 {
-    static WARPS: OnceLock<u32> = OnceLock::new();
-    *WARPS.get_or_init(|| env_number("RECALL_KNN1_BULK_WARPS", 1..=8).unwrap_or(KNN1_BULK_WARPS))
+/// `RECALL_KNN1_BULK_WARPS` (2 to 8), read once: the warps of every `sm90a_knn1_*` block instead of
+/// [`bulk_plan`]'s choice. The answer is the same.
+fn knn1_bulk_warps_setting() -> Option<u32> {
+    static WARPS: OnceLock<Option<u32>> = OnceLock::new();
+    *WARPS.get_or_init(|| env_number("RECALL_KNN1_BULK_WARPS", 2..=8))
+}
+
+/// `(tiles in the ring, warps, shared bytes)` of an `sm90a_knn1_*` launch of `blocks` blocks over `dim`
+/// columns on `sm_count` SMs whose blocks may opt into `max_smem` bytes of shared memory each. The ring holds
+/// the whole rows (every copy in flight at once) when the blocks have an SM each; when several must share an
+/// SM, as many tiles as let all of them be resident together (an SM has the per-block limit plus the 1 KiB
+/// the driver reserves per block), at least [`KNN1_BULK_MIN_SLOTS`]. Warps: [`KNN1_BULK_WARPS`] for a block
+/// per SM (the query's staging spread over them), 4 for two or three (the SM's other blocks overlap their
+/// staging), 2 beyond (warp 0 and the copying warp 1): on an H200 (session 17, run C) 10,000 rows took 22.0
+/// us with 4, 23.4 with 8, 24.5 with 2; 30,000 rows 42.7 with 2, 44.8 with 8. `warps` overrides the count.
+pub(crate) fn bulk_plan(
+    blocks: usize,
+    dim: usize,
+    sm_count: u32,
+    max_smem: u32,
+    warps: Option<u32>,
+) -> (u32, u32, u32) {
+    let per_sm = blocks.div_ceil(sm_count.max(1) as usize).max(1);
+    let per_sm = u32::try_from(per_sm).unwrap_or(u32::MAX);
+    let dim32 = dim as u32;
+    let tiles = dim32.div_ceil(32);
+    let budget = ((max_smem + 1024) / per_sm).saturating_sub(1024);
+    let fit = budget.saturating_sub(knn1_bulk_shared_bytes(dim32, 0)) / (KNN1_BULK_TILE_BYTES + 16);
+    let slots = fit
+        .min(tiles.max(KNN1_BULK_MIN_SLOTS))
+        .clamp(KNN1_BULK_MIN_SLOTS, KNN1_BULK_MAX_SLOTS);
+    let warps = warps.unwrap_or(match per_sm {
+        1 => KNN1_BULK_WARPS,
+        2 | 3 => 4,
+        _ => 2,
+    });
+    (slots, warps, knn1_bulk_shared_bytes(dim32, slots))
 }
 
 /// Whether `sm90a_knn1_*` runs one-query launches (the default where it loaded), or `sm80_knn1_*`
@@ -163,6 +196,9 @@ pub(crate) struct OneQueryScratch {
     /// Zero between launches (the kernel's last block or mergers reset them).
     pub(crate) tickets: CudaSlice<u32>,
     answer: Answer,
+    /// The last `sm90a_knn1_*` launch's corpus tensor map and the `(address, rows, dim)` it describes:
+    /// encoded again only for another corpus.
+    corpus_map: Option<((u64, usize, usize), TensorMap)>,
 }
 
 /// Where a one-query launch's `2k` answer words land: pinned host memory mapped into the device, written by
@@ -199,14 +235,10 @@ enum QuerySetting {
 impl QuerySetting {
     /// The setting of a value (`None`: unset); a bad value is logged and means `Auto`.
     fn parse(value: Option<&str>) -> QuerySetting {
-        match value.map(str::trim) {
-            None | Some("" | "auto") => QuerySetting::Auto,
-            Some("params") => QuerySetting::Params,
-            Some("memory") => QuerySetting::Memory,
-            Some(v) => {
-                tracing::warn!(value = %v, "RECALL_KNN1_QUERY: expected auto, params or memory; using auto");
-                QuerySetting::Auto
-            }
+        match choice_value("RECALL_KNN1_QUERY", value, &["auto", "params", "memory"]) {
+            1 => QuerySetting::Params,
+            2 => QuerySetting::Memory,
+            _ => QuerySetting::Auto,
         }
     }
 
@@ -242,6 +274,40 @@ fn with_query<const Q: usize>(mut base: Knn1Params, query: &[f32]) -> Knn1QueryP
     }
 }
 
+/// Whether an `sm90a_knn1_*` launch of `blocks` blocks hands every block's `k` keys to the host to merge
+/// (`Knn1BulkParams::lists_out`) rather than merging them on the device behind a fence and a ticket per
+/// block, by `RECALL_KNN1_MERGE` (read once): `auto` (the default) when the lists hold at most
+/// [`KNN1_HOST_MERGE_MAX_WORDS`], `host` always, `device` never. The same list either way.
+fn knn1_lists_to_host(blocks: usize, k: usize) -> bool {
+    static SETTING: OnceLock<usize> = OnceLock::new();
+    match *SETTING.get_or_init(|| env_choice("RECALL_KNN1_MERGE", &["auto", "host", "device"])) {
+        1 => true,
+        2 => false,
+        _ => blocks * 2 * k <= KNN1_HOST_MERGE_MAX_WORDS,
+    }
+}
+
+/// The most answer words (`2k` per block) for which `sm90a_knn1_*` hands the blocks' lists to the host by
+/// default: 4,096 (32 KiB), so up to 4,096 rows x top-16 (128 blocks). On an H200 (session 17, run E), top-10
+/// of 1,000 rows x 768 took 15.4-16.3 us merged by the host against 17.0-17.3 us on the device, 4,096 rows
+/// (2,560 words) 18.1-18.3 against 20.2-21.1 us, 10,000 rows (6,260 words) 23.8-26.8 against 21.1-21.4 us
+/// (the host reads every word over the bus).
+pub const KNN1_HOST_MERGE_MAX_WORDS: usize = 4096;
+
+/// `base` with the query's floats inside and `base.query` set to 0, for `sm90a_knn1q_*` (map and ring to be
+/// filled in).
+fn with_bulk_query(base: Knn1Params, query: &[f32]) -> Knn1BulkParams<KNN1_BULK_PARAM_QUERY> {
+    let q = with_query::<KNN1_BULK_PARAM_QUERY>(base, query);
+    Knn1BulkParams {
+        map: [0; 16],
+        base: q.base,
+        slots: 0,
+        lists_out: 0,
+        _pad: [0; 2],
+        query: q.query,
+    }
+}
+
 /// Whether one-query answers come back through mapped memory (the default) or a copy
 /// (`RECALL_ONE_QUERY_READBACK=copy`), read once. A copy call costs about as much as a small launch on some
 /// hosts; both give the same words.
@@ -259,8 +325,9 @@ pub fn one_query_spin() -> bool {
 }
 
 /// What a one-query launch needs of its [`OneQueryScratch`]: the query's length (and how many blocks read it),
-/// scores for `n_rows`, at least
-/// `partial` partial keys (`partial_made` when the scratch is made anew), and `tickets` tickets.
+/// scores for `n_rows`, at least `partial` partial keys (`partial_made` when the scratch is made anew),
+/// `tickets` tickets, and `lists` answer lists of `2k` words (one: the merged answer; more: each block's list,
+/// merged by the host).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OneQueryNeeds {
     pub(crate) dim: usize,
@@ -270,11 +337,19 @@ pub(crate) struct OneQueryNeeds {
     pub(crate) partial: usize,
     pub(crate) partial_made: usize,
     pub(crate) tickets: usize,
+    pub(crate) lists: usize,
+}
+
+impl OneQueryNeeds {
+    /// Answer words a scratch holds for these needs (at least one list of the largest `k`).
+    fn answer_words(self) -> usize {
+        (2 * SMALL_K_MAX as usize).max(self.lists * 2 * SMALL_K_MAX as usize)
+    }
 }
 
 impl OneQueryScratch {
     fn new(gpu: &Gpu, n: OneQueryNeeds) -> Result<OneQueryScratch, GpuError> {
-        let out_len = 2 * SMALL_K_MAX as usize;
+        let out_len = n.answer_words();
         let mapped = if one_query_readback_mapped() {
             gpu.alloc_mapped_readback::<u64>(out_len)
                 .inspect_err(|e| {
@@ -311,7 +386,28 @@ impl OneQueryScratch {
             partial: gpu.alloc_zeros::<u64>(n.partial_made)?,
             tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
             answer,
+            corpus_map: None,
         })
+    }
+
+    /// The tensor map of the `n_rows x dim` f32 rows at `corpus` (boxes of 32 x 32, in the 128-byte swizzle:
+    /// what `sm90a_knn1_*` copies), encoded when the last launch's corpus was another.
+    fn corpus_map(
+        &mut self,
+        corpus: u64,
+        n_rows: usize,
+        dim: usize,
+    ) -> Result<TensorMap, GpuError> {
+        let key = (corpus, n_rows, dim);
+        if let Some((k, map)) = &self.corpus_map
+            && *k == key
+        {
+            return Ok(*map);
+        }
+        let (rows, cols) = (n_rows as u64, dim as u64);
+        let map = tensor_map_2d(Element::F32, corpus, rows, cols, cols, 32)?;
+        self.corpus_map = Some((key, map));
+        Ok(map)
     }
 
     /// Where the kernel reads the query: 0 when the launch carries it.
@@ -334,10 +430,15 @@ impl OneQueryScratch {
     }
 
     fn fits(&self, n: OneQueryNeeds) -> bool {
+        let answer = match &self.answer {
+            Answer::Mapped(m) => m.len(),
+            Answer::Copied { device, .. } => device.len(),
+        };
         self.query_host.len() == n.dim
             && self.scores.len() >= n.n_rows
             && self.partial.len() >= n.partial
             && self.tickets.len() >= n.tickets
+            && answer >= n.answer_words()
     }
 }
 
@@ -366,7 +467,7 @@ pub(crate) fn one_query_round_trip(
     query: &[f32],
     query_in_params: bool,
     k: usize,
-    launch: impl FnOnce(&OneQueryScratch) -> Result<(), KernelError>,
+    launch: impl FnOnce(&mut OneQueryScratch) -> Result<(), KernelError>,
 ) -> Result<TopKResult, KernelError> {
     if !slot.as_ref().is_some_and(|s| s.fits(needs)) {
         if slot.is_some() {
@@ -406,17 +507,23 @@ pub(crate) fn one_query_round_trip(
                 unsafe { gpu.upload_pinned_raw(&sc.query_host, &mut sc.query) }?;
             }
         }
+        let words = needs.lists * 2 * k;
         if let (Answer::Mapped(answer), true) = (&mut sc.answer, spin) {
             // SAFETY: as for the query above: no device work of an earlier call still writes the words.
-            unsafe { answer.fill_host(2 * k, UNSET) }?;
+            unsafe { answer.fill_host(words, UNSET) }?;
         }
         launch(sc)?;
         let out = match (&mut sc.answer, spin) {
-            (Answer::Mapped(m), true) => gpu.wait_mapped_filled(m, 2 * k, UNSET, ONE_QUERY_SPIN)?,
+            (Answer::Mapped(m), true) => gpu.wait_mapped_filled(m, words, UNSET, ONE_QUERY_SPIN)?,
             (Answer::Mapped(m), false) => gpu.read_mapped(m)?,
             (Answer::Copied { device, host }, _) => gpu.download_pinned(device, host)?,
         };
-        Ok::<_, KernelError>(answer_of(out, k))
+        out.get(..words)
+            .and_then(|words| merge_lists(words, needs.lists, k))
+            .ok_or_else(|| KernelError::Shape {
+                kernel,
+                reason: format!("the answer lists hold fewer than k = {k} rows"),
+            })
     })();
     if result.is_err() {
         // Start from fresh buffers, once no copy can still be using the pinned ones (a failed wait leaves
@@ -444,17 +551,32 @@ fn query_from_host(needs: OneQueryNeeds) -> bool {
 /// memory against 24.7-26.5 us copied; 10,000 rows (157 blocks, 471 KiB) 44.6-46.3 against 34.4-34.7 us.
 pub const QUERY_FROM_HOST_MAX_BYTES: usize = 128 << 10;
 
-/// The list in a one-query launch's `2k` answer words: `k` keys (the row id in the low half), then `k`
-/// scores' bits.
-fn answer_of(out: &[u64], k: usize) -> TopKResult {
-    TopKResult {
-        k,
-        ids: out[..k].iter().map(|&key| key as u32).collect(),
-        scores: out[k..2 * k]
-            .iter()
-            .map(|&bits| f32::from_bits(bits as u32))
-            .collect(),
+/// The `k` smallest keys of `lists` ascending lists, each `2k` words: `k` keys (the row id in the low half;
+/// [`KNN1_EMPTY_KEY`] past a short list's end), then their `k` scores' bits. Keys are unique (one per row), so
+/// the list is the same whichever merged it. `None` when the lists hold fewer than `k` keys.
+fn merge_lists(out: &[u64], lists: usize, k: usize) -> Option<TopKResult> {
+    // The best `k` so far, ascending: each list is ascending, so it stops at its first key that is not better
+    // than the current k-th.
+    let mut best: Vec<(u64, u64)> = Vec::with_capacity(k + 1);
+    for list in out.chunks_exact(2 * k).take(lists) {
+        let (keys, scores) = list.split_at(k);
+        for (&key, &bits) in keys.iter().zip(scores) {
+            if key == KNN1_EMPTY_KEY || (best.len() == k && key >= best[k - 1].0) {
+                break;
+            }
+            let at = best.partition_point(|&(b, _)| b < key);
+            best.insert(at, (key, bits));
+            best.truncate(k);
+        }
     }
+    (best.len() == k).then(|| TopKResult {
+        k,
+        ids: best.iter().map(|&(key, _)| key as u32).collect(),
+        scores: best
+            .iter()
+            .map(|&(_, bits)| f32::from_bits(bits as u32))
+            .collect(),
+    })
 }
 
 /// Warps per block for `n_rows` rows: one for few rows (more blocks, so more SMs pull), else two (fewer
@@ -520,20 +642,28 @@ impl Kernels {
             )));
         }
         let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
-        // sm90a_knn1 where it loaded and takes the shape: 32 rows per block (one computing warp and its
-        // helpers), groups of 32 blocks.
+        // sm90a_knn1 where it loaded and takes the shape: 32 rows per block (one computing warp, the copying
+        // warp and the stagers), groups of 32 blocks.
         let bulk = self
             .hopper
             .as_ref()
             .and_then(|h| h.knn1.as_ref())
-            .filter(|_| {
-                knn1_bulk_enabled() && n_rows <= KNN1_BULK_MAX_ROWS && dim <= KNN1_BULK_MAX_DIM
-            });
+            .filter(|_| knn1_bulk_enabled() && n_rows <= KNN1_BULK_MAX_ROWS);
+        let info = gpu.info();
+        let plan = bulk_plan(
+            n_rows.div_ceil(32),
+            dim,
+            info.sm_count,
+            info.max_shared_memory_per_block_optin as u32,
+            knn1_bulk_warps_setting(),
+        );
+        // sm90a_knn1 hands each block's list to the host when the lists are few (`RECALL_KNN1_MERGE`).
+        let lists_out = bulk.is_some() && knn1_lists_to_host(n_rows.div_ceil(32), k);
         let (warps, (n_blocks, n_groups, threads), smem) = match bulk {
             Some(_) => (
                 1,
                 (n_rows.div_ceil(32), n_rows.div_ceil(32 * 32), 32),
-                knn1_bulk_shared_bytes(dim as u32),
+                plan.2,
             ),
             None => (
                 warps_for(n_rows, kernels.max_warps),
@@ -548,6 +678,7 @@ impl Kernels {
             partial: (n_blocks + n_groups) * k,
             partial_made: (n_blocks + n_groups) * SMALL_K_MAX as usize,
             tickets: 1 + n_groups,
+            lists: if lists_out { n_blocks } else { 1 },
         };
         let (funcs, capacity) = match bulk {
             Some(b) => (b, KNN1_BULK_PARAM_QUERY),
@@ -560,6 +691,10 @@ impl Kernels {
         let in_params = carried.is_some();
         let mut slot = self.knn1_scratch.lock();
         one_query_round_trip(K, gpu, &mut slot, needs, query, in_params, k, |sc| {
+            let map = match bulk {
+                Some(_) => sc.corpus_map(gpu.device_ptr(corpus), n_rows, dim)?.0,
+                None => [0; 16],
+            };
             let base = Knn1Params {
                 query: sc.query_ptr(gpu),
                 corpus: gpu.device_ptr(corpus),
@@ -577,15 +712,7 @@ impl Kernels {
             };
             let cfg = LaunchConfig {
                 grid_dim: (n_blocks as u32, 1, 1),
-                block_dim: (
-                    32 * if bulk.is_some() {
-                        knn1_bulk_warps()
-                    } else {
-                        warps
-                    },
-                    1,
-                    1,
-                ),
+                block_dim: (32 * if bulk.is_some() { plan.1 } else { warps }, 1, 1),
                 shared_mem_bytes: smem,
             };
             // SAFETY: knn1_supported holds (1 <= k <= min(32, n_rows), dim a multiple of 4 up to
@@ -594,23 +721,43 @@ impl Kernels {
             // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
             // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
             // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): 32 rows and
-            // 1 to 8 warps per block (`knn1_bulk_warps`), groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS
-            // so at most 4 groups; dim up to KNN1_BULK_MAX_DIM, whose shared memory `load_bulk` opted it
-            // into. A query in the parameters (`carried`: `*_knn1q_*`, with the parameter struct each was
-            // compiled with, base.query 0) has dim <= that struct's capacity (`knn1_query_in_params`).
+            // 2 to 8 warps per block (`bulk_plan`), groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at
+            // most 32 groups; the ring's tiles within KNN1_BULK_MIN_SLOTS..=KNN1_BULK_MAX_SLOTS and dim up
+            // to KNN1_MAX_DIM, whose shared memory `load_bulk` opted it into; `map` the corpus's tensor map
+            // as `Knn1BulkParams` documents (in the parameters, which the build declares 64-byte aligned).
+            // A query in the parameters (`carried`:
+            // `*_knn1q_*`, with the parameter struct each was compiled with, base.query 0) has dim <= that
+            // struct's capacity (`knn1_query_in_params`).
             unsafe {
                 match (carried, bulk.is_some()) {
                     (Some(c), true) => gpu.launch(
                         &c[metric.index()],
                         cfg,
-                        with_query::<KNN1_BULK_PARAM_QUERY>(base, query),
+                        Knn1BulkParams::<KNN1_BULK_PARAM_QUERY> {
+                            map,
+                            slots: plan.0,
+                            lists_out: u32::from(lists_out),
+                            ..with_bulk_query(base, query)
+                        },
+                    ),
+                    (None, true) => gpu.launch(
+                        &funcs.memory[metric.index()],
+                        cfg,
+                        Knn1BulkParams::<0> {
+                            map,
+                            base,
+                            slots: plan.0,
+                            lists_out: u32::from(lists_out),
+                            _pad: [0; 2],
+                            query: [],
+                        },
                     ),
                     (Some(c), false) => gpu.launch(
                         &c[metric.index()],
                         cfg,
                         with_query::<KNN1_PARAM_QUERY>(base, query),
                     ),
-                    (None, _) => gpu.launch(&funcs.memory[metric.index()], cfg, base),
+                    (None, false) => gpu.launch(&funcs.memory[metric.index()], cfg, base),
                 }
             }?;
             Ok(())
@@ -650,8 +797,102 @@ pub(crate) fn one_query_inputs(
 
 #[cfg(test)]
 mod tests {
-    use super::{KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds, QuerySetting, with_query};
-    use recall_kernel_shared::{KNN1_BULK_PARAM_QUERY, Knn1Params};
+    use super::{
+        KNN1_MAX_DIM, KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds, QuerySetting, bulk_plan,
+        merge_lists, with_bulk_query, with_query,
+    };
+    use recall_kernel_shared::KNN1_EMPTY_KEY;
+
+    /// A list of `k` (key, score) words from `(score_key, id, score)` triples, padded with empty keys.
+    fn list(k: usize, entries: &[(u32, u32, f32)]) -> Vec<u64> {
+        let mut keys = vec![KNN1_EMPTY_KEY; k];
+        let mut scores = vec![0u64; k];
+        for (i, &(sk, id, score)) in entries.iter().enumerate() {
+            keys[i] = (u64::from(sk) << 32) | u64::from(id);
+            scores[i] = u64::from(score.to_bits());
+        }
+        keys.extend(scores);
+        keys
+    }
+
+    #[test]
+    fn host_merge_takes_the_k_smallest_keys_of_all_lists_with_their_scores() {
+        let k = 3;
+        let mut out = list(k, &[(5, 0, 0.5), (7, 1, 0.7), (9, 2, 0.9)]);
+        out.extend(list(k, &[(1, 40, 0.1), (5, 32, -0.0), (8, 33, 0.8)]));
+        // A short list (a last block with one row) and a list that adds nothing.
+        out.extend(list(k, &[(6, 64, 0.6)]));
+        out.extend(list(k, &[(10, 96, 1.0), (11, 97, 1.1), (12, 98, 1.2)]));
+        let r = merge_lists(&out, 4, k).expect("three keys");
+        // Equal score keys order by id: (5, 0) before (5, 32); the scores' bits come with their keys.
+        assert_eq!(r.ids, vec![40, 0, 32]);
+        assert_eq!(
+            r.scores.iter().map(|s| s.to_bits()).collect::<Vec<_>>(),
+            vec![0.1f32.to_bits(), 0.5f32.to_bits(), (-0.0f32).to_bits()]
+        );
+        // One list is the answer as the device merged it.
+        let one = list(k, &[(1, 4, 0.1), (2, 5, 0.2), (3, 6, 0.3)]);
+        assert_eq!(merge_lists(&one, 1, k).expect("whole").ids, vec![4, 5, 6]);
+        // Fewer keys than k in all: no answer rather than a padded one.
+        assert!(merge_lists(&list(k, &[(1, 4, 0.1)]), 1, k).is_none());
+    }
+    use recall_kernel_shared::{
+        KNN1_BULK_MAX_SLOTS, KNN1_BULK_MIN_SLOTS, KNN1_BULK_PARAM_QUERY, KNN1_BULK_WARPS,
+        Knn1Params, knn1_bulk_shared_bytes,
+    };
+
+    /// An H100's and an H200's SMs and per-block shared memory (opt-in).
+    const SMS: u32 = 132;
+    const SMEM: u32 = 232_448;
+
+    #[test]
+    fn the_bulk_ring_holds_whole_rows_with_an_sm_per_block_and_shrinks_to_keep_blocks_resident() {
+        // 1,000 rows x 768 (32 blocks): the whole 24 tiles, 8 warps.
+        let (slots, warps, smem) = bulk_plan(32, 768, SMS, SMEM, None);
+        assert_eq!((slots, warps), (24, KNN1_BULK_WARPS));
+        assert_eq!(smem, knn1_bulk_shared_bytes(768, 24));
+        // 10,000 rows (313 blocks, 3 per SM): a ring that lets three blocks share an SM, 4 warps.
+        let (slots, warps, smem) = bulk_plan(313, 768, SMS, SMEM, None);
+        assert!(slots < 24 && warps == 4, "{slots} {warps}");
+        assert!(3 * (smem + 1024) <= SMEM + 1024);
+        assert!(3 * (knn1_bulk_shared_bytes(768, slots + 1) + 1024) > SMEM + 1024);
+        // 32,768 rows (1,024 blocks, 8 per SM): two warps, eight blocks' rings fit an SM.
+        let (slots, warps, smem) = bulk_plan(1024, 768, SMS, SMEM, None);
+        assert_eq!(warps, 2);
+        assert!(slots >= KNN1_BULK_MIN_SLOTS && 8 * (smem + 1024) <= SMEM + 1024);
+        // Short rows: the merge's two tiles even when the rows fill one; long rows: at most the opt-in.
+        assert_eq!(bulk_plan(4, 4, SMS, SMEM, None).0, KNN1_BULK_MIN_SLOTS);
+        let (slots, _, smem) = bulk_plan(1, KNN1_MAX_DIM, SMS, SMEM, None);
+        assert_eq!(slots, KNN1_BULK_MAX_SLOTS);
+        assert!(smem <= knn1_bulk_shared_bytes(KNN1_MAX_DIM as u32, KNN1_BULK_MAX_SLOTS));
+        assert!(smem <= SMEM);
+        // A setting fixes the warps.
+        assert_eq!(bulk_plan(32, 768, SMS, SMEM, Some(4)).1, 4);
+        // Every shape stays within the opt-in and the slot range.
+        for blocks in [1, 31, 132, 133, 264, 397, 1024] {
+            for dim in [4, 32, 36, 768, 1536, 1540, KNN1_MAX_DIM] {
+                let (slots, _, smem) = bulk_plan(blocks, dim, SMS, SMEM, None);
+                assert!((KNN1_BULK_MIN_SLOTS..=KNN1_BULK_MAX_SLOTS).contains(&slots));
+                assert!(smem <= knn1_bulk_shared_bytes(KNN1_MAX_DIM as u32, KNN1_BULK_MAX_SLOTS));
+            }
+        }
+    }
+
+    #[test]
+    fn the_bulk_parameters_carry_the_query() {
+        let q: Vec<f32> = (0..768).map(|i| i as f32).collect();
+        let base = Knn1Params {
+            query: 7,
+            dim: 768,
+            ..Knn1Params::default()
+        };
+        let p = with_bulk_query(base, &q);
+        assert_eq!(p.base.query, 0);
+        assert_eq!(p.base.dim, 768);
+        assert_eq!(&p.query[..768], &q[..]);
+        assert!(p.query[768..].iter().all(|&v| v == 0.0));
+        assert_eq!(p.query.len(), KNN1_BULK_PARAM_QUERY);
+    }
 
     fn needs(dim: usize, blocks: usize) -> OneQueryNeeds {
         OneQueryNeeds {
@@ -661,6 +902,7 @@ mod tests {
             partial: 0,
             partial_made: 0,
             tickets: 0,
+            lists: 1,
         }
     }
 

@@ -381,6 +381,7 @@ impl Kernels {
             partial: blocks * SMALL_K_MAX as usize,
             partial_made: blocks * SMALL_K_MAX as usize,
             tickets: 1,
+            lists: 1,
         };
         let mut slot = self.scan1_scratch.lock();
         one_query_round_trip(K, gpu, &mut slot, needs, query, false, k, |sc| {

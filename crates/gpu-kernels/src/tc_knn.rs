@@ -6,7 +6,7 @@ use crate::launch::{
     HalfKind, KernelError, Kernels, SimMetric, TopKResult, elems, fast_operands, shape, to_u32,
 };
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
-use recall_gpu_sys::{Gpu, GpuError, Half, tensor_map_2d};
+use recall_gpu_sys::{Element, Gpu, GpuError, tensor_map_2d};
 use recall_kernel_shared::{
     TC_KNN_K_MAX, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams, h_knn_shared_bytes,
     tc_knn_shared_bytes,
@@ -201,8 +201,8 @@ impl Kernels {
             .filter(|_| n_rows < 1 << 31 && n_queries < 1 << 31);
         if hopper.is_some() {
             let half = match kind {
-                HalfKind::F16 => Half::F16,
-                HalfKind::Bf16 => Half::Bf16,
+                HalfKind::F16 => Element::F16,
+                HalfKind::Bf16 => Element::Bf16,
             };
             let l = ld as u64;
             let q = tensor_map_2d(

@@ -24,9 +24,9 @@ pub fn wgmma_enabled() -> bool {
 pub(crate) struct HopperKernels {
     pub(crate) gemm: [[CudaFunction; 3]; 2],
     pub(crate) knn: [[CudaFunction; 3]; 2],
-    /// `sm90a_knn1_*` and `sm90a_knn1q_*` (dot, cosine, l2: one query, few rows, bulk copies), opted into the
-    /// shared memory of [`KNN1_BULK_MAX_DIM`](crate::knn1::KNN1_BULK_MAX_DIM); `None` where that did not work
-    /// (then `sm80_knn1_*` runs).
+    /// `sm90a_knn1_*` and `sm90a_knn1q_*` (dot, cosine, l2: one query, few rows, tensor-map copies), opted
+    /// into the shared memory of their largest block (`knn1::load_bulk`); `None` where that did not work (then
+    /// `sm80_knn1_*` runs).
     pub(crate) knn1: Option<crate::knn1::Knn1Funcs>,
     /// Which image loaded: the cubin, or the PTX through the driver's JIT.
     pub(crate) kind: ImageKind,

@@ -24,7 +24,7 @@ pub use discovery::{DeviceInfo, MIN_DRIVER_VERSION, NoGpu, Probe, driver_version
 pub use error::GpuError;
 pub use gpu::{Gpu, MappedReadback, ModuleImage};
 pub use host::{CopyStream, Fence, HostRegistration};
-pub use tensor_map::{Half, TensorMap, tensor_map_2d};
+pub use tensor_map::{Element, TensorMap, tensor_map_2d};
 
 /// Driver handle types used by the crates above this one. They are cudarc's owning types; recall code
 /// names them through this module so that only `gpu-sys` depends on cudarc.

@@ -14,22 +14,34 @@ use std::ffi::c_void;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorMap(pub [u64; 16]);
 
-/// The 16-bit element type of a [`TensorMap`]'s matrix.
+/// The element type of a [`TensorMap`]'s matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Half {
+pub enum Element {
     F16,
     Bf16,
+    F32,
 }
 
-/// A tensor map of the `rows x cols` matrix of 16-bit values at device address `ptr` (row stride `ld`
-/// values), copied in boxes of `box_rows` rows by 32 columns (one 64-byte row of the swizzle) into shared
-/// memory in the 64-byte swizzle. Rows past `rows` read as zeros.
+impl Element {
+    /// Bytes of one value.
+    pub fn size(self) -> u64 {
+        match self {
+            Element::F16 | Element::Bf16 => 2,
+            Element::F32 => 4,
+        }
+    }
+}
+
+/// A tensor map of the `rows x cols` matrix of `elem` values at device address `ptr` (row stride `ld`
+/// values), copied in boxes of `box_rows` rows by 32 columns into shared memory in the swizzle whose row is
+/// those 32 columns: 64 bytes for 16-bit values, 128 for f32 (the destination then 512- or 1,024-byte
+/// aligned). Rows and columns past the matrix read as zeros.
 ///
-/// Errors (never a panic) for a shape the hardware cannot describe: `ptr` or `2 * ld` not a multiple of 16,
-/// `ld < cols`, a zero or over-large dimension (the driver's limits: dimensions up to 2^32, strides below
+/// Errors (never a panic) for a shape the hardware cannot describe: `ptr` or `ld` values not a multiple of 16
+/// bytes, `ld < cols`, a zero or over-large dimension (the driver's limits: dimensions up to 2^32, strides below
 /// 2^40, boxes of 1 to 256 rows), or the driver refusing it.
 pub fn tensor_map_2d(
-    half: Half,
+    elem: Element,
     ptr: u64,
     rows: u64,
     cols: u64,
@@ -42,22 +54,33 @@ pub fn tensor_map_2d(
         code: 0,
         name: format!("invalid tensor map: {what}"),
     };
-    if rows == 0 || cols == 0 || ld < cols || rows > 1 << 32 || cols > 1 << 32 || ld >= 1 << 39 {
+    let size = elem.size();
+    if rows == 0 || cols == 0 || ld < cols || rows > 1 << 32 || cols > 1 << 32 || ld >= 1 << 38 {
         return Err(bad("dimensions out of range"));
     }
-    if !ptr.is_multiple_of(16) || !(2 * ld).is_multiple_of(16) {
+    if !ptr.is_multiple_of(16) || !(size * ld).is_multiple_of(16) {
         return Err(bad("address and row stride must be multiples of 16 bytes"));
     }
     if box_rows == 0 || box_rows > 256 {
         return Err(bad("a box has 1 to 256 rows"));
     }
-    let dtype = match half {
-        Half::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        Half::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    let (dtype, swizzle) = match elem {
+        Element::F16 => (
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        ),
+        Element::Bf16 => (
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        ),
+        Element::F32 => (
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+        ),
     };
     let dims = [cols, rows];
     // Bytes between rows (the innermost dimension's stride is implied).
-    let strides = [2 * ld];
+    let strides = [size * ld];
     let boxes = [32, box_rows];
     let elem_strides = [1u32, 1];
     guard(CALL, || {
@@ -75,7 +98,7 @@ pub fn tensor_map_2d(
                 boxes.as_ptr(),
                 elem_strides.as_ptr(),
                 sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+                swizzle,
                 sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )
@@ -94,11 +117,13 @@ mod tests {
     fn shapes_the_hardware_cannot_describe_are_errors_before_the_driver() {
         // Misaligned address, odd stride, stride shorter than a row, empty, box too tall or empty: each an
         // error (no driver is needed to reject them, so this runs without a GPU).
-        assert!(tensor_map_2d(Half::Bf16, 8, 10, 32, 32, 128).is_err());
-        assert!(tensor_map_2d(Half::Bf16, 0, 10, 32, 36, 128).is_err());
-        assert!(tensor_map_2d(Half::Bf16, 0, 10, 64, 32, 128).is_err());
-        assert!(tensor_map_2d(Half::F16, 0, 0, 32, 32, 128).is_err());
-        assert!(tensor_map_2d(Half::F16, 0, 10, 32, 32, 0).is_err());
-        assert!(tensor_map_2d(Half::F16, 0, 10, 32, 32, 512).is_err());
+        assert!(tensor_map_2d(Element::Bf16, 8, 10, 32, 32, 128).is_err());
+        assert!(tensor_map_2d(Element::Bf16, 0, 10, 32, 36, 128).is_err());
+        assert!(tensor_map_2d(Element::Bf16, 0, 10, 64, 32, 128).is_err());
+        assert!(tensor_map_2d(Element::F16, 0, 0, 32, 32, 128).is_err());
+        assert!(tensor_map_2d(Element::F16, 0, 10, 32, 32, 0).is_err());
+        assert!(tensor_map_2d(Element::F16, 0, 10, 32, 32, 512).is_err());
+        // f32 rows of 6 values are 24 bytes: not a multiple of 16 (8 would be).
+        assert!(tensor_map_2d(Element::F32, 0, 10, 6, 6, 32).is_err());
     }
 }

@@ -756,6 +756,9 @@ mod run_gpu {
             (16_384, 96),
             (16_385, 1024),
             (3000, 4096),
+            // sm90a_knn1's largest launch (1,024 blocks, 8 per SM), and rows past a whole 48-tile ring.
+            (32_768, 100),
+            (200, 1540),
         ];
         for _ in 0..if quick { 3 } else { 12 } {
             shapes.push((

@@ -387,10 +387,10 @@ pub struct Knn1Params {
     pub group_blocks: u32,
 }
 
-/// A one-query launch's parameters with the query itself inside (`sm80_knn1q_*`, `sm90a_knn1q_*`):
+/// A one-query launch's parameters with the query itself inside (`sm80_knn1q_*`, `Q =` [`KNN1_PARAM_QUERY`]):
 /// `base.query` is 0 and the kernel reads the query's `base.dim <= Q` floats from `query` (the launch
-/// carries them: no copy call, and no read over the bus by every block). `Q` is [`KNN1_PARAM_QUERY`] for
-/// `sm80_knn1q_*` and [`KNN1_BULK_PARAM_QUERY`] for `sm90a_knn1q_*`.
+/// carries them: no copy call, and no read over the bus by every block). `sm90a_knn1q_*` carry theirs in
+/// [`Knn1BulkParams`].
 #[repr(C, align(16))]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Knn1QueryParams<const Q: usize> {
@@ -429,45 +429,58 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
     (query + rings) * 4 + 2 * warps * 8 + 8
 }
 
-/// Column chunks of each row in `sm90a_knn1_*` (one bulk copy per row and chunk, one `mbarrier` per chunk: the
-/// chains start on chunk 0 while the later chunks still land). One: the tensor memory accelerator takes ~65
-/// cycles per bulk copy, so the 3 us that 4 chunks of 32 rows cost in copies outweighed the overlap (session
-/// 15, run D: 1,000 rows x 768 took 19.2-21.1 us with 1 chunk, 21.2-21.8 us with 4, 19.7-19.9 us with 2).
-pub const KNN1_BULK_CHUNKS: u32 = 1;
-/// Warps of an `sm90a_knn1_*` block by default: warp 0 runs the rows' chains; with more, warp 1 queues the
-/// rows' copies while the others stage the query, and they leave before the chains. On an H200 (session 16,
-/// runs H, I) 1,000 rows took 16.3-17.3 us with 4 warps, 15.7-15.9 with 8, 16.9-18.5 with 1.
+/// Warps of an `sm90a_knn1_*` block where its blocks fit the SMs one each: warp 0 runs the rows' chains,
+/// warp 1 queues the tiles' copies, and the others stage the query from the parameters and leave. On an
+/// H200 (session 16, runs H, I) 1,000 rows took 16.3-17.3 us with 4 warps, 15.7-15.9 with 8 (the parameter's
+/// constant-cache misses of different warps overlap).
 pub const KNN1_BULK_WARPS: u32 = 8;
+/// Bytes of one `sm90a_knn1_*` tile: 32 rows x 32 columns of f32, one tensor-map copy, stored in the 128-byte
+/// swizzle (row `r`'s 16-byte piece `c` at piece `c ^ (r % 8)` of the tile's row `r`).
+pub const KNN1_BULK_TILE_BYTES: u32 = 32 * 32 * 4;
+/// The most tiles in an `sm90a_knn1_*` block's ring: 48 (192 KiB) hold the 32 whole rows of up to 1,536
+/// dimensions, so a block that has an SM to itself has every copy in flight at once.
+pub const KNN1_BULK_MAX_SLOTS: u32 = 48;
+/// The fewest tiles in an `sm90a_knn1_*` ring: its merges stage up to 32 lists of 32 keys (8 KiB) there.
+pub const KNN1_BULK_MIN_SLOTS: u32 = 2;
 
-/// Shared row stride of `sm90a_knn1_*`, in f32: `dim` and 4 or 8 of padding, so that the stride in 16-byte
-/// units is odd (the eight 16-byte reads of one quarter-warp, one per row, fall in eight bank groups).
-pub const fn knn1_bulk_row_stride(dim: u32) -> u32 {
-    let d = dim.div_ceil(4) * 4;
-    // d / 4 even: bit 2 of d clear.
-    if d & 4 == 0 { d + 4 } else { d + 8 }
+/// A one-query launch's parameters for `sm90a_knn1_*` (`Q = 0`: the query in memory at `base.query`) and
+/// `sm90a_knn1q_*` (`Q = `[`KNN1_BULK_PARAM_QUERY`]: the query inside, `base.query` 0).
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Knn1BulkParams<const Q: usize> {
+    /// The corpus's encoded tensor map (`CUtensorMap`: `n_rows x dim` f32, boxes of 32 x 32, 128-byte
+    /// swizzle), read by the copies from the parameter itself. The kernels' parameter is declared 64-byte
+    /// aligned, as the tensor memory accelerator needs (`cargo xtask build-kernels` raises rustc's 16).
+    pub map: [u64; 16],
+    pub base: Knn1Params,
+    /// Tiles in the block's ring, [`KNN1_BULK_MIN_SLOTS`] to [`KNN1_BULK_MAX_SLOTS`].
+    pub slots: u32,
+    /// 1: every block writes its `k` smallest keys ascending, then their scores' bits, to `base.out[2 k
+    /// block ..]` ([`KNN1_EMPTY_KEY`] where the block has fewer than `k` rows) and nothing merges on the
+    /// device (no tickets, no fence): the host merges the lists. 0: the tickets and mergers of [`Knn1Params`].
+    pub lists_out: u32,
+    pub _pad: [u32; 2],
+    pub query: [f32; Q],
 }
 
-/// Columns per chunk of `sm90a_knn1_*` (a multiple of 4; the last chunk may be shorter or empty).
-pub const fn knn1_bulk_chunk_cols(dim: u32) -> u32 {
-    dim.div_ceil(KNN1_BULK_CHUNKS).div_ceil(4) * 4
+/// The key a block writes for a place in its list that no row fills (`Knn1BulkParams::lists_out`): never a
+/// row's key (a row id is below `u32::MAX - 1`) and never the host's "not yet written" word (`u64::MAX`).
+pub const KNN1_EMPTY_KEY: u64 = u64::MAX - 1;
+const _: () = assert!(
+    core::mem::offset_of!(Knn1BulkParams<KNN1_BULK_PARAM_QUERY>, query) % 16 == 0,
+    "the kernels load the parameters' query 16 bytes at a time"
+);
+
+/// f32 of `sm90a_knn1_*`'s query area: `dim` rounded up to whole tiles (the last tile's loads stay inside).
+pub const fn knn1_bulk_query_floats(dim: u32) -> u32 {
+    dim.div_ceil(32) * 32
 }
 
-/// f32 of the rows' area of `sm90a_knn1_*`: the warp's 32 rows, and at least the 32 lists of 32 keys its
-/// merges stage there afterwards.
-pub const fn knn1_bulk_rows_area(dim: u32) -> u32 {
-    let rows = 32 * knn1_bulk_row_stride(dim);
-    if rows > 2 * 32 * 32 {
-        rows
-    } else {
-        2 * 32 * 32
-    }
-}
-
-/// Dynamic shared memory of one `sm90a_knn1_*` block (one warp): the query, the rows' area, the chunks'
-/// barriers, two minima and the last-block flag.
-pub const fn knn1_bulk_shared_bytes(dim: u32) -> u32 {
-    let query = dim.div_ceil(4) * 4;
-    (query + knn1_bulk_rows_area(dim)) * 4 + KNN1_BULK_CHUNKS * 8 + 2 * 8 + 8
+/// Dynamic shared memory of one `sm90a_knn1_*` block with `slots` tiles: up to 1,023 bytes to align the ring
+/// to 1,024 (the swizzle's period), the ring, the query, a full and an empty barrier per tile, two minima
+/// and the last-block flag.
+pub const fn knn1_bulk_shared_bytes(dim: u32, slots: u32) -> u32 {
+    1024 + slots * KNN1_BULK_TILE_BYTES + knn1_bulk_query_floats(dim) * 4 + slots * 16 + 2 * 8 + 8
 }
 
 /// One query against many rows (`sm80_scan1_*`, sm_80 and newer: `cp.async`): a persistent scan, scores and,
