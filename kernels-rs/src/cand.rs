@@ -23,7 +23,7 @@
 use crate::dense::{chain_tile, finish};
 use crate::util::{
     F4, block_min, block_x, block_y, cp_async_commit, cp_async_wait, cp_async16,
-    dynamic_shared_f32, fma, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
+    dynamic_shared_f32, score_key, shared_addr, sqrt, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     CAND_ROW_STRIDE, CAND_SLICE, CAND_STAGES, CAND_TILE, CAND_WARPS, CandParams, METRIC_COSINE,

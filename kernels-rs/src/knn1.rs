@@ -50,7 +50,7 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) ->
     let t = thread_x() as usize;
     let (lane, warp) = (t % 32, t / 32);
     let warps = p.warps as usize;
-    let (n, dim, k) = (p.n_rows as usize, p.dim as usize, p.k as usize);
+    let (n, dim) = (p.n_rows as usize, p.dim as usize);
     let q_s = smem;
     let ring = smem.wrapping_add(dim.div_ceil(4) * 4 + warp * RING);
     let mins = smem.wrapping_add(dim.div_ceil(4) * 4 + warps * RING) as *mut u64;

@@ -18,6 +18,9 @@
 )]
 #![allow(internal_features)]
 #![deny(unsafe_op_in_unsafe_fn)]
+// `cargo xtask build-kernels` shows no compiler output when it succeeds (and CI lints only the host crates), so
+// the unused-code lints fail the build here rather than pass unseen (the nightly is pinned).
+#![deny(unused)]
 
 /// Repeat a block `$n` times (2, 4, 8 or 16) with `$i` bound to the constants `0..$n` of type `$t`, so that arrays
 /// indexed by `$i` stay in registers.

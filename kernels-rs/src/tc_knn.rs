@@ -52,11 +52,16 @@ const _: () = assert!(SEED_SLOTS == 4, "the seed's loops are unrolled for 4 slot
 #[inline(always)]
 pub(crate) fn seed_insert(top: &mut [f32; SEED_SLOTS], v: f32) {
     let mut v = if v == v { v } else { f32::NEG_INFINITY };
-    unroll!(4, S: usize => {
+    unroll!(2, S: usize => {
         let hi = top[S].max(v);
         v = top[S].min(v);
         top[S] = hi;
     });
+    let hi = top[2].max(v);
+    v = top[2].min(v);
+    top[2] = hi;
+    // The last slot keeps the better of the two; what falls out is dropped.
+    top[3] = top[3].max(v);
 }
 const CAP: usize = TC_KNN_CAP as usize;
 /// The cosine pre-filter's relative margin (its rounding error is below 8 * 2^-24).
