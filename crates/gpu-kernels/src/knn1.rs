@@ -288,11 +288,13 @@ fn knn1_lists_to_host(blocks: usize, k: usize) -> bool {
 }
 
 /// The most answer words (`2k` per block) for which `sm90a_knn1_*` hands the blocks' lists to the host by
-/// default: 4,096 (32 KiB), so up to 4,096 rows x top-16 (128 blocks). On an H200 (session 17, run E), top-10
-/// of 1,000 rows x 768 took 15.4-16.3 us merged by the host against 17.0-17.3 us on the device, 4,096 rows
-/// (2,560 words) 18.1-18.3 against 20.2-21.1 us, 10,000 rows (6,260 words) 23.8-26.8 against 21.1-21.4 us
-/// (the host reads every word over the bus).
-pub const KNN1_HOST_MERGE_MAX_WORDS: usize = 4096;
+/// default: 3,072 (24 KiB), so 4,096 rows x top-10 (128 blocks) or 1,000 rows x top-32. On an H200 (session
+/// 17), top-10 of 1,000 rows x 768 took 15.4-16.3 us merged by the host against 17.0-17.3 us on the device,
+/// 4,096 rows (2,560 words) 18.1-18.3 against 20.2-21.1 us, 10,000 rows (6,260 words) 23.8-26.8 against
+/// 21.1-21.4 us (run E: the host reads every word over the bus); around 4,000 words the two were within the
+/// runs' spread (run I: 4,096 rows x top-16 21.8 / 25.0 against 23.3 / 23.4 us; 2,000 rows x top-32 23.4 / 26.5
+/// against 27.3 / 26.4 us), and 8,192 words (4,096 rows x top-32) took 33-35 us against 27.5 us.
+pub const KNN1_HOST_MERGE_MAX_WORDS: usize = 3072;
 
 /// `base` with the query's floats inside and `base.query` set to 0, for `sm90a_knn1q_*` (map and ring to be
 /// filled in).
