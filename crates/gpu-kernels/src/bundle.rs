@@ -185,6 +185,24 @@ mod tests {
     }
 
     #[test]
+    fn the_one_query_hopper_kernels_take_a_64_byte_aligned_parameter() {
+        // `sm90a_knn1*` hand their parameter's first field, a tensor map, to the tensor memory accelerator, which
+        // needs it 64-byte aligned: the build declares it so (rustc stops at 16).
+        let ptx = std::str::from_utf8(SM90A_IMAGES[1].bytes).expect("utf8");
+        for metric in ["dot", "cosine", "l2"] {
+            for name in [
+                format!("sm90a_knn1_{metric}"),
+                format!("sm90a_knn1q_{metric}"),
+            ] {
+                assert!(
+                    ptx.contains(&format!(".param .align 64 .b8 {name}_param_0[")),
+                    "{name}'s parameter is not declared 64-byte aligned"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn exact_cubin_first_then_newest_older_ptx() {
         assert_eq!(
             select_image(9, 0, None).unwrap().candidates,
