@@ -46,7 +46,13 @@ pub const KNN1_BULK_MAX_ROWS: usize = 32 * 32 * 32;
 pub(crate) struct Knn1Funcs {
     memory: [CudaFunction; 3],
     carried: Option<[CudaFunction; 3]>,
+    /// `sm90a_knn1_*` only: the last launch's corpus tensor map and the `(address, rows, dim)` it describes,
+    /// encoded again only for another corpus.
+    corpus_map: parking_lot::Mutex<Option<(MapKey, TensorMap)>>,
 }
+
+/// What a corpus tensor map describes: the rows' device address, the rows, the dimension.
+type MapKey = (u64, usize, usize);
 
 impl Knn1Funcs {
     /// `{prefix}_{dot,cosine,l2}` and `{prefix}q_{dot,cosine,l2}`, each opted into `bytes` of dynamic shared
@@ -86,7 +92,24 @@ impl Knn1Funcs {
         Ok(Some(Knn1Funcs {
             memory,
             carried: three(&format!("{prefix}q"))?,
+            corpus_map: parking_lot::Mutex::new(None),
         }))
+    }
+
+    /// The tensor map of the `n_rows x dim` f32 rows at `corpus` (boxes of 32 x 32, in the 128-byte swizzle:
+    /// what `sm90a_knn1_*` copies), encoded when the last launch's corpus was another.
+    fn corpus_map(&self, corpus: u64, n_rows: usize, dim: usize) -> Result<TensorMap, GpuError> {
+        let key = (corpus, n_rows, dim);
+        let mut cached = self.corpus_map.lock();
+        if let Some((k, map)) = &*cached
+            && *k == key
+        {
+            return Ok(*map);
+        }
+        let (rows, cols) = (n_rows as u64, dim as u64);
+        let map = tensor_map_2d(Element::F32, corpus, rows, cols, cols, 32)?;
+        *cached = Some((key, map));
+        Ok(map)
     }
 }
 
@@ -196,9 +219,6 @@ pub(crate) struct OneQueryScratch {
     /// Zero between launches (the kernel's last block or mergers reset them).
     pub(crate) tickets: CudaSlice<u32>,
     answer: Answer,
-    /// The last `sm90a_knn1_*` launch's corpus tensor map and the `(address, rows, dim)` it describes:
-    /// encoded again only for another corpus.
-    corpus_map: Option<((u64, usize, usize), TensorMap)>,
 }
 
 /// Where a one-query launch's `2k` answer words land: pinned host memory mapped into the device, written by
@@ -388,28 +408,7 @@ impl OneQueryScratch {
             partial: gpu.alloc_zeros::<u64>(n.partial_made)?,
             tickets: gpu.alloc_zeros::<u32>(n.tickets)?,
             answer,
-            corpus_map: None,
         })
-    }
-
-    /// The tensor map of the `n_rows x dim` f32 rows at `corpus` (boxes of 32 x 32, in the 128-byte swizzle:
-    /// what `sm90a_knn1_*` copies), encoded when the last launch's corpus was another.
-    fn corpus_map(
-        &mut self,
-        corpus: u64,
-        n_rows: usize,
-        dim: usize,
-    ) -> Result<TensorMap, GpuError> {
-        let key = (corpus, n_rows, dim);
-        if let Some((k, map)) = &self.corpus_map
-            && *k == key
-        {
-            return Ok(*map);
-        }
-        let (rows, cols) = (n_rows as u64, dim as u64);
-        let map = tensor_map_2d(Element::F32, corpus, rows, cols, cols, 32)?;
-        self.corpus_map = Some((key, map));
-        Ok(map)
     }
 
     /// Where the kernel reads the query: 0 when the launch carries it.
@@ -469,7 +468,7 @@ pub(crate) fn one_query_round_trip(
     query: &[f32],
     query_in_params: bool,
     k: usize,
-    launch: impl FnOnce(&mut OneQueryScratch) -> Result<(), KernelError>,
+    launch: impl FnOnce(&OneQueryScratch) -> Result<(), KernelError>,
 ) -> Result<TopKResult, KernelError> {
     if !slot.as_ref().is_some_and(|s| s.fits(needs)) {
         if slot.is_some() {
@@ -646,11 +645,25 @@ impl Kernels {
         let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
         // sm90a_knn1 where it loaded and takes the shape: 32 rows per block (one computing warp, the copying
         // warp and the stagers), groups of 32 blocks.
-        let bulk = self
+        // It needs the corpus's tensor map; where the driver refuses one, `sm80_knn1` answers instead.
+        let bulk_map = match self
             .hopper
             .as_ref()
             .and_then(|h| h.knn1.as_ref())
-            .filter(|_| knn1_bulk_enabled() && n_rows <= KNN1_BULK_MAX_ROWS);
+            .filter(|_| knn1_bulk_enabled() && n_rows <= KNN1_BULK_MAX_ROWS)
+        {
+            Some(b) => match b.corpus_map(gpu.device_ptr(corpus), n_rows, dim) {
+                Ok(map) => Some((b, map)),
+                Err(e) if e.is_device_lost() => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "sm90a_knn1: no tensor map for this corpus; sm80_knn1 runs");
+                    None
+                }
+            },
+            None => None,
+        };
+        let bulk = bulk_map.map(|(b, _)| b);
+        let map = bulk_map.map_or([0; 16], |(_, m)| m.0);
         let info = gpu.info();
         let plan = bulk_plan(
             n_rows.div_ceil(32),
@@ -693,10 +706,6 @@ impl Kernels {
         let in_params = carried.is_some();
         let mut slot = self.knn1_scratch.lock();
         one_query_round_trip(K, gpu, &mut slot, needs, query, in_params, k, |sc| {
-            let map = match bulk {
-                Some(_) => sc.corpus_map(gpu.device_ptr(corpus), n_rows, dim)?.0,
-                None => [0; 16],
-            };
             let base = Knn1Params {
                 query: sc.query_ptr(gpu),
                 corpus: gpu.device_ptr(corpus),
