@@ -5,10 +5,11 @@
 //! memory, which the kernel reads over the bus. The kernel writes its `2k` answer words straight into mapped
 //! pinned memory (`sm90a_knn1_*` with few blocks: each block its own `2k` words, its `k` best keys and their
 //! scores, which the host merges, so no block waits on a fence and a ticket), and the host spins on those
-//! words ([`Gpu::wait_mapped_filled`]) instead of waiting for the stream. Settings for comparison: `RECALL_KNN1_QUERY=params|memory` always or never carries the query
-//! in the parameters; `RECALL_KNN1_MERGE=host|device` always or never merges `sm90a_knn1`'s lists on the
-//! host; `RECALL_KNN1_BULK=off` runs `sm80_knn1_*` instead; `RECALL_KNN1_BULK_WARPS` fixes its blocks'
-//! warps; `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for the stream;
+//! words ([`Gpu::wait_mapped_filled`]) instead of waiting for the stream. Settings for comparison:
+//! `RECALL_KNN1_QUERY=params|memory` always or never carries the query in the parameters;
+//! `RECALL_KNN1_MERGE=host|device` always or never merges `sm90a_knn1`'s lists on the host;
+//! `RECALL_KNN1_BULK=off` runs `sm80_knn1_*` instead; `RECALL_KNN1_BULK_WARPS` fixes its blocks' warps;
+//! `RECALL_ONE_QUERY_WAIT=sync` copies the query in and waits for the stream;
 //! `RECALL_ONE_QUERY_READBACK=copy` also copies the answer back (a third call).
 
 use crate::env::{choice_value, env_choice, env_number, env_switch};
@@ -283,15 +284,20 @@ pub const KNN1_PARAMS_MIN_BUS_BYTES: usize = 32 << 10;
 
 /// `base` with the query's floats inside and `base.query` set to 0.
 fn with_query<const Q: usize>(mut base: Knn1Params, query: &[f32]) -> Knn1QueryParams<Q> {
-    let mut floats = [0.0; Q];
     base.query = 0;
+    Knn1QueryParams {
+        base,
+        query: query_floats(query),
+    }
+}
+
+/// The query's floats in an array of `Q`, zeros past its end (`query.len() <= Q`: the launcher).
+fn query_floats<const Q: usize>(query: &[f32]) -> [f32; Q] {
+    let mut floats = [0.0; Q];
     for (d, s) in floats.iter_mut().zip(query) {
         *d = *s;
     }
-    Knn1QueryParams {
-        base,
-        query: floats,
-    }
+    floats
 }
 
 /// Whether an `sm90a_knn1_*` launch of `blocks` blocks hands every block's `k` keys to the host to merge
@@ -316,17 +322,25 @@ fn knn1_lists_to_host(blocks: usize, k: usize) -> bool {
 /// against 27.3 / 26.4 us), and 8,192 words (4,096 rows x top-32) took 33-35 us against 27.5 us.
 pub const KNN1_HOST_MERGE_MAX_WORDS: usize = 3072;
 
-/// `base` with the query's floats inside and `base.query` set to 0, for `sm90a_knn1q_*` (map and ring to be
-/// filled in).
-fn with_bulk_query(base: Knn1Params, query: &[f32]) -> Knn1BulkParams<KNN1_BULK_PARAM_QUERY> {
-    let q = with_query::<KNN1_BULK_PARAM_QUERY>(base, query);
+/// The parameters of an `sm90a_knn1_*` launch (`Q = 0`: the query stays in memory at `base.query`) or an
+/// `sm90a_knn1q_*` one (the query's floats inside, `base.query` set to 0).
+fn bulk_params<const Q: usize>(
+    map: TensorMap,
+    mut base: Knn1Params,
+    slots: u32,
+    lists_out: bool,
+    query: &[f32],
+) -> Knn1BulkParams<Q> {
+    if Q > 0 {
+        base.query = 0;
+    }
     Knn1BulkParams {
-        map: [0; 16],
-        base: q.base,
-        slots: 0,
-        lists_out: 0,
+        map: map.0,
+        base,
+        slots,
+        lists_out: u32::from(lists_out),
         _pad: [0; 2],
-        query: q.query,
+        query: query_floats(query),
     }
 }
 
@@ -453,10 +467,11 @@ impl OneQueryScratch {
 ///   or three queued calls.
 ///
 /// `launch` reads the query at [`OneQueryScratch::query_ptr`] (0: in its parameters, which it fills itself)
-/// and the scratch's device buffers, and writes each answer word once at [`OneQueryScratch::out_ptr`], after
-/// its blocks' last reads of the query (the kernels' last block merges only after every block's ticket). A spinning call can return while the
-/// kernel's last block still resets its tickets; the next call's launch queues behind it on the stream, and
-/// the scratch is freed only after a synchronise.
+/// and the scratch's device buffers, and writes each of the `needs.lists` lists' `2k` answer words once at
+/// [`OneQueryScratch::out_ptr`], after its blocks' last reads of the query (a block writes its own list last;
+/// a merger writes the answer only after every block's ticket); the host merges the lists. A spinning call
+/// can return while the kernel's last block still resets its tickets; the next call's launch queues behind
+/// it on the stream, and the scratch is freed only after a synchronise.
 /// After an error the stream is synchronised and the scratch dropped: a launch that failed part-way may leave
 /// a ticket non-zero.
 #[allow(clippy::too_many_arguments)]
@@ -662,24 +677,24 @@ impl Kernels {
             },
             None => None,
         };
-        let bulk = bulk_map.map(|(b, _)| b);
-        let map = bulk_map.map_or([0; 16], |(_, m)| m.0);
-        let info = gpu.info();
-        let plan = bulk_plan(
-            n_rows.div_ceil(32),
-            dim,
-            info.sm_count,
-            info.max_shared_memory_per_block_optin as u32,
-            knn1_bulk_warps_setting(),
-        );
+        // With its ring's tiles, warps per block and shared memory (`bulk_plan`).
+        let bulk = bulk_map.map(|(b, map)| {
+            let info = gpu.info();
+            let plan = bulk_plan(
+                n_rows.div_ceil(32),
+                dim,
+                info.sm_count,
+                info.max_shared_memory_per_block_optin as u32,
+                knn1_bulk_warps_setting(),
+            );
+            (b, map, plan)
+        });
         // sm90a_knn1 hands each block's list to the host when the lists are few (`RECALL_KNN1_MERGE`).
         let lists_out = bulk.is_some() && knn1_lists_to_host(n_rows.div_ceil(32), k);
         let (warps, (n_blocks, n_groups, threads), smem) = match bulk {
-            Some(_) => (
-                1,
-                (n_rows.div_ceil(32), n_rows.div_ceil(32 * 32), 32),
-                plan.2,
-            ),
+            Some((_, _, (_, _, smem))) => {
+                (1, (n_rows.div_ceil(32), n_rows.div_ceil(32 * 32), 32), smem)
+            }
             None => (
                 warps_for(n_rows, kernels.max_warps),
                 layout(n_rows, kernels.max_warps),
@@ -696,7 +711,7 @@ impl Kernels {
             lists: if lists_out { n_blocks } else { 1 },
         };
         let (funcs, capacity) = match bulk {
-            Some(b) => (b, KNN1_BULK_PARAM_QUERY),
+            Some((b, _, _)) => (b, KNN1_BULK_PARAM_QUERY),
             None => (&kernels.funcs, KNN1_PARAM_QUERY),
         };
         let carried = funcs
@@ -723,52 +738,39 @@ impl Kernels {
             };
             let cfg = LaunchConfig {
                 grid_dim: (n_blocks as u32, 1, 1),
-                block_dim: (32 * if bulk.is_some() { plan.1 } else { warps }, 1, 1),
+                block_dim: (32 * bulk.map_or(warps, |(_, _, (_, w, _))| w), 1, 1),
                 shared_mem_bytes: smem,
             };
             // SAFETY: knn1_supported holds (1 <= k <= min(32, n_rows), dim a multiple of 4 up to
             // KNN1_MAX_DIM, whose shared memory the function was opted into for `max_warps >= warps`);
             // the query holds dim values, the corpus n_rows * dim (16-byte aligned: a device allocation),
             // the norms n_rows for cosine; scores n_rows, partial (n_blocks + n_groups) * k, tickets
-            // 1 + n_groups, out 64 >= 2k (`needs`); the tickets are zero (fresh, or reset by the last
+            // 1 + n_groups, out `lists` x 2k words (`needs`); the tickets are zero (fresh, or reset by the last
             // launch's mergers); grid and block as `Knn1Params` documents. sm90a_knn1 (`bulk`): 32 rows and
             // 2 to 8 warps per block (`bulk_plan`), groups of 32 blocks, n_rows <= KNN1_BULK_MAX_ROWS so at
             // most 32 groups; the ring's tiles within KNN1_BULK_MIN_SLOTS..=KNN1_BULK_MAX_SLOTS and dim up
             // to KNN1_MAX_DIM, whose shared memory `load_bulk` opted it into; `map` the corpus's tensor map
             // as `Knn1BulkParams` documents (in the parameters, which the build declares 64-byte aligned).
-            // A query in the parameters (`carried`:
-            // `*_knn1q_*`, with the parameter struct each was compiled with, base.query 0) has dim <= that
-            // struct's capacity (`knn1_query_in_params`).
+            // A query in the parameters (`carried`: `*_knn1q_*`, with the parameter struct each was compiled
+            // with, base.query 0) has dim <= that struct's capacity (`knn1_query_in_params`).
             unsafe {
-                match (carried, bulk.is_some()) {
-                    (Some(c), true) => gpu.launch(
+                match (carried, bulk) {
+                    (Some(c), Some((_, map, (slots, _, _)))) => gpu.launch(
                         &c[metric.index()],
                         cfg,
-                        Knn1BulkParams::<KNN1_BULK_PARAM_QUERY> {
-                            map,
-                            slots: plan.0,
-                            lists_out: u32::from(lists_out),
-                            ..with_bulk_query(base, query)
-                        },
+                        bulk_params::<KNN1_BULK_PARAM_QUERY>(map, base, slots, lists_out, query),
                     ),
-                    (None, true) => gpu.launch(
+                    (None, Some((_, map, (slots, _, _)))) => gpu.launch(
                         &funcs.memory[metric.index()],
                         cfg,
-                        Knn1BulkParams::<0> {
-                            map,
-                            base,
-                            slots: plan.0,
-                            lists_out: u32::from(lists_out),
-                            _pad: [0; 2],
-                            query: [],
-                        },
+                        bulk_params::<0>(map, base, slots, lists_out, query),
                     ),
-                    (Some(c), false) => gpu.launch(
+                    (Some(c), None) => gpu.launch(
                         &c[metric.index()],
                         cfg,
                         with_query::<KNN1_PARAM_QUERY>(base, query),
                     ),
-                    (None, false) => gpu.launch(&funcs.memory[metric.index()], cfg, base),
+                    (None, None) => gpu.launch(&funcs.memory[metric.index()], cfg, base),
                 }
             }?;
             Ok(())
@@ -809,9 +811,10 @@ pub(crate) fn one_query_inputs(
 #[cfg(test)]
 mod tests {
     use super::{
-        KNN1_MAX_DIM, KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds, QuerySetting, bulk_plan,
-        merge_lists, with_bulk_query, with_query,
+        KNN1_MAX_DIM, KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds, QuerySetting, bulk_params,
+        bulk_plan, merge_lists, with_query,
     };
+    use recall_gpu_sys::TensorMap;
     use recall_kernel_shared::KNN1_EMPTY_KEY;
 
     /// A list of `k` (key, score) words from `(score_key, id, score)` triples, padded with empty keys.
@@ -897,7 +900,7 @@ mod tests {
             dim: 768,
             ..Knn1Params::default()
         };
-        let p = with_bulk_query(base, &q);
+        let p = bulk_params::<KNN1_BULK_PARAM_QUERY>(TensorMap([0; 16]), base, 2, false, &q);
         assert_eq!(p.base.query, 0);
         assert_eq!(p.base.dim, 768);
         assert_eq!(&p.query[..768], &q[..]);
