@@ -19,6 +19,13 @@
 //! 3. A candidate list that overflowed leaves its pairs unmarked in the filtering thread's bit mask; the
 //!    block repeats 1 and 2 (the thresholds have fallen meanwhile) until nothing overflows.
 //!
+//! `sm90a_knn_*` merges lazily ([`Lists::merge_lazy`]): once the lists are full, about one pair in four
+//! thousand passes, so most tiles would merge a candidate or two behind two block barriers. Its candidates
+//! stay in their lists across tiles until one overflows, a query holds [`Lists::MERGE_FILL`] of them at a
+//! tile's start, or the block ends ([`Lists::flush`]); meanwhile a query's threshold is the one its last merge
+//! left, higher than an eager merge's, so more pairs become candidates but none that belongs in the answer is
+//! dropped, and the lists are the same.
+//!
 //! A query's threshold is the smaller of its list's `k`-th key and a key the blocks share through device
 //! memory (`TcKnnParams::thresholds`: each merge that fills or improves a list lowers it atomically): a pair
 //! at or above it has `k` better pairs in some block, so it cannot be in the answer, and each split keeps
@@ -134,6 +141,9 @@ pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
     pub(crate) k: usize,
     /// This thread's row norm of the tile in flight (row `r0 + thread`), loaded by `begin`.
     pub(crate) nc_next: f32,
+    /// Whether this thread's query (threads below 128) held at least [`Lists::MERGE_FILL`] unmerged candidates at
+    /// the tile's start ([`Lists::publish_tile`]): the lazy merge of `sm90a_knn_*` ([`Lists::merge_lazy`]).
+    pub(crate) pending_high: bool,
 }
 
 /// One query's filter state for a round: its current threshold key, norm, inverse norm and threshold score.
@@ -227,6 +237,7 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             q0,
             k,
             nc_next: 0.0,
+            pending_high: false,
         }
     }
 
@@ -352,6 +363,19 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         } else {
             // SAFETY: rl < 256.
             unsafe { *self.rinv.add(rl) }
+        }
+    }
+
+    /// [`Lists::row_quick`] of the tile-local rows `rl` and `rl + 1` (`rl` even), in one 8-byte read.
+    #[inline(always)]
+    pub(crate) fn row_quick_pair(&self, rl: usize) -> [f32; 2] {
+        if METRIC == METRIC_DOT {
+            [0.0; 2]
+        } else {
+            // SAFETY: rl + 1 < 256; the row values start 8-byte aligned (after whole u64 and f32 pairs from the
+            // 8-byte aligned lists) and rl is even.
+            let v = unsafe { *(self.rinv.add(rl) as *const u64) };
+            [f32::from_bits(v as u32), f32::from_bits((v >> 32) as u32)]
         }
     }
 
@@ -548,16 +572,17 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
     /// launch's shared key read once a tile, so that the filter reads only shared memory) to the block before
     /// the filter rounds of [`Lists::offer`] and [`Lists::merge_round`]. Block-uniform.
     #[inline(always)]
-    pub(crate) fn publish_tile(&self) {
+    pub(crate) fn publish_tile(&mut self) {
         let t = thread_x() as usize;
         if t < TQ && (self.q0 as usize + t) < self.n_queries as usize {
             // SAFETY: the query exists: inside the launch's thresholds, which other blocks change only
-            // atomically; t < 128: inside the block's thresholds, which the last tile's readers passed the
-            // barrier that ended its epilogue.
+            // atomically; t < 128: inside the block's thresholds and counts, which the last tile's readers and
+            // writers passed the barrier that ended its epilogue.
             unsafe {
                 let shared = load_relaxed_gpu_u64(self.shared_thr.wrapping_add(t));
                 let own = self.thr.add(t);
                 *own = (*own).min(shared);
+                self.pending_high = *self.count.add(t) as usize >= Self::MERGE_FILL;
             }
         }
         if METRIC != METRIC_DOT {
@@ -577,6 +602,9 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         sync_threads();
     }
 
+    /// Unmerged candidates of one query at a tile's start that make [`Lists::merge_lazy`] merge.
+    pub(crate) const MERGE_FILL: usize = CAP / 4;
+
     /// End a filter round: merge the candidates (step 2) and return whether any thread found a candidate
     /// list full (`overflow`), in which case the caller runs another round. Block-uniform.
     #[inline(always)]
@@ -593,6 +621,51 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
         }
         sync_threads();
         again
+    }
+
+    /// Merge the candidates that [`Lists::merge_lazy`] left, before [`Lists::write_out`]. Block-uniform.
+    #[inline(always)]
+    pub(crate) fn flush(&self) {
+        sync_threads();
+        self.merge_pending();
+    }
+
+    /// [`Lists::merge_round`], merging only when some thread found a candidate list full (`overflow`) or
+    /// asks for it (`want`: [`Lists::pending_high`] in the first round of a tile); the candidates otherwise
+    /// wait in their lists for a later tile (or [`Lists::write_out`]), each query's threshold staying as its
+    /// last merge left it. One block barrier when nothing merges, two when it does. Block-uniform.
+    #[inline(always)]
+    pub(crate) fn merge_lazy(&self, overflow: bool, want: bool) -> bool {
+        // The candidates are visible to every warp after this barrier.
+        if !sync_threads_or(overflow || want) {
+            return false;
+        }
+        self.merge_pending();
+        sync_threads_or(overflow)
+    }
+
+    /// Merge every query's candidates: warp `w` takes the queries `w, w + 8, ..` that have any (step 2). Call
+    /// between two block barriers, the candidates written before the first.
+    #[inline(always)]
+    fn merge_pending(&self) {
+        const { assert!(TQ == 8 * 16, "eight warps take sixteen queries each") };
+        let t = thread_x() as usize;
+        let (lane, warp) = (t % 32, t / 32);
+        // Lane `l < 16` reads query `warp + 8 l`'s count: one vote finds the queries to merge.
+        let mine = if lane < 16 {
+            // SAFETY: warp + 8 lane < 128: inside the counts.
+            unsafe { *self.count.add(warp + 8 * lane) }
+        } else {
+            0
+        };
+        let mut todo = ballot(mine != 0);
+        while todo != 0 {
+            let i = todo.trailing_zeros() as usize;
+            todo &= todo - 1;
+            // SAFETY: warp + 8 i < 128; warp `warp` alone touches queries warp, warp + 8, .. until the
+            // barrier that follows (the caller's).
+            unsafe { self.merge_one(warp + 8 * i, lane) };
+        }
     }
 
     /// The row norm of row `r0 + thread` for the next [`Lists::fold`].

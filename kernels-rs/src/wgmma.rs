@@ -19,6 +19,11 @@
 //! Accumulator `acc[4 j + 2 h + e]` of thread `t` holds query `64 wg + 16 (t / 32 % 4) + (t % 32) / 4 + 8 h`
 //! against row `8 j + 2 (t % 4) + e` of the tile (the `wgmma` D fragment of `m64nNk16`).
 //!
+//! The epilogue of `sm90a_knn_*` ([`Lists`] of `tc_knn.rs`, merged lazily) tests a thread's pairs eight at a
+//! time without a branch (one multiply and one compare each) and takes the per-pair path only for a group
+//! where one passed: the branch per pair had cost as many instructions as the main loop, and every warp
+//! waited for the slowest at each tile's merge barriers.
+//!
 //! The scores are not the bits of `tc_*`: the tensor cores may sum each 16-column product in another order.
 //! Both are fast mode, within the bound of `docs/numerics.md`; within one image `sm90a_knn_*` gives exactly
 //! the lists of `select_topk` over `sm90a_gemm_*`'s scores (the same main loop and score function).
@@ -790,35 +795,52 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
             });
             seed = self.seed_limits(&ql, &top);
         }
-        // Block-uniform loop (`merge_round` ends with a block-wide vote).
+        // Block-uniform loop (`merge_lazy` ends with a block-wide vote).
+        let mut want = self.pending_high;
         loop {
             let mut overflow = false;
             lim = [lim[0].max(seed[0]), lim[1].max(seed[1])];
-            unroll!(4, JH: usize => {
-                unroll!(8, JL: usize => {
-                    let j = JH * 8 + JL;
+            // Sixteen chunks of 8 pairs (rows 8 j + c + e of j = 2 ch, 2 ch + 1, both queries): the quick tests
+            // of a chunk without a branch, then the per-pair path only where one of them passed (about one
+            // pair in four thousand once the lists are full).
+            unroll!(16, CH: usize => {
+                let mut any = false;
+                let mut rq = [[0.0f32; 2]; 2];
+                unroll!(2, JJ: usize => {
+                    let j = 2 * CH + JJ;
+                    rq[JJ] = self.row_quick_pair(8 * j + c);
                     unroll!(2, E: usize => {
-                        let rl = 8 * j + c + E;
-                        let rq = self.row_quick(rl);
                         unroll!(2, H: usize => {
-                            let bit = 2 * (2 * j + E) + H;
-                            overflow |= self.consider(
-                                ql[H],
-                                rl,
-                                r0,
-                                acc[4 * j + 2 * H + E],
-                                rq,
-                                lim[H],
-                                &mut done[bit / 32],
-                                1 << (bit % 32),
-                            );
+                            any |= Self::might_pass(acc[4 * j + 2 * H + E], rq[JJ][E], lim[H]);
                         });
                     });
                 });
+                if any {
+                    unroll!(2, JJ: usize => {
+                        let j = 2 * CH + JJ;
+                        unroll!(2, E: usize => {
+                            let rl = 8 * j + c + E;
+                            unroll!(2, H: usize => {
+                                let bit = 2 * (2 * j + E) + H;
+                                overflow |= self.consider(
+                                    ql[H],
+                                    rl,
+                                    r0,
+                                    acc[4 * j + 2 * H + E],
+                                    rq[JJ][E],
+                                    lim[H],
+                                    &mut done[bit / 32],
+                                    1 << (bit % 32),
+                                );
+                            });
+                        });
+                    });
+                }
             });
-            if !self.merge_round(overflow) {
+            if !self.merge_lazy(overflow, want) {
                 break;
             }
+            want = false;
             lim = [self.limit(ql[0]), self.limit(ql[1])];
         }
     }
@@ -850,6 +872,7 @@ unsafe fn sm90a_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
             &mut copies,
             &mut lists,
         );
+        lists.flush();
         lists.write_out(p, split);
     }
 }
