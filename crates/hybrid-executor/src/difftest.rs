@@ -1367,6 +1367,11 @@ mod run_gpu {
             (40, 300, 64, 2),
             (33, 2000, 40, 3),
             (130, 3000, 96, 1),
+            // 1,024 queries take few splits, so each block walks ~10 row tiles: candidates wait in their
+            // lists across tiles (the lazy merge), with ties and with every tile beating the last.
+            (1024, 40_000, 32, 0),
+            (1024, 40_000, 16, 2),
+            (1024, 40_000, 24, 3),
         ];
         for _ in 0..if quick { 2 } else { 8 } {
             cases.push((
