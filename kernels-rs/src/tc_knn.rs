@@ -40,14 +40,14 @@
 use crate::select::atomic_add;
 use crate::tensor::{Acc, Epilogue, Operands, score, stream};
 use crate::util::{
-    ballot, block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma,
+    ballot, block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, grid_dim_y,
     load_relaxed_gpu_u64, score_key, shared_addr, shfl_xor_f32, shfl_xor_u64,
     store_relaxed_gpu_u64, sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::{
     METRIC_COSINE, METRIC_DOT, METRIC_L2, TC_KNN_CAP, TC_PIPE_BYTES, TC_TILE_Q, TC_TILE_R,
-    TcKnnParams, TcMergeParams,
+    TcKnnParams, TcMergeParams, tc_knn_heads_per_split,
 };
 
 const TQ: usize = TC_TILE_Q as usize;
@@ -116,7 +116,7 @@ fn opaque(x: u32) -> u32 {
 /// `tc_knn_shared_bytes` counts it, with `CAP` candidates per query) and the epilogue that folds each row
 /// tile into the lists. `sm90a_knn_*` (`wgmma.rs`) uses it too, through [`Lists::fold`] with its own
 /// accumulator layout.
-pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
+pub(crate) struct Lists<const METRIC: u32, const CAP: usize, const MULTI: bool> {
     pub(crate) list_key: *mut u64,
     pub(crate) cand_key: *mut u64,
     /// Per query its threshold key for this tile ([`Lists::threshold_key`]): the launch's shared key as read
@@ -132,8 +132,11 @@ pub(crate) struct Lists<const METRIC: u32, const CAP: usize> {
     pub(crate) corpus_norms: u64,
     /// The launch's shared thresholds, at this block's first query (`TcKnnParams::thresholds`).
     pub(crate) shared_thr: *mut u64,
-    /// The launch's list heads of this block's first query (`TcKnnParams::heads`), `n_splits` a query, and this
-    /// block's split; `None` with fewer than `k` splits (the heads then bound nothing).
+    /// The launch's list heads of this block's first query (`TcKnnParams::heads`), how many a query has, and
+    /// where this block's start: one a split (`n_splits` a query, this block's at its split), `None` with fewer
+    /// than `k` splits (the heads then bound nothing); with `MULTI`, `h = tc_knn_heads_per_split(k, n_splits)`
+    /// a split (`n_splits * h` a query, this block's `h` from `split * h`), `None` when a query would have more
+    /// than `32 * HEAD_SLOTS`.
     pub(crate) heads: Option<(*mut u64, usize, usize)>,
     pub(crate) n_rows: u32,
     pub(crate) n_queries: u32,
@@ -156,7 +159,7 @@ pub(crate) struct Threshold {
     thr_s: f32,
 }
 
-impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
+impl<const METRIC: u32, const CAP: usize, const MULTI: bool> Lists<METRIC, CAP, MULTI> {
     /// Lay out the block's shared state after the first `pipe_bytes` bytes of its dynamic shared memory
     /// (the ring), reset the lists and load the tile's query norms. The writes are read after a block
     /// barrier (the main loop's first).
@@ -224,14 +227,26 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             rinv,
             corpus_norms: p.corpus_norms,
             shared_thr: (p.thresholds as *mut u64).wrapping_add(q0 as usize),
-            heads: (p.n_splits >= p.k && p.n_splits as usize <= 32 * HEAD_SLOTS).then(|| {
-                let ns = p.n_splits as usize;
-                (
-                    (p.heads as *mut u64).wrapping_add(q0 as usize * ns),
-                    ns,
-                    block_y() as usize,
-                )
-            }),
+            heads: if MULTI {
+                let h = tc_knn_heads_per_split(p.k, p.n_splits) as usize;
+                let per_query = p.n_splits as usize * h;
+                (per_query <= 32 * HEAD_SLOTS).then(|| {
+                    (
+                        (p.heads as *mut u64).wrapping_add(q0 as usize * per_query),
+                        per_query,
+                        block_y() as usize * h,
+                    )
+                })
+            } else {
+                (p.n_splits >= p.k && p.n_splits as usize <= 32 * HEAD_SLOTS).then(|| {
+                    let ns = p.n_splits as usize;
+                    (
+                        (p.heads as *mut u64).wrapping_add(q0 as usize * ns),
+                        ns,
+                        block_y() as usize,
+                    )
+                })
+            },
             n_rows: p.n_rows,
             n_queries: p.n_queries,
             q0,
@@ -766,7 +781,26 @@ impl<const METRIC: u32, const CAP: usize> Lists<METRIC, CAP> {
             // A new best pair: publish it among the launch's heads, and bound the query by the k-th smallest
             // head (warp-uniform: every lane read the same list before and after).
             let head = *self.list_key.add(base);
-            if let Some((heads, ns, split)) = self.heads
+            if MULTI {
+                // A new pair among the list's first `h`: publish them, and bound the query by the k-th smallest
+                // of all splits' heads (warp-uniform: the vote).
+                if let Some((heads, per_query, own)) = self.heads {
+                    let h = tc_knn_heads_per_split(k as u32, grid_dim_y()) as usize;
+                    if ballot(lane < cnt && rank_c < h) != 0 {
+                        let row = heads.wrapping_add(ql * per_query);
+                        let fresh = self.list_key.add(base);
+                        if lane < h {
+                            store_relaxed_gpu_u64(row.wrapping_add(own + lane), *fresh.add(lane));
+                        }
+                        let t = kth_smallest_heads(row, per_query, (own, h, fresh), k, lane);
+                        if lane == 0 && t != u64::MAX {
+                            AtomicU64::from_ptr(self.shared_thr.wrapping_add(ql))
+                                .fetch_min(t, Ordering::Relaxed);
+                        }
+                        bound = bound.min(t);
+                    }
+                }
+            } else if let Some((heads, ns, split)) = self.heads
                 && head != old_head
             {
                 let row = heads.wrapping_add(ql * ns);
@@ -821,14 +855,58 @@ unsafe fn kth_smallest_head(
             };
         }
     });
+    kth_of(&h, k)
+}
+
+/// [`kth_smallest_head`] for `h` heads a split (`MULTI`): the `k`-th smallest of one query's `n` heads
+/// (`row[..n]`; this block's own `h`, at `own`, read from its list `fresh` instead), or `u64::MAX` when fewer
+/// than `k` are known. A block's `h` heads are always `h` distinct pairs of its list, so whatever mix of old and
+/// new values a reader sees, each is a pair's key, and a key seen twice counts once. Warp-collective.
+///
+/// Not inlined: it runs only when a merge changes a list's first `h` (and inlined it cost the main loop of
+/// `sm90a_knnm_*` a spilled register).
+///
+/// # Safety
+/// `row` points at `n` u64 of the launch's heads; `own + h <= n <= 32 * HEAD_SLOTS`; `fresh` points at `h`
+/// u64 of this block's list.
+#[inline(never)]
+unsafe fn kth_smallest_heads(
+    row: *const u64,
+    n: usize,
+    (own, h, fresh): (usize, usize, *const u64),
+    k: usize,
+    lane: usize,
+) -> u64 {
+    let mut v = [u64::MAX; HEAD_SLOTS];
+    unroll!(8, S: usize => {
+        let i = lane + 32 * S;
+        if i < n {
+            // SAFETY: i < n; i - own < h inside this block's own heads.
+            v[S] = unsafe {
+                if i >= own && i < own + h {
+                    *fresh.add(i - own)
+                } else {
+                    load_relaxed_gpu_u64(row.wrapping_add(i))
+                }
+            };
+        }
+    });
+    kth_of(&v, k)
+}
+
+/// The `k`-th smallest distinct key of the warp's `32 * HEAD_SLOTS` heads (`v`, this lane's; `u64::MAX` for
+/// none), or `u64::MAX` when fewer than `k` are known: round `r` takes the smallest above round `r - 1`'s.
+/// Warp-collective.
+#[inline(always)]
+fn kth_of(v: &[u64; HEAD_SLOTS], k: usize) -> u64 {
     let mut last = 0u64;
     let mut r = 0;
     while r < k {
         // The first round takes any key; later ones only keys above the last round's.
         let mut best = u64::MAX;
         unroll!(8, S: usize => {
-            if (r == 0 || h[S] > last) && h[S] < best {
-                best = h[S];
+            if (r == 0 || v[S] > last) && v[S] < best {
+                best = v[S];
             }
         });
         let mut m = 16;
@@ -846,7 +924,7 @@ unsafe fn kth_smallest_head(
     last
 }
 
-impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
+impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP, false> {
     #[inline(always)]
     fn begin(&mut self, r0: u32) {
         self.load_norm(r0);
@@ -931,7 +1009,8 @@ impl<const METRIC: u32> Epilogue<Acc> for Lists<METRIC, CAP> {
 #[inline(always)]
 unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
     // SAFETY: forwarded launcher contract: the lists follow the ring of TC_PIPE_BYTES.
-    let (mut lists, o, split, n_tiles) = unsafe { knn_block::<METRIC, CAP>(p, TC_PIPE_BYTES) };
+    let (mut lists, o, split, n_tiles) =
+        unsafe { knn_block::<METRIC, CAP, false>(p, TC_PIPE_BYTES) };
     // SAFETY: the ring is the first TC_PIPE_BYTES bytes of the dynamic shared memory; forwarded launcher
     // contract for the operands and outputs.
     unsafe {
@@ -954,13 +1033,13 @@ unsafe fn tc_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
 /// # Safety
 /// As [`Lists::new`].
 #[inline(always)]
-pub(crate) unsafe fn knn_block<const METRIC: u32, const C: usize>(
+pub(crate) unsafe fn knn_block<const METRIC: u32, const C: usize, const MULTI: bool>(
     p: &TcKnnParams,
     pipe_bytes: u32,
-) -> (Lists<METRIC, C>, Operands, u32, u32) {
+) -> (Lists<METRIC, C, MULTI>, Operands, u32, u32) {
     let q0 = block_x() * TC_TILE_Q;
     // SAFETY: forwarded.
-    let lists = unsafe { Lists::<METRIC, C>::new(p, pipe_bytes, q0) };
+    let lists = unsafe { Lists::<METRIC, C, MULTI>::new(p, pipe_bytes, q0) };
     let tiles = p.n_rows.div_ceil(TC_TILE_R);
     let split = block_y();
     let n_tiles = if split < tiles {

@@ -152,6 +152,13 @@ pub fn grid_dim_x() -> u32 {
     unsafe { core::arch::nvptx::_grid_dim_x() as u32 }
 }
 
+/// `gridDim.y`.
+#[inline(always)]
+pub fn grid_dim_y() -> u32 {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { core::arch::nvptx::_grid_dim_y() as u32 }
+}
+
 // `cp.async` (sm_80 and newer): only kernels left out of older images (`tc_*`, `sm80_*`) may use these.
 
 /// The shared-window address of a generic pointer into shared memory.

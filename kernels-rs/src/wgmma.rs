@@ -471,8 +471,6 @@ struct TmaLoader {
     /// Shared addresses of the stages' barriers and of the ring.
     bars: u32,
     ring: u32,
-    /// 1 in the thread that queues the copies (thread 0), else 0.
-    issuer: u32,
     q0: u32,
     at: Cursor,
     /// The stage the MMAs take next, and the phase parity its barrier completes with this time.
@@ -498,9 +496,8 @@ impl TmaLoader {
         tile_step: u32,
         n_tiles: u32,
     ) -> TmaLoader {
-        let issuer = u32::from(thread_x() == 0);
         let (qmap, cmap) = (maps, maps + 128);
-        if issuer != 0 {
+        if thread_x() == 0 {
             let mut s = 0;
             while s < H_STAGES {
                 // SAFETY: inside the barriers; no thread uses them before the block barrier below.
@@ -528,7 +525,6 @@ impl TmaLoader {
             cmap,
             bars,
             ring,
-            issuer,
             q0: o.q0,
             at: Cursor::new(o.ld, tile0, tile_step, n_tiles),
             next: 0,
@@ -541,7 +537,9 @@ impl Copies for TmaLoader {
     #[inline(always)]
     unsafe fn issue(&mut self) {
         // Predicated, not branched around (`ptxas` serialises MMAs whose surroundings branch).
-        let go = u32::from(self.at.live()) & self.issuer;
+        // Thread 0 queues the copies: read from its register each time rather than kept (a kept flag was
+        // spilled in `sm90a_knnm_*`, and reloaded every step).
+        let go = u32::from(self.at.live() && thread_x() == 0);
         let k0 = self.at.ks * H_TILE_K;
         let bar = self.bars + 8 * self.at.stage;
         let dst = self.ring + self.at.stage * STAGE_BYTES;
@@ -761,7 +759,7 @@ kernels! {
     sm90a_gemm_bf16_l2 => sm90a_gemm::<METRIC_L2, true>;
 }
 
-impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
+impl<const METRIC: u32, const MULTI: bool> Epilogue<Acc90> for Lists<METRIC, CAP, MULTI> {
     #[inline(always)]
     fn begin(&mut self, r0: u32) {
         self.load_norm(r0);
@@ -846,16 +844,20 @@ impl<const METRIC: u32> Epilogue<Acc90> for Lists<METRIC, CAP> {
     }
 }
 
-/// `tc_knn_*` on `wgmma` (see `tc_knn.rs`; the lists hold [`H_KNN_CAP`] candidates per query).
+/// `tc_knn_*` on `wgmma` (see `tc_knn.rs`; the lists hold [`H_KNN_CAP`] candidates per query). `MULTI`
+/// (`sm90a_knnm_*`, for launches with fewer splits than `k`): each split publishes its `h =
+/// tc_knn_heads_per_split(k, n_splits)` best keys per query, so the launch-wide bound of the heads holds there
+/// too; the single-head kernels stay as they were (the extra code cost them 4 % at top-10).
 ///
 /// # Safety
 /// Grid `(ceil(n_queries / 128), n_splits)` with `n_splits <=` the row tiles, 256 threads,
 /// `h_knn_shared_bytes(k)` bytes of dynamic shared memory; buffers as [`TcKnnParams`] documents; `1 <= k
 /// <= TC_KNN_K_MAX`; sm_90a.
 #[inline(always)]
-unsafe fn sm90a_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
+unsafe fn sm90a_knn<const METRIC: u32, const BF16: bool, const MULTI: bool>(p: &TcKnnParams) {
     // SAFETY: forwarded launcher contract: the lists follow the ring of H_PIPE_BYTES.
-    let (mut lists, o, split, n_tiles) = unsafe { knn_block::<METRIC, CAP>(p, H_PIPE_BYTES) };
+    let (mut lists, o, split, n_tiles) =
+        unsafe { knn_block::<METRIC, CAP, MULTI>(p, H_PIPE_BYTES) };
     let ring = ring_addr();
     let bars = shared_addr(dynamic_shared_f32()) + h_knn_shared_bytes(p.k) - H_KNN_BARRIER_BYTES;
     // SAFETY: forwarded launcher contract: the ring is inside the first H_PIPE_BYTES bytes of the dynamic
@@ -879,10 +881,20 @@ unsafe fn sm90a_knn<const METRIC: u32, const BF16: bool>(p: &TcKnnParams) {
 
 kernels! {
     TcKnnParams;
-    sm90a_knn_f16_dot => sm90a_knn::<METRIC_DOT, false>;
-    sm90a_knn_f16_cosine => sm90a_knn::<METRIC_COSINE, false>;
-    sm90a_knn_f16_l2 => sm90a_knn::<METRIC_L2, false>;
-    sm90a_knn_bf16_dot => sm90a_knn::<METRIC_DOT, true>;
-    sm90a_knn_bf16_cosine => sm90a_knn::<METRIC_COSINE, true>;
-    sm90a_knn_bf16_l2 => sm90a_knn::<METRIC_L2, true>;
+    sm90a_knn_f16_dot => sm90a_knn::<METRIC_DOT, false, false>;
+    sm90a_knn_f16_cosine => sm90a_knn::<METRIC_COSINE, false, false>;
+    sm90a_knn_f16_l2 => sm90a_knn::<METRIC_L2, false, false>;
+    sm90a_knn_bf16_dot => sm90a_knn::<METRIC_DOT, true, false>;
+    sm90a_knn_bf16_cosine => sm90a_knn::<METRIC_COSINE, true, false>;
+    sm90a_knn_bf16_l2 => sm90a_knn::<METRIC_L2, true, false>;
+}
+
+kernels! {
+    TcKnnParams;
+    sm90a_knnm_f16_dot => sm90a_knn::<METRIC_DOT, false, true>;
+    sm90a_knnm_f16_cosine => sm90a_knn::<METRIC_COSINE, false, true>;
+    sm90a_knnm_f16_l2 => sm90a_knn::<METRIC_L2, false, true>;
+    sm90a_knnm_bf16_dot => sm90a_knn::<METRIC_DOT, true, true>;
+    sm90a_knnm_bf16_cosine => sm90a_knn::<METRIC_COSINE, true, true>;
+    sm90a_knnm_bf16_l2 => sm90a_knn::<METRIC_L2, true, true>;
 }

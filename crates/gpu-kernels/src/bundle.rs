@@ -166,7 +166,7 @@ mod tests {
             .collect();
         // f16 and bf16, three metrics, the GEMM and the fused knn; and the one-query knn1, query in memory or
         // in the parameters (three metrics each).
-        assert_eq!(wgmma.len(), 18, "{wgmma:?}");
+        assert_eq!(wgmma.len(), 24, "{wgmma:?}");
         for k in &wgmma {
             assert!(
                 ptx.contains(&format!(".entry {k}(")),

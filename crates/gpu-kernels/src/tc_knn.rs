@@ -9,7 +9,7 @@ use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Element, Gpu, GpuError, tensor_map_2d};
 use recall_kernel_shared::{
     TC_KNN_K_MAX, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcKnnParams, TcMergeParams, h_knn_shared_bytes,
-    tc_knn_shared_bytes,
+    tc_knn_heads_per_split, tc_knn_shared_bytes,
 };
 
 /// The most lists per query that `tc_knn_merge` joins (one per thread of its block).
@@ -96,8 +96,8 @@ pub(crate) struct TcKnnScratch {
     part_scores: CudaSlice<f32>,
     out_keys: CudaSlice<u64>,
     out_scores: CudaSlice<f32>,
-    /// Per query the launch's shared threshold key (`TcKnnParams::thresholds`), then per query and split the
-    /// list heads (`TcKnnParams::heads`), all reset to `u64::MAX`.
+    /// Per query the launch's shared threshold key (`TcKnnParams::thresholds`), then per query and split its
+    /// `h` list heads (`TcKnnParams::heads`), all reset to `u64::MAX`.
     thresholds: CudaSlice<u64>,
     /// The two tensor maps of an `sm90a_knn_*` launch (`TcKnnParams::maps`), rewritten for each launch while
     /// the scratch is held (so no other launch's copy can overwrite them before this one's kernel is done).
@@ -173,8 +173,10 @@ impl Kernels {
         let n_splits = splits(tk.sm_count, query_tiles, row_tiles);
         let part = elems(K, elems(K, n_queries, n_splits)?, k)?;
         let out = elems(K, n_queries, k)?;
-        // The thresholds, then the heads.
-        let shared = elems(K, n_queries, n_splits + 1)?;
+        // The thresholds, then the heads (`h` a split per query: 1 with at least `k` splits; more with fewer,
+        // where `sm90a_knnm_*` publishes them and `tc_knn_*` publishes none).
+        let heads = n_splits * tc_knn_heads_per_split(k as u32, n_splits as u32) as usize;
+        let shared = elems(K, n_queries, heads + 1)?;
         let mut slot = self.tc_knn_scratch.lock();
         if !slot.as_ref().is_some_and(|s| {
             s.part_keys.len() >= part && s.out_keys.len() >= out && s.thresholds.len() >= shared
@@ -238,6 +240,10 @@ impl Kernels {
         };
         let (variant, metric_i) = (usize::from(kind == HalfKind::Bf16), metric.index());
         let (func, shared_mem_bytes) = match hopper {
+            Some(h) if n_splits < k => (
+                &h.knn_multi[variant][metric_i],
+                h_knn_shared_bytes(k as u32),
+            ),
             Some(h) => (&h.knn[variant][metric_i], h_knn_shared_bytes(k as u32)),
             None => (&tk.knn[variant][metric_i], tc_knn_shared_bytes(k as u32)),
         };
@@ -249,9 +255,10 @@ impl Kernels {
         // SAFETY: the operands hold n_queries * ld and n_rows * ld values with ld a multiple of 32, the norms
         // n_queries and n_rows (cosine, l2); the outputs n_queries * n_splits * k; 1 <= k <= 32; n_splits is
         // at most the row tiles (<= 1024, so the grid's y fits); the function was opted into the shared memory
-        // of k = 32, the most a launch asks for (sm90a_knn_* too, when loaded: 9.0 devices only); the image
-        // is sm_80+ (tc_knn present); both kernels take the same grid and parameters; for sm90a_knn_* the
-        // maps describe these operands (uploaded above on this stream, and the scratch stays held until the
+        // of k = 32, the most a launch asks for (sm90a_knn_* and sm90a_knnm_* too, when loaded: 9.0 devices
+        // only); the image is sm_80+ (tc_knn present); all take the same grid and parameters, the heads
+        // sized for tc_knn_heads_per_split(k, n_splits) a split; for sm90a_knn*_ the maps describe these
+        // operands (uploaded above on this stream, and the scratch stays held until the
         // results are back, so no other launch rewrites them meanwhile).
         unsafe { gpu.launch(func, cfg, params) }?;
         let warps = n_splits.div_ceil(32) as u32;

@@ -19,11 +19,14 @@ pub fn wgmma_enabled() -> bool {
     crate::env::env_switch("RECALL_WGMMA", "on", "off")
 }
 
-/// `[f16, bf16]` x `[dot, cosine, l2]` of `sm90a_gemm_*` and `sm90a_knn_*`, and their module.
+/// `[f16, bf16]` x `[dot, cosine, l2]` of `sm90a_gemm_*`, `sm90a_knn_*` and `sm90a_knnm_*`, and their module.
 #[derive(Debug)]
 pub(crate) struct HopperKernels {
     pub(crate) gemm: [[CudaFunction; 3]; 2],
     pub(crate) knn: [[CudaFunction; 3]; 2],
+    /// `sm90a_knnm_*`: `sm90a_knn_*` for launches with fewer splits than `k` (each split publishes
+    /// `tc_knn_heads_per_split(k, n_splits)` list heads).
+    pub(crate) knn_multi: [[CudaFunction; 3]; 2],
     /// `sm90a_knn1_*` and `sm90a_knn1q_*` (dot, cosine, l2: one query, few rows, tensor-map copies), opted
     /// into the shared memory of their largest block (`knn1::load_bulk`); `None` where that did not work (then
     /// `sm80_knn1_*` runs).
@@ -57,10 +60,11 @@ impl HopperKernels {
                 }
             };
             match Self::functions(gpu, &module) {
-                Ok(Some((gemm, knn))) => {
+                Ok(Some([gemm, knn, knn_multi])) => {
                     return Ok(Some(HopperKernels {
                         gemm,
                         knn,
+                        knn_multi,
                         knn1: crate::knn1::load_bulk(gpu, &module)?,
                         kind: img.kind,
                         _module: module,
@@ -77,12 +81,12 @@ impl HopperKernels {
         Ok(None)
     }
 
-    /// The twelve functions, opted into their shared memory; `None` when the device has less per block.
-    #[allow(clippy::type_complexity)]
+    /// The eighteen functions (GEMM, knn, knn with many heads), opted into their shared memory; `None` when
+    /// the device has less per block.
     fn functions(
         gpu: &Gpu,
         module: &Arc<CudaModule>,
-    ) -> Result<Option<([[CudaFunction; 3]; 2], [[CudaFunction; 3]; 2])>, GpuError> {
+    ) -> Result<Option<[[[CudaFunction; 3]; 2]; 3]>, GpuError> {
         let f = |name: &str| gpu.function(module, name);
         let gemm = [
             [
@@ -108,11 +112,23 @@ impl HopperKernels {
                 f("sm90a_knn_bf16_l2")?,
             ],
         ];
+        let knn_multi = [
+            [
+                f("sm90a_knnm_f16_dot")?,
+                f("sm90a_knnm_f16_cosine")?,
+                f("sm90a_knnm_f16_l2")?,
+            ],
+            [
+                f("sm90a_knnm_bf16_dot")?,
+                f("sm90a_knnm_bf16_cosine")?,
+                f("sm90a_knnm_bf16_l2")?,
+            ],
+        ];
         let fits = gemm
             .iter()
             .flatten()
             .all(|func| gpu.allow_dynamic_shared(func, H_PIPE_BYTES).is_ok())
-            && knn.iter().flatten().all(|func| {
+            && knn.iter().chain(&knn_multi).flatten().all(|func| {
                 gpu.allow_dynamic_shared(func, h_knn_shared_bytes(TC_KNN_K_MAX))
                     .is_ok()
             });
@@ -122,6 +138,6 @@ impl HopperKernels {
             );
             return Ok(None);
         }
-        Ok(Some((gemm, knn)))
+        Ok(Some([gemm, knn, knn_multi]))
     }
 }

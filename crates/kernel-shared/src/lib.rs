@@ -250,6 +250,18 @@ pub const H_KNN_CAP: u32 = 16;
 /// `mbarrier` per stage).
 pub const H_KNN_BARRIER_BYTES: u32 = 8 * H_STAGES;
 
+/// List heads each split publishes per query in `TcKnnParams::heads`: `ceil(k / n_splits)`, so that a query's
+/// splits publish at least `k` between them (1 when `n_splits >= k`).
+pub const fn tc_knn_heads_per_split(k: u32, n_splits: u32) -> u32 {
+    if n_splits >= k {
+        1
+    } else if n_splits == 0 {
+        k
+    } else {
+        k.div_ceil(n_splits)
+    }
+}
+
 /// Dynamic shared memory of one `sm90a_knn_*` block for top-`k`: as [`tc_knn_shared_bytes`], with the
 /// ring of [`H_PIPE_BYTES`] and [`H_KNN_CAP`] candidates per query, then the barriers
 /// ([`H_KNN_BARRIER_BYTES`]).
@@ -311,10 +323,12 @@ pub struct TcKnnParams {
     /// far (atomic minimum), which every block filters against as well as its own: a pair with a larger key
     /// has `k` better pairs somewhere, so no split needs it.
     pub thresholds: u64,
-    /// `n_queries * n_splits` u64, `u64::MAX` at launch: `[q * n_splits + s]` the best key of split `s`'s list
-    /// for query `q` so far. With at least `k` splits, the `k`-th smallest of a query's heads is the key of a
-    /// pair with `k - 1` better ones (each head a different pair), so it bounds the query like `thresholds`;
-    /// when the answer's `k` pairs lie in different splits, it is close to the answer's own `k`-th key.
+    /// `n_queries * n_splits * h` u64 with `h = tc_knn_heads_per_split(k, n_splits)`, `u64::MAX` at launch:
+    /// `[(q * n_splits + s) * h ..][..h]` the `h` best keys of split `s`'s list for query `q` so far. The
+    /// splits' heads of a query are at least `k` distinct pairs, so their `k`-th smallest is the key of a pair
+    /// with `k - 1` better ones and bounds the query like `thresholds`; when the answer's `k` pairs lie in
+    /// different splits, it is close to the answer's own `k`-th key. Unused (the kernels skip the heads) when a
+    /// query would have more than 256.
     pub heads: u64,
     /// `sm90a_knn_*` only (`tc_knn_*` ignores it): the device address of two 64-byte aligned `CUtensorMap`s
     /// of 128 bytes each, written before the launch: the queries (`n_queries` rows) and the corpus (`n_rows`
@@ -974,5 +988,26 @@ pub mod math {
             }
         }
         (x >> 32) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_splits_publish_at_least_k_heads_and_one_each_when_there_are_k_splits() {
+        for k in 1..=TC_KNN_K_MAX {
+            for n_splits in 1..=300 {
+                let h = tc_knn_heads_per_split(k, n_splits);
+                assert!(n_splits * h >= k, "k {k}, splits {n_splits}");
+                // No more than needed: one fewer a split would not cover k.
+                assert!(n_splits * (h - 1) < k, "k {k}, splits {n_splits}");
+                if n_splits >= k {
+                    assert_eq!(h, 1);
+                }
+            }
+        }
+        assert_eq!(tc_knn_heads_per_split(10, 0), 10);
     }
 }
