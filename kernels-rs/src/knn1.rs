@@ -18,10 +18,10 @@
 //! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
 //! the launcher runs the separate kernels instead.
 
-use crate::dense::{chain_tile, finish, step};
+use crate::dense::{chain_pieces, chain_tile, finish};
 use crate::util::{
     F4, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
-    dynamic_shared_f32, fma, grid_dim_x, last_to_arrive, mbarrier_wait, named_barrier,
+    dynamic_shared_f32, grid_dim_x, last_to_arrive, mbarrier_wait, named_barrier,
     named_barrier_arrive, score_key, shared_addr, shfl_idx_u64, sqrt, stage_query,
     stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
@@ -574,18 +574,8 @@ unsafe fn knn1_bulk<const METRIC: u32>(
     };
     let norm = METRIC == METRIC_COSINE;
     // The steps of the first `pieces` pieces of a half, in column order (`chain32`'s steps).
-    let steps = |(qv, cv): &([F4; 4], [F4; 4]), pieces: usize, mut acc: f32, mut acc_q: f32| {
-        unroll!(4, U: usize => {
-            if U < pieces {
-                unroll!(4, V: usize => {
-                    acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
-                    if norm {
-                        acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
-                    }
-                });
-            }
-        });
-        (acc, acc_q)
+    let steps = |(qv, cv): &([F4; 4], [F4; 4]), pieces: usize, acc: f32, acc_q: f32| {
+        chain_pieces::<METRIC, 4>(qv, cv, pieces, acc, acc_q, norm)
     };
     let (mut acc, mut acc_q) = (0.0f32, 0.0f32);
     // Every tile but the last is whole (32 columns). Each half's loads are issued before the other half's

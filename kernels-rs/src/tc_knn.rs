@@ -624,16 +624,9 @@ impl<const METRIC: u32, const CAP: usize, const MULTI: bool> Lists<METRIC, CAP, 
     /// list full (`overflow`), in which case the caller runs another round. Block-uniform.
     #[inline(always)]
     pub(crate) fn merge_round(&self, overflow: bool) -> bool {
-        let t = thread_x() as usize;
-        let (lane, warp) = (t % 32, t / 32);
         // The candidates are visible to every warp after this barrier.
         let again = sync_threads_or(overflow);
-        let mut ql = warp;
-        while ql < TQ {
-            // SAFETY: ql < 128; warp `warp` alone touches queries warp, warp + 8, .. until the barrier.
-            unsafe { self.merge_one(ql, lane) };
-            ql += 8;
-        }
+        self.merge_pending();
         sync_threads();
         again
     }
