@@ -81,6 +81,10 @@ pub struct FastKnnFigures {
     pub gemm_select_ms: f64,
     /// Whether the fused lists equal the GEMM + selection lists (ids and score bits).
     pub same: Option<bool>,
+    /// The steps before the kernel on `Engine::knn_in`'s fast path, each alone, median ms: the host's
+    /// checks of the queries (finite, and for f16 their range), their upload from pageable memory, their
+    /// norms and 16-bit rows on the device.
+    pub query_parts: Vec<(&'static str, f64)>,
 }
 
 #[cfg(feature = "gpu")]
@@ -809,7 +813,7 @@ mod gpu_fast {
             Ok((h, norms))
         };
         let (ch, cn) = half(corpus, n)?;
-        let (qh, qn) = half(queries, nq)?;
+        let (mut qh, mut qn) = half(queries, nq)?;
         // Query chunks (multiples of 128) whose scores stay under 1 GiB, as the unfused path.
         let chunk = (((1usize << 30) / (n * 4)) / 128 * 128).clamp(1, nq);
         let mut scores = g.alloc_zeros::<f32>(chunk * n).map_err(|e| err(&e))?;
@@ -908,11 +912,63 @@ mod gpu_fast {
             gemm(true, &mut scores)?;
             t_sel.push(t.elapsed().as_secs_f64() * 1e3);
         }
+        // The fast path's steps before the kernel, each timed alone (as `knn_fused_fast` runs them).
+        let mut q = g.alloc_zeros::<f32>(queries.len()).map_err(|e| err(&e))?;
+        let mut staging = g.alloc_pinned::<f32>(queries.len()).map_err(|e| err(&e))?;
+        let (mut t_check, mut t_up, mut t_half) = (Vec::new(), Vec::new(), Vec::new());
+        let mut t_staged = Vec::new();
+        for _ in 0..iters.max(1) {
+            let t = Instant::now();
+            let ok = crate::executor::all_finite(queries)
+                && (bf16 || crate::executor::max_abs(queries) <= 65_504.0);
+            t_check.push(t.elapsed().as_secs_f64() * 1e3);
+            if !ok {
+                return Err("the bench's queries are not finite or outside f16's range".into());
+            }
+            let t = Instant::now();
+            g.upload_into(queries, &mut q).map_err(|e| err(&e))?;
+            g.synchronize().map_err(|e| err(&e))?;
+            t_up.push(t.elapsed().as_secs_f64() * 1e3);
+            // The alternative: a host copy into page-locked memory in parallel pieces, then one DMA copy.
+            let t = Instant::now();
+            {
+                use rayon::prelude::*;
+                let dst = g.pinned_write(&mut staging).map_err(|e| err(&e))?;
+                dst.par_chunks_mut(1 << 16)
+                    .zip(queries.par_chunks(1 << 16))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            }
+            g.upload_pinned(&staging, &mut q).map_err(|e| err(&e))?;
+            g.synchronize().map_err(|e| err(&e))?;
+            t_staged.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            kern.row_norms_f32(g, &q, nq, dim, &mut qn)
+                .map_err(|e| err(&e))?;
+            kern.to_half_rows(g, HalfSource::F32(&q), kind, nq, dim, &mut qh)
+                .map_err(|e| err(&e))?;
+            g.synchronize().map_err(|e| err(&e))?;
+            t_half.push(t.elapsed().as_secs_f64() * 1e3);
+        }
         Ok(FastKnnFigures {
             fused_ms: runs_fused.then(|| median(t_fused)),
             gemm_ms: median(t_gemm),
             gemm_select_ms: median(t_sel),
             same,
+            query_parts: vec![
+                (
+                    "host checks of the queries (finite; f16: range)",
+                    median(t_check),
+                ),
+                (
+                    "query upload from pageable memory (cuMemcpyHtoD)",
+                    median(t_up),
+                ),
+                (
+                    "(alternative) query upload: parallel host copy into pinned memory + cuMemcpyHtoDAsync",
+                    median(t_staged),
+                ),
+                ("query norms + 16-bit rows on the device", median(t_half)),
+            ],
         })
     }
 }

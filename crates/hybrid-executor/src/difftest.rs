@@ -1425,7 +1425,7 @@ mod run_gpu {
                 let (qh, ch) = half_pair(gpu, k, kind, &q, &c, nq, n, dim)?;
                 for (metric, sim, _) in METRICS {
                     let out = fast_scores(gpu, k, kind, sim, (&qh, &ch), (&qn, &cn), nq, n, dim)?;
-                    for kk in [1usize, 10, 32] {
+                    for kk in [1usize, 10, 20, 32] {
                         // The device may hold fused lists only up to a smaller k (its shared memory).
                         if !k.knn_fast_supported(n, kk) {
                             continue;

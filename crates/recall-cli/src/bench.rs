@@ -625,6 +625,13 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
             "| recall GPU fast {name}, kernel level: `{fam}_gemm_{name}_cosine` + `select_topk` (unfused) | {:.1} us | |",
             f.gemm_select_ms * 1e3
         );
+        for (what, ms) in &f.query_parts {
+            let _ = writeln!(
+                r,
+                "| recall fast {name}, before the kernel on `Engine::knn_in`'s path: {what} | {:.1} us | each step alone |",
+                ms * 1e3
+            );
+        }
     }
     peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
         if let (Some(ms), Some(fused)) = (
