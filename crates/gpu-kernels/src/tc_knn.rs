@@ -110,7 +110,63 @@ fn splits(sm_count: usize, query_tiles: usize, row_tiles: usize) -> usize {
     (sm_count / query_tiles).clamp(1, row_tiles.min(MAX_SPLITS))
 }
 
+/// Which fused kernel family a [`Kernels::knn_fast`] launch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FastFamily {
+    /// `sm90a_knn_*`: Hopper, at least `k` splits (one list head a split).
+    Hopper,
+    /// `sm90a_knnm_*`: Hopper, fewer splits than `k` (`tc_knn_heads_per_split` heads a split).
+    HopperMulti,
+    /// `tc_knn_*` (`mma.sync`).
+    Mma,
+}
+
+impl FastFamily {
+    fn name(self) -> &'static str {
+        match self {
+            FastFamily::Hopper => "sm90a_knn",
+            FastFamily::HopperMulti => "sm90a_knnm",
+            FastFamily::Mma => "tc_knn",
+        }
+    }
+}
+
 impl Kernels {
+    /// The splits and the kernel family of a [`Kernels::knn_fast`] launch (`tc` present).
+    fn knn_fast_plan(
+        &self,
+        tk: &TcKnnKernels,
+        n_queries: usize,
+        n_rows: usize,
+        k: usize,
+    ) -> (usize, FastFamily) {
+        let query_tiles = n_queries.div_ceil(TC_TILE_Q as usize);
+        let row_tiles = n_rows.div_ceil(TC_TILE_R as usize);
+        let n_splits = splits(tk.sm_count, query_tiles, row_tiles);
+        // sm90a_knn_* when loaded, unless rows or queries exceed the TMA's signed 32-bit coordinates.
+        let family = if self.hopper.is_none() || n_rows >= 1 << 31 || n_queries >= 1 << 31 {
+            FastFamily::Mma
+        } else if n_splits < k {
+            FastFamily::HopperMulti
+        } else {
+            FastFamily::Hopper
+        };
+        (n_splits, family)
+    }
+
+    /// The name of the fused kernel family [`Kernels::knn_fast`] runs for this shape (`sm90a_knn`,
+    /// `sm90a_knnm` or `tc_knn`; the entry point adds the format and metric), `None` where it does not run.
+    pub fn knn_fast_family(
+        &self,
+        n_queries: usize,
+        n_rows: usize,
+        k: usize,
+    ) -> Option<&'static str> {
+        let tk = self.tc_knn.as_ref()?;
+        self.knn_fast_supported(n_rows, k)
+            .then(|| self.knn_fast_plan(tk, n_queries, n_rows, k).1.name())
+    }
+
     /// Whether [`Kernels::knn_fast`] runs here for this shape: an sm_80+ image whose device has the shared
     /// memory, and `1 <= k <= min(k_max, n_rows)`, `k_max` the largest `k` (at most `TC_KNN_K_MAX`) whose
     /// block fits the device's shared memory.
@@ -166,11 +222,10 @@ impl Kernels {
         let n_rows32 = to_u32(K, "n_rows", n_rows)?;
         let n_queries32 = to_u32(K, "n_queries", n_queries)?;
         let query_tiles = n_queries.div_ceil(TC_TILE_Q as usize);
-        let row_tiles = n_rows.div_ceil(TC_TILE_R as usize);
         if query_tiles > (1 << 31) - 1 {
             return Err(shape(K, "too many queries for one launch"));
         }
-        let n_splits = splits(tk.sm_count, query_tiles, row_tiles);
+        let (n_splits, family) = self.knn_fast_plan(tk, n_queries, n_rows, k);
         let part = elems(K, elems(K, n_queries, n_splits)?, k)?;
         let out = elems(K, n_queries, k)?;
         // The thresholds, then the heads (`h` a split per query: 1 with at least `k` splits; more with fewer,
@@ -196,11 +251,7 @@ impl Kernels {
         };
         self.fill_u64(gpu, &sc.thresholds, shared, u64::MAX)?;
         let thresholds = gpu.device_ptr(&sc.thresholds);
-        // sm90a_knn_* when loaded, unless rows or queries exceed the TMA's signed 32-bit coordinates.
-        let hopper = self
-            .hopper
-            .as_ref()
-            .filter(|_| n_rows < 1 << 31 && n_queries < 1 << 31);
+        let hopper = self.hopper.as_ref().filter(|_| family != FastFamily::Mma);
         if hopper.is_some() {
             let half = match kind {
                 HalfKind::F16 => Element::F16,
@@ -240,7 +291,7 @@ impl Kernels {
         };
         let (variant, metric_i) = (usize::from(kind == HalfKind::Bf16), metric.index());
         let (func, shared_mem_bytes) = match hopper {
-            Some(h) if n_splits < k => (
+            Some(h) if family == FastFamily::HopperMulti => (
                 &h.knn_multi[variant][metric_i],
                 h_knn_shared_bytes(k as u32),
             ),

@@ -73,8 +73,11 @@ pub fn cpu_cosine_ms(
 /// pairs downloaded): the fused path against the GEMM alone and the GEMM followed by the separate selection.
 #[derive(Debug, Clone)]
 pub struct FastKnnFigures {
-    /// `tc_knn_*` + `tc_knn_merge` + the download: median ms (`None` where the fused kernels do not run).
+    /// `tc_knn_*` (or `sm90a_knn*_`) + `tc_knn_merge` + the download: median ms (`None` where the fused
+    /// kernels do not run).
     pub fused_ms: Option<f64>,
+    /// The fused kernel family that ran (`sm90a_knn`, `sm90a_knnm`, `tc_knn`).
+    pub fused_family: Option<&'static str>,
     /// `tc_gemm_*` alone, writing every score (query chunks of at most 1 GiB of scores): median ms.
     pub gemm_ms: f64,
     /// The GEMM followed by `select_topk` per chunk (the path without fusion): median ms.
@@ -951,6 +954,7 @@ mod gpu_fast {
         }
         Ok(FastKnnFigures {
             fused_ms: runs_fused.then(|| median(t_fused)),
+            fused_family: kern.knn_fast_family(nq, n, k),
             gemm_ms: median(t_gemm),
             gemm_select_ms: median(t_sel),
             same,

@@ -603,7 +603,8 @@ fn run_knn(a: BenchArgs) -> Result<ExitCode, String> {
         if let Some(ms) = f.fused_ms {
             let _ = writeln!(
                 r,
-                "| recall GPU fast {name}, kernel level: `{fam}_knn_{name}_cosine` (GEMM + fused top-{}) + `tc_knn_merge`, k pairs back | {:.1} us | {:.0} TFLOP/s effective; lists equal GEMM + select_topk: {} |",
+                "| recall GPU fast {name}, kernel level: `{}_{name}_cosine` (GEMM + fused top-{}) + `tc_knn_merge`, k pairs back | {:.1} us | {:.0} TFLOP/s effective; lists equal GEMM + select_topk: {} |",
+                f.fused_family.unwrap_or("?"),
                 a.k,
                 ms * 1e3,
                 flop / (ms * 1e-3) / 1e12,
