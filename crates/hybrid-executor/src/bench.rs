@@ -69,6 +69,9 @@ pub fn cpu_cosine_ms(
     Ok((median(times), out))
 }
 
+/// Named parts of a measured call, each timed alone: (what, median ms).
+pub type Parts = Vec<(&'static str, f64)>;
+
 /// Fast-mode knn at kernel level (cosine, corpus and queries already 16-bit and resident, norms resident; k
 /// pairs downloaded): the fused path against the GEMM alone and the GEMM followed by the separate selection.
 #[derive(Debug, Clone)]
@@ -87,7 +90,7 @@ pub struct FastKnnFigures {
     /// The steps before the kernel on `Engine::knn_in`'s fast path, each alone, median ms: the host's
     /// checks of the queries (finite, and for f16 their range), their upload from pageable memory, their
     /// norms and 16-bit rows on the device.
-    pub query_parts: Vec<(&'static str, f64)>,
+    pub query_parts: Parts,
 }
 
 #[cfg(feature = "gpu")]
@@ -1220,14 +1223,14 @@ mod gpu_graph {
     }
 
     /// One k-means iteration with the points resident (assignment, inertia, member sort on the host,
-    /// update): median ms.
+    /// update): median ms, and its parts each alone (the assignment with each GEMM kernel).
     pub fn kmeans_iter_ms(
         backend: &GpuBackend,
         points: &[f32],
         dim: usize,
         k: usize,
         iters: usize,
-    ) -> Result<f64, String> {
+    ) -> Result<(f64, Parts), String> {
         let (g, kern) = backend.parts();
         let n = points.len() / dim;
         let mut init = Vec::with_capacity(k * dim);
@@ -1261,7 +1264,88 @@ mod gpu_graph {
             one()?;
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        Ok(median(times))
+        let iter_ms = median(times);
+        // The parts, each alone.
+        let timed = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+            f()?;
+            let mut times = Vec::new();
+            for _ in 0..iters.max(1) {
+                let t = Instant::now();
+                f()?;
+                g.synchronize().map_err(err)?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(median(times))
+        };
+        let mut parts = Vec::new();
+        let default = kern.gemm_kernel(dim);
+        for (kernel, what) in [
+            (
+                recall_gpu_kernels::GemmKernel::Sm80,
+                "assignment alone: `sm80_gemm_l2_argmin`",
+            ),
+            (
+                recall_gpu_kernels::GemmKernel::Legacy,
+                "assignment alone: `gemm_l2_argmin`",
+            ),
+        ] {
+            if kernel == recall_gpu_kernels::GemmKernel::Sm80 && default != kernel {
+                continue; // not loaded or not for this dim
+            }
+            kern.set_gemm_kernel(kernel);
+            let ms = timed(&mut || {
+                kern.kmeans_assign(g, &pts, n, dim, &centroids, k, &mut keys)
+                    .map_err(err)
+            });
+            kern.set_gemm_kernel(default);
+            parts.push((what, ms?));
+        }
+        parts.push((
+            "inertia alone (kernel + block sums down)",
+            timed(&mut || kern.kmeans_inertia(g, &keys, n).map(|_| ()).map_err(err))?,
+        ));
+        let mut host_keys = vec![0u64; n];
+        parts.push((
+            "keys download alone (8 bytes a point, pageable)",
+            timed(&mut || g.download_prefix(&keys, &mut host_keys).map_err(err))?,
+        ));
+        let (members, offsets) = (
+            scratch_members(&assignments, k),
+            scratch_offsets(&assignments, k),
+        );
+        parts.push((
+            "centroid update alone (members and offsets up, kernel)",
+            timed(&mut || {
+                kern.kmeans_update(g, &pts, n, dim, &members, &offsets, &mut centroids)
+                    .map_err(err)
+            })?,
+        ));
+        Ok((iter_ms, parts))
+    }
+
+    /// Point ids grouped by cluster, ascending within each (as `kmeans_iteration` builds them).
+    fn scratch_members(assignments: &[u32], k: usize) -> Vec<u32> {
+        let offsets = scratch_offsets(assignments, k);
+        let mut fill = offsets[..k].to_vec();
+        let mut members = vec![0u32; assignments.len()];
+        for (p, &a) in assignments.iter().enumerate() {
+            members[fill[a as usize] as usize] = p as u32;
+            fill[a as usize] += 1;
+        }
+        members
+    }
+
+    /// The clusters' starts in [`scratch_members`], `k + 1` entries.
+    fn scratch_offsets(assignments: &[u32], k: usize) -> Vec<u32> {
+        let mut counts = vec![0u32; k];
+        for &a in assignments {
+            counts[a as usize] += 1;
+        }
+        let mut offsets = vec![0u32; k + 1];
+        for c in 0..k {
+            offsets[c + 1] = offsets[c] + counts[c];
+        }
+        offsets
     }
 }
 
@@ -1294,7 +1378,7 @@ mod no_gpu_graph {
         _: usize,
         _: usize,
         _: usize,
-    ) -> Result<f64, String> {
+    ) -> Result<(f64, super::Parts), String> {
         Err("this build has no GPU support".into())
     }
 }

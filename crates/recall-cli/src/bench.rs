@@ -1310,7 +1310,8 @@ fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
     };
     eprintln!("generating {} x {} points", grouped(a.rows as u64), a.dim);
     let points = random_matrix(3, a.rows, a.dim);
-    let ms = recall::diagnostics::bench::kmeans_iter_ms(gpu, &points, a.dim, a.clusters, a.iters)?;
+    let (ms, parts) =
+        recall::diagnostics::bench::kmeans_iter_ms(gpu, &points, a.dim, a.clusters, a.iters)?;
     let peer = peer_op(&a, "kmeans");
     let mut r = String::new();
     header(
@@ -1334,6 +1335,12 @@ fn run_kmeans(a: BenchArgs) -> Result<ExitCode, String> {
         "| recall GPU: assignment (GEMM l2 + argmin, fused), inertia, member sort (host), update; points resident | {:.2} ms | |",
         ms
     );
+    for (what, part) in &parts {
+        let _ = writeln!(
+            r,
+            "| recall GPU, part of the iteration: {what} | {part:.2} ms | each part alone |"
+        );
+    }
     peer_rows(&mut r, Some(&peer), 0, |r, _name, p| {
         if let Some(pm) = p.num("kmeans_ms") {
             let _ = writeln!(
