@@ -2,9 +2,11 @@
 //! are the f64 inertia blocks, the centroid update, and a fill used to reset the argmin keys. Also
 //! clip-and-noise, whose random stream comes from the same shared Philox code as the CPU's.
 
-use crate::util::{block_dim_x, block_x, fma, thread_x};
+use crate::util::{
+    F4, block_dim_x, block_x, dynamic_shared_f32, fma, sqrt, sync_threads, thread_x,
+};
 use recall_kernel_shared::math::gaussian4;
-use recall_kernel_shared::{CentroidParams, FillParams, InertiaParams, NoiseParams};
+use recall_kernel_shared::{CentroidParams, FillParams, InertiaParams, NOISE_THREADS, NoiseParams};
 
 /// `ptr[i] = value` for every `i < len`, one element per thread.
 ///
@@ -108,5 +110,97 @@ pub unsafe extern "ptx-kernel" fn clip_noise(p: NoiseParams) {
             unsafe { *out.add(at) = fma(p.sigma, g[j as usize], y) };
         }
         j += 1;
+    }
+}
+
+/// Clip-and-noise in one pass over the data: block `b` stages rows `R b .. R b + R` (`R = rows_per_block`) in
+/// shared memory with 16-byte loads, thread `i < R` runs row `i`'s norm chain from there (the same steps as
+/// `row_norms_f32`: `fma(x, x, acc)` in column order, then `sqrt`) and its clip scale, and then every thread
+/// takes blocks of 4 values of the staged rows: `gaussian4`, the clip, `fma(sigma, g, y)`, one 16-byte store.
+/// The rows are read from device memory once (`row_norms_f32` + `clip_noise` read them twice), and no 64-bit
+/// division finds a thread's row.
+///
+/// # Safety
+/// `dim` a multiple of 4; `x` and `out` 16-byte aligned and holding `n_rows * dim` f32; grid
+/// `ceil(n_rows / R)` blocks of `NOISE_THREADS` threads, `1 <= R <= NOISE_ROWS_MAX`, with
+/// `noise_rows_shared_bytes(R, dim)` bytes of dynamic shared memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
+    let smem = dynamic_shared_f32();
+    let t = thread_x();
+    let quads = p.dim / 4;
+    let stride = (p.dim + 4) as usize;
+    let r0 = block_x() * p.rows_per_block;
+    let rows = p.rows_per_block.min(p.n_rows - r0);
+    let pieces = rows * quads;
+    let scales = smem.wrapping_add(p.rows_per_block as usize * stride);
+    let x = p.x as *const F4;
+    // Stage: four 16-byte loads in flight per thread, then their stores.
+    let mut i = t;
+    while i < pieces {
+        let mut v = [F4([0.0; 4]); 4];
+        unroll!(4, U: u32 => {
+            let j = i + U * NOISE_THREADS;
+            if j < pieces {
+                let (row, q) = (j / quads, j % quads);
+                // SAFETY: r0 + row < n_rows and q < dim / 4: inside x.
+                v[U as usize] = unsafe { *x.add((r0 + row) as usize * quads as usize + q as usize) };
+            }
+        });
+        unroll!(4, U: u32 => {
+            let j = i + U * NOISE_THREADS;
+            if j < pieces {
+                let (row, q) = (j / quads, j % quads);
+                // SAFETY: row < R and 4 q + 3 < dim: inside the staged rows (the launcher's shared memory).
+                unsafe {
+                    *(smem.wrapping_add(row as usize * stride + 4 * q as usize) as *mut F4) =
+                        v[U as usize]
+                };
+            }
+        });
+        i += 4 * NOISE_THREADS;
+    }
+    sync_threads();
+    if t < rows {
+        // The row's norm chain, column order (the contract's `norm`), 16-byte reads.
+        let row = smem.wrapping_add(t as usize * stride) as *const F4;
+        let mut acc = 0.0f32;
+        let mut q = 0;
+        while q < quads as usize {
+            // SAFETY: q < dim / 4: inside the staged row.
+            let v = unsafe { *row.add(q) };
+            unroll!(4, V: usize => {
+                acc = fma(v.0[V], v.0[V], acc);
+            });
+            q += 1;
+        }
+        let nr = sqrt(acc);
+        // A negative scale marks a row that is not clipped (a clip scale is never negative).
+        let s = if nr > p.clip { p.clip / nr } else { -1.0 };
+        // SAFETY: t < R: inside the scales.
+        unsafe { *scales.add(t as usize) = s };
+    }
+    sync_threads();
+    let out = p.out as *mut F4;
+    let mut i = t;
+    while i < pieces {
+        let (row, q) = (i / quads, i % quads);
+        // SAFETY: row < R and 4 q + 3 < dim: inside the staged rows and the scales.
+        let (v, s) = unsafe {
+            (
+                *(smem.wrapping_add(row as usize * stride + 4 * q as usize) as *const F4),
+                *scales.add(row as usize),
+            )
+        };
+        let r = r0 + row;
+        let g = gaussian4(p.key, u64::from(r), q);
+        let mut o = F4([0.0; 4]);
+        unroll!(4, V: usize => {
+            let y = if s >= 0.0 { v.0[V] * s } else { v.0[V] };
+            o.0[V] = fma(p.sigma, g[V], y);
+        });
+        // SAFETY: r < n_rows and q < dim / 4: inside out.
+        unsafe { *out.add(r as usize * quads as usize + q as usize) = o };
+        i += NOISE_THREADS;
     }
 }

@@ -9,11 +9,11 @@ use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
     CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, H_PIPE_BYTES, HalfRowsParams,
-    InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NoiseParams, ROW_BLOCK,
-    ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS,
-    SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState, SimParams, TC_LD_ALIGN,
-    TC_PIPE_BYTES, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcGemmParams, TopkFilterParams,
-    TopkSmallParams, WARP_ROW_DIM_MAX,
+    InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NOISE_ROWS_MAX, NOISE_THREADS,
+    NoiseParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS,
+    SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState,
+    SimParams, TC_LD_ALIGN, TC_PIPE_BYTES, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcGemmParams,
+    TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX, noise_rows_shared_bytes,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -95,6 +95,11 @@ pub struct Kernels {
     kmeans_inertia_blocks: CudaFunction,
     kmeans_update: CudaFunction,
     clip_noise: CudaFunction,
+    /// `clip_noise_rows` (norms and noise in one pass) and the dynamic shared memory it was opted into.
+    clip_noise_rows: CudaFunction,
+    clip_noise_rows_bytes: u32,
+    /// Whether `clip_noise` runs `clip_noise_rows` where it can ([`Kernels::set_clip_noise_fused`]).
+    clip_noise_fused: std::sync::atomic::AtomicBool,
     widen_half_rows: CudaFunction,
     /// Fast mode (tensor cores), only in images for sm_80 and newer.
     tc: Option<TcKernels>,
@@ -404,6 +409,9 @@ impl Kernels {
                         kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
+                        clip_noise_rows_bytes: noise_rows_opt_in(gpu, &f("clip_noise_rows")?),
+                        clip_noise_rows: f("clip_noise_rows")?,
+                        clip_noise_fused: std::sync::atomic::AtomicBool::new(true),
                         topk_small: [f("topk_small_16")?, f("topk_small_32")?],
                         topk_group_min: f("topk_group_min")?,
                         topk_filter: f("topk_filter")?,
@@ -547,6 +555,30 @@ impl Kernels {
             (None, Some(_)) => "tc_* (mma.sync)",
             (None, None) => "none (fast mode runs exact)",
         }
+    }
+
+    /// Choose clip-and-noise's kernels: `true` (the default) runs `clip_noise_rows` (norms and noise in one
+    /// pass) wherever it can, `false` the norm kernel then `clip_noise` (for comparisons: benchmarks, the
+    /// diff-test). Both give the same bits. Returns the previous setting.
+    pub fn set_clip_noise_fused(&self, fused: bool) -> bool {
+        self.clip_noise_fused
+            .swap(fused, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Rows per `clip_noise_rows` block for rows of `dim` values, `None` where it cannot run (`dim` not a
+    /// multiple of 4, or not one row in the shared memory it was opted into).
+    fn clip_noise_rows_per_block(&self, dim: usize) -> Option<u32> {
+        let dim = u32::try_from(dim)
+            .ok()
+            .filter(|d| d.is_multiple_of(4) && *d <= 1 << 20)?;
+        let mut r = NOISE_ROWS_MAX;
+        while r >= 1 {
+            if noise_rows_shared_bytes(r, dim) <= self.clip_noise_rows_bytes {
+                return Some(r);
+            }
+            r /= 2;
+        }
+        None
     }
 
     /// The kernel that runs the exact many-query GEMM (similarity of more than [`SCAN_MAX_QUERIES`] queries,
@@ -1959,6 +1991,40 @@ impl Kernels {
         }
         need_len(K, "x", x, elems(K, n_rows, dim)?)?;
         need_len(K, "out", out, elems(K, n_rows, dim)?)?;
+        let key = recall_kernel_shared::math::philox_key(seed);
+        let rows_per_block = self
+            .clip_noise_rows_per_block(dim)
+            .filter(|_| {
+                self.clip_noise_fused
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .filter(|_| {
+                gpu.device_ptr(x).is_multiple_of(16) && gpu.device_ptr(out).is_multiple_of(16)
+            });
+        if let Some(r) = rows_per_block {
+            let params = NoiseParams {
+                x: gpu.device_ptr(x),
+                norms: 0,
+                out: gpu.device_ptr(out),
+                n_rows: to_u32(K, "n_rows", n_rows)?,
+                dim: to_u32(K, "dim", dim)?,
+                clip,
+                sigma,
+                key,
+                rows_per_block: r,
+                _pad: 0,
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (to_u32(K, "blocks", n_rows.div_ceil(r as usize))?, 1, 1),
+                block_dim: (NOISE_THREADS, 1, 1),
+                shared_mem_bytes: noise_rows_shared_bytes(r, dim as u32),
+            };
+            // SAFETY: dim is a multiple of 4, x and out 16-byte aligned with n_rows * dim f32 each; one block
+            // per r rows, 1 <= r <= NOISE_ROWS_MAX, with the shared memory of r rows of dim values (within
+            // what the function was opted into at load).
+            unsafe { gpu.launch(&self.clip_noise_rows, cfg, params) }?;
+            return Ok(());
+        }
         let mut norms = gpu.alloc_zeros::<f32>(n_rows)?;
         self.row_norms_f32(gpu, x, n_rows, dim, &mut norms)?;
         let threads = elems(K, n_rows, dim.div_ceil(4))?;
@@ -1970,7 +2036,9 @@ impl Kernels {
             dim: to_u32(K, "dim", dim)?,
             clip,
             sigma,
-            key: recall_kernel_shared::math::philox_key(seed),
+            key,
+            rows_per_block: 0,
+            _pad: 0,
         };
         let cfg = LaunchConfig {
             grid_dim: (to_u32(K, "blocks", threads.div_ceil(256))?, 1, 1),
@@ -2052,6 +2120,17 @@ impl Kernels {
             centroids,
         )?;
         Ok(inertia)
+    }
+}
+
+/// The dynamic shared memory `clip_noise_rows` may use: opted into blocks of 16 rows of up to 1,536 values
+/// where the device allows it, else the 48 KiB every device gives.
+fn noise_rows_opt_in(gpu: &Gpu, func: &CudaFunction) -> u32 {
+    let want = noise_rows_shared_bytes(NOISE_ROWS_MAX, 1536);
+    if gpu.allow_dynamic_shared(func, want).is_ok() {
+        want
+    } else {
+        48 * 1024
     }
 }
 

@@ -1422,6 +1422,21 @@ pub fn noise_ms(
     x: &[f32],
     dim: usize,
     iters: usize,
+    fused: bool,
+) -> Result<f64, String> {
+    let k = backend.parts().1;
+    let before = k.set_clip_noise_fused(fused);
+    let r = noise_ms_now(backend, x, dim, iters);
+    k.set_clip_noise_fused(before);
+    r
+}
+
+#[cfg(feature = "gpu")]
+fn noise_ms_now(
+    backend: &crate::gpu_backend::GpuBackend,
+    x: &[f32],
+    dim: usize,
+    iters: usize,
 ) -> Result<f64, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let (g, k) = backend.parts();
@@ -1449,6 +1464,7 @@ pub fn noise_ms(
     _: &[f32],
     _: usize,
     _: usize,
+    _: bool,
 ) -> Result<f64, String> {
     Err("this build has no GPU support".into())
 }

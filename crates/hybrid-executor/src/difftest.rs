@@ -1825,11 +1825,36 @@ mod run_gpu {
     ) -> Result<(), String> {
         let cpu = crate::backend::CpuBackend;
         let mut rng = SplitMix::new(0x5EED_0005);
+        // Dims that are multiples of 4 run `clip_noise_rows` (16 rows a block up to 1,536 values, fewer
+        // rows above: 2,048 takes 8, 8,192 takes 2), the others the norm kernel and `clip_noise`; both paths
+        // run every case where the first can.
         let shapes: &[(usize, usize)] = if quick {
-            &[(1, 1), (7, 5), (300, 33)]
+            &[
+                (1, 1),
+                (7, 5),
+                (300, 33),
+                (17, 4),
+                (40, 768),
+                (5, 1536),
+                (9, 2048),
+                (3, 8192),
+            ]
         } else {
-            &[(1, 1), (7, 5), (300, 33), (20_000, 768), (1000, 1025)]
+            &[
+                (1, 1),
+                (7, 5),
+                (300, 33),
+                (17, 4),
+                (40, 768),
+                (5, 1536),
+                (9, 2048),
+                (3, 8192),
+                (20_000, 768),
+                (1000, 1025),
+                (4099, 128),
+            ]
         };
+        let kern = gpu.parts().1;
         for &(n, dim) in shapes {
             let x = awkward_matrix(&mut rng, n, dim);
             for (clip, sigma, seed) in [
@@ -1838,8 +1863,15 @@ mod run_gpu {
                 (1e-3, 2.0, u64::MAX),
             ] {
                 let a = cpu.clip_and_noise(&x, dim, clip, sigma, seed).map_err(e_)?;
-                let b = gpu.clip_and_noise(&x, dim, clip, sigma, seed).map_err(e_)?;
-                compare(diff_of(diffs, "clip_noise"), &a, &b);
+                for (fused, label) in [(true, "clip_noise_rows"), (false, "clip_noise")] {
+                    if fused && dim % 4 != 0 {
+                        continue;
+                    }
+                    kern.set_clip_noise_fused(fused);
+                    let b = gpu.clip_and_noise(&x, dim, clip, sigma, seed);
+                    kern.set_clip_noise_fused(true);
+                    compare(diff_of(diffs, label), &a, &b.map_err(e_)?);
+                }
             }
         }
         Ok(())
