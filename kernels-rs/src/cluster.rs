@@ -132,33 +132,38 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
     let stride = (p.dim + 4) as usize;
     let r0 = block_x() * p.rows_per_block;
     let rows = p.rows_per_block.min(p.n_rows - r0);
-    let pieces = rows * quads;
     let scales = smem.wrapping_add(p.rows_per_block as usize * stride);
+    // Thread t takes pieces (16 bytes) t, t + NOISE_THREADS, .. of the block's rows, (row, q) stepped by
+    // (step_row, step_q) with a carry rather than divided out at every piece.
+    let (step_row, step_q) = (NOISE_THREADS / quads, NOISE_THREADS % quads);
+    let next = |row: &mut u32, q: &mut u32| {
+        *q += step_q;
+        *row += step_row;
+        if *q >= quads {
+            *q -= quads;
+            *row += 1;
+        }
+    };
     let x = p.x as *const F4;
     // Stage: four 16-byte loads in flight per thread, then their stores.
-    let mut i = t;
-    while i < pieces {
+    let (mut row, mut q) = (t / quads, t % quads);
+    while row < rows {
         let mut v = [F4([0.0; 4]); 4];
-        unroll!(4, U: u32 => {
-            let j = i + U * NOISE_THREADS;
-            if j < pieces {
-                let (row, q) = (j / quads, j % quads);
+        let mut at = [usize::MAX; 4];
+        unroll!(4, U: usize => {
+            if row < rows {
                 // SAFETY: r0 + row < n_rows and q < dim / 4: inside x.
-                v[U as usize] = unsafe { *x.add((r0 + row) as usize * quads as usize + q as usize) };
+                v[U] = unsafe { *x.add((r0 + row) as usize * quads as usize + q as usize) };
+                at[U] = row as usize * stride + 4 * q as usize;
+                next(&mut row, &mut q);
             }
         });
-        unroll!(4, U: u32 => {
-            let j = i + U * NOISE_THREADS;
-            if j < pieces {
-                let (row, q) = (j / quads, j % quads);
-                // SAFETY: row < R and 4 q + 3 < dim: inside the staged rows (the launcher's shared memory).
-                unsafe {
-                    *(smem.wrapping_add(row as usize * stride + 4 * q as usize) as *mut F4) =
-                        v[U as usize]
-                };
+        unroll!(4, U: usize => {
+            if at[U] != usize::MAX {
+                // SAFETY: a staged piece: row < R and 4 q + 3 < dim, inside the launcher's shared memory.
+                unsafe { *(smem.wrapping_add(at[U]) as *mut F4) = v[U] };
             }
         });
-        i += 4 * NOISE_THREADS;
     }
     sync_threads();
     if t < rows {
@@ -182,9 +187,8 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
     }
     sync_threads();
     let out = p.out as *mut F4;
-    let mut i = t;
-    while i < pieces {
-        let (row, q) = (i / quads, i % quads);
+    let (mut row, mut q) = (t / quads, t % quads);
+    while row < rows {
         // SAFETY: row < R and 4 q + 3 < dim: inside the staged rows and the scales.
         let (v, s) = unsafe {
             (
@@ -201,6 +205,6 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
         });
         // SAFETY: r < n_rows and q < dim / 4: inside out.
         unsafe { *out.add(r as usize * quads as usize + q as usize) = o };
-        i += NOISE_THREADS;
+        next(&mut row, &mut q);
     }
 }

@@ -2055,9 +2055,74 @@ impl Kernels {
 #[derive(Debug, Clone, Default)]
 pub struct KMeansScratch {
     keys: Vec<u64>,
-    counts: Vec<u32>,
     offsets: Vec<u32>,
     members: Vec<u32>,
+}
+
+/// Points per piece of [`group_by_cluster`]'s parallel passes: below two pieces it runs on the calling thread.
+const GROUP_PIECE: usize = 1 << 16;
+
+/// A stable counting sort of the points by cluster, in parallel pieces: `assignments[p]` = the cluster in
+/// `keys[p]`'s low half, `members` the point ids grouped by cluster, ascending within each, `offsets` (`k + 1`
+/// entries) where each cluster's starts. Each piece counts its points' clusters, the counts give every
+/// (cluster, piece) its own range of `members`, and each piece fills its ranges in point order: the same
+/// lists as one pass in point order. `Err(cluster)` for a key that names no cluster below `k`.
+fn group_by_cluster(
+    keys: &[u64],
+    k: usize,
+    assignments: &mut [u32],
+    offsets: &mut Vec<u32>,
+    members: &mut Vec<u32>,
+) -> Result<(), u32> {
+    use rayon::prelude::*;
+    let n = keys.len();
+    let piece = GROUP_PIECE.max(n.div_ceil(rayon::current_num_threads().max(1)));
+    // 1. Each piece: its assignments and its clusters' counts.
+    let counts: Vec<Vec<u32>> = assignments
+        .par_chunks_mut(piece)
+        .zip(keys.par_chunks(piece))
+        .map(|(a, keys)| {
+            let mut counts = vec![0u32; k];
+            for (a, key) in a.iter_mut().zip(keys) {
+                *a = *key as u32;
+                *counts.get_mut(*a as usize).ok_or(*a)? += 1;
+            }
+            Ok(counts)
+        })
+        .collect::<Result<_, u32>>()?;
+    // 2. Cluster starts, and each (piece, cluster) range inside its cluster's.
+    offsets.clear();
+    offsets.push(0);
+    let mut total = 0u32;
+    for c in 0..k {
+        total += counts.iter().map(|cp| cp[c]).sum::<u32>();
+        offsets.push(total);
+    }
+    members.clear();
+    members.resize(n, 0);
+    let mut ranges: Vec<Vec<&mut [u32]>> = counts.iter().map(|_| Vec::with_capacity(k)).collect();
+    let mut rest: &mut [u32] = members;
+    for c in 0..k {
+        for (p, cp) in counts.iter().enumerate() {
+            let (range, tail) = std::mem::take(&mut rest).split_at_mut(cp[c] as usize);
+            ranges[p].push(range);
+            rest = tail;
+        }
+    }
+    // 3. Each piece fills its ranges in point order.
+    ranges
+        .into_par_iter()
+        .zip(assignments.par_chunks(piece))
+        .enumerate()
+        .for_each(|(p, (mut ranges, a))| {
+            let mut at = vec![0usize; k];
+            for (i, &c) in a.iter().enumerate() {
+                let c = c as usize;
+                ranges[c][at[c]] = (p * piece + i) as u32;
+                at[c] += 1;
+            }
+        });
+    Ok(())
 }
 
 impl Kernels {
@@ -2086,30 +2151,19 @@ impl Kernels {
         let inertia = self.kmeans_inertia(gpu, keys, n_points)?;
         scratch.keys.resize(n_points, 0);
         gpu.download_prefix(keys, &mut scratch.keys)?;
-        scratch.counts.clear();
-        scratch.counts.resize(k, 0);
-        for (a, key) in assignments.iter_mut().zip(&scratch.keys) {
-            *a = *key as u32;
-            let Some(c) = scratch.counts.get_mut(*a as usize) else {
-                return Err(shape(
-                    K,
-                    format!("the device assigned a point to cluster {a} of {k}"),
-                ));
-            };
-            *c += 1;
-        }
-        scratch.offsets.clear();
-        scratch.offsets.push(0);
-        for c in 0..k {
-            let next = scratch.offsets[c] + scratch.counts[c];
-            scratch.offsets.push(next);
-        }
-        let mut fill = scratch.offsets[..k].to_vec();
-        scratch.members.resize(n_points, 0);
-        for (p, &a) in assignments.iter().enumerate() {
-            scratch.members[fill[a as usize] as usize] = p as u32;
-            fill[a as usize] += 1;
-        }
+        group_by_cluster(
+            &scratch.keys,
+            k,
+            assignments,
+            &mut scratch.offsets,
+            &mut scratch.members,
+        )
+        .map_err(|a| {
+            shape(
+                K,
+                format!("the device assigned a point to cluster {a} of {k}"),
+            )
+        })?;
         self.kmeans_update(
             gpu,
             points,
@@ -2186,4 +2240,67 @@ fn check_offsets(
         longest = longest.max((w[1] - w[0]) as usize);
     }
     Ok(longest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One pass in point order: the lists `group_by_cluster` must equal.
+    fn plain(keys: &[u64], k: usize) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+        let a: Vec<u32> = keys.iter().map(|&key| key as u32).collect();
+        let mut offsets = vec![0u32; k + 1];
+        for &c in &a {
+            offsets[c as usize + 1] += 1;
+        }
+        for c in 0..k {
+            offsets[c + 1] += offsets[c];
+        }
+        let mut fill = offsets[..k].to_vec();
+        let mut members = vec![0u32; a.len()];
+        for (p, &c) in a.iter().enumerate() {
+            members[fill[c as usize] as usize] = p as u32;
+            fill[c as usize] += 1;
+        }
+        (a, offsets, members)
+    }
+
+    #[test]
+    fn grouping_in_pieces_equals_one_pass_in_point_order() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for (n, k) in [
+            (1usize, 1usize),
+            (7, 3),
+            (1000, 1024),
+            (200_003, 1024),
+            (300_000, 5),
+        ] {
+            let keys: Vec<u64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // A distance in the high half, the cluster in the low half.
+                    (x & 0xFFFF_FFFF_0000_0000) | (x % k as u64)
+                })
+                .collect();
+            let (mut a, mut offsets, mut members) = (vec![u32::MAX; n], Vec::new(), Vec::new());
+            group_by_cluster(&keys, k, &mut a, &mut offsets, &mut members).unwrap();
+            let (a0, offsets0, members0) = plain(&keys, k);
+            assert_eq!(a, a0, "n = {n}, k = {k}");
+            assert_eq!(offsets, offsets0, "n = {n}, k = {k}");
+            assert_eq!(members, members0, "n = {n}, k = {k}");
+        }
+    }
+
+    #[test]
+    fn grouping_refuses_a_cluster_past_k() {
+        let mut keys = vec![1u64; 150_000];
+        keys[140_000] = 7;
+        let (mut a, mut offsets, mut members) = (vec![0u32; keys.len()], Vec::new(), Vec::new());
+        assert_eq!(
+            group_by_cluster(&keys, 4, &mut a, &mut offsets, &mut members),
+            Err(7)
+        );
+    }
 }

@@ -968,12 +968,14 @@ pub mod math {
         pc = fma(x2, pc, 1.0 / 24.0);
         pc = fma(x2, pc, -0.5);
         let c = fma(x2, pc, 1.0);
-        match q {
-            0 => (s, c),
-            1 => (c, -s),
-            2 => (-s, -c),
-            _ => (-c, s),
-        }
+        // (s, c), (c, -s), (-s, -c), (-c, s) for q = 0 .. 3, by selects and sign flips (exact) rather than a
+        // `match`, which the GPU compiler turned into a jump table: a warp whose lanes hold different quadrants
+        // ran the four cases one after another.
+        let odd = q & 1 != 0;
+        let (a, b) = if odd { (c, s) } else { (s, c) };
+        let sin = if q & 2 != 0 { -a } else { a };
+        let cos = if (q + 1) & 2 != 0 { -b } else { b };
+        (sin, cos)
     }
 
     /// Two standard normal values from two 32-bit words (Box-Muller).
