@@ -571,7 +571,7 @@ impl Kernels {
         let dim = u32::try_from(dim)
             .ok()
             .filter(|d| d.is_multiple_of(4) && *d <= 1 << 20)?;
-        let mut r = NOISE_ROWS_MAX;
+        let mut r = noise_rows_preferred();
         while r >= 1 {
             if noise_rows_shared_bytes(r, dim) <= self.clip_noise_rows_bytes {
                 return Some(r);
@@ -2177,10 +2177,19 @@ impl Kernels {
     }
 }
 
-/// The dynamic shared memory `clip_noise_rows` may use: opted into blocks of 16 rows of up to 1,536 values
-/// where the device allows it, else the 48 KiB every device gives.
+/// Rows per `clip_noise_rows` block where they fit (`RECALL_CLIP_NOISE_ROWS`, 1 to 32, default 16), fewer
+/// where they do not.
+fn noise_rows_preferred() -> u32 {
+    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        crate::env::env_number("RECALL_CLIP_NOISE_ROWS", 1..=NOISE_ROWS_MAX).unwrap_or(16)
+    })
+}
+
+/// The dynamic shared memory `clip_noise_rows` may use: opted into blocks of 32 rows of 768 values or 16
+/// of 1,536 (about 97 KiB) where the device allows it, else the 48 KiB every device gives.
 fn noise_rows_opt_in(gpu: &Gpu, func: &CudaFunction) -> u32 {
-    let want = noise_rows_shared_bytes(NOISE_ROWS_MAX, 1536);
+    let want = noise_rows_shared_bytes(NOISE_ROWS_MAX, 768).max(noise_rows_shared_bytes(16, 1536));
     if gpu.allow_dynamic_shared(func, want).is_ok() {
         want
     } else {

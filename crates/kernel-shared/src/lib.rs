@@ -812,7 +812,7 @@ pub struct NoiseParams {
 }
 
 /// The most rows one `clip_noise_rows` block stages (one norm chain per thread of its first warp).
-pub const NOISE_ROWS_MAX: u32 = 16;
+pub const NOISE_ROWS_MAX: u32 = 32;
 
 /// Threads of a `clip_noise_rows` block.
 pub const NOISE_THREADS: u32 = 256;
