@@ -1,0 +1,4 @@
+#!/bin/bash
+# Session 19, run L (one command, on the warm H100 of run K): the one-query scan's settings at 1 query x 1M x 768.
+# Its pages did not come back (their names held '='); the figures are in the README, from the command's output.
+B=$(mktemp -d); xz -dc .device-carry/gz/recall-s.xz > $B/recall; R=$B/recall; chmod +x $R; mkdir -p $OUT/s19L; cd $OUT/s19L; nvidia-smi --query-gpu=name --format=csv,noheader; for cfg in "X=1" "RECALL_SCAN1=new-s8" "RECALL_SCAN1_WARPS=8" "RECALL_SCAN1_WARPS=16" "RECALL_SCAN1_L2_AHEAD=2" "RECALL_SCAN1_L2_AHEAD=8" "X=2"; do env $cfg timeout 60 $R bench knn --queries 1 --rows 1000000 --dim 768 --k 10 --iters 30 --no-cpu --peer-script /none --out q1-$cfg.md > q1-$cfg.log 2>&1; echo "$cfg: $(grep -h 'Engine::knn_in' q1-$cfg.md | cut -d'|' -f3-4 | cut -c1-120)"; done
