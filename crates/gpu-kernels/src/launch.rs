@@ -2001,19 +2001,20 @@ impl Kernels {
             .filter(|_| {
                 gpu.device_ptr(x).is_multiple_of(16) && gpu.device_ptr(out).is_multiple_of(16)
             });
+        let mut params = NoiseParams {
+            x: gpu.device_ptr(x),
+            norms: 0,
+            out: gpu.device_ptr(out),
+            n_rows: to_u32(K, "n_rows", n_rows)?,
+            dim: to_u32(K, "dim", dim)?,
+            clip,
+            sigma,
+            key,
+            rows_per_block: 0,
+            _pad: 0,
+        };
         if let Some(r) = rows_per_block {
-            let params = NoiseParams {
-                x: gpu.device_ptr(x),
-                norms: 0,
-                out: gpu.device_ptr(out),
-                n_rows: to_u32(K, "n_rows", n_rows)?,
-                dim: to_u32(K, "dim", dim)?,
-                clip,
-                sigma,
-                key,
-                rows_per_block: r,
-                _pad: 0,
-            };
+            params.rows_per_block = r;
             let cfg = LaunchConfig {
                 grid_dim: (to_u32(K, "blocks", n_rows.div_ceil(r as usize))?, 1, 1),
                 block_dim: (NOISE_THREADS, 1, 1),
@@ -2028,18 +2029,7 @@ impl Kernels {
         let mut norms = gpu.alloc_zeros::<f32>(n_rows)?;
         self.row_norms_f32(gpu, x, n_rows, dim, &mut norms)?;
         let threads = elems(K, n_rows, dim.div_ceil(4))?;
-        let params = NoiseParams {
-            x: gpu.device_ptr(x),
-            norms: gpu.device_ptr(&norms),
-            out: gpu.device_ptr(out),
-            n_rows: to_u32(K, "n_rows", n_rows)?,
-            dim: to_u32(K, "dim", dim)?,
-            clip,
-            sigma,
-            key,
-            rows_per_block: 0,
-            _pad: 0,
-        };
+        params.norms = gpu.device_ptr(&norms);
         let cfg = LaunchConfig {
             grid_dim: (to_u32(K, "blocks", threads.div_ceil(256))?, 1, 1),
             block_dim: (256, 1, 1),

@@ -1828,34 +1828,21 @@ mod run_gpu {
         // Dims that are multiples of 4 run `clip_noise_rows` (16 rows a block up to 1,536 values, fewer
         // rows above: 2,048 takes 8, 8,192 takes 2), the others the norm kernel and `clip_noise`; both paths
         // run every case where the first can.
-        let shapes: &[(usize, usize)] = if quick {
-            &[
-                (1, 1),
-                (7, 5),
-                (300, 33),
-                (17, 4),
-                (40, 768),
-                (5, 1536),
-                (9, 2048),
-                (3, 8192),
-            ]
-        } else {
-            &[
-                (1, 1),
-                (7, 5),
-                (300, 33),
-                (17, 4),
-                (40, 768),
-                (5, 1536),
-                (9, 2048),
-                (3, 8192),
-                (20_000, 768),
-                (1000, 1025),
-                (4099, 128),
-            ]
-        };
+        let mut shapes = vec![
+            (1usize, 1usize),
+            (7, 5),
+            (300, 33),
+            (17, 4),
+            (40, 768),
+            (5, 1536),
+            (9, 2048),
+            (3, 8192),
+        ];
+        if !quick {
+            shapes.extend([(20_000, 768), (1000, 1025), (4099, 128)]);
+        }
         let kern = gpu.parts().1;
-        for &(n, dim) in shapes {
+        for (n, dim) in shapes {
             let x = awkward_matrix(&mut rng, n, dim);
             for (clip, sigma, seed) in [
                 (1.0f32, 0.1f32, 1u64),
