@@ -3,7 +3,8 @@
 //! clip-and-noise, whose random stream comes from the same shared Philox code as the CPU's.
 
 use crate::util::{
-    F4, block_dim_x, block_x, dynamic_shared_f32, fma, sqrt, sync_threads, thread_x,
+    F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
+    shared_addr, sqrt, sync_threads, thread_x,
 };
 use recall_kernel_shared::math::gaussian4;
 use recall_kernel_shared::{CentroidParams, FillParams, InertiaParams, NOISE_THREADS, NoiseParams};
@@ -114,18 +115,19 @@ pub unsafe extern "ptx-kernel" fn clip_noise(p: NoiseParams) {
 }
 
 /// Clip-and-noise in one pass over the data: block `b` stages rows `R b .. R b + R` (`R = rows_per_block`) in
-/// shared memory with 16-byte loads, thread `i < R` runs row `i`'s norm chain from there (the same steps as
-/// `row_norms_f32`: `fma(x, x, acc)` in column order, then `sqrt`) and its clip scale, and then every thread
-/// takes blocks of 4 values of the staged rows: `gaussian4`, the clip, `fma(sigma, g, y)`, one 16-byte store.
-/// The rows are read from device memory once (`row_norms_f32` + `clip_noise` read them twice), and no 64-bit
-/// division finds a thread's row.
+/// shared memory with 16-byte asynchronous copies (all of a thread's in flight at once), makes its first 4 noise
+/// values while they land, then thread `i < R` runs row `i`'s norm chain from shared memory (the same steps as
+/// `row_norms_f32`: `fma(x, x, acc)` in column order, then `sqrt`) and its clip scale, and every thread takes
+/// blocks of 4 values of the staged rows: `gaussian4`, the clip, `fma(sigma, g, y)`, one 16-byte store. The rows
+/// are read from device memory once (`row_norms_f32` + `clip_noise` read them twice). `cp.async`: sm_80 and newer
+/// (older images run the two kernels).
 ///
 /// # Safety
 /// `dim` a multiple of 4; `x` and `out` 16-byte aligned and holding `n_rows * dim` f32; grid
 /// `ceil(n_rows / R)` blocks of `NOISE_THREADS` threads, `1 <= R <= NOISE_ROWS_MAX`, with
 /// `noise_rows_shared_bytes(R, dim)` bytes of dynamic shared memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
+pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
     let smem = dynamic_shared_f32();
     let t = thread_x();
     let quads = p.dim / 4;
@@ -144,27 +146,21 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
             *row += 1;
         }
     };
-    let x = p.x as *const F4;
-    // Stage: four 16-byte loads in flight per thread, then their stores.
-    let (mut row, mut q) = (t / quads, t % quads);
+    let (first_row, first_q) = (t / quads, t % quads);
+    // Stage: every piece's copy in flight at once.
+    let (mut row, mut q) = (first_row, first_q);
     while row < rows {
-        let mut v = [F4([0.0; 4]); 4];
-        let mut at = [usize::MAX; 4];
-        unroll!(4, U: usize => {
-            if row < rows {
-                // SAFETY: r0 + row < n_rows and q < dim / 4: inside x.
-                v[U] = unsafe { *x.add((r0 + row) as usize * quads as usize + q as usize) };
-                at[U] = row as usize * stride + 4 * q as usize;
-                next(&mut row, &mut q);
-            }
-        });
-        unroll!(4, U: usize => {
-            if at[U] != usize::MAX {
-                // SAFETY: a staged piece: row < R and 4 q + 3 < dim, inside the launcher's shared memory.
-                unsafe { *(smem.wrapping_add(at[U]) as *mut F4) = v[U] };
-            }
-        });
+        let src = p.x + ((r0 + row) as u64 * quads as u64 + q as u64) * 16;
+        let dst = shared_addr(smem.wrapping_add(row as usize * stride + 4 * q as usize));
+        // SAFETY: r0 + row < n_rows and q < dim / 4: 16 readable, 16-byte aligned bytes of x; dst a 16-byte
+        // aligned piece of the staged rows (row < R, 4 q + 3 < dim; rows start at multiples of 4 floats).
+        unsafe { cp_async16(dst, src, 16) };
+        next(&mut row, &mut q);
     }
+    cp_async_commit();
+    // The first piece's noise while the copies land (it needs no data).
+    let g_first = gaussian4(p.key, u64::from(r0 + first_row), first_q);
+    cp_async_wait::<0>();
     sync_threads();
     if t < rows {
         // The row's norm chain, column order (the contract's `norm`), 16-byte reads.
@@ -187,7 +183,8 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
     }
     sync_threads();
     let out = p.out as *mut F4;
-    let (mut row, mut q) = (t / quads, t % quads);
+    let (mut row, mut q) = (first_row, first_q);
+    let mut g = g_first;
     while row < rows {
         // SAFETY: row < R and 4 q + 3 < dim: inside the staged rows and the scales.
         let (v, s) = unsafe {
@@ -197,7 +194,6 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
             )
         };
         let r = r0 + row;
-        let g = gaussian4(p.key, u64::from(r), q);
         let mut o = F4([0.0; 4]);
         unroll!(4, V: usize => {
             let y = if s >= 0.0 { v.0[V] * s } else { v.0[V] };
@@ -206,5 +202,8 @@ pub unsafe extern "ptx-kernel" fn clip_noise_rows(p: NoiseParams) {
         // SAFETY: r < n_rows and q < dim / 4: inside out.
         unsafe { *out.add(r as usize * quads as usize + q as usize) = o };
         next(&mut row, &mut q);
+        if row < rows {
+            g = gaussian4(p.key, u64::from(r0 + row), q);
+        }
     }
 }

@@ -95,10 +95,11 @@ pub struct Kernels {
     kmeans_inertia_blocks: CudaFunction,
     kmeans_update: CudaFunction,
     clip_noise: CudaFunction,
-    /// `clip_noise_rows` (norms and noise in one pass) and the dynamic shared memory it was opted into.
-    clip_noise_rows: CudaFunction,
+    /// `sm80_clip_noise_rows` (norms and noise in one pass; sm_80 and newer images) and the dynamic shared
+    /// memory it was opted into.
+    clip_noise_rows: Option<CudaFunction>,
     clip_noise_rows_bytes: u32,
-    /// Whether `clip_noise` runs `clip_noise_rows` where it can ([`Kernels::set_clip_noise_fused`]).
+    /// Whether `clip_noise` runs `sm80_clip_noise_rows` where it can ([`Kernels::set_clip_noise_fused`]).
     clip_noise_fused: std::sync::atomic::AtomicBool,
     widen_half_rows: CudaFunction,
     /// Fast mode (tensor cores), only in images for sm_80 and newer.
@@ -409,8 +410,16 @@ impl Kernels {
                         kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
-                        clip_noise_rows_bytes: noise_rows_opt_in(gpu, &f("clip_noise_rows")?),
-                        clip_noise_rows: f("clip_noise_rows")?,
+                        clip_noise_rows: if sm >= TC_MIN_SM {
+                            Some(f("sm80_clip_noise_rows")?)
+                        } else {
+                            None
+                        },
+                        clip_noise_rows_bytes: if sm >= TC_MIN_SM {
+                            noise_rows_opt_in(gpu, &f("sm80_clip_noise_rows")?)
+                        } else {
+                            0
+                        },
                         clip_noise_fused: std::sync::atomic::AtomicBool::new(true),
                         topk_small: [f("topk_small_16")?, f("topk_small_32")?],
                         topk_group_min: f("topk_group_min")?,
@@ -557,15 +566,30 @@ impl Kernels {
         }
     }
 
-    /// Choose clip-and-noise's kernels: `true` (the default) runs `clip_noise_rows` (norms and noise in one
-    /// pass) wherever it can, `false` the norm kernel then `clip_noise` (for comparisons: benchmarks, the
+    /// Choose clip-and-noise's kernels: `true` (the default) runs `sm80_clip_noise_rows` (norms and noise in
+    /// one pass; sm_80 and newer) wherever it can, `false` the norm kernel then `clip_noise` (for comparisons: benchmarks, the
     /// diff-test). Both give the same bits. Returns the previous setting.
     pub fn set_clip_noise_fused(&self, fused: bool) -> bool {
         self.clip_noise_fused
             .swap(fused, std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Rows per `clip_noise_rows` block for rows of `dim` values, `None` where it cannot run (`dim` not a
+    /// The kernels [`Kernels::clip_noise`] runs for rows of `dim` values (and 16-byte aligned buffers, as
+    /// every device allocation is): `sm80_clip_noise_rows`, or `row_norms_f32` and `clip_noise`.
+    pub fn clip_noise_kernels(&self, dim: usize) -> &'static str {
+        let fused = self.clip_noise_rows.is_some()
+            && self.clip_noise_rows_per_block(dim).is_some()
+            && self
+                .clip_noise_fused
+                .load(std::sync::atomic::Ordering::Relaxed);
+        if fused {
+            "sm80_clip_noise_rows"
+        } else {
+            "row_norms_f32 + clip_noise"
+        }
+    }
+
+    /// Rows per `sm80_clip_noise_rows` block for rows of `dim` values, `None` where it cannot run (`dim` not a
     /// multiple of 4, or not one row in the shared memory it was opted into).
     fn clip_noise_rows_per_block(&self, dim: usize) -> Option<u32> {
         let dim = u32::try_from(dim)
@@ -2013,7 +2037,7 @@ impl Kernels {
             rows_per_block: 0,
             _pad: 0,
         };
-        if let Some(r) = rows_per_block {
+        if let (Some(r), Some(func)) = (rows_per_block, &self.clip_noise_rows) {
             params.rows_per_block = r;
             let cfg = LaunchConfig {
                 grid_dim: (to_u32(K, "blocks", n_rows.div_ceil(r as usize))?, 1, 1),
@@ -2023,7 +2047,7 @@ impl Kernels {
             // SAFETY: dim is a multiple of 4, x and out 16-byte aligned with n_rows * dim f32 each; one block
             // per r rows, 1 <= r <= NOISE_ROWS_MAX, with the shared memory of r rows of dim values (within
             // what the function was opted into at load).
-            unsafe { gpu.launch(&self.clip_noise_rows, cfg, params) }?;
+            unsafe { gpu.launch(func, cfg, params) }?;
             return Ok(());
         }
         let mut norms = gpu.alloc_zeros::<f32>(n_rows)?;
@@ -2167,7 +2191,7 @@ impl Kernels {
     }
 }
 
-/// Rows per `clip_noise_rows` block where they fit (`RECALL_CLIP_NOISE_ROWS`, 1 to 32, default 16), fewer
+/// Rows per `sm80_clip_noise_rows` block where they fit (`RECALL_CLIP_NOISE_ROWS`, 1 to 32, default 16), fewer
 /// where they do not.
 fn noise_rows_preferred() -> u32 {
     static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -2176,7 +2200,7 @@ fn noise_rows_preferred() -> u32 {
     })
 }
 
-/// The dynamic shared memory `clip_noise_rows` may use: opted into blocks of 32 rows of 768 values or 16
+/// The dynamic shared memory `sm80_clip_noise_rows` may use: opted into blocks of 32 rows of 768 values or 16
 /// of 1,536 (about 97 KiB) where the device allows it, else the 48 KiB every device gives.
 fn noise_rows_opt_in(gpu: &Gpu, func: &CudaFunction) -> u32 {
     let want = noise_rows_shared_bytes(NOISE_ROWS_MAX, 768).max(noise_rows_shared_bytes(16, 1536));

@@ -1415,7 +1415,8 @@ pub struct SpreadTimes {
     pub seed_scan_ms: f64,
 }
 
-/// GPU clip-and-noise with the data resident: median ms of the two kernels (row norms, clip_noise).
+/// GPU clip-and-noise with the data resident: median ms with the one-pass kernel (`fused`, where it runs) or the
+/// two kernels (row norms, `clip_noise`), and the kernels that ran.
 #[cfg(feature = "gpu")]
 pub fn noise_ms(
     backend: &crate::gpu_backend::GpuBackend,
@@ -1423,12 +1424,13 @@ pub fn noise_ms(
     dim: usize,
     iters: usize,
     fused: bool,
-) -> Result<f64, String> {
+) -> Result<(f64, &'static str), String> {
     let k = backend.parts().1;
     let before = k.set_clip_noise_fused(fused);
+    let kernels = k.clip_noise_kernels(dim);
     let r = noise_ms_now(backend, x, dim, iters);
     k.set_clip_noise_fused(before);
-    r
+    Ok((r?, kernels))
 }
 
 #[cfg(feature = "gpu")]
@@ -1465,7 +1467,7 @@ pub fn noise_ms(
     _: usize,
     _: usize,
     _: bool,
-) -> Result<f64, String> {
+) -> Result<(f64, &'static str), String> {
     Err("this build has no GPU support".into())
 }
 

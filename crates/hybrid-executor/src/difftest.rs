@@ -1825,9 +1825,9 @@ mod run_gpu {
     ) -> Result<(), String> {
         let cpu = crate::backend::CpuBackend;
         let mut rng = SplitMix::new(0x5EED_0005);
-        // Dims that are multiples of 4 run `clip_noise_rows` (16 rows a block up to 1,536 values, fewer
-        // rows above: 2,048 takes 8, 8,192 takes 2), the others the norm kernel and `clip_noise`; both paths
-        // run every case where the first can.
+        // Dims that are multiples of 4 run `sm80_clip_noise_rows` on sm_80+ (16 rows a block up to 1,536
+        // values, fewer rows above: 2,048 takes 8, 8,192 takes 2), the others the norm kernel and
+        // `clip_noise`; both paths run every case where the first can.
         let mut shapes = vec![
             (1usize, 1usize),
             (7, 5),
@@ -1850,13 +1850,14 @@ mod run_gpu {
                 (1e-3, 2.0, u64::MAX),
             ] {
                 let a = cpu.clip_and_noise(&x, dim, clip, sigma, seed).map_err(e_)?;
-                for (fused, label) in [(true, "clip_noise_rows"), (false, "clip_noise")] {
-                    if fused && dim % 4 != 0 {
-                        continue;
-                    }
+                for fused in [true, false] {
                     kern.set_clip_noise_fused(fused);
+                    let label = kern.clip_noise_kernels(dim);
                     let b = gpu.clip_and_noise(&x, dim, clip, sigma, seed);
                     kern.set_clip_noise_fused(true);
+                    if fused && label != "sm80_clip_noise_rows" {
+                        continue; // the same two kernels as the second round
+                    }
                     compare(diff_of(diffs, label), &a, &b.map_err(e_)?);
                 }
             }

@@ -795,7 +795,7 @@ pub struct CentroidParams {
 pub struct NoiseParams {
     /// f32 `n_rows * dim`, row-major.
     pub x: u64,
-    /// f32 row norms (as `row_norms_f32` computes them), `n_rows`; `clip_noise` only (`clip_noise_rows`
+    /// f32 row norms (as `row_norms_f32` computes them), `n_rows`; `clip_noise` only (`sm80_clip_noise_rows`
     /// computes them itself).
     pub norms: u64,
     /// f32 `n_rows * dim` out.
@@ -806,18 +806,18 @@ pub struct NoiseParams {
     pub sigma: f32,
     /// The Philox key of the seed (`math::philox_key`).
     pub key: [u32; 2],
-    /// `clip_noise_rows` only: rows per block (1 to [`NOISE_ROWS_MAX`]).
+    /// `sm80_clip_noise_rows` only: rows per block (1 to [`NOISE_ROWS_MAX`]).
     pub rows_per_block: u32,
     pub _pad: u32,
 }
 
-/// The most rows one `clip_noise_rows` block stages (one norm chain per thread of its first warp).
+/// The most rows one `sm80_clip_noise_rows` block stages (one norm chain per thread of its first warp).
 pub const NOISE_ROWS_MAX: u32 = 32;
 
-/// Threads of a `clip_noise_rows` block.
+/// Threads of a `sm80_clip_noise_rows` block.
 pub const NOISE_THREADS: u32 = 256;
 
-/// Dynamic shared memory of a `clip_noise_rows` block of `rows` rows of `dim` values (`dim` a multiple of 4):
+/// Dynamic shared memory of a `sm80_clip_noise_rows` block of `rows` rows of `dim` values (`dim` a multiple of 4):
 /// each row padded by 4 floats, so that the norm chains' 16-byte reads of 8 rows at a time fall in different
 /// banks, then one f32 scale per row.
 pub const fn noise_rows_shared_bytes(rows: u32, dim: u32) -> u32 {

@@ -1368,8 +1368,8 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
     };
     let x = random_matrix(5, a.rows, a.dim);
     let copy = recall::diagnostics::bench::copy_gbps(gpu, 1 << 30, a.iters)?;
-    let ms = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters, true)?;
-    let two_pass = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters, false)?;
+    let (ms, kernels) = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters, true)?;
+    let (two_pass, _) = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters, false)?;
     let bytes = 2.0 * (a.rows * a.dim * 4) as f64;
     let gbps = bytes / (ms * 1e-3) / 1e9;
     let peer = peer_op(&a, "noise");
@@ -1398,7 +1398,7 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
     );
     let _ = writeln!(
         r,
-        "| recall GPU: `clip_noise_rows` (norms and noise in one pass where dim is a multiple of 4), data resident | {:.1} us | {gbps:.0} GB/s | {:.0} % of copy |",
+        "| recall GPU: `{kernels}` (the default: norms and noise in one pass where dim is a multiple of 4 on sm_80+), data resident | {:.1} us | {gbps:.0} GB/s | {:.0} % of copy |",
         ms * 1e3,
         100.0 * gbps / copy
     );
