@@ -23,9 +23,9 @@
 
 use crate::dense::{chain_tile, finish};
 use crate::util::{
-    F4, ballot, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32,
-    grid_dim_x, last_to_arrive, prefetch_l2, score_key, shared_addr, shfl_idx_u64, shfl_up1_u64,
-    sqrt, stage_query, sync_threads, sync_warp, thread_x,
+    F4, ballot, block_x, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
+    dynamic_shared_f32, grid_dim_x, last_to_arrive, prefetch_l2, score_key, shared_addr,
+    shfl_idx_u64, shfl_up1_u64, sqrt, stage_query, sync_threads, sync_warp, thread_x,
 };
 use recall_kernel_shared::{
     METRIC_COSINE, METRIC_DOT, METRIC_L2, SCAN1_ROW_STRIDE, SCAN1_TILE, Scan1Params,
@@ -124,7 +124,7 @@ unsafe fn block_merge(lists: *const u64, warps: usize, k: u32) -> u64 {
 /// bytes of dynamic shared memory; pointers and sizes as `Scan1Params` documents; `k <= min(32, n_rows)`, the
 /// ticket zero.
 #[inline(always)]
-unsafe fn scan1<const METRIC: u32, const STAGES: usize>(p: &Scan1Params) {
+unsafe fn scan1<const METRIC: u32, const STAGES: usize, const L2_256: bool>(p: &Scan1Params) {
     let smem = dynamic_shared_f32();
     let t = thread_x() as usize;
     let (lane, warp) = (t % 32, t / 32);
@@ -175,11 +175,16 @@ unsafe fn scan1<const METRIC: u32, const STAGES: usize>(p: &Scan1Params) {
                 // the query area are multiples of 4 floats); when ok, that row is < n and col + 4 <= dim (dim
                 // is a multiple of 4), so the 16 source bytes are inside the corpus, 16-byte aligned.
                 unsafe {
-                    cp_async16(
+                    let (d, s, b) = (
                         dst + I as u32 * DST_STEP,
                         if ok { src + I as u64 * src_step } else { corpus },
                         if ok { 16 } else { 0 },
-                    )
+                    );
+                    if L2_256 {
+                        cp_async16_l2_256(d, s, b)
+                    } else {
+                        cp_async16(d, s, b)
+                    }
                 };
             });
             is_tile += 1;
@@ -359,8 +364,11 @@ unsafe fn scan1<const METRIC: u32, const STAGES: usize>(p: &Scan1Params) {
 
 kernels! {
     Scan1Params;
-    sm80_scan1_dot => scan1::<METRIC_DOT, 4>;
-    sm80_scan1_cosine => scan1::<METRIC_COSINE, 4>;
-    sm80_scan1_l2 => scan1::<METRIC_L2, 4>;
-    sm80_scan1_s8_cosine => scan1::<METRIC_COSINE, 8>;
+    sm80_scan1_dot => scan1::<METRIC_DOT, 4, false>;
+    sm80_scan1_cosine => scan1::<METRIC_COSINE, 4, false>;
+    sm80_scan1_l2 => scan1::<METRIC_L2, 4, false>;
+    sm80_scan1_s8_cosine => scan1::<METRIC_COSINE, 8, false>;
+    sm90a_scan1_dot => scan1::<METRIC_DOT, 4, true>;
+    sm90a_scan1_cosine => scan1::<METRIC_COSINE, 4, true>;
+    sm90a_scan1_l2 => scan1::<METRIC_L2, 4, true>;
 }

@@ -395,10 +395,11 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// (6 blocks, 40 registers, spilled 96 bytes). `sm90a_knn1*` blocks (8 warps where a block has an SM to
 /// itself, most of which leave early) fit three to an SM (at most 85 registers), so that launches of up to
 /// three blocks per SM keep 8 warps. The first prefix that matches applies.
-const LAUNCH_BOUNDS: [(&str, u32, u32); 4] = [
+const LAUNCH_BOUNDS: [(&str, u32, u32); 5] = [
     ("sm80_gemm_", 256, 2),
     ("spread_hop", 256, 5),
     ("sm90a_knn1", 256, 3),
+    ("sm90a_scan1", 512, 1),
     ("sm90a_", 256, 1),
 ];
 

@@ -90,6 +90,9 @@ pub(crate) struct Scan1Kernels {
     warps_override: Option<u32>,
     /// `RECALL_SCAN1_L2_AHEAD`: tiles of L2 prefetch ahead of the copies (0: none).
     l2_ahead: u32,
+    /// `RECALL_SCAN1_L2_256` (`on` / `off`, default off): on a 9.0 device with the sm_90a image, mode `New` runs
+    /// `sm90a_scan1_*`, whose copies ask the L2 for 256 bytes (the row's next tile with this one), up to 16 warps.
+    l2_256: bool,
     mode: AtomicU8,
 }
 
@@ -125,6 +128,7 @@ impl Scan1Kernels {
             sm_count: info.sm_count.max(1),
             warps_override: env_number("RECALL_SCAN1_WARPS", 1..=SCAN1_MAX_WARPS),
             l2_ahead: env_number("RECALL_SCAN1_L2_AHEAD", 0..=64).unwrap_or(0),
+            l2_256: std::env::var("RECALL_SCAN1_L2_256").is_ok_and(|v| v.trim() == "on"),
             mode: AtomicU8::new(mode_from_env().to_u8()),
         }))
     }
@@ -244,8 +248,16 @@ impl Kernels {
             Scan1Mode::Old => Scan1Mode::New,
             m => m,
         };
-        let (func, stages) = s.func(mode, metric);
+        let (mut func, stages) = s.func(mode, metric);
         let (blocks, warps, smem) = s.layout(n_rows, dim, stages);
+        // sm90a_scan1_* are built for at most 16 warps a block (`cargo xtask build-kernels`' launch bounds).
+        if s.l2_256
+            && stages == 4
+            && warps <= 16
+            && let Some(h) = self.hopper.as_ref().and_then(|h| h.scan1.as_ref())
+        {
+            func = &h[metric.index()];
+        }
         Ok(Scan1Plan {
             func,
             blocks,

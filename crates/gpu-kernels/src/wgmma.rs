@@ -31,6 +31,9 @@ pub(crate) struct HopperKernels {
     /// into the shared memory of their largest block (`knn1::load_bulk`); `None` where that did not work (then
     /// `sm80_knn1_*` runs).
     pub(crate) knn1: Option<crate::knn1::Knn1Funcs>,
+    /// `sm90a_scan1_*` (dot, cosine, l2): `sm80_scan1_*` whose copies ask the L2 for 256 bytes
+    /// (`RECALL_SCAN1_L2_256`), opted into the device's shared memory per block; `None` where that failed.
+    pub(crate) scan1: Option<[CudaFunction; 3]>,
     /// Which image loaded: the cubin, or the PTX through the driver's JIT.
     pub(crate) kind: ImageKind,
     _module: Arc<CudaModule>,
@@ -66,6 +69,7 @@ impl HopperKernels {
                         knn,
                         knn_multi,
                         knn1: crate::knn1::load_bulk(gpu, &module)?,
+                        scan1: load_scan1(gpu, &module)?,
                         kind: img.kind,
                         _module: module,
                     }));
@@ -140,4 +144,23 @@ impl HopperKernels {
         }
         Ok(Some([gemm, knn, knn_multi]))
     }
+}
+
+/// `sm90a_scan1_*` from the sm_90a module, opted into the device's shared memory per block (as `sm80_scan1_*`);
+/// `None` where a function is missing or the opt-in is refused.
+fn load_scan1(gpu: &Gpu, module: &Arc<CudaModule>) -> Result<Option<[CudaFunction; 3]>, GpuError> {
+    let max_smem = u32::try_from(gpu.info().max_shared_memory_per_block_optin).unwrap_or(0);
+    let mut funcs = Vec::with_capacity(3);
+    for name in ["sm90a_scan1_dot", "sm90a_scan1_cosine", "sm90a_scan1_l2"] {
+        let func = match gpu.function(module, name) {
+            Ok(f) => f,
+            Err(e) if e.is_device_lost() => return Err(e),
+            Err(_) => return Ok(None),
+        };
+        if gpu.allow_dynamic_shared(&func, max_smem).is_err() {
+            return Ok(None);
+        }
+        funcs.push(func);
+    }
+    Ok(funcs.try_into().ok())
 }
