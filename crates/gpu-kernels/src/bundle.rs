@@ -185,6 +185,31 @@ mod tests {
     }
 
     #[test]
+    fn the_hopper_scan_is_built_for_the_blocks_its_launcher_makes() {
+        // `scan1_plan` runs `sm90a_scan1_*` for blocks of up to SCAN1_HOPPER_MAX_WARPS warps; a launch bound
+        // below that would make such a launch fail.
+        let ptx = std::str::from_utf8(SM90A_IMAGES[1].bytes).expect("utf8");
+        for metric in ["dot", "cosine", "l2"] {
+            let entry = format!(".entry sm90a_scan1_{metric}(");
+            let at = ptx.find(&entry).expect("sm90a_scan1 entry");
+            let body = &ptx[at..];
+            let maxntid: u32 = body
+                .split_once(".maxntid ")
+                .and_then(|(_, rest)| rest.split(',').next())
+                .and_then(|n| n.trim().parse().ok())
+                .expect("sm90a_scan1 carries a launch bound");
+            assert!(
+                body.find(".maxntid") < body.find('{'),
+                "the launch bound belongs to this entry"
+            );
+            assert!(
+                maxntid >= 32 * crate::scan1::SCAN1_HOPPER_MAX_WARPS,
+                "sm90a_scan1_{metric}: .maxntid {maxntid}"
+            );
+        }
+    }
+
+    #[test]
     fn the_one_query_hopper_kernels_take_a_64_byte_aligned_parameter() {
         // `sm90a_knn1*` hand their parameter's first field, a tensor map, to the tensor memory accelerator, which
         // needs it 64-byte aligned: the build declares it so (rustc stops at 16).

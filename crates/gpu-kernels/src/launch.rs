@@ -592,17 +592,7 @@ impl Kernels {
     /// Rows per `sm80_clip_noise_rows` block for rows of `dim` values, `None` where it cannot run (`dim` not a
     /// multiple of 4, or not one row in the shared memory it was opted into).
     fn clip_noise_rows_per_block(&self, dim: usize) -> Option<u32> {
-        let dim = u32::try_from(dim)
-            .ok()
-            .filter(|d| d.is_multiple_of(4) && *d <= 1 << 20)?;
-        let mut r = noise_rows_preferred();
-        while r >= 1 {
-            if noise_rows_shared_bytes(r, dim) <= self.clip_noise_rows_bytes {
-                return Some(r);
-            }
-            r /= 2;
-        }
-        None
+        noise_rows_for(dim, noise_rows_preferred(), self.clip_noise_rows_bytes)
     }
 
     /// The kernel that runs the exact many-query GEMM (similarity of more than [`SCAN_MAX_QUERIES`] queries,
@@ -2191,6 +2181,22 @@ impl Kernels {
     }
 }
 
+/// Rows per `sm80_clip_noise_rows` block for rows of `dim` values: `preferred`, halved until the block fits
+/// `limit` bytes of shared memory; `None` for a `dim` that is not a multiple of 4 or where one row does not fit.
+fn noise_rows_for(dim: usize, preferred: u32, limit: u32) -> Option<u32> {
+    let dim = u32::try_from(dim)
+        .ok()
+        .filter(|d| d.is_multiple_of(4) && *d <= 1 << 20)?;
+    let mut r = preferred;
+    while r >= 1 {
+        if noise_rows_shared_bytes(r, dim) <= limit {
+            return Some(r);
+        }
+        r /= 2;
+    }
+    None
+}
+
 /// Rows per `sm80_clip_noise_rows` block where they fit (`RECALL_CLIP_NOISE_ROWS`, 1 to 32, default 16), fewer
 /// where they do not.
 fn noise_rows_preferred() -> u32 {
@@ -2313,6 +2319,32 @@ mod tests {
             assert_eq!(a, a0, "n = {n}, k = {k}");
             assert_eq!(offsets, offsets0, "n = {n}, k = {k}");
             assert_eq!(members, members0, "n = {n}, k = {k}");
+        }
+    }
+
+    #[test]
+    fn clip_noise_rows_fit_the_shared_memory() {
+        let opted =
+            noise_rows_shared_bytes(NOISE_ROWS_MAX, 768).max(noise_rows_shared_bytes(16, 1536));
+        // The diff-test's shapes: 16 rows up to 1,536 values, 8 at 2,048, 2 at 8,192.
+        assert_eq!(noise_rows_for(768, 16, opted), Some(16));
+        assert_eq!(noise_rows_for(1536, 16, opted), Some(16));
+        assert_eq!(noise_rows_for(2048, 16, opted), Some(8));
+        assert_eq!(noise_rows_for(8192, 16, opted), Some(2));
+        assert_eq!(noise_rows_for(768, 32, opted), Some(32));
+        // Not a multiple of 4, or not one row: the two kernels.
+        assert_eq!(noise_rows_for(1025, 16, opted), None);
+        assert_eq!(noise_rows_for(1, 16, opted), None);
+        assert_eq!(noise_rows_for(1 << 16, 16, opted), None);
+        // Without the opt-in (48 KiB): fewer rows.
+        assert_eq!(noise_rows_for(768, 16, 48 * 1024), Some(8));
+        for dim in (4..=4096).step_by(4) {
+            if let Some(r) = noise_rows_for(dim, 16, opted) {
+                assert!(
+                    noise_rows_shared_bytes(r, dim as u32) <= opted && r >= 1,
+                    "dim {dim}"
+                );
+            }
         }
     }
 

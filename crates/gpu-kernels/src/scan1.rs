@@ -16,6 +16,10 @@ use recall_kernel_shared::{
 };
 use std::sync::atomic::{AtomicU8, Ordering};
 
+/// The most warps a block of `sm90a_scan1_*` may have: `cargo xtask build-kernels` gives those entry points a
+/// launch bound of 512 threads (a bundle test checks the two agree); larger blocks run `sm80_scan1_*`.
+pub(crate) const SCAN1_HOPPER_MAX_WARPS: u32 = 16;
+
 /// The longest rows `sm80_scan1_*` takes (its query lives in shared memory).
 pub const SCAN1_MAX_DIM: usize = 4096;
 
@@ -252,10 +256,9 @@ impl Kernels {
         };
         let (mut func, stages) = s.func(mode, metric);
         let (blocks, warps, smem) = s.layout(n_rows, dim, stages);
-        // sm90a_scan1_* are built for at most 16 warps a block (`cargo xtask build-kernels`' launch bounds).
         if s.l2_256
             && stages == 4
-            && warps <= 16
+            && warps <= SCAN1_HOPPER_MAX_WARPS
             && let Some(h) = self.hopper.as_ref().and_then(|h| h.scan1.as_ref())
         {
             func = &h[metric.index()];
