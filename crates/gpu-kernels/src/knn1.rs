@@ -65,34 +65,12 @@ impl Knn1Funcs {
         prefix: &str,
         bytes: u32,
     ) -> Result<Option<Knn1Funcs>, GpuError> {
-        let three = |p: &str| -> Result<Option<[CudaFunction; 3]>, GpuError> {
-            let mut out = Vec::with_capacity(3);
-            for metric in ["dot", "cosine", "l2"] {
-                let func = match f(&format!("{p}_{metric}")) {
-                    Ok(func) => func,
-                    Err(e) if e.is_device_lost() => return Err(e),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "{p}_{metric} not in the image");
-                        return Ok(None);
-                    }
-                };
-                match gpu.allow_dynamic_shared(&func, bytes) {
-                    Ok(()) => out.push(func),
-                    Err(e) if e.is_device_lost() => return Err(e),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "{p}_{metric}: not enough shared memory per block");
-                        return Ok(None);
-                    }
-                }
-            }
-            Ok(<[CudaFunction; 3]>::try_from(out).ok())
-        };
-        let Some(memory) = three(prefix)? else {
+        let Some(memory) = metric_triple(gpu, &f, prefix, bytes)? else {
             return Ok(None);
         };
         Ok(Some(Knn1Funcs {
             memory,
-            carried: three(&format!("{prefix}q"))?,
+            carried: metric_triple(gpu, &f, &format!("{prefix}q"), bytes)?,
             corpus_map: parking_lot::Mutex::new(None),
         }))
     }
@@ -112,6 +90,36 @@ impl Knn1Funcs {
         *cached = Some((key, map));
         Ok(map)
     }
+}
+
+/// `{prefix}_{dot,cosine,l2}`, each opted into `bytes` of dynamic shared memory; `None` (logged) when one is
+/// missing or refuses the shared memory. Device loss is an error.
+pub(crate) fn metric_triple(
+    gpu: &Gpu,
+    f: &impl Fn(&str) -> Result<CudaFunction, GpuError>,
+    prefix: &str,
+    bytes: u32,
+) -> Result<Option<[CudaFunction; 3]>, GpuError> {
+    let mut out = Vec::with_capacity(3);
+    for metric in ["dot", "cosine", "l2"] {
+        let func = match f(&format!("{prefix}_{metric}")) {
+            Ok(func) => func,
+            Err(e) if e.is_device_lost() => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "{prefix}_{metric} not in the image");
+                return Ok(None);
+            }
+        };
+        match gpu.allow_dynamic_shared(&func, bytes) {
+            Ok(()) => out.push(func),
+            Err(e) if e.is_device_lost() => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "{prefix}_{metric}: not enough shared memory per block");
+                return Ok(None);
+            }
+        }
+    }
+    Ok(<[CudaFunction; 3]>::try_from(out).ok())
 }
 
 /// `sm90a_knn1_*` (and `sm90a_knn1q_*`) from the sm_90a module, opted into the shared memory of their

@@ -97,8 +97,7 @@ pub struct Kernels {
     clip_noise: CudaFunction,
     /// `sm80_clip_noise_rows` (norms and noise in one pass; sm_80 and newer images) and the dynamic shared
     /// memory it was opted into.
-    clip_noise_rows: Option<CudaFunction>,
-    clip_noise_rows_bytes: u32,
+    clip_noise_rows: Option<(CudaFunction, u32)>,
     /// Whether `clip_noise` runs `sm80_clip_noise_rows` where it can ([`Kernels::set_clip_noise_fused`]).
     clip_noise_fused: std::sync::atomic::AtomicBool,
     widen_half_rows: CudaFunction,
@@ -411,14 +410,11 @@ impl Kernels {
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
                         clip_noise_rows: if sm >= TC_MIN_SM {
-                            Some(f("sm80_clip_noise_rows")?)
+                            let func = f("sm80_clip_noise_rows")?;
+                            let bytes = noise_rows_opt_in(gpu, &func);
+                            Some((func, bytes))
                         } else {
                             None
-                        },
-                        clip_noise_rows_bytes: if sm >= TC_MIN_SM {
-                            noise_rows_opt_in(gpu, &f("sm80_clip_noise_rows")?)
-                        } else {
-                            0
                         },
                         clip_noise_fused: std::sync::atomic::AtomicBool::new(true),
                         topk_small: [f("topk_small_16")?, f("topk_small_32")?],
@@ -577,22 +573,25 @@ impl Kernels {
     /// The kernels [`Kernels::clip_noise`] runs for rows of `dim` values (and 16-byte aligned buffers, as
     /// every device allocation is): `sm80_clip_noise_rows`, or `row_norms_f32` and `clip_noise`.
     pub fn clip_noise_kernels(&self, dim: usize) -> &'static str {
-        let fused = self.clip_noise_rows.is_some()
-            && self.clip_noise_rows_per_block(dim).is_some()
-            && self
-                .clip_noise_fused
-                .load(std::sync::atomic::Ordering::Relaxed);
-        if fused {
+        if self.clip_noise_rows_plan(dim).is_some() {
             "sm80_clip_noise_rows"
         } else {
             "row_norms_f32 + clip_noise"
         }
     }
 
-    /// Rows per `sm80_clip_noise_rows` block for rows of `dim` values, `None` where it cannot run (`dim` not a
-    /// multiple of 4, or not one row in the shared memory it was opted into).
-    fn clip_noise_rows_per_block(&self, dim: usize) -> Option<u32> {
-        noise_rows_for(dim, noise_rows_preferred(), self.clip_noise_rows_bytes)
+    /// `sm80_clip_noise_rows` and its rows per block for rows of `dim` values, where it runs: an sm_80+ image,
+    /// the one-pass setting ([`Kernels::set_clip_noise_fused`]), `dim` a multiple of 4 with a row in the shared
+    /// memory the function was opted into.
+    fn clip_noise_rows_plan(&self, dim: usize) -> Option<(&CudaFunction, u32)> {
+        if !self
+            .clip_noise_fused
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        let (func, bytes) = self.clip_noise_rows.as_ref()?;
+        Some((func, noise_rows_for(dim, noise_rows_preferred(), *bytes)?))
     }
 
     /// The kernel that runs the exact many-query GEMM (similarity of more than [`SCAN_MAX_QUERIES`] queries,
@@ -2006,15 +2005,9 @@ impl Kernels {
         need_len(K, "x", x, elems(K, n_rows, dim)?)?;
         need_len(K, "out", out, elems(K, n_rows, dim)?)?;
         let key = recall_kernel_shared::math::philox_key(seed);
-        let rows_per_block = self
-            .clip_noise_rows_per_block(dim)
-            .filter(|_| {
-                self.clip_noise_fused
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
-            .filter(|_| {
-                gpu.device_ptr(x).is_multiple_of(16) && gpu.device_ptr(out).is_multiple_of(16)
-            });
+        let one_pass = self.clip_noise_rows_plan(dim).filter(|_| {
+            gpu.device_ptr(x).is_multiple_of(16) && gpu.device_ptr(out).is_multiple_of(16)
+        });
         let mut params = NoiseParams {
             x: gpu.device_ptr(x),
             norms: 0,
@@ -2027,7 +2020,7 @@ impl Kernels {
             rows_per_block: 0,
             _pad: 0,
         };
-        if let (Some(r), Some(func)) = (rows_per_block, &self.clip_noise_rows) {
+        if let Some((func, r)) = one_pass {
             params.rows_per_block = r;
             let cfg = LaunchConfig {
                 grid_dim: (to_u32(K, "blocks", n_rows.div_ceil(r as usize))?, 1, 1),
@@ -2070,8 +2063,9 @@ const GROUP_PIECE: usize = 1 << 16;
 /// `keys[p]`'s low half, `members` the point ids grouped by cluster, ascending within each, `offsets` (`k + 1`
 /// entries) where each cluster's starts. Each piece counts its points' clusters, the counts give every
 /// (cluster, piece) its own range of `members`, and each piece fills its ranges in point order: the same
-/// lists as one pass in point order. `Err(cluster)` for a key that names no cluster below `k`.
-fn group_by_cluster(
+/// lists as one pass in point order. `Err(cluster)` for a key that names no cluster below `k`. The host half
+/// of [`Kernels::kmeans_iteration`], between the keys' download and [`Kernels::kmeans_update`].
+pub fn group_by_cluster(
     keys: &[u64],
     k: usize,
     assignments: &mut [u32],

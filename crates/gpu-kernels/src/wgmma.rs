@@ -150,17 +150,10 @@ impl HopperKernels {
 /// `None` where a function is missing or the opt-in is refused.
 fn load_scan1(gpu: &Gpu, module: &Arc<CudaModule>) -> Result<Option<[CudaFunction; 3]>, GpuError> {
     let max_smem = u32::try_from(gpu.info().max_shared_memory_per_block_optin).unwrap_or(0);
-    let mut funcs = Vec::with_capacity(3);
-    for name in ["sm90a_scan1_dot", "sm90a_scan1_cosine", "sm90a_scan1_l2"] {
-        let func = match gpu.function(module, name) {
-            Ok(f) => f,
-            Err(e) if e.is_device_lost() => return Err(e),
-            Err(_) => return Ok(None),
-        };
-        if gpu.allow_dynamic_shared(&func, max_smem).is_err() {
-            return Ok(None);
-        }
-        funcs.push(func);
-    }
-    Ok(funcs.try_into().ok())
+    crate::knn1::metric_triple(
+        gpu,
+        &|name| gpu.function(module, name),
+        "sm90a_scan1",
+        max_smem,
+    )
 }

@@ -1309,10 +1309,15 @@ mod gpu_graph {
             "keys download alone (8 bytes a point, pageable)",
             timed(&mut || g.download_prefix(&keys, &mut host_keys).map_err(err))?,
         ));
-        let (members, offsets) = (
-            scratch_members(&assignments, k),
-            scratch_offsets(&assignments, k),
-        );
+        let (mut members, mut offsets) = (Vec::new(), Vec::new());
+        recall_gpu_kernels::group_by_cluster(
+            &host_keys,
+            k,
+            &mut assignments,
+            &mut offsets,
+            &mut members,
+        )
+        .map_err(|c| format!("the device assigned a point to cluster {c} of {k}"))?;
         parts.push((
             "centroid update alone (members and offsets up, kernel)",
             timed(&mut || {
@@ -1321,31 +1326,6 @@ mod gpu_graph {
             })?,
         ));
         Ok((iter_ms, parts))
-    }
-
-    /// Point ids grouped by cluster, ascending within each (as `kmeans_iteration` builds them).
-    fn scratch_members(assignments: &[u32], k: usize) -> Vec<u32> {
-        let offsets = scratch_offsets(assignments, k);
-        let mut fill = offsets[..k].to_vec();
-        let mut members = vec![0u32; assignments.len()];
-        for (p, &a) in assignments.iter().enumerate() {
-            members[fill[a as usize] as usize] = p as u32;
-            fill[a as usize] += 1;
-        }
-        members
-    }
-
-    /// The clusters' starts in [`scratch_members`], `k + 1` entries.
-    fn scratch_offsets(assignments: &[u32], k: usize) -> Vec<u32> {
-        let mut counts = vec![0u32; k];
-        for &a in assignments {
-            counts[a as usize] += 1;
-        }
-        let mut offsets = vec![0u32; k + 1];
-        for c in 0..k {
-            offsets[c + 1] = offsets[c] + counts[c];
-        }
-        offsets
     }
 }
 

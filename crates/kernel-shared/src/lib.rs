@@ -1029,4 +1029,26 @@ mod tests {
         }
         assert_eq!(tc_knn_heads_per_split(10, 0), 10);
     }
+
+    #[test]
+    fn sincos_quadrants_are_the_first_quadrants_values_rotated() {
+        // Quadrant q's (sin, cos) from quadrant 0's (s, c) at the same offset, as the contract writes them.
+        for f in [0u32, 1, 0x12_3456, 0x20_0000, 0x3f_ffff] {
+            let (s, c) = math::sincos_turns(f);
+            for q in 0..4u32 {
+                let want = match q {
+                    0 => (s, c),
+                    1 => (c, -s),
+                    2 => (-s, -c),
+                    _ => (-c, s),
+                };
+                let got = math::sincos_turns((q << 22) | f);
+                assert_eq!(
+                    (got.0.to_bits(), got.1.to_bits()),
+                    (want.0.to_bits(), want.1.to_bits()),
+                    "quadrant {q}, offset {f:#x}"
+                );
+            }
+        }
+    }
 }
