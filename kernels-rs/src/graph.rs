@@ -1,8 +1,10 @@
 //! Activation spreading: one hop in the pull order of `docs/numerics.md` ("Activation spreading").
 //!
-//! Thread mapping: nodes are binned by in-degree once, on the host; `spread_hub` covers the hubs and one
-//! `spread_hop` launch the three other classes, each a block-uniform range of blocks:
-//! - hubs (at least `SPREAD_HUB_MIN` in-edges): 32 blocks each, one per lane chain (see [`hub`]);
+//! Thread mapping: nodes are binned by in-degree once, on the host; `spread_hub` covers the hubs (on a stream
+//! of its own, beside the rest) and one `spread_hop` launch the three other classes, each a block-uniform
+//! range of blocks:
+//! - hubs (at least `SPREAD_HUB_MIN` in-edges): 1 to 32 blocks each, by size, each block some of the hub's
+//!   lane chains (see [`hub`]);
 //! - more than 16 in-edges: two nodes per warp (see [`pair32`]). Lane `l` walks positions `l, l + 32, ...` of
 //!   each with one FMA chain, 2 terms at a time (sources, weights and gathered activations of both nodes are
 //!   loaded before the FMAs run in order);
@@ -30,7 +32,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_CTR_TOUCHED, SPREAD_HUB_CHUNK,
     SPREAD_HUB_MIN, SPREAD_PAIR, SPREAD_SCAN_BLOCK, SPREAD_SMALL_ROUNDS, SpreadFrontierParams,
-    SpreadHopParams, spread_hop_blocks,
+    SpreadHopParams, spread_hop_blocks, spread_hub_groups,
 };
 
 /// One hop over the three warp classes (the hubs are `spread_hub`'s): `next[v] = (decay * pulled(v) >=
@@ -63,13 +65,16 @@ pub unsafe extern "ptx-kernel" fn spread_hop(p: SpreadHopParams) {
     }
 }
 
-/// The hubs' part of a hop: 32 blocks per hub of the hub list (see [`hub`]), in the grid-strided order of
-/// `spread_hop`. Launched before `spread_hop` in the same stream, on the same buffers.
+/// The hubs' part of a hop: block `32 h + g` is group `g` of hub `h` of the hub list (see [`hub`]; a hub has
+/// at most 32 groups, and the blocks past its groups return at once), grid-strided. It runs on a stream of its
+/// own beside `spread_hop` over the same buffers: the two write different nodes, and a hop's hubs are a few
+/// blocks of long chains (about a hundred blocks on a graph of a million nodes whose largest hub has 170,000
+/// in-edges), which the rest of the hop's blocks run beside.
 ///
 /// # Safety
-/// As `spread_hop` (dense: exactly `32 * n_class[0]` blocks; sparse: any grid), with `4 * SPREAD_HUB_CHUNK * 4`
-/// bytes of dynamic shared memory; the hub list holds nodes with at least `SPREAD_HUB_MIN` in-edges, and the hub
-/// tickets are zero.
+/// As `spread_hop` (any grid of at least one block), with `4 * SPREAD_HUB_CHUNK * 4` bytes of dynamic shared
+/// memory and one hub per block (a grid of at least `32 * n_class[0]` blocks, or of the touched hubs in a
+/// sparse hop); the hub list holds nodes with at least `SPREAD_HUB_MIN` in-edges, and the hub tickets are zero.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn spread_hub(p: SpreadHopParams) {
     // SAFETY: forwarded launcher contract.
@@ -347,45 +352,57 @@ unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32) {
     }
 }
 
-/// Lane chain `l` of hub `v` (entry `h` of the hub list), one block of `GRAPH_BLOCK` threads; the hub's 32
-/// chains run in 32 blocks at once. Warps 1..8 gather the chain's weights and activations (positions `l, l +
-/// 32, ...`) `SPREAD_HUB_CHUNK` at a time into shared memory (double-buffered) while thread 0 runs the chain
-/// over the previous chunk in order. Thread 0 stores the chain's sum in `hub_lanes[32 h + l]`; the block that
-/// takes the hub's last ticket loads the 32 sums into its warp 0 (lane `l` the sum of chain `l`) and finishes
-/// exactly like the warp path, then resets the ticket.
+/// Group `g` of hub `v` (entry `h` of the hub list), one block of `GRAPH_BLOCK` threads: of the hub's `G =
+/// spread_hub_groups(len)` blocks, this one runs the lane chains `g, g + G, ...` (`32 / G` of them), which
+/// take the in-edge positions `g, g + G, g + 2 G, ...` (slot `m` of the block holds position `g + G m`: step
+/// `m / (32 / G)` of its chain `m % (32 / G)`). Warps 1..8 gather the slots' weights and activations
+/// `SPREAD_HUB_CHUNK` at a time into shared memory (double-buffered) while lanes `0 .. 32 / G` of warp 0 run
+/// the chains over the previous chunk, each in order. They store the chain sums in `hub_lanes[32 h + chain]`;
+/// the block that takes the hub's last ticket loads the 32 sums into its warp 0 (lane `l` the sum of chain
+/// `l`) and finishes exactly like the warp path, then resets the ticket. Blocks with `g >= G` return at once.
 ///
 /// The contract fixes 32 sequential chains per node; the chain of a hub with 170,000 in-edges is 5,300 FMAs,
-/// about 11 us. Run as one block (warp 0 on all 32 chains, one chunk of 2,048 positions per two memory
-/// latencies) it took about 300 us and bounded the whole hop (ncu: SMs active 37 % of the hop's cycles).
+/// about 11 us, so the largest hubs take 32 blocks of one chain each. A small hub is one block whose loads
+/// read the in-edges whole: 32 blocks of one chain each for every hub kept 1,632 blocks busy on an H200 for
+/// 33 us, mostly waiting for one thread's chain, and with so many blocks the hubs could not run beside the
+/// rest of the hop.
 ///
 /// # Safety
 /// `v < n_nodes`, called by every thread of the block; `4 * SPREAD_HUB_CHUNK` floats of dynamic shared memory;
 /// `hub_lanes` and `hub_tickets` hold entry `h` as `SpreadHopParams` documents, the ticket zero before the hop.
 #[inline(always)]
-unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, l: u32) {
+unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, g: u32) {
     const CHUNK: usize = SPREAD_HUB_CHUNK as usize;
+    let in_ptr = p.in_ptr as *const u64;
+    // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
+    let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
+    let len = (end - start) as usize;
+    let groups = spread_hub_groups(len as u64) as usize;
+    let g = g as usize;
+    if g >= groups {
+        return; // Block-uniform.
+    }
+    let chains = 32 / groups;
     let smem = dynamic_shared_f32();
     // [w0, a0, w1, a1], CHUNK floats each.
     let buf = |b: usize, which: usize| smem.wrapping_add((2 * b + which) * CHUNK);
     let t = thread_x() as usize;
     let warp = t / 32;
-    let in_ptr = p.in_ptr as *const u64;
-    // SAFETY: v < n_nodes and in_ptr holds n_nodes + 1 values.
-    let (start, end) = unsafe { (*in_ptr.add(v as usize), *in_ptr.add(v as usize + 1)) };
-    let len = (end - start) as usize;
-    let l = l as usize;
-    // Positions l, l + 32, ... below len.
-    let chain = if l < len { (len - l).div_ceil(32) } else { 0 };
-    let n_chunks = chain.div_ceil(CHUNK);
+    let slots = if g < len {
+        (len - g).div_ceil(groups)
+    } else {
+        0
+    };
+    let n_chunks = slots.div_ceil(CHUNK);
     let (src, w, prev) = (
         p.in_src as *const u32,
         p.in_w as *const f32,
         p.prev as *const f32,
     );
     let loaders = GRAPH_BLOCK as usize - 32;
-    // Warps 1..8 stage chunk c into buffer c % 2. Each loader owns chain steps `t - 32 + loaders * m`: all its
+    // Warps 1..8 stage chunk c into buffer c % 2. Each loader owns slots `t - 32 + loaders * m`: all its
     // sources and weights are loaded, then all gathers issued, then all stores done, so a chunk costs about
-    // two memory latencies instead of two per position.
+    // two memory latencies instead of two per slot.
     const PER: usize = CHUNK.div_ceil(GRAPH_BLOCK as usize - 32);
     let stage = |c: usize| {
         if warp == 0 || c >= n_chunks {
@@ -393,14 +410,14 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, l: u32) {
         }
         let base = c * CHUNK;
         let (wb, ab) = (buf(c % 2, 0), buf(c % 2, 1));
-        let here = (chain - base).min(CHUNK);
+        let here = (slots - base).min(CHUNK);
         let mut sw = [(0u32, 0.0f32); PER];
         let mut m = 0;
         while m < PER {
             let i = t - 32 + loaders * m;
             if i < here {
-                let j = start as usize + l + 32 * (base + i);
-                // SAFETY: step base + i < chain, so j < end.
+                let j = start as usize + g + groups * (base + i);
+                // SAFETY: slot base + i < slots, so j < end.
                 sw[m] = unsafe { (*src.add(j), *w.add(j)) };
             }
             m += 1;
@@ -434,14 +451,38 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, l: u32) {
     // Block-uniform loop: every thread reaches the barrier.
     while c < n_chunks {
         stage(c + 1);
-        if t == 0 {
+        if t < chains {
             let (wb, ab) = (buf(c % 2, 0), buf(c % 2, 1));
-            let here = (chain - c * CHUNK).min(CHUNK);
-            let mut i = 0;
-            while i < here {
-                // SAFETY: i < CHUNK inside the buffers, staged before the last barrier.
-                acc = unsafe { fma(*wb.add(i), *ab.add(i), acc) };
-                i += 1;
+            let here = (slots - c * CHUNK).min(CHUNK);
+            // Chunks start at a multiple of 32 slots, so chain t's steps here are slots t, t + chains, ...
+            if chains == 1 {
+                // One chain (t = 0): consecutive slots, the loop the compiler reads in 16-byte pieces.
+                let mut i = 0;
+                while i < here {
+                    // SAFETY: i < CHUNK inside the buffers, staged before the last barrier.
+                    acc = unsafe { fma(*wb.add(i), *ab.add(i), acc) };
+                    i += 1;
+                }
+            } else {
+                // Eight steps' operands loaded before their FMAs: the chain waits on its FMAs, not on
+                // shared-memory latency.
+                let mut i = t;
+                while i + 7 * chains < here {
+                    let mut wa = [(0.0f32, 0.0f32); 8];
+                    unroll!(8, U: usize => {
+                        // SAFETY: i + U * chains < here <= CHUNK: inside the buffers, staged.
+                        wa[U] = unsafe { (*wb.add(i + U * chains), *ab.add(i + U * chains)) };
+                    });
+                    unroll!(8, U: usize => {
+                        acc = fma(wa[U].0, wa[U].1, acc);
+                    });
+                    i += 8 * chains;
+                }
+                while i < here {
+                    // SAFETY: as above.
+                    acc = unsafe { fma(*wb.add(i), *ab.add(i), acc) };
+                    i += chains;
+                }
             }
         }
         sync_threads();
@@ -449,19 +490,18 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, l: u32) {
     }
     let lanes = p.hub_lanes as *mut f32;
     let slot = 32 * h as usize;
-    if t == 0 {
-        // SAFETY: entry h of hub_lanes has 32 values.
-        unsafe { *lanes.add(slot + l) = acc };
+    if t < chains {
+        // SAFETY: entry h of hub_lanes has 32 values; g + groups * t < 32.
+        unsafe { *lanes.add(slot + g + groups * t) = acc };
     }
     // The buffers are free (the last barrier passed): the flag lives in their first word.
     let ticket = (p.hub_tickets as *mut u32).wrapping_add(h as usize);
     // SAFETY: the ticket is a device u32 used only atomically during the hop; the flag is shared memory.
-    if !unsafe { last_to_arrive(ticket, 32, smem as *mut u32) } {
+    if !unsafe { last_to_arrive(ticket, groups, smem as *mut u32) } {
         return;
     }
     if warp == 0 {
-        // SAFETY: the 32 blocks of this hub stored their sums before their tickets (volatile: not a stale
-        // cache line).
+        // SAFETY: the hub's blocks stored their sums before their tickets (volatile: not a stale cache line).
         let s = unsafe { lanes.add(slot + t).read_volatile() };
         // SAFETY: v < n_nodes.
         unsafe { finish(p, v, t as u32, s, 16) };

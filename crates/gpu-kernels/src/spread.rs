@@ -143,8 +143,10 @@ impl SpreadSlots {
     /// Return a slot after a call. After a failed call its streams may still hold work: the slot is kept only
     /// once both are idle, else dropped (the buffers are freed on its stream, after that work).
     fn give_back(&self, slot: SpreadSlot, ok: bool) {
-        let idle =
-            ok || (slot.gpu.synchronize().is_ok() && stream_synchronize(&slot.bufs.copy).is_ok());
+        let idle = ok
+            || (slot.gpu.synchronize().is_ok()
+                && stream_synchronize(&slot.bufs.copy).is_ok()
+                && slot.bufs.hubs.synchronize().is_ok());
         if idle {
             self.state.lock().idle.push(slot);
         } else {
@@ -196,6 +198,13 @@ pub(crate) struct SpreadScratch {
     copy: Arc<CudaStream>,
     /// Recorded on the handle's stream after the last hop; the download waits for it.
     hops_done: CudaEvent,
+    /// A handle on the device whose stream runs each hop's hubs (`spread_hub`) beside the rest of the hop: of
+    /// the highest priority, so that the hubs' blocks start before the hop's many blocks take every SM.
+    hubs: Gpu,
+    /// Recorded on the handle's stream before a hop; the hubs' stream waits for it.
+    hop_ready: CudaEvent,
+    /// Recorded on the hubs' stream after a hop's hubs; the handle's stream waits for it before what follows.
+    hubs_done: CudaEvent,
     /// The nonzero seeds' node ids (host, reused).
     seed_ids: Vec<u32>,
     /// Their values, for a seed list (host, reused; empty for a dense seed vector).
@@ -204,10 +213,13 @@ pub(crate) struct SpreadScratch {
 
 impl Drop for SpreadScratch {
     fn drop(&mut self) {
-        // The download stream may still read `total` (a call that failed half-way): wait for it before the
-        // buffers are freed on the handle's stream, which does not wait for it.
+        // The download stream may still read `total` and the hubs' stream run a hop (a call that failed
+        // half-way): wait for them before the buffers are freed on the handle's stream, which does not.
         if let Err(e) = stream_synchronize(&self.copy) {
             tracing::warn!(error = %e, "recall: could not wait for the spreading download stream");
+        }
+        if let Err(e) = self.hubs.synchronize() {
+            tracing::warn!(error = %e, "recall: could not wait for the spreading hubs' stream");
         }
     }
 }
@@ -235,6 +247,9 @@ impl SpreadScratch {
                 .collect::<Result<_, _>>()?,
             copy: gpu.new_stream()?,
             hops_done: new_fence(gpu.context())?,
+            hubs: gpu.with_new_priority_stream()?,
+            hop_ready: new_fence(gpu.context())?,
+            hubs_done: new_fence(gpu.context())?,
             seed_ids: Vec::new(),
             seed_vals: Vec::new(),
         })
@@ -606,12 +621,6 @@ impl Kernels {
                     shared_mem_bytes: 0,
                 })
             };
-            let hub_cfg = |blocks: usize| -> Result<LaunchConfig, KernelError> {
-                Ok(LaunchConfig {
-                    shared_mem_bytes: 4 * SPREAD_HUB_CHUNK * 4,
-                    ..hop_cfg(blocks)?
-                })
-            };
             if sparse {
                 sparse_hops += 1;
                 // Targets no active source reaches keep next = +0.0.
@@ -642,34 +651,64 @@ impl Kernels {
                             .unwrap_or(usize::MAX)
                             .saturating_add(4),
                     );
-                    if hub_blocks > 0 {
-                        // SAFETY: as below, for the touched hubs (at most all hubs: the tickets and lane
-                        // sums have room); the tickets are zero between hops.
-                        unsafe { gpu.launch(&self.spread_hub, hub_cfg(hub_blocks)?, params) }?;
-                    }
                     let cfg = hop_cfg(bound.min(sm as usize * 8))?;
                     // SAFETY: the lists hold each touched target once, in its class's region; their
-                    // lengths are in the counters; the kernel strides over any grid.
-                    unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
+                    // lengths are in the counters; the kernel strides over any grid. The hubs: as in
+                    // `hop_with_hubs`, for the touched hubs (at most all hubs: one block each, and the
+                    // tickets and lane sums have room).
+                    unsafe { self.hop_with_hubs(gpu, s, hub_blocks, cfg, params) }?;
                 }
             } else {
                 if frontier == Frontier::Auto {
                     dense_from_now = true;
                 }
-                if hub_blocks > 0 {
-                    // SAFETY: as below; 32 blocks per hub with the hub path's shared memory; the tickets
-                    // are zero between hops (the last block of each hub resets its own).
-                    unsafe { gpu.launch(&self.spread_hub, hub_cfg(hub_blocks)?, params) }?;
-                }
                 // SAFETY: the graph was validated by `upload_graph`, which also binned every node into exactly
                 // one in-degree class; prev, next and total hold n values, the flag one; the grid is exactly
-                // the dense hop's three warp classes, as the kernel documents.
-                unsafe { gpu.launch(&self.spread_hop, hop_cfg(dense_blocks)?, params) }?;
+                // the dense hop's three warp classes, as the kernel documents; the hubs as
+                // `hop_with_hubs` documents.
+                unsafe { self.hop_with_hubs(gpu, s, hub_blocks, hop_cfg(dense_blocks)?, params) }?;
             }
             std::mem::swap(&mut s.prev, &mut s.next);
         }
 
         self.spread_tail(gpu, s, k, download, sparse_hops)
+    }
+
+    /// One hop: `spread_hop` with `cfg` on the handle's stream and, when the graph has hubs, `spread_hub` over
+    /// `hub_blocks` blocks (32 per hub of the list) on the slot's hubs' stream beside it. The hubs start after
+    /// everything queued so far on the handle's stream, and what is queued there after this waits for them.
+    ///
+    /// # Safety
+    /// `params` and `cfg` as `spread_hop` documents for this hop; the hub tickets are zero (the last block of
+    /// each hub resets its own).
+    unsafe fn hop_with_hubs(
+        &self,
+        gpu: &Gpu,
+        s: &SpreadScratch,
+        hub_blocks: usize,
+        cfg: LaunchConfig,
+        params: SpreadHopParams,
+    ) -> Result<(), KernelError> {
+        if hub_blocks > 0 {
+            let hub_cfg = LaunchConfig {
+                grid_dim: (to_u32("spread_hub", "blocks", hub_blocks)?, 1, 1),
+                block_dim: (GRAPH_BLOCK, 1, 1),
+                shared_mem_bytes: 4 * SPREAD_HUB_CHUNK * 4,
+            };
+            record_event(&s.hop_ready, gpu.stream())?;
+            stream_wait_event(s.hubs.stream(), &s.hop_ready)?;
+            // SAFETY: the caller's contract; one block per hub group with the hub path's shared memory; the
+            // buffers are the handle's, complete on its stream before `hop_ready`, and the handle's stream
+            // waits for `hubs_done` below before it uses them again.
+            unsafe { s.hubs.launch(&self.spread_hub, hub_cfg, params) }?;
+            record_event(&s.hubs_done, s.hubs.stream())?;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { gpu.launch(&self.spread_hop, cfg, params) }?;
+        if hub_blocks > 0 {
+            stream_wait_event(gpu.stream(), &s.hubs_done)?;
+        }
+        Ok(())
     }
 
     /// After the last hop: the overflow flag, then (on the download stream) the activations, and the top-k

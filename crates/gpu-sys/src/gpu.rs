@@ -200,6 +200,26 @@ impl Gpu {
         })
     }
 
+    /// [`Gpu::with_new_stream`] with the device's highest stream priority: as SMs free up, the blocks its
+    /// kernels still have to start go before those of kernels on other streams, so that a few blocks launched
+    /// on it run beside a large kernel launched just before instead of after it.
+    pub fn with_new_priority_stream(&self) -> Result<Gpu, GpuError> {
+        guard("cuStreamCreateWithPriority", || {
+            self.ctx.bind_to_thread().gpu("cuCtxSetCurrent")?;
+            let (_, greatest) = cudarc::driver::result::stream::get_priority_range()
+                .gpu("cuCtxGetStreamPriorityRange")?;
+            let stream = self
+                .ctx
+                .new_stream_with_priority(greatest)
+                .gpu("cuStreamCreateWithPriority")?;
+            Ok(Gpu {
+                info: self.info.clone(),
+                ctx: self.ctx.clone(),
+                stream,
+            })
+        })
+    }
+
     /// Free and total device memory now.
     pub fn memory_info(&self) -> Result<(usize, usize), GpuError> {
         guard("cuMemGetInfo", || {

@@ -664,7 +664,7 @@ pub struct SpreadHopParams {
     /// per entry of `nodes`: `start << 16 | count` of that node's in-edges (hub entries unused). Read beside the
     /// node id, so the in-edge positions do not wait for it.
     pub spans: u64,
-    /// f32, 32 per entry of the hub list: each hub's 32 lane-chain sums, written by its 32 blocks.
+    /// f32, 32 per entry of the hub list: each hub's 32 lane-chain sums, written by its blocks.
     pub hub_lanes: u64,
     /// u32, one per entry of the hub list, zero between hops: the hub's blocks take tickets, the last finishes it.
     pub hub_tickets: u64,
@@ -747,8 +747,24 @@ pub const fn spread_hop_blocks(n_class: [u32; 4]) -> [u32; 4] {
         n_class[3].div_ceil(4 * SPREAD_SMALL_ROUNDS * warps),
     ]
 }
-/// In-edge positions a hub block stages per step (a multiple of 32, so lane = position mod 32 holds).
+/// In-edge positions a hub block stages per step (a multiple of 32, so that a chunk starts at chain 0 of the
+/// block's chains).
 pub const SPREAD_HUB_CHUNK: u32 = 2048;
+/// About this many in-edges per block of `spread_hub`: see [`spread_hub_groups`].
+pub const SPREAD_HUB_EDGES: u64 = 8192;
+
+/// The blocks `spread_hub` gives a hub of `len` in-edges: the power of two (1 to 32) at or above
+/// `len / SPREAD_HUB_EDGES`. Block `g` of `G` runs the lane chains `g, g + G, ...` (`32 / G` of them) side by
+/// side, so a small hub is one block reading its in-edges whole (coalesced) and the largest are 32 blocks of
+/// one chain each, whose chains of `len / 32` dependent FMAs are the longest path of a hop.
+pub const fn spread_hub_groups(len: u64) -> u32 {
+    let want = len.div_ceil(SPREAD_HUB_EDGES);
+    let mut g = 1;
+    while g < 32 && (g as u64) < want {
+        g *= 2;
+    }
+    g
+}
 
 /// `fill_u64`: `ptr[i] = value` for `i < len`.
 #[repr(C)]
@@ -1013,6 +1029,23 @@ pub mod math {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hub_groups_are_powers_of_two_that_split_the_edges() {
+        assert_eq!(spread_hub_groups(SPREAD_HUB_MIN), 1);
+        assert_eq!(spread_hub_groups(SPREAD_HUB_EDGES), 1);
+        assert_eq!(spread_hub_groups(SPREAD_HUB_EDGES + 1), 2);
+        assert_eq!(spread_hub_groups(170_000), 32);
+        assert_eq!(spread_hub_groups(u64::MAX), 32);
+        let mut last = 1;
+        for len in (SPREAD_HUB_MIN..2_000_000).step_by(997) {
+            let g = spread_hub_groups(len);
+            assert!(g.is_power_of_two() && g <= 32 && g >= last, "len {len}: {g}");
+            // At most SPREAD_HUB_EDGES a block unless all 32 chains have a block each.
+            assert!(g == 32 || len <= u64::from(g) * SPREAD_HUB_EDGES, "len {len}: {g}");
+            last = g;
+        }
+    }
 
     #[test]
     fn the_splits_publish_at_least_k_heads_and_one_each_when_there_are_k_splits() {
