@@ -355,7 +355,7 @@ unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32) {
 /// Group `g` of hub `v` (entry `h` of the hub list), one block of `GRAPH_BLOCK` threads: of the hub's `G =
 /// spread_hub_groups(len)` blocks, this one runs the lane chains `g, g + G, ...` (`32 / G` of them), which
 /// take the in-edge positions `g, g + G, g + 2 G, ...` (slot `m` of the block holds position `g + G m`: step
-/// `m / (32 / G)` of its chain `m % (32 / G)`). Warps 1..8 gather the slots' weights and activations
+/// `m / (32 / G)` of its chain `m % (32 / G)`), stored as one run (the launcher's `hub_order`). Warps 1..8 gather the slots' weights and activations
 /// `SPREAD_HUB_CHUNK` at a time into shared memory (double-buffered) while lanes `0 .. 32 / G` of warp 0 run
 /// the chains over the previous chunk, each in order. They store the chain sums in `hub_lanes[32 h + chain]`;
 /// the block that takes the hub's last ticket loads the 32 sums into its warp 0 (lane `l` the sum of chain
@@ -394,6 +394,9 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, g: u32) {
         0
     };
     let n_chunks = slots.div_ceil(CHUNK);
+    // The hub's in-edges are stored group by group (the launcher's `hub_order`): this group's slots are one
+    // run, after the groups before it (each `len / groups` slots, one more for the first `len % groups`).
+    let run = start as usize + g * (len / groups) + g.min(len % groups);
     let (src, w, prev) = (
         p.in_src as *const u32,
         p.in_w as *const f32,
@@ -416,8 +419,8 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, g: u32) {
         while m < PER {
             let i = t - 32 + loaders * m;
             if i < here {
-                let j = start as usize + g + groups * (base + i);
-                // SAFETY: slot base + i < slots, so j < end.
+                let j = run + base + i;
+                // SAFETY: slot base + i < slots: j is in this group's run, below end.
                 sw[m] = unsafe { (*src.add(j), *w.add(j)) };
             }
             m += 1;

@@ -1707,6 +1707,7 @@ pub struct DeviceGraph {
     /// bits: `SpreadHopParams::spans`.
     pub(crate) spans: Option<CudaSlice<u64>>,
     pub(crate) in_ptr: CudaSlice<u64>,
+    /// The in-edges' sources and weights in pull order, except that each hub's are in [`hub_order`].
     pub(crate) in_src: CudaSlice<u32>,
     pub(crate) in_w: CudaSlice<f32>,
     /// The original (push-order) out-edges: offsets and targets.
@@ -1727,6 +1728,30 @@ impl DeviceGraph {
     pub fn n_edges(&self) -> usize {
         self.n_edges
     }
+}
+
+/// The device order of one hub's in-edges (`spread_hub`): group by group of `spread_hub_groups(len)`, group
+/// `g` holding positions `g, g + G, g + 2 G, ...` in order, so that each block of the hub reads its slots as one
+/// run instead of one word in every `G`. The sums do not change: every lane chain still takes its positions in
+/// order.
+pub(crate) fn hub_order<T: Copy>(edges: &[T], out: &mut Vec<T>) {
+    let groups = recall_kernel_shared::spread_hub_groups(edges.len() as u64) as usize;
+    for g in 0..groups {
+        out.extend(edges.iter().skip(g).step_by(groups));
+    }
+}
+
+/// `edges` with each of the ascending, disjoint position `ranges` (the hubs') in [`hub_order`].
+fn with_hubs_in_order<T: Copy>(edges: &[T], ranges: &[(usize, usize)]) -> Vec<T> {
+    let mut out = Vec::with_capacity(edges.len());
+    let mut at = 0;
+    for &(start, end) in ranges {
+        out.extend_from_slice(&edges[at..start]);
+        hub_order(&edges[start..end], &mut out);
+        at = end;
+    }
+    out.extend_from_slice(&edges[at..]);
+    out
 }
 
 /// Points per block of the k-means inertia sum (`docs/numerics.md`).
@@ -1779,16 +1804,6 @@ impl Kernels {
             ));
         }
         let pad = |x: usize| x.max(1);
-        let in_src_dev = if in_src.is_empty() {
-            gpu.alloc_zeros(pad(0))?
-        } else {
-            gpu.upload(in_src)?
-        };
-        let in_w_dev = if in_w.is_empty() {
-            gpu.alloc_zeros(pad(0))?
-        } else {
-            gpu.upload(in_w)?
-        };
         let degree = |v: usize| in_ptr[v + 1] - in_ptr[v];
         let class = |v: usize| match degree(v) {
             d if d >= recall_kernel_shared::SPREAD_HUB_MIN => 0,
@@ -1801,6 +1816,20 @@ impl Kernels {
             lists[class(v)].push(v as u32);
         }
         let n_class = [0, 1, 2, 3].map(|c| lists[c].len() as u32);
+        let (in_src_dev, in_w_dev) = if in_src.is_empty() {
+            (gpu.alloc_zeros(pad(0))?, gpu.alloc_zeros(pad(0))?)
+        } else if lists[0].is_empty() {
+            (gpu.upload(in_src)?, gpu.upload(in_w)?)
+        } else {
+            let ranges: Vec<(usize, usize)> = lists[0]
+                .iter()
+                .map(|&v| (in_ptr[v as usize] as usize, in_ptr[v as usize + 1] as usize))
+                .collect();
+            (
+                gpu.upload(&with_hubs_in_order(in_src, &ranges))?,
+                gpu.upload(&with_hubs_in_order(in_w, &ranges))?,
+            )
+        };
         let nodes: Vec<u32> = lists.concat();
         // Below the hub class a count fits 16 bits (SPREAD_HUB_MIN <= 65,536); the start needs 48.
         let spans = if in_src.len() < 1 << 48 {
@@ -2268,6 +2297,36 @@ fn check_offsets(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hub_order_puts_each_group_in_one_run_where_the_kernel_reads_it() {
+        use recall_kernel_shared::spread_hub_groups;
+        for len in [4096usize, 8192, 8193, 20_000, 44_444, 170_001] {
+            let edges: Vec<u32> = (0..len as u32).collect();
+            let mut out = Vec::new();
+            hub_order(&edges, &mut out);
+            assert_eq!(out.len(), len);
+            let groups = spread_hub_groups(len as u64) as usize;
+            for g in 0..groups {
+                // The kernel's run start and slot count for group g.
+                let run = g * (len / groups) + g.min(len % groups);
+                let slots = (len - g).div_ceil(groups);
+                for m in 0..slots {
+                    assert_eq!(out[run + m] as usize, g + groups * m, "len {len}, group {g}, slot {m}");
+                }
+            }
+        }
+        // Only the hubs' ranges move.
+        let edges: Vec<u32> = (0..20_000).collect();
+        let moved = with_hubs_in_order(&edges, &[(100, 8300), (9000, 19_000)]);
+        assert_eq!(moved[..100], edges[..100]);
+        assert_eq!(moved[8300..9000], edges[8300..9000]);
+        assert_eq!(moved[19_000..], edges[19_000..]);
+        let mut sorted = moved.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, edges);
+        assert_eq!(moved[9000 + 5000], 9000 + 1); // group 1 of the 10,000-edge hub starts at slot 5,000
+    }
 
     /// One pass in point order: the lists `group_by_cluster` must equal.
     fn plain(keys: &[u64], k: usize) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
