@@ -221,8 +221,11 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
     }
     unroll!(2, R: usize => {
         if first + (R as u32) < count {
-            // Warp-uniform branch. SAFETY: v[R] is a node.
-            unsafe { finish(p, v[R], lane, acc[R], 16) };
+            // Warp-uniform branch. Read after the loop (its registers are the loop's): see `write`.
+            // SAFETY: v[R] is a node.
+            let old = unsafe { *(p.total as *const f32).add(v[R] as usize) };
+            // SAFETY: as above.
+            unsafe { finish(p, v[R], lane, acc[R], old, 16) };
         }
     });
 }
@@ -248,11 +251,14 @@ unsafe fn small<const W: u32>(p: &SpreadHopParams, off: u32, count: u32, warp: u
     let (group, l) = (lane / W, lane % W);
     let nodes = p.nodes as *const u32;
     let (mut v, mut pos) = ([0u32; R], [u64::MAX; R]);
+    let mut old = [0.0f32; R];
     unroll!(4, Q: usize => {
         let i = first + Q as u32 * per_round + group;
         if i < count {
             // SAFETY: i < count: an entry of the class's list.
             v[Q] = unsafe { *nodes.add((off + i) as usize) };
+            // SAFETY: v[Q] < n_nodes; read beside the in-edges (see `write`).
+            old[Q] = unsafe { *(p.total as *const f32).add(v[Q] as usize) };
             // SAFETY: as above; v[Q] is that entry's id.
             let (start, end) = unsafe { span(p, off + i, v[Q]) };
             if start + u64::from(l) < end {
@@ -283,7 +289,7 @@ unsafe fn small<const W: u32>(p: &SpreadHopParams, off: u32, count: u32, warp: u
         let i = first + Q as u32 * per_round + group;
         // Every lane of the warp takes part in the shuffles, valid or not; offsets below W stay in the group.
         // SAFETY: only group leaders of valid groups write; v[Q] is then a node.
-        unsafe { finish_group(p, v[Q], l, acc[Q], W / 2, i < count) };
+        unsafe { finish_group(p, v[Q], l, acc[Q], old[Q], W / 2, i < count) };
     });
 }
 
@@ -297,6 +303,7 @@ unsafe fn finish_group(
     v: u32,
     l: u32,
     mut acc: f32,
+    old: f32,
     first_off: u32,
     valid: bool,
 ) {
@@ -307,7 +314,7 @@ unsafe fn finish_group(
     }
     if valid && l == 0 {
         // SAFETY: v < n_nodes.
-        unsafe { write(p, v, acc) };
+        unsafe { write(p, v, acc, old) };
     }
 }
 
@@ -317,7 +324,7 @@ unsafe fn finish_group(
 /// # Safety
 /// `v < n_nodes`; buffers as `SpreadHopParams` documents.
 #[inline(always)]
-unsafe fn finish(p: &SpreadHopParams, v: u32, lane: u32, mut acc: f32, first_off: u32) {
+unsafe fn finish(p: &SpreadHopParams, v: u32, lane: u32, mut acc: f32, old: f32, first_off: u32) {
     let mut off = first_off;
     while off > 0 {
         acc = acc + shfl_xor_f32(acc, off);
@@ -325,26 +332,28 @@ unsafe fn finish(p: &SpreadHopParams, v: u32, lane: u32, mut acc: f32, first_off
     }
     if lane == 0 {
         // SAFETY: v < n_nodes.
-        unsafe { write(p, v, acc) };
+        unsafe { write(p, v, acc, old) };
     }
 }
 
-/// Decay, threshold, `next[v]`, `total[v]` and the overflow flag, from node `v`'s pulled sum.
+/// Decay, threshold, `next[v]`, `total[v] = old + next[v]` and the overflow flag, from node `v`'s pulled sum
+/// and `old`, its `total[v]` before this hop. Only `v`'s own writer writes `total[v]` during a hop, so the
+/// small classes' warps read `old` with their nodes' in-edges instead of after the sums: one memory latency
+/// fewer on each such warp's path (the 32-lane class reads it after its loop, whose registers it would take).
 ///
 /// # Safety
 /// `v < n_nodes`; buffers as `SpreadHopParams` documents.
 #[inline(always)]
-unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32) {
+unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32, old: f32) {
     let x = acc * p.decay;
     let a = if x < p.threshold { 0.0 } else { x };
     let (next, total) = (p.next as *mut f32, p.total as *mut f32);
+    let sum = old + a;
     // SAFETY: v < n_nodes; next and total hold n_nodes values.
-    let sum = unsafe {
+    unsafe {
         *next.add(v as usize) = a;
-        let sum = *total.add(v as usize) + a;
         *total.add(v as usize) = sum;
-        sum
-    };
+    }
     if !a.is_finite() || !sum.is_finite() {
         // SAFETY: overflow_hop points to one u32 that lives for the launch and is only used atomically.
         unsafe { AtomicU32::from_ptr(p.overflow_hop as *mut u32) }
@@ -506,8 +515,10 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, g: u32) {
     if warp == 0 {
         // SAFETY: the hub's blocks stored their sums before their tickets (volatile: not a stale cache line).
         let s = unsafe { lanes.add(slot + t).read_volatile() };
+        // SAFETY: v < n_nodes; only this block writes total[v] in this hop.
+        let old = unsafe { *(p.total as *const f32).add(v as usize) };
         // SAFETY: v < n_nodes.
-        unsafe { finish(p, v, t as u32, s, 16) };
+        unsafe { finish(p, v, t as u32, s, old, 16) };
         if t == 0 {
             // SAFETY: every block of the hub has taken its ticket; the next hop starts from zero.
             unsafe { ticket.write_volatile(0) };
