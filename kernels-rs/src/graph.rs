@@ -170,6 +170,8 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
     }
     let nodes = p.nodes as *const u32;
     let (mut v, mut start, mut end) = ([0u32; P], [0u64; P], [0u64; P]);
+    // Lane R holds node R's total before the hop (see `write`): one register across the loop, not two.
+    let mut old = 0.0f32;
     unroll!(2, R: usize => {
         let i = first + R as u32;
         if i < count {
@@ -177,6 +179,10 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
             v[R] = unsafe { *nodes.add((off + i) as usize) };
             // SAFETY: as above; v[R] is that entry's id.
             (start[R], end[R]) = unsafe { span(p, off + i, v[R]) };
+            if lane == R as u32 {
+                // SAFETY: v[R] < n_nodes.
+                old = unsafe { *(p.total as *const f32).add(v[R] as usize) };
+            }
         }
     });
     let (src, w, prev) = (
@@ -221,10 +227,9 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
     }
     unroll!(2, R: usize => {
         if first + (R as u32) < count {
-            // Warp-uniform branch. Read after the loop (its registers are the loop's): see `write`.
+            // Warp-uniform branch: lane 0 takes node R's total from lane R.
+            let old = if R == 0 { old } else { shfl_xor_f32(old, R as u32) };
             // SAFETY: v[R] is a node.
-            let old = unsafe { *(p.total as *const f32).add(v[R] as usize) };
-            // SAFETY: as above.
             unsafe { finish(p, v[R], lane, acc[R], old, 16) };
         }
     });
@@ -338,8 +343,8 @@ unsafe fn finish(p: &SpreadHopParams, v: u32, lane: u32, mut acc: f32, old: f32,
 
 /// Decay, threshold, `next[v]`, `total[v] = old + next[v]` and the overflow flag, from node `v`'s pulled sum
 /// and `old`, its `total[v]` before this hop. Only `v`'s own writer writes `total[v]` during a hop, so the
-/// small classes' warps read `old` with their nodes' in-edges instead of after the sums: one memory latency
-/// fewer on each such warp's path (the 32-lane class reads it after its loop, whose registers it would take).
+/// warps read `old` with their nodes' in-edges instead of after the sums: one memory latency fewer on each
+/// warp's path.
 ///
 /// # Safety
 /// `v < n_nodes`; buffers as `SpreadHopParams` documents.

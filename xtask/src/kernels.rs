@@ -397,7 +397,7 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// three blocks per SM keep 8 warps. The first prefix that matches applies.
 const LAUNCH_BOUNDS: [(&str, u32, u32); 5] = [
     ("sm80_gemm_", 256, 2),
-    ("spread_hop", 256, 5),
+    ("spread_hop", 256, 4),
     ("sm90a_knn1", 256, 3),
     ("sm90a_scan1", 512, 1),
     ("sm90a_", 256, 1),
