@@ -2312,7 +2312,11 @@ mod tests {
                 let run = g * (len / groups) + g.min(len % groups);
                 let slots = (len - g).div_ceil(groups);
                 for m in 0..slots {
-                    assert_eq!(out[run + m] as usize, g + groups * m, "len {len}, group {g}, slot {m}");
+                    assert_eq!(
+                        out[run + m] as usize,
+                        g + groups * m,
+                        "len {len}, group {g}, slot {m}"
+                    );
                 }
             }
         }

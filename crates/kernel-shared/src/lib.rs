@@ -1040,9 +1040,15 @@ mod tests {
         let mut last = 1;
         for len in (SPREAD_HUB_MIN..2_000_000).step_by(997) {
             let g = spread_hub_groups(len);
-            assert!(g.is_power_of_two() && g <= 32 && g >= last, "len {len}: {g}");
+            assert!(
+                g.is_power_of_two() && g <= 32 && g >= last,
+                "len {len}: {g}"
+            );
             // At most SPREAD_HUB_EDGES a block unless all 32 chains have a block each.
-            assert!(g == 32 || len <= u64::from(g) * SPREAD_HUB_EDGES, "len {len}: {g}");
+            assert!(
+                g == 32 || len <= u64::from(g) * SPREAD_HUB_EDGES,
+                "len {len}: {g}"
+            );
             last = g;
         }
     }
