@@ -10,6 +10,8 @@ use rayon::prelude::*;
 
 /// Bytes of corpus rows processed per block (one block's rows stay in L2 while every query visits them).
 const BLOCK_BYTES: usize = 256 * 1024;
+/// Ranges of corpus blocks per rayon thread in a many-row `knn` (see there).
+const TASKS_PER_THREAD: usize = 4;
 
 /// Corpus rows per block for dimension `dim`: a multiple of 64 (four 16-row tiles) when that fits,
 /// else of 16; at least 16.
@@ -615,8 +617,10 @@ impl Cpu {
             first_error(&parts).map_err(non_finite)?;
             parts.into_iter().flatten().flatten().collect()
         } else {
-            // Split the corpus into one range of blocks per thread, then merge the selectors exactly.
-            let tasks = threads.min(n_blocks);
+            // Split the corpus into ranges of blocks, then merge the selectors exactly. Several ranges per
+            // thread: rayon hands a thread that finishes early another range, so a slow core (or a vCPU
+            // the host schedules away) does not hold the whole call.
+            let tasks = (TASKS_PER_THREAD * threads).min(n_blocks);
             let parts: Vec<Result<Vec<Selector>, usize>> = (0..tasks)
                 .into_par_iter()
                 .map(|t| stream(0, nq, t * n_blocks / tasks, (t + 1) * n_blocks / tasks))
