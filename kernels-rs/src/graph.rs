@@ -190,10 +190,8 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
         p.in_w as *const f32,
         p.prev as *const f32,
     );
-    let mut acc = [0.0f32; P];
-    let mut base = 0u64;
-    // Warp-uniform: while any node has positions left.
-    while start[0] + base < end[0] || start[1] + base < end[1] {
+    // The sources and weights of the 2 x 32 positions from `base` on, for both nodes.
+    let load = |base: u64| {
         let mut sw = [[(0u32, 0.0f32); UNROLL as usize]; P];
         unroll!(2, R: usize => {
             let j0 = start[R] + base + u64::from(lane);
@@ -205,6 +203,15 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
                 }
             });
         });
+        sw
+    };
+    let left = |base: u64| start[0] + base < end[0] || start[1] + base < end[1];
+    let mut acc = [0.0f32; P];
+    let mut base = 0u64;
+    let mut sw = load(0);
+    // Warp-uniform: while any node has positions left. The next step's sources and weights are loaded
+    // before this step's gathers are used, so a step waits for one memory latency, not two.
+    while left(base) {
         let mut a = [[0.0f32; UNROLL as usize]; P];
         unroll!(2, R: usize => {
             let j0 = start[R] + base + u64::from(lane);
@@ -215,6 +222,12 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
                 }
             });
         });
+        let step = 32 * UNROLL;
+        let next = if left(base + step) {
+            load(base + step)
+        } else {
+            [[(0u32, 0.0f32); UNROLL as usize]; P]
+        };
         unroll!(2, R: usize => {
             let j0 = start[R] + base + u64::from(lane);
             unroll!(2, I: usize => {
@@ -223,7 +236,8 @@ unsafe fn pair32(p: &SpreadHopParams, off: u32, count: u32, warp: u32, lane: u32
                 }
             });
         });
-        base += 32 * UNROLL;
+        sw = next;
+        base += step;
     }
     unroll!(2, R: usize => {
         if first + (R as u32) < count {
