@@ -643,9 +643,10 @@ pub const GRAPH_BLOCK: u32 = 256;
 pub struct SpreadHopParams {
     /// `n_nodes + 1` u64: target `v`'s in-edges are `in_ptr[v] .. in_ptr[v + 1]`.
     pub in_ptr: u64,
-    /// u32 source of each in-edge (sorted by source, then original position).
+    /// u32 source of each in-edge: each target's in-edges in pull order (by source, then original position),
+    /// except a hub's, which are stored group by group for `spread_hub` (the launcher's `hub_order`).
     pub in_src: u64,
-    /// f32 weight of each in-edge.
+    /// f32 weight of each in-edge, in the order of `in_src`.
     pub in_w: u64,
     /// f32 activations of the previous hop, `n_nodes`.
     pub prev: u64,
