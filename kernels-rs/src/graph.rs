@@ -32,7 +32,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use recall_kernel_shared::{
     GRAPH_BLOCK, SPREAD_CTR_ACTIVE, SPREAD_CTR_EDGES, SPREAD_CTR_TOUCHED, SPREAD_HUB_CHUNK,
     SPREAD_HUB_MIN, SPREAD_PAIR, SPREAD_SCAN_BLOCK, SPREAD_SMALL_ROUNDS, SpreadFrontierParams,
-    SpreadHopParams, spread_hop_blocks, spread_hub_groups,
+    SpreadHopParams, spread_hop_blocks, spread_hub_groups, spread_hub_run,
 };
 
 /// One hop over the three warp classes (the hubs are `spread_hub`'s): `next[v] = (decay * pulled(v) >=
@@ -383,9 +383,9 @@ unsafe fn write(p: &SpreadHopParams, v: u32, acc: f32, old: f32) {
 /// Group `g` of hub `v` (entry `h` of the hub list), one block of `GRAPH_BLOCK` threads: of the hub's `G =
 /// spread_hub_groups(len)` blocks, this one runs the lane chains `g, g + G, ...` (`32 / G` of them), which
 /// take the in-edge positions `g, g + G, g + 2 G, ...` (slot `m` of the block holds position `g + G m`: step
-/// `m / (32 / G)` of its chain `m % (32 / G)`), stored as one run (the launcher's `hub_order`). Warps 1..8 gather the slots' weights and activations
-/// `SPREAD_HUB_CHUNK` at a time into shared memory (double-buffered) while lanes `0 .. 32 / G` of warp 0 run
-/// the chains over the previous chunk, each in order. They store the chain sums in `hub_lanes[32 h + chain]`;
+/// `m / (32 / G)` of its chain `m % (32 / G)`), stored as one run (`spread_hub_run`). Warps 1..8 gather the
+/// slots' weights and activations `SPREAD_HUB_CHUNK` at a time into shared memory (double-buffered) while
+/// lanes `0 .. 32 / G` of warp 0 run the chains over the previous chunk, each in order. They store the chain sums in `hub_lanes[32 h + chain]`;
 /// the block that takes the hub's last ticket loads the 32 sums into its warp 0 (lane `l` the sum of chain
 /// `l`) and finishes exactly like the warp path, then resets the ticket. Blocks with `g >= G` return at once.
 ///
@@ -416,15 +416,11 @@ unsafe fn hub(p: &SpreadHopParams, h: u32, v: u32, g: u32) {
     let buf = |b: usize, which: usize| smem.wrapping_add((2 * b + which) * CHUNK);
     let t = thread_x() as usize;
     let warp = t / 32;
-    let slots = if g < len {
-        (len - g).div_ceil(groups)
-    } else {
-        0
-    };
-    let n_chunks = slots.div_ceil(CHUNK);
     // The hub's in-edges are stored group by group (the launcher's `hub_order`): this group's slots are one
-    // run, after the groups before it (each `len / groups` slots, one more for the first `len % groups`).
-    let run = start as usize + g * (len / groups) + g.min(len % groups);
+    // run.
+    let (first, slots) = spread_hub_run(len as u64, g as u32);
+    let (run, slots) = (start as usize + first as usize, slots as usize);
+    let n_chunks = slots.div_ceil(CHUNK);
     let (src, w, prev) = (
         p.in_src as *const u32,
         p.in_w as *const f32,

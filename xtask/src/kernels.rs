@@ -390,9 +390,11 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// Launch bounds that rustc cannot express (CUDA's `__launch_bounds__`), per kernel-name prefix: threads per
 /// block and the blocks per SM that `ptxas` must leave room for (so it keeps registers at or below
 /// `65536 / (threads * blocks)`). `sm80_gemm_*` (256 threads, 64 accumulators each) needs two blocks per SM to
-/// hide one block's barrier behind the other's arithmetic. `spread_hop` is bound by dependent loads, where warps
-/// in flight hide the latency: 56 registers gave 4 blocks of 256 threads per SM; 5 blocks give 48 with no spill
-/// (6 blocks, 40 registers, spilled 96 bytes). `sm90a_knn1*` blocks (8 warps where a block has an SM to
+/// hide one block's barrier behind the other's arithmetic. `spread_hop` is bound by dependent loads: its warps
+/// read each node's total and the 32-lane class its next step's in-edges ahead of use, which at 48 registers (5
+/// blocks) spilled; 4 blocks of 64 registers ran the hop in 164 against 176 us on an H200 (session 20, run G).
+/// `sm90a_scan1_*` (blocks of up to 16 warps, `SCAN1_HOPPER_MAX_WARPS`; a bundle test ties the two) keep the
+/// register budget of one 512-thread block. `sm90a_knn1*` blocks (8 warps where a block has an SM to
 /// itself, most of which leave early) fit three to an SM (at most 85 registers), so that launches of up to
 /// three blocks per SM keep 8 warps. The first prefix that matches applies.
 const LAUNCH_BOUNDS: [(&str, u32, u32); 5] = [

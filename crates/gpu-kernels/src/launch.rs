@@ -2300,25 +2300,29 @@ mod tests {
 
     #[test]
     fn hub_order_puts_each_group_in_one_run_where_the_kernel_reads_it() {
-        use recall_kernel_shared::spread_hub_groups;
+        use recall_kernel_shared::{spread_hub_groups, spread_hub_run};
         for len in [4096usize, 8192, 8193, 20_000, 44_444, 170_001] {
             let edges: Vec<u32> = (0..len as u32).collect();
             let mut out = Vec::new();
             hub_order(&edges, &mut out);
             assert_eq!(out.len(), len);
             let groups = spread_hub_groups(len as u64) as usize;
+            let mut covered = 0;
             for g in 0..groups {
-                // The kernel's run start and slot count for group g.
-                let run = g * (len / groups) + g.min(len % groups);
-                let slots = (len - g).div_ceil(groups);
+                // Where the kernel reads group g: slot m must be position g + groups * m.
+                let (first, slots) = spread_hub_run(len as u64, g as u32);
+                let (first, slots) = (first as usize, slots as usize);
+                assert_eq!(slots, (len - g).div_ceil(groups), "len {len}, group {g}");
                 for m in 0..slots {
                     assert_eq!(
-                        out[run + m] as usize,
+                        out[first + m] as usize,
                         g + groups * m,
                         "len {len}, group {g}, slot {m}"
                     );
                 }
+                covered += slots;
             }
+            assert_eq!(covered, len);
         }
         // Only the hubs' ranges move.
         let edges: Vec<u32> = (0..20_000).collect();

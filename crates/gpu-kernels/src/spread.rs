@@ -141,7 +141,7 @@ impl SpreadSlots {
     }
 
     /// Return a slot after a call. After a failed call its streams may still hold work: the slot is kept only
-    /// once both are idle, else dropped (the buffers are freed on its stream, after that work).
+    /// once all three are idle, else dropped (the buffers are freed on its stream, after that work).
     fn give_back(&self, slot: SpreadSlot, ok: bool) {
         let idle = ok
             || (slot.gpu.synchronize().is_ok()

@@ -91,43 +91,20 @@ impl HopperKernels {
         gpu: &Gpu,
         module: &Arc<CudaModule>,
     ) -> Result<Option<[[[CudaFunction; 3]; 2]; 3]>, GpuError> {
-        let f = |name: &str| gpu.function(module, name);
-        let gemm = [
-            [
-                f("sm90a_gemm_f16_dot")?,
-                f("sm90a_gemm_f16_cosine")?,
-                f("sm90a_gemm_f16_l2")?,
-            ],
-            [
-                f("sm90a_gemm_bf16_dot")?,
-                f("sm90a_gemm_bf16_cosine")?,
-                f("sm90a_gemm_bf16_l2")?,
-            ],
-        ];
-        let knn = [
-            [
-                f("sm90a_knn_f16_dot")?,
-                f("sm90a_knn_f16_cosine")?,
-                f("sm90a_knn_f16_l2")?,
-            ],
-            [
-                f("sm90a_knn_bf16_dot")?,
-                f("sm90a_knn_bf16_cosine")?,
-                f("sm90a_knn_bf16_l2")?,
-            ],
-        ];
-        let knn_multi = [
-            [
-                f("sm90a_knnm_f16_dot")?,
-                f("sm90a_knnm_f16_cosine")?,
-                f("sm90a_knnm_f16_l2")?,
-            ],
-            [
-                f("sm90a_knnm_bf16_dot")?,
-                f("sm90a_knnm_bf16_cosine")?,
-                f("sm90a_knnm_bf16_l2")?,
-            ],
-        ];
+        // `{family}_{f16,bf16}_{dot,cosine,l2}`.
+        let family = |name: &str| -> Result<[[CudaFunction; 3]; 2], GpuError> {
+            let f =
+                |half: &str, metric: &str| gpu.function(module, &format!("{name}_{half}_{metric}"));
+            Ok([
+                [f("f16", "dot")?, f("f16", "cosine")?, f("f16", "l2")?],
+                [f("bf16", "dot")?, f("bf16", "cosine")?, f("bf16", "l2")?],
+            ])
+        };
+        let (gemm, knn, knn_multi) = (
+            family("sm90a_gemm")?,
+            family("sm90a_knn")?,
+            family("sm90a_knnm")?,
+        );
         let fits = gemm
             .iter()
             .flatten()

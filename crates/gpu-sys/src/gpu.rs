@@ -193,11 +193,16 @@ impl Gpu {
     /// runs beside this handle's work instead of after it. A buffer made through one handle and used through
     /// the other must be complete first (a synchronise of the stream that made it, or an event).
     pub fn with_new_stream(&self) -> Result<Gpu, GpuError> {
-        Ok(Gpu {
+        Ok(self.with_stream(self.new_stream()?))
+    }
+
+    /// A handle on this device and context that orders its work on `stream`.
+    fn with_stream(&self, stream: Arc<CudaStream>) -> Gpu {
+        Gpu {
             info: self.info.clone(),
             ctx: self.ctx.clone(),
-            stream: self.new_stream()?,
-        })
+            stream,
+        }
     }
 
     /// [`Gpu::with_new_stream`] with the device's highest stream priority: as SMs free up, the blocks its
@@ -212,11 +217,7 @@ impl Gpu {
                 .ctx
                 .new_stream_with_priority(greatest)
                 .gpu("cuStreamCreateWithPriority")?;
-            Ok(Gpu {
-                info: self.info.clone(),
-                ctx: self.ctx.clone(),
-                stream,
-            })
+            Ok(self.with_stream(stream))
         })
     }
 

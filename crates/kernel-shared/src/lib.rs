@@ -767,6 +767,21 @@ pub const fn spread_hub_groups(len: u64) -> u32 {
     g
 }
 
+/// Where group `g` of a hub of `len` in-edges keeps its slots in the hub's device order (the launcher's
+/// `hub_order`: group by group, group `g` holding positions `g, g + G, g + 2 G, ...` with `G =
+/// spread_hub_groups(len)`): `(first, slots)`, its run's offset from the hub's first in-edge and its length,
+/// `len / G` slots a group and one more for the first `len % G`. For `g < G <= len`.
+pub const fn spread_hub_run(len: u64, g: u32) -> (u64, u64) {
+    let groups = spread_hub_groups(len) as u64;
+    let g = g as u64;
+    let (q, r) = (len / groups, len % groups);
+    if g < r {
+        (g * (q + 1), q + 1)
+    } else {
+        (g * q + r, q)
+    }
+}
+
 /// `fill_u64`: `ptr[i] = value` for `i < len`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
