@@ -6,8 +6,10 @@ use crate::util::{
     F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
     shared_addr, sqrt, sync_threads, thread_x,
 };
-use recall_kernel_shared::math::gaussian4;
-use recall_kernel_shared::{CentroidParams, FillParams, InertiaParams, NOISE_THREADS, NoiseParams};
+use recall_kernel_shared::math::{box_muller_radius, gaussian4};
+use recall_kernel_shared::{
+    CentroidParams, FillParams, InertiaParams, NOISE_THREADS, NoiseParams, RadiiParams,
+};
 
 /// `ptr[i] = value` for every `i < len`, one element per thread.
 ///
@@ -79,6 +81,21 @@ pub unsafe extern "ptx-kernel" fn kmeans_update(p: CentroidParams) {
     }
     // SAFETY: idx < n_clusters * dim.
     unsafe { *(p.centroids as *mut f32).add(idx) = sum / ((end - start) as u32) as f32 };
+}
+
+/// `out[i] = box_muller_radius(i << 9)`, one thread per radius: every radius clip-and-noise can produce, for
+/// the diff-test to compare with the host's (the device's division and square root there are
+/// `div_in_range` and `sqrt_in_range`).
+///
+/// # Safety
+/// `out` holds `len` f32; the grid covers `len` threads.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn noise_radii(p: RadiiParams) {
+    let i = block_x() * block_dim_x() + thread_x();
+    if i < p.len {
+        // SAFETY: i < len.
+        unsafe { *(p.out as *mut f32).add(i as usize) = box_muller_radius(i << 9) };
+    }
 }
 
 /// Clip-and-noise, one thread per block of 4 values of a row (consecutive threads, consecutive blocks):

@@ -595,7 +595,11 @@ fn numerics_guard(ptx: &str) -> Result<(), String> {
             "add.f32", "sub.f32", "mul.f32", "add.f64", "sub.f64", "mul.f64",
         ]
         .contains(&op);
-        if unrounded_arith || op.contains(".ftz") || op.contains(".approx") {
+        // The hardware estimates that `math::div_in_range` and `math::sqrt_in_range` refine to the correctly
+        // rounded value (their asm marks the line): nothing else may use an approximation.
+        let refined = matches!(op, "rcp.approx.ftz.f32" | "rsqrt.approx.ftz.f32")
+            && line.contains("// refined: ");
+        if unrounded_arith || (!refined && (op.contains(".ftz") || op.contains(".approx"))) {
             return Err(format!(
                 "PTX line {}: `{}` breaks the numerics contract (unrounded, flush-to-zero or approximate float op)",
                 n + 1,
@@ -707,7 +711,7 @@ fn is_bitcode(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_launch_bounds, align_tensor_map_params, stable_crate_hashes};
+    use super::{add_launch_bounds, align_tensor_map_params, numerics_guard, stable_crate_hashes};
 
     #[test]
     fn crate_hashes_are_blanked_in_rust_symbols_only() {
@@ -738,6 +742,20 @@ mod tests {
         // A declaration rustc no longer writes that way is an error, not a misaligned map.
         let other = ".visible .entry sm90a_knn1_dot(\n\t.param .align 8 .b8 sm90a_knn1_dot_param_0[224]\n)\n";
         assert!(align_tensor_map_params(other).is_err());
+    }
+
+    #[test]
+    fn numerics_guard_allows_only_the_marked_refined_estimates() {
+        assert!(numerics_guard("\tfma.rn.f32 %f1, %f2, %f3, %f4;\n").is_ok());
+        assert!(numerics_guard("\tadd.f32 %f1, %f2, %f3;\n").is_err());
+        assert!(numerics_guard("\tadd.rn.ftz.f32 %f1, %f2, %f3;\n").is_err());
+        assert!(numerics_guard("\trcp.approx.ftz.f32 r, %f2;\n").is_err());
+        assert!(numerics_guard("\trcp.approx.ftz.f32 r, %f2; // refined: div_in_range\n").is_ok());
+        assert!(
+            numerics_guard("\trsqrt.approx.ftz.f32 r, %f2; // refined: sqrt_in_range\n").is_ok()
+        );
+        assert!(numerics_guard("\tsin.approx.ftz.f32 r, %f2; // refined: x\n").is_err());
+        assert!(numerics_guard("\trcp.approx.f32 r, %f2; // refined: x\n").is_err());
     }
 
     #[test]

@@ -6,7 +6,8 @@ use crate::kernels;
 use crate::simd::Cpu;
 use crate::{CpuError, PAR_MIN_WORK};
 use rayon::prelude::*;
-use recall_kernel_shared::math::{gaussian4, philox_key};
+use recall_kernel_shared::NOISE_RADII;
+use recall_kernel_shared::math::{box_muller_radius, gaussian4, philox_key};
 
 /// Clip every row of `x` (`n * dim`, row-major) to L2 norm `clip`, then add `sigma` times standard normal
 /// noise drawn from the counter-based stream of `seed`.
@@ -18,6 +19,15 @@ pub fn clip_and_noise(
     seed: u64,
 ) -> Result<Vec<f32>, CpuError> {
     Cpu::new().clip_and_noise(x, dim, clip, sigma, seed)
+}
+
+/// Every Box-Muller radius clip-and-noise can produce: `box_muller_radius(i << 9)` for `i < 2^23` (the
+/// reference the diff-test holds the device's radii to; `uniform_open` reads 23 bits of its word).
+pub fn noise_radii() -> Vec<f32> {
+    (0..NOISE_RADII)
+        .into_par_iter()
+        .map(|i| box_muller_radius(i << 9))
+        .collect()
 }
 
 /// The input checks of [`clip_and_noise`] (returns the number of rows), for callers that validate before

@@ -9,11 +9,12 @@ use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
 use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use recall_kernel_shared::{
     CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, H_PIPE_BYTES, HalfRowsParams,
-    InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NOISE_ROWS_MAX, NOISE_THREADS,
-    NoiseParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RowNormsParams, SELECT_BINS,
-    SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES, SMALL_K_16, SMALL_K_MAX, SelectParams, SelectState,
-    SimParams, TC_LD_ALIGN, TC_PIPE_BYTES, TC_THREADS, TC_TILE_Q, TC_TILE_R, TcGemmParams,
-    TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX, noise_rows_shared_bytes,
+    InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NOISE_RADII, NOISE_ROWS_MAX,
+    NOISE_THREADS, NoiseParams, ROW_BLOCK, ROW_QUERIES_PER_BLOCK, ROW_TILE_K, RadiiParams,
+    RowNormsParams, SELECT_BINS, SELECT_BLOCK, SELECT_ITEMS, SELECT_PASSES, SMALL_K_16,
+    SMALL_K_MAX, SelectParams, SelectState, SimParams, TC_LD_ALIGN, TC_PIPE_BYTES, TC_THREADS,
+    TC_TILE_Q, TC_TILE_R, TcGemmParams, TopkFilterParams, TopkSmallParams, WARP_ROW_DIM_MAX,
+    noise_rows_shared_bytes,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -95,6 +96,7 @@ pub struct Kernels {
     kmeans_inertia_blocks: CudaFunction,
     kmeans_update: CudaFunction,
     clip_noise: CudaFunction,
+    noise_radii: CudaFunction,
     /// `sm80_clip_noise_rows` (norms and noise in one pass; sm_80 and newer images) and the dynamic shared
     /// memory it was opted into.
     clip_noise_rows: Option<(CudaFunction, u32)>,
@@ -409,6 +411,7 @@ impl Kernels {
                         kmeans_inertia_blocks: f("kmeans_inertia_blocks")?,
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
+                        noise_radii: f("noise_radii")?,
                         clip_noise_rows: if sm >= TC_MIN_SM {
                             let func = f("sm80_clip_noise_rows")?;
                             let bytes = noise_rows_opt_in(gpu, &func);
@@ -2013,6 +2016,31 @@ impl Kernels {
 }
 
 impl Kernels {
+    /// Every Box-Muller radius clip-and-noise can produce, computed on the device: `out[i] =
+    /// math::box_muller_radius(i << 9)` for `i <` [`NOISE_RADII`] (the diff-test compares them with the host's,
+    /// which covers every input of the device's `div_in_range` and `sqrt_in_range`).
+    pub fn noise_radii(&self, gpu: &Gpu) -> Result<Vec<f32>, KernelError> {
+        const K: &str = "noise_radii";
+        let out = gpu.alloc_zeros::<f32>(NOISE_RADII as usize)?;
+        let params = RadiiParams {
+            out: gpu.device_ptr(&out),
+            len: NOISE_RADII,
+            _pad: 0,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                to_u32(K, "blocks", (NOISE_RADII as usize).div_ceil(256))?,
+                1,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: out holds NOISE_RADII f32; one thread per radius, the rest return.
+        unsafe { gpu.launch(&self.noise_radii, cfg, params) }?;
+        Ok(gpu.download(&out)?)
+    }
+
     /// Clip-and-noise of the `n_rows x dim` rows of `x` into `out` (`docs/numerics.md`): row norms, then
     /// one thread per 4 values with the shared Philox stream of `seed`.
     #[allow(clippy::too_many_arguments)]
@@ -2220,12 +2248,14 @@ fn noise_rows_for(dim: usize, preferred: u32, limit: u32) -> Option<u32> {
     None
 }
 
-/// Rows per `sm80_clip_noise_rows` block where they fit (`RECALL_CLIP_NOISE_ROWS`, 1 to 32, default 16), fewer
-/// where they do not.
+/// Rows per `sm80_clip_noise_rows` block where they fit (`RECALL_CLIP_NOISE_ROWS`, 1 to 32, default 12), fewer
+/// where they do not. 12 rows of 768 values (37 KiB) let six blocks share an SM where 16 let four: on an H200,
+/// 1,976-1,995 us against 2,038-2,056 us for 1M x 768 (session 21, run E; with 16 rows every warp of a block
+/// waits for its norm chains, and more blocks give the scheduler other warps meanwhile).
 fn noise_rows_preferred() -> u32 {
     static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
-        crate::env::env_number("RECALL_CLIP_NOISE_ROWS", 1..=NOISE_ROWS_MAX).unwrap_or(16)
+        crate::env::env_number("RECALL_CLIP_NOISE_ROWS", 1..=NOISE_ROWS_MAX).unwrap_or(12)
     })
 }
 

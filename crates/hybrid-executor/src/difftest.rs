@@ -1825,9 +1825,9 @@ mod run_gpu {
     ) -> Result<(), String> {
         let cpu = crate::backend::CpuBackend;
         let mut rng = SplitMix::new(0x5EED_0005);
-        // Dims that are multiples of 4 run `sm80_clip_noise_rows` on sm_80+ (16 rows a block up to 1,536
-        // values, fewer rows above: 2,048 takes 8, 8,192 takes 2), the others the norm kernel and
-        // `clip_noise`; both paths run every case where the first can.
+        // Dims that are multiples of 4 run `sm80_clip_noise_rows` on sm_80+ (12 rows a block up to 2,048
+        // values, fewer above: 8,192 takes 3), the others the norm kernel and `clip_noise`; both paths run
+        // every case where the first can.
         let mut shapes = vec![
             (1usize, 1usize),
             (7, 5),
@@ -1841,7 +1841,15 @@ mod run_gpu {
         if !quick {
             shapes.extend([(20_000, 768), (1000, 1025), (4099, 128)]);
         }
-        let kern = gpu.parts().1;
+        let (dev, kern) = gpu.parts();
+        // Every radius the noise can have (2^23 inputs): the device's division and square root there skip the
+        // range checks of `div.rn` / `sqrt.rn` (`math::div_in_range`, `math::sqrt_in_range`).
+        let radii = kern.noise_radii(dev).map_err(e_)?;
+        compare(
+            diff_of(diffs, "noise_radii (every Box-Muller radius)"),
+            &recall_cpu_simd::noise_radii(),
+            &radii,
+        );
         for (n, dim) in shapes {
             let x = awkward_matrix(&mut rng, n, dim);
             for (clip, sigma, seed) in [

@@ -8,7 +8,10 @@
 //! Architecture invariant: the kernels trust these values. The host launchers validate every field (sizes,
 //! bounds, alignment) before a launch; see `recall-gpu-kernels`.
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(core_intrinsics))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(core_intrinsics, asm_experimental_arch)
+)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -791,6 +794,20 @@ pub struct FillParams {
     pub value: u64,
 }
 
+/// `noise_radii`: `out[i] = math::box_muller_radius(i << 9)` for `i < len` (every radius clip-and-noise can
+/// produce, for the diff-test).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RadiiParams {
+    /// f32 `len`, out.
+    pub out: u64,
+    pub len: u32,
+    pub _pad: u32,
+}
+
+/// The number of distinct Box-Muller radii: `uniform_open` reads 23 bits of its word.
+pub const NOISE_RADII: u32 = 1 << 23;
+
 /// `kmeans_inertia_blocks`: per block of `INERTIA_BLOCK` points (index order), the f64 sum of each point's
 /// distance to its centroid, taken from the point's argmin key.
 #[repr(C)]
@@ -952,6 +969,79 @@ pub mod math {
         ((((w >> 9) << 1) | 1) as f32) * (1.0 / 16_777_216.0)
     }
 
+    /// `a / b`, correctly rounded (IEEE division), for `|a| <= 0.5` and `1.5 <= b <= 2.5`: the quotient
+    /// `(m - 1) / (m + 1)` of [`ln_unit`]. On the device: the steps `ptxas` itself runs for `div.rn.f32` once
+    /// its operand check (`FCHK`) has passed, without the check and its slow path, which in this range is never
+    /// taken: the hardware reciprocal estimate (`rcp.approx.ftz.f32`, `MUFU.RCP`), one Newton step, the
+    /// quotient and one correction by the residual. On the host: `a / b`. Every input clip-and-noise can reach
+    /// is compared bit for bit with the host's division by the diff-test (`noise` group, all 2^23 values of
+    /// [`box_muller_radius`]). Saves the check, its branch and the convergence barrier around it, per call.
+    #[inline(always)]
+    pub fn div_in_range(a: f32, b: f32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let q: f32;
+            // SAFETY: register arithmetic only.
+            unsafe {
+                core::arch::asm!(
+                    "{{",
+                    ".reg .f32 r, e, nb, q0, res;",
+                    "rcp.approx.ftz.f32 r, {b}; // refined: div_in_range",
+                    "neg.f32 nb, {b};",
+                    "fma.rn.f32 e, nb, r, 0f3F800000;",
+                    "fma.rn.f32 r, r, e, r;",
+                    "fma.rn.f32 q0, {a}, r, 0f00000000;",
+                    "fma.rn.f32 res, nb, q0, {a};",
+                    "fma.rn.f32 {q}, r, res, q0;",
+                    "}}",
+                    a = in(reg32) a,
+                    b = in(reg32) b,
+                    q = out(reg32) q,
+                    options(pure, nomem, nostack)
+                );
+            }
+            q
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            a / b
+        }
+    }
+
+    /// `sqrt(x)`, correctly rounded, for `2^-25 <= x <= 64`: the radius of [`box_muller_radius`]. On the
+    /// device: the steps `ptxas` runs for `sqrt.rn.f32` once its range check has passed, without the check and
+    /// its slow path: the reciprocal square root estimate (`rsqrt.approx.ftz.f32`, `MUFU.RSQ`), `y = x r`,
+    /// and one correction `y + (x - y y) r / 2`. On the host: `f32::sqrt`. Tested as [`div_in_range`] is.
+    #[inline(always)]
+    pub fn sqrt_in_range(x: f32) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let y: f32;
+            // SAFETY: register arithmetic only.
+            unsafe {
+                core::arch::asm!(
+                    "{{",
+                    ".reg .f32 r, y0, h, ny, e;",
+                    "rsqrt.approx.ftz.f32 r, {x}; // refined: sqrt_in_range",
+                    "mul.rn.f32 y0, {x}, r;",
+                    "mul.rn.f32 h, r, 0f3F000000;",
+                    "neg.f32 ny, y0;",
+                    "fma.rn.f32 e, ny, y0, {x};",
+                    "fma.rn.f32 {y}, e, h, y0;",
+                    "}}",
+                    x = in(reg32) x,
+                    y = out(reg32) y,
+                    options(pure, nomem, nostack)
+                );
+            }
+            y
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            x.sqrt()
+        }
+    }
+
     const SQRT2: f32 = core::f32::consts::SQRT_2;
     const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
     const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 1.42860677e-6
@@ -966,7 +1056,7 @@ pub mod math {
             m *= 0.5;
             e += 1;
         }
-        let t = (m - 1.0) / (m + 1.0);
+        let t = div_in_range(m - 1.0, m + 1.0);
         let t2 = t * t;
         let mut p = fma(t2, 1.0 / 11.0, 1.0 / 9.0);
         p = fma(t2, p, 1.0 / 7.0);
@@ -1010,11 +1100,17 @@ pub mod math {
         (sin, cos)
     }
 
+    /// The radius `sqrt(-2 ln u)` of [`box_muller`] for the word `w0` (`u = uniform_open(w0)`, which reads
+    /// `w0 >> 9`: 2^23 distinct inputs, in `[1.2e-7, 33.3]` under the root).
+    #[inline(always)]
+    pub fn box_muller_radius(w0: u32) -> f32 {
+        sqrt_in_range(-2.0 * ln_unit(uniform_open(w0)))
+    }
+
     /// Two standard normal values from two 32-bit words (Box-Muller).
     #[inline(always)]
     pub fn box_muller(w0: u32, w1: u32) -> (f32, f32) {
-        let u = uniform_open(w0);
-        let rad = sqrt(-2.0 * ln_unit(u));
+        let rad = box_muller_radius(w0);
         let (s, c) = sincos_turns(w1 >> 8);
         (rad * c, rad * s)
     }
