@@ -1142,6 +1142,26 @@ pub mod math {
 mod tests {
     use super::*;
 
+    /// The device's `div_in_range` and `sqrt_in_range` skip `div.rn` / `sqrt.rn`'s range checks on the
+    /// promise that their operands stay in the ranges they document: checked here for every input the noise
+    /// can give them (`ln_unit`'s reduced mantissa `m` lies in `[sqrt(2) / 2, sqrt(2)]` for any normal `u`).
+    #[test]
+    fn box_muller_operands_stay_in_the_refined_ranges() {
+        use math::{ln_unit, uniform_open};
+        let (mut lo, mut hi) = (f32::INFINITY, 0.0f32);
+        for k in 0..NOISE_RADII {
+            let u = uniform_open(k << 9);
+            assert!(u.is_normal() && u > 0.0 && u < 1.0, "k {k}");
+            let m = f32::from_bits((u.to_bits() & 0x007f_ffff) | 0x3f80_0000);
+            let m = if m > core::f32::consts::SQRT_2 { m * 0.5 } else { m };
+            assert!((m - 1.0).abs() <= 0.5 && (1.5..=2.5).contains(&(m + 1.0)), "k {k}");
+            let x = -2.0 * ln_unit(u);
+            lo = lo.min(x);
+            hi = hi.max(x);
+        }
+        assert!(lo >= 2f32.powi(-25) && hi <= 64.0, "{lo} .. {hi}");
+    }
+
     #[test]
     fn hub_groups_are_powers_of_two_that_split_the_edges() {
         assert_eq!(spread_hub_groups(SPREAD_HUB_MIN), 1);
