@@ -1153,8 +1153,15 @@ mod tests {
             let u = uniform_open(k << 9);
             assert!(u.is_normal() && u > 0.0 && u < 1.0, "k {k}");
             let m = f32::from_bits((u.to_bits() & 0x007f_ffff) | 0x3f80_0000);
-            let m = if m > core::f32::consts::SQRT_2 { m * 0.5 } else { m };
-            assert!((m - 1.0).abs() <= 0.5 && (1.5..=2.5).contains(&(m + 1.0)), "k {k}");
+            let m = if m > core::f32::consts::SQRT_2 {
+                m * 0.5
+            } else {
+                m
+            };
+            assert!(
+                (m - 1.0).abs() <= 0.5 && (1.5..=2.5).contains(&(m + 1.0)),
+                "k {k}"
+            );
             let x = -2.0 * ln_unit(u);
             lo = lo.min(x);
             hi = hi.max(x);
