@@ -269,6 +269,10 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .arg(&pre_ampere)
         .arg("-o")
         .arg(&without_tc))?;
+    // PTX texts that differ from an older arch's only in the `.version` / `.target` lines are not written again:
+    // the loader rebuilds them from that arch's file (`recall-gpu-kernels`'s `bundle.rs`, whose table the
+    // manifest's `text:` entries must match: a bundle test checks).
+    let mut texts: Vec<(u32, String)> = Vec::new();
     for (sm, isa) in ARCHES {
         let ptx_path = work.join(format!("sm_{sm}.ptx"));
         let module = if sm >= TC_MIN_SM {
@@ -294,11 +298,24 @@ pub fn build(args: &[String]) -> Result<(), String> {
             .arg(&ptx_path)
             .arg("-o")
             .arg(&cubin))?;
-        manifest.push_str(&format!("\n[sm_{sm}] ptx-isa {}.{}\n", isa / 10, isa % 10));
+        let body = ptx_body(&ptx);
+        let text_sm = match texts.iter().find(|(_, b)| *b == body) {
+            Some((older, _)) => *older,
+            None => {
+                fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx)
+                    .map_err(|e| e.to_string())?;
+                texts.push((sm, body));
+                sm
+            }
+        };
+        manifest.push_str(&format!(
+            "\n[sm_{sm}] ptx-isa {}.{} (text: compute_{text_sm}.ptx)\n",
+            isa / 10,
+            isa % 10
+        ));
         for (kernel, usage) in parse_ptxas_usage(&log) {
             manifest.push_str(&format!("  {kernel}: {usage}\n"));
         }
-        fs::write(out_dir.join(format!("compute_{sm}.ptx")), &ptx).map_err(|e| e.to_string())?;
     }
     // The sm_90a image: the `sm90a_*` kernels alone (every other kernel's definition dropped), PTX ISA 8.3
     // (for the tensor-map fence).
@@ -350,6 +367,15 @@ pub fn build(args: &[String]) -> Result<(), String> {
         eprintln!("xtask: wrote {}", out_dir.display());
         Ok(())
     }
+}
+
+/// A PTX text without its `.version` and `.target` lines: what two arches' texts must share for one file to
+/// serve both.
+fn ptx_body(ptx: &str) -> String {
+    ptx.lines()
+        .filter(|l| !l.starts_with(".version ") && !l.starts_with(".target "))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
@@ -711,7 +737,9 @@ fn is_bitcode(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{add_launch_bounds, align_tensor_map_params, numerics_guard, stable_crate_hashes};
+    use super::{
+        add_launch_bounds, align_tensor_map_params, numerics_guard, ptx_body, stable_crate_hashes,
+    };
 
     #[test]
     fn crate_hashes_are_blanked_in_rust_symbols_only() {
@@ -742,6 +770,16 @@ mod tests {
         // A declaration rustc no longer writes that way is an error, not a misaligned map.
         let other = ".visible .entry sm90a_knn1_dot(\n\t.param .align 8 .b8 sm90a_knn1_dot_param_0[224]\n)\n";
         assert!(align_tensor_map_params(other).is_err());
+    }
+
+    #[test]
+    fn ptx_texts_that_differ_only_in_their_header_share_a_body() {
+        let a = "//\n.version 7.1\n.target sm_86\n.address_size 64\n\tret;\n";
+        let b = "//\n.version 7.8\n.target sm_90\n.address_size 64\n\tret;\n";
+        let c = "//\n.version 7.8\n.target sm_90\n.address_size 64\n\texit;\n";
+        assert_eq!(ptx_body(a), ptx_body(b));
+        assert_ne!(ptx_body(b), ptx_body(c));
+        assert!(!ptx_body(a).contains(".target"));
     }
 
     #[test]

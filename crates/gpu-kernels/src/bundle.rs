@@ -1,5 +1,6 @@
 //! The embedded kernel bundle and the choice of image for a device.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// SMs with a cubin (and PTX) in the bundle, ascending.
@@ -29,19 +30,75 @@ impl fmt::Display for ImageKind {
 pub struct BundleImage {
     pub sm: u32,
     pub kind: ImageKind,
+    /// The image's file: a cubin, or a PTX text whose `.version` / `.target` lines are those of sm_`text_of`.
     pub bytes: &'static [u8],
+    /// For PTX, the arch whose file `bytes` is (see [`PTX_TEXTS`]); `sm` for a cubin.
+    pub text_of: u32,
 }
 
-macro_rules! bundle {
+impl BundleImage {
+    /// The PTX for the driver to JIT: the file as it is when it is this arch's own, else its text with this
+    /// arch's `.version` and `.target` lines. An error for a cubin or a file that is not UTF-8.
+    pub fn ptx_text(&self) -> Result<Cow<'static, str>, String> {
+        if self.kind != ImageKind::Ptx {
+            return Err(format!("sm_{} {} is not PTX", self.sm, self.kind));
+        }
+        let text = std::str::from_utf8(self.bytes).map_err(|e| e.to_string())?;
+        if self.text_of == self.sm {
+            return Ok(Cow::Borrowed(text));
+        }
+        let isa = PTX_TEXTS
+            .iter()
+            .find(|(sm, ..)| *sm == self.sm)
+            .map(|(_, isa, _)| *isa)
+            .ok_or_else(|| format!("sm_{} has no PTX in the bundle", self.sm))?;
+        let mut out = String::with_capacity(text.len());
+        for line in text.split_inclusive('\n') {
+            if line.starts_with(".version ") {
+                out.push_str(&format!(".version {}.{}\n", isa / 10, isa % 10));
+            } else if line.starts_with(".target ") {
+                out.push_str(&format!(".target sm_{}\n", self.sm));
+            } else {
+                out.push_str(line);
+            }
+        }
+        Ok(Cow::Owned(out))
+    }
+}
+
+/// Per arch: (SM, PTX ISA version x 10, the arch whose PTX file holds its text). `cargo xtask build-kernels`
+/// writes a PTX file only for an arch whose text differs from every older one's beyond the `.version` /
+/// `.target` lines (the manifest says which file each arch's text is in; a test holds this table to it), so the
+/// bundle carries 3 PTX files instead of 10 (about 11 MiB less).
+pub const PTX_TEXTS: [(u32, u32, u32); 10] = [
+    (50, 60, 50),
+    (52, 60, 50),
+    (60, 60, 50),
+    (61, 60, 50),
+    (70, 60, 50),
+    (75, 63, 50),
+    (80, 70, 80),
+    (86, 71, 86),
+    (89, 78, 86),
+    (90, 78, 86),
+];
+
+macro_rules! cubins {
     ($($sm:literal),*) => {
         [$(
-            BundleImage { sm: $sm, kind: ImageKind::Cubin, bytes: include_bytes!(concat!("../bundle/sm_", $sm, ".cubin")) },
-            BundleImage { sm: $sm, kind: ImageKind::Ptx, bytes: include_bytes!(concat!("../bundle/compute_", $sm, ".ptx")) },
+            BundleImage { sm: $sm, kind: ImageKind::Cubin, bytes: include_bytes!(concat!("../bundle/sm_", $sm, ".cubin")), text_of: $sm },
         )*]
     };
 }
 
-static IMAGES: [BundleImage; 20] = bundle!(50, 52, 60, 61, 70, 75, 80, 86, 89, 90);
+static CUBINS: [BundleImage; 10] = cubins!(50, 52, 60, 61, 70, 75, 80, 86, 89, 90);
+
+/// The PTX files: (the arch they are of, the file).
+static PTX_FILES: [(u32, &[u8]); 3] = [
+    (50, include_bytes!("../bundle/compute_50.ptx")),
+    (80, include_bytes!("../bundle/compute_80.ptx")),
+    (86, include_bytes!("../bundle/compute_86.ptx")),
+];
 
 /// The sm_90a image (`sm90a_*` kernels only: fast mode on `wgmma`), loaded beside the sm_90 image on devices
 /// of compute capability 9.0 exactly: its cubin, and its PTX for the driver to JIT if the cubin is refused.
@@ -50,20 +107,31 @@ pub static SM90A_IMAGES: [BundleImage; 2] = [
         sm: 90,
         kind: ImageKind::Cubin,
         bytes: include_bytes!("../bundle/sm_90a.cubin"),
+        text_of: 90,
     },
     BundleImage {
         sm: 90,
         kind: ImageKind::Ptx,
         bytes: include_bytes!("../bundle/compute_90a.ptx"),
+        text_of: 90,
     },
 ];
 
 /// The bundle image of `kind` for `sm`, if there is one.
 pub fn image(sm: u32, kind: ImageKind) -> Option<BundleImage> {
-    IMAGES
-        .iter()
-        .copied()
-        .find(|i| i.sm == sm && i.kind == kind)
+    match kind {
+        ImageKind::Cubin => CUBINS.iter().copied().find(|i| i.sm == sm),
+        ImageKind::Ptx => {
+            let (_, _, text_of) = PTX_TEXTS.iter().copied().find(|(s, ..)| *s == sm)?;
+            let (_, bytes) = PTX_FILES.iter().copied().find(|(s, _)| *s == text_of)?;
+            Some(BundleImage {
+                sm,
+                kind,
+                bytes,
+                text_of,
+            })
+        }
+    }
 }
 
 /// The images to try for a device, in order, and why none fits when that is so.
@@ -138,13 +206,36 @@ mod tests {
                 cubin.bytes.starts_with(b"\x7fELF"),
                 "sm_{sm} cubin is not ELF"
             );
-            let ptx =
-                std::str::from_utf8(image(sm, ImageKind::Ptx).expect("ptx").bytes).expect("utf8");
+            let ptx = image(sm, ImageKind::Ptx)
+                .expect("ptx")
+                .ptx_text()
+                .expect("utf8");
             assert!(
-                ptx.contains(&format!(".target sm_{sm}")),
+                ptx.contains(&format!("\n.target sm_{sm}\n")),
                 "sm_{sm} PTX targets another arch"
             );
             assert!(!ptx.contains('\0'));
+            // The text declares the ISA the manifest says this arch's was built for, and comes from the file
+            // the manifest names.
+            let (_, isa, text_of) = PTX_TEXTS.iter().find(|(s, ..)| *s == sm).expect("listed");
+            let line = format!(
+                "[sm_{sm}] ptx-isa {}.{} (text: compute_{text_of}.ptx)",
+                isa / 10,
+                isa % 10
+            );
+            assert!(MANIFEST.contains(&line), "manifest lacks `{line}`");
+            assert!(
+                ptx.contains(&format!("\n.version {}.{}\n", isa / 10, isa % 10)),
+                "sm_{sm}"
+            );
+        }
+        // Every PTX file is some arch's own text.
+        for (sm, bytes) in PTX_FILES {
+            let text = std::str::from_utf8(bytes).expect("utf8");
+            assert!(
+                text.contains(&format!("\n.target sm_{sm}\n")),
+                "compute_{sm}.ptx"
+            );
         }
     }
 

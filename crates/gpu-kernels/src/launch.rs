@@ -372,10 +372,14 @@ impl Kernels {
         let mut last_err = None;
         for (sm, kind) in selection.candidates {
             let Some(img) = image(sm, kind) else { continue };
+            let ptx;
             let module_image = match kind {
                 ImageKind::Cubin => ModuleImage::Cubin(img.bytes),
-                ImageKind::Ptx => match std::str::from_utf8(img.bytes) {
-                    Ok(s) => ModuleImage::Ptx(s),
+                ImageKind::Ptx => match img.ptx_text() {
+                    Ok(text) => {
+                        ptx = text;
+                        ModuleImage::Ptx(&ptx)
+                    }
                     Err(_) => continue,
                 },
             };

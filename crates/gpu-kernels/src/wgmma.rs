@@ -47,10 +47,14 @@ impl HopperKernels {
             return Ok(None);
         }
         for img in &SM90A_IMAGES {
+            let ptx;
             let image = match img.kind {
                 ImageKind::Cubin => ModuleImage::Cubin(img.bytes),
-                ImageKind::Ptx => match std::str::from_utf8(img.bytes) {
-                    Ok(s) => ModuleImage::Ptx(s),
+                ImageKind::Ptx => match img.ptx_text() {
+                    Ok(text) => {
+                        ptx = text;
+                        ModuleImage::Ptx(&ptx)
+                    }
                     Err(_) => continue,
                 },
             };
