@@ -1,7 +1,10 @@
 //! The embedded kernel bundle and the choice of image for a device.
 
+use recall_gpu_sys::driver::CudaModule;
+use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 /// SMs with a cubin (and PTX) in the bundle, ascending.
 pub const ARCHES: [u32; 10] = [50, 52, 60, 61, 70, 75, 80, 86, 89, 90];
@@ -63,6 +66,25 @@ impl BundleImage {
             }
         }
         Ok(Cow::Owned(out))
+    }
+}
+
+impl BundleImage {
+    /// Load the image into `gpu`'s context: a cubin as it is, PTX ([`BundleImage::ptx_text`]) through the
+    /// driver's JIT.
+    pub fn load(&self, gpu: &Gpu) -> Result<Arc<CudaModule>, GpuError> {
+        match self.kind {
+            ImageKind::Cubin => gpu.load_module(ModuleImage::Cubin(self.bytes)),
+            ImageKind::Ptx => {
+                let (major, minor) = gpu.info().compute_capability;
+                let text = self.ptx_text().map_err(|reason| GpuError::NoImage {
+                    major,
+                    minor,
+                    reason,
+                })?;
+                gpu.load_module(ModuleImage::Ptx(&text))
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use recall_gpu_sys::driver::{
     CudaEvent, CudaFunction, CudaModule, CudaSlice, LaunchConfig, PinnedHostSlice,
 };
 use recall_gpu_sys::memory::{event_synchronize, new_fence, record_event};
-use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
+use recall_gpu_sys::{Gpu, GpuError};
 use recall_kernel_shared::{
     CentroidParams, FillParams, GEMM_THREADS, GEMM_TILE, GEMM_TILE_K, H_PIPE_BYTES, HalfRowsParams,
     InertiaParams, METRIC_COSINE, METRIC_DOT, METRIC_L2, NOISE_RADII, NOISE_ROWS_MAX,
@@ -372,18 +372,7 @@ impl Kernels {
         let mut last_err = None;
         for (sm, kind) in selection.candidates {
             let Some(img) = image(sm, kind) else { continue };
-            let ptx;
-            let module_image = match kind {
-                ImageKind::Cubin => ModuleImage::Cubin(img.bytes),
-                ImageKind::Ptx => match img.ptx_text() {
-                    Ok(text) => {
-                        ptx = text;
-                        ModuleImage::Ptx(&ptx)
-                    }
-                    Err(_) => continue,
-                },
-            };
-            match gpu.load_module(module_image) {
+            match img.load(gpu) {
                 Ok(module) => {
                     let f = |name: &str| gpu.function(&module, name);
                     let kernels = Kernels {

@@ -9,7 +9,7 @@
 
 use crate::bundle::{ImageKind, SM90A_IMAGES};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule};
-use recall_gpu_sys::{Gpu, GpuError, ModuleImage};
+use recall_gpu_sys::{Gpu, GpuError};
 use recall_kernel_shared::{H_PIPE_BYTES, TC_KNN_K_MAX, h_knn_shared_bytes};
 use std::sync::Arc;
 
@@ -47,18 +47,7 @@ impl HopperKernels {
             return Ok(None);
         }
         for img in &SM90A_IMAGES {
-            let ptx;
-            let image = match img.kind {
-                ImageKind::Cubin => ModuleImage::Cubin(img.bytes),
-                ImageKind::Ptx => match img.ptx_text() {
-                    Ok(text) => {
-                        ptx = text;
-                        ModuleImage::Ptx(&ptx)
-                    }
-                    Err(_) => continue,
-                },
-            };
-            let module = match gpu.load_module(image) {
+            let module = match img.load(gpu) {
                 Ok(m) => m,
                 Err(e) if e.is_device_lost() => return Err(e),
                 Err(e) => {
