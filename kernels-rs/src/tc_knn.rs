@@ -41,7 +41,7 @@ use crate::select::atomic_add;
 use crate::tensor::{Acc, Epilogue, Operands, score, stream};
 use crate::util::{
     ballot, block_dim_x, block_min, block_x, block_y, dynamic_shared_f32, fma, grid_dim_y,
-    load_relaxed_gpu_u64, opaque, score_key, shared_addr, shfl_xor_f32, shfl_xor_u64,
+    load_relaxed_gpu_u64, score_key, shared_addr, shfl_xor_f32, shfl_xor_u64,
     store_relaxed_gpu_u64, sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -98,6 +98,18 @@ fn inv_or_zero(x: f32) -> f32 {
     } else {
         0.0
     }
+}
+
+/// `x`, through an instruction the compiler may not move or merge: keeps the filter's per-pair work inside
+/// its round instead of hoisted out of the retry loop for all 128 pairs at once (which spills registers).
+#[inline(always)]
+fn opaque(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: a register move.
+    unsafe {
+        core::arch::asm!("mov.b32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack))
+    };
+    y
 }
 
 /// The block's shared state (generic pointers into its dynamic shared memory, laid out as

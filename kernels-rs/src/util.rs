@@ -493,16 +493,3 @@ pub unsafe fn mbarrier_wait(bar: u32, parity: u32) {
         }
     }
 }
-
-/// `x`, through an instruction the compiler may not move or merge: keeps per-round work inside its loop
-/// instead of hoisted out of it for every round at once, which spills registers (`tc_knn_*`'s filter, the
-/// clip-and-noise workers' positions).
-#[inline(always)]
-pub fn opaque(x: u32) -> u32 {
-    let y: u32;
-    // SAFETY: a register move.
-    unsafe {
-        core::arch::asm!("mov.b32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack))
-    };
-    y
-}

@@ -67,9 +67,7 @@ impl BundleImage {
         }
         Ok(Cow::Owned(out))
     }
-}
 
-impl BundleImage {
     /// Load the image into `gpu`'s context: a cubin as it is, PTX ([`BundleImage::ptx_text`]) through the
     /// driver's JIT.
     pub fn load(&self, gpu: &Gpu) -> Result<Arc<CudaModule>, GpuError> {

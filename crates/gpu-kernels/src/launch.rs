@@ -2255,13 +2255,21 @@ fn noise_rows_preferred() -> u32 {
 /// The dynamic shared memory `sm80_clip_noise_rows` may use: opted into blocks of 32 rows of 768 values or 16
 /// of 1,536 (about 97 KiB) where the device allows it, else the 48 KiB every device gives.
 fn noise_rows_opt_in(gpu: &Gpu, func: &CudaFunction) -> u32 {
-    let want = noise_rows_shared_bytes(NOISE_ROWS_MAX, 768).max(noise_rows_shared_bytes(16, 1536));
-    if gpu.allow_dynamic_shared(func, want).is_ok() {
-        want
+    if gpu.allow_dynamic_shared(func, NOISE_ROWS_OPT_IN).is_ok() {
+        NOISE_ROWS_OPT_IN
     } else {
         48 * 1024
     }
 }
+
+/// The shared memory `sm80_clip_noise_rows` asks to be opted into (32 rows of 768 values or 16 of 1,536).
+const NOISE_ROWS_OPT_IN: u32 = {
+    let (a, b) = (
+        noise_rows_shared_bytes(NOISE_ROWS_MAX, 768),
+        noise_rows_shared_bytes(16, 1536),
+    );
+    if a > b { a } else { b }
+};
 
 /// Device addresses of the norms a metric needs (cosine), checked for length; 0 for the others.
 fn norm_ptrs(
@@ -2408,9 +2416,8 @@ mod tests {
 
     #[test]
     fn clip_noise_rows_fit_the_shared_memory() {
-        let opted =
-            noise_rows_shared_bytes(NOISE_ROWS_MAX, 768).max(noise_rows_shared_bytes(16, 1536));
-        // The diff-test's shapes: 16 rows up to 1,536 values, 8 at 2,048, 2 at 8,192.
+        let opted = NOISE_ROWS_OPT_IN;
+        // 16 rows asked for: 16 up to 1,536 values, 8 at 2,048, 2 at 8,192.
         assert_eq!(noise_rows_for(768, 16, opted), Some(16));
         assert_eq!(noise_rows_for(1536, 16, opted), Some(16));
         assert_eq!(noise_rows_for(2048, 16, opted), Some(8));

@@ -1049,13 +1049,7 @@ pub mod math {
     /// Natural logarithm of a normal `u` in `(0, 1]` (the only range clip-and-noise needs).
     #[inline(always)]
     pub fn ln_unit(u: f32) -> f32 {
-        let bits = u.to_bits();
-        let mut e = ((bits >> 23) & 0xff) as i32 - 127;
-        let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
-        if m > SQRT2 {
-            m *= 0.5;
-            e += 1;
-        }
+        let (e, m) = ln_unit_reduce(u);
         let t = div_in_range(m - 1.0, m + 1.0);
         let t2 = t * t;
         let mut p = fma(t2, 1.0 / 11.0, 1.0 / 9.0);
@@ -1066,6 +1060,19 @@ pub mod math {
         let lm = (t + t) * p;
         let ef = e as f32;
         fma(ef, LN2_HI, fma(ef, LN2_LO, lm))
+    }
+
+    /// [`ln_unit`]'s argument reduction: `u = 2^e * m` with `m` in `[sqrt(2) / 2, sqrt(2)]` (bit fields, exact).
+    #[inline(always)]
+    pub fn ln_unit_reduce(u: f32) -> (i32, f32) {
+        let bits = u.to_bits();
+        let mut e = ((bits >> 23) & 0xff) as i32 - 127;
+        let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+        if m > SQRT2 {
+            m *= 0.5;
+            e += 1;
+        }
+        (e, m)
     }
 
     const PI_2: f32 = core::f32::consts::FRAC_PI_2;
@@ -1144,20 +1151,15 @@ mod tests {
 
     /// The device's `div_in_range` and `sqrt_in_range` skip `div.rn` / `sqrt.rn`'s range checks on the
     /// promise that their operands stay in the ranges they document: checked here for every input the noise
-    /// can give them (`ln_unit`'s reduced mantissa `m` lies in `[sqrt(2) / 2, sqrt(2)]` for any normal `u`).
+    /// can give them (the division's operands from `ln_unit_reduce`'s `m`, the root's argument from `ln_unit`).
     #[test]
     fn box_muller_operands_stay_in_the_refined_ranges() {
-        use math::{ln_unit, uniform_open};
+        use math::{ln_unit, ln_unit_reduce, uniform_open};
         let (mut lo, mut hi) = (f32::INFINITY, 0.0f32);
         for k in 0..NOISE_RADII {
             let u = uniform_open(k << 9);
             assert!(u.is_normal() && u > 0.0 && u < 1.0, "k {k}");
-            let m = f32::from_bits((u.to_bits() & 0x007f_ffff) | 0x3f80_0000);
-            let m = if m > core::f32::consts::SQRT_2 {
-                m * 0.5
-            } else {
-                m
-            };
+            let (_, m) = ln_unit_reduce(u);
             assert!(
                 (m - 1.0).abs() <= 0.5 && (1.5..=2.5).contains(&(m + 1.0)),
                 "k {k}"
