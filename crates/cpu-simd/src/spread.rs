@@ -513,9 +513,14 @@ mod avx512 {
 /// of its target. In-lists are sorted by (source, position), so every lane receives its terms in the
 /// same ascending order as the pull form, and skipped (inactive) terms are exact identities.
 ///
-/// With several threads the targets are cut into ranges (equal in-edge counts) and each task pushes the
-/// active out-edges that land in its range: every task reads the active out-edges (at most 1/16 of
-/// the graph), and writes only its own targets' lanes (no atomics).
+/// Two passes, so that no task reads another's edges and every target's lanes are found in a table that
+/// stays in the L1:
+/// 1. The active sources are cut into chunks (contiguous, ascending, about equal out-edges; one rayon task
+///    each). A chunk writes its out-edges' terms `(target, lane, weight, activation)` grouped by the target's
+///    bucket ([`PUSH_BUCKET_SHIFT`]: 4,096 consecutive targets), in edge order within a bucket.
+/// 2. Groups of consecutive buckets (about equal terms; one task each) take, bucket by bucket, the terms of
+///    every chunk in chunk order, so each target meets its terms in ascending source order, and add each into
+///    its lane; then every touched target ends its hop as the pull form ends it.
 fn push_hop(
     hop: Hop,
     graph: &SpreadGraph,
@@ -525,21 +530,207 @@ fn push_hop(
     next: &mut [f32],
     total: &mut [f32],
 ) -> HopStats {
+    let n = graph.n;
     let active: Vec<u32> = prev
         .iter()
         .enumerate()
         .filter(|(_, a)| **a != 0.0)
         .map(|(u, _)| u as u32)
         .collect();
-    let ranges = if hop.threads > 1 && active_edges >= MIN_TASK_COST {
-        let parts = hop.threads.min(active_edges / (MIN_TASK_COST / 4)).max(1);
-        balanced_bounds(graph.n, parts, |v| graph.in_ptr[v])
+    let n_buckets = n.div_ceil(1 << PUSH_BUCKET_SHIFT);
+    let parallel = hop.threads > 1 && active_edges >= MIN_TASK_COST;
+    let parts = if parallel {
+        (hop.threads * 4)
+            .min(active_edges / (MIN_TASK_COST / 4))
+            .max(1)
     } else {
-        vec![0, graph.n]
+        1
     };
-    over_ranges(&ranges, next, total, |v0, n, t| {
-        push_range(hop, graph, prev, &active, active_edges, p, v0, n, t)
+    // Pass 1: chunks of the active sources, about equal out-edges each.
+    let mut cum = Vec::with_capacity(active.len() + 1);
+    cum.push(0usize);
+    for &u in &active {
+        let u = u as usize;
+        let last = cum.last().copied().unwrap_or(0);
+        cum.push(last + graph.out_ptr[u + 1] - graph.out_ptr[u]);
+    }
+    let chunk_bounds = balanced_bounds(active.len(), parts, |i| cum[i]);
+    let chunks: Vec<PushChunk> = if chunk_bounds.len() > 2 {
+        chunk_bounds
+            .par_windows(2)
+            .map(|w| push_chunk(graph, prev, &active[w[0]..w[1]], n_buckets))
+            .collect()
+    } else {
+        vec![push_chunk(graph, prev, &active, n_buckets)]
+    };
+    // Pass 2: groups of buckets, about equal terms each, as target ranges.
+    let mut bucket_cum = Vec::with_capacity(n_buckets + 1);
+    bucket_cum.push(0usize);
+    for b in 0..n_buckets {
+        let last = bucket_cum.last().copied().unwrap_or(0);
+        bucket_cum.push(
+            last + chunks
+                .iter()
+                .map(|c| c.starts[b + 1] - c.starts[b])
+                .sum::<usize>(),
+        );
+    }
+    let groups = balanced_bounds(n_buckets, parts, |b| bucket_cum[b]);
+    let bounds: Vec<usize> = groups
+        .iter()
+        .map(|&b| (b << PUSH_BUCKET_SHIFT).min(n))
+        .collect();
+    over_ranges(&bounds, next, total, |v0, next, total| {
+        push_buckets(hop, graph, &chunks, p, v0, next, total)
     })
+}
+
+/// Targets per bucket of the push form, as a shift: 4,096, so a bucket's slot table (4 bytes a target)
+/// takes 16 KiB.
+const PUSH_BUCKET_SHIFT: u32 = 12;
+
+/// One term of the push form: `key` is the target's place in its bucket (`v % 4096`) times 32 plus its lane.
+#[derive(Clone, Copy)]
+struct PushTerm {
+    key: u32,
+    w: f32,
+    a: f32,
+}
+
+/// A chunk's terms grouped by bucket: bucket `b`'s are `terms[starts[b] .. starts[b + 1]]`, in edge order.
+struct PushChunk {
+    terms: Vec<PushTerm>,
+    starts: Vec<usize>,
+}
+
+/// Pass 1 of [`push_hop`] for the active sources `active` (ascending).
+fn push_chunk(graph: &SpreadGraph, prev: &[f32], active: &[u32], n_buckets: usize) -> PushChunk {
+    let mut starts = vec![0usize; n_buckets + 1];
+    for &u in active {
+        let u = u as usize;
+        for &v in &graph.out_dst[graph.out_ptr[u]..graph.out_ptr[u + 1]] {
+            starts[(v >> PUSH_BUCKET_SHIFT) as usize + 1] += 1;
+        }
+    }
+    for b in 0..n_buckets {
+        starts[b + 1] += starts[b];
+    }
+    let mut at = starts.clone();
+    let mut terms = vec![
+        PushTerm {
+            key: 0,
+            w: 0.0,
+            a: 0.0
+        };
+        starts[n_buckets]
+    ];
+    let mask = (1u32 << PUSH_BUCKET_SHIFT) - 1;
+    for &u in active {
+        let u = u as usize;
+        let a = prev[u];
+        let (e0, e1) = (graph.out_ptr[u], graph.out_ptr[u + 1]);
+        for ((&v, &j), &w) in graph.out_dst[e0..e1]
+            .iter()
+            .zip(&graph.out_pos[e0..e1])
+            .zip(&graph.out_w[e0..e1])
+        {
+            let slot = &mut at[(v >> PUSH_BUCKET_SHIFT) as usize];
+            terms[*slot] = PushTerm {
+                key: ((v & mask) << 5) | (j % SPREAD_LANES as u32),
+                w,
+                a,
+            };
+            *slot += 1;
+        }
+    }
+    PushChunk { terms, starts }
+}
+
+/// Pass 2 of [`push_hop`] for the targets `v0 .. v0 + next.len()` (whole buckets, the last one maybe cut by
+/// the node count).
+fn push_buckets(
+    hop: Hop,
+    graph: &SpreadGraph,
+    chunks: &[PushChunk],
+    p: (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    #[cfg(target_arch = "x86_64")]
+    if hop.kind != PullKind::Plain {
+        // SAFETY: `Fma` and `Avx512` are chosen only at the `Avx2` level or above (AVX2 and FMA).
+        return unsafe { push_buckets_fma(graph, chunks, p, v0, next, total) };
+    }
+    let _ = hop;
+    push_buckets_plain(graph, chunks, p, v0, next, total)
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn push_buckets_fma(
+    graph: &SpreadGraph,
+    chunks: &[PushChunk],
+    p: (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    push_buckets_plain(graph, chunks, p, v0, next, total)
+}
+
+#[inline(always)]
+fn push_buckets_plain(
+    graph: &SpreadGraph,
+    chunks: &[PushChunk],
+    (decay, threshold): (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+) -> HopStats {
+    const NONE: u32 = u32::MAX;
+    next.fill(0.0);
+    let mut st = HopStats::default();
+    let mut slot = vec![NONE; 1 << PUSH_BUCKET_SHIFT];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut lanes: Vec<[f32; SPREAD_LANES]> = Vec::new();
+    let (b0, b1) = (
+        v0 >> PUSH_BUCKET_SHIFT,
+        (v0 + next.len()).div_ceil(1 << PUSH_BUCKET_SHIFT),
+    );
+    for b in b0..b1 {
+        touched.clear();
+        lanes.clear();
+        for c in chunks {
+            for t in &c.terms[c.starts[b]..c.starts[b + 1]] {
+                let (place, l) = ((t.key >> 5) as usize, (t.key % 32) as usize);
+                if slot[place] == NONE {
+                    slot[place] = lanes.len() as u32;
+                    lanes.push([0.0; SPREAD_LANES]);
+                    touched.push(place as u32);
+                }
+                let lane = &mut lanes[slot[place] as usize][l];
+                *lane = t.w.mul_add(t.a, *lane);
+            }
+        }
+        for (place, lane) in touched.iter().zip(lanes.iter_mut()) {
+            slot[*place as usize] = NONE;
+            let v = (b << PUSH_BUCKET_SHIFT) + *place as usize;
+            let x = tree(lane) * decay;
+            let a = if x < threshold { 0.0 } else { x };
+            let (o, t) = (&mut next[v - v0], &mut total[v - v0]);
+            *o = a;
+            *t += a;
+            st.overflow |= a.is_infinite() | t.is_infinite();
+            if a != 0.0 {
+                st.any_active = true;
+                st.active_edges += graph.out_ptr[v + 1] - graph.out_ptr[v];
+            }
+        }
+    }
+    st
 }
 
 /// Boundaries `0 = b_0 < b_1 < ... = n` splitting the targets `0 .. n` into at most `parts` ranges of about
@@ -596,101 +787,6 @@ fn over_ranges(
             .map(run)
             .reduce(HopStats::default, HopStats::join)
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn push_range(
-    hop: Hop,
-    graph: &SpreadGraph,
-    prev: &[f32],
-    active: &[u32],
-    active_edges: usize,
-    p: (f32, f32),
-    v0: usize,
-    next: &mut [f32],
-    total: &mut [f32],
-) -> HopStats {
-    #[cfg(target_arch = "x86_64")]
-    if hop.kind != PullKind::Plain {
-        // SAFETY: `Fma` and `Avx512` are chosen only at the `Avx2` level or above (AVX2 and FMA).
-        return unsafe { push_range_fma(graph, prev, active, active_edges, p, v0, next, total) };
-    }
-    let _ = hop;
-    push_range_plain(graph, prev, active, active_edges, p, v0, next, total)
-}
-
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn push_range_fma(
-    graph: &SpreadGraph,
-    prev: &[f32],
-    active: &[u32],
-    active_edges: usize,
-    p: (f32, f32),
-    v0: usize,
-    next: &mut [f32],
-    total: &mut [f32],
-) -> HopStats {
-    push_range_plain(graph, prev, active, active_edges, p, v0, next, total)
-}
-
-/// The push of the active out-edges whose targets are `v0 .. v0 + next.len()`, then the hop's tail for
-/// those targets.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn push_range_plain(
-    graph: &SpreadGraph,
-    prev: &[f32],
-    active: &[u32],
-    active_edges: usize,
-    (decay, threshold): (f32, f32),
-    v0: usize,
-    next: &mut [f32],
-    total: &mut [f32],
-) -> HopStats {
-    let len = next.len();
-    let mut slot = vec![u32::MAX; len];
-    // At most one slot per active edge (and per target): reserved once, no regrowth copies.
-    let cap = active_edges.min(len);
-    let mut touched: Vec<u32> = Vec::with_capacity(cap);
-    let mut lanes: Vec<[f32; SPREAD_LANES]> = Vec::with_capacity(cap);
-    for &u in active {
-        let u = u as usize;
-        let a = prev[u];
-        for e in graph.out_ptr[u]..graph.out_ptr[u + 1] {
-            let v = (graph.out_dst[e] as usize).wrapping_sub(v0);
-            if v >= len {
-                continue;
-            }
-            let j = graph.out_pos[e] as usize;
-            if slot[v] == u32::MAX {
-                slot[v] = lanes.len() as u32;
-                lanes.push([0.0; SPREAD_LANES]);
-                touched.push(v as u32);
-            }
-            let w = graph.out_w[e];
-            let l = &mut lanes[slot[v] as usize][j % SPREAD_LANES];
-            *l = w.mul_add(a, *l);
-        }
-    }
-    next.fill(0.0);
-    let mut st = HopStats::default();
-    for (v, lane) in touched.iter().zip(lanes.iter_mut()) {
-        let x = tree(lane) * decay;
-        let a = if x < threshold { 0.0 } else { x };
-        let v = *v as usize;
-        next[v] = a;
-        total[v] += a;
-        st.overflow |= a.is_infinite() | total[v].is_infinite();
-        if a != 0.0 {
-            st.any_active = true;
-            st.active_edges += graph.out_ptr[v0 + v + 1] - graph.out_ptr[v0 + v];
-        }
-    }
-    st
 }
 
 /// The input checks of [`spread`], for callers that validate before choosing a device (every backend
