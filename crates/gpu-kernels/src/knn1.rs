@@ -243,14 +243,15 @@ enum Answer {
 }
 
 /// Where a `knn1` launch takes its query from, by `RECALL_KNN1_QUERY` (read once): `auto` (the default)
-/// carries it in the launch's parameters when it fits and the launch's blocks would read more than
-/// [`KNN1_PARAMS_MIN_BUS_BYTES`] of it over the bus; `params` whenever it fits; `memory` never. All give
-/// the same words.
-fn knn1_query_in_params(needs: OneQueryNeeds, capacity: usize) -> bool {
+/// carries it in the launch's parameters when it fits (`capacity` floats) and the launch's blocks would read
+/// more than `min_bus_bytes` of it over the bus ([`KNN1_PARAMS_MIN_BUS_BYTES`] for `sm80_knn1q_*`,
+/// [`KNN1_BULK_PARAMS_MIN_BUS_BYTES`] for `sm90a_knn1q_*`); `params` whenever it fits; `memory` never. All
+/// give the same words.
+fn knn1_query_in_params(needs: OneQueryNeeds, capacity: usize, min_bus_bytes: usize) -> bool {
     static SETTING: OnceLock<QuerySetting> = OnceLock::new();
     let setting = *SETTING
         .get_or_init(|| QuerySetting::parse(std::env::var("RECALL_KNN1_QUERY").ok().as_deref()));
-    setting.carries(needs, capacity)
+    setting.carries(needs, capacity, min_bus_bytes)
 }
 
 /// `RECALL_KNN1_QUERY`'s values (see [`knn1_query_in_params`]).
@@ -271,13 +272,12 @@ impl QuerySetting {
         }
     }
 
-    /// Whether a launch of `needs` carries its query in parameters of `capacity` floats.
-    fn carries(self, needs: OneQueryNeeds, capacity: usize) -> bool {
+    /// Whether a launch of `needs` carries its query in parameters of `capacity` floats (`auto`: when its
+    /// blocks would read more than `min_bus_bytes` of it over the bus).
+    fn carries(self, needs: OneQueryNeeds, capacity: usize, min_bus_bytes: usize) -> bool {
         needs.dim <= capacity
             && match self {
-                QuerySetting::Auto => {
-                    needs.blocks.saturating_mul(needs.dim * 4) > KNN1_PARAMS_MIN_BUS_BYTES
-                }
+                QuerySetting::Auto => needs.blocks.saturating_mul(needs.dim * 4) > min_bus_bytes,
                 QuerySetting::Params => true,
                 QuerySetting::Memory => false,
             }
@@ -289,6 +289,12 @@ impl QuerySetting {
 /// (32 blocks, 96 KiB) took about 2 us less with the query in the parameters, 100 rows (4 blocks, 12 KiB)
 /// about 1 us more: there the launch's larger parameters cost more than the blocks' reads.
 pub const KNN1_PARAMS_MIN_BUS_BYTES: usize = 32 << 10;
+
+/// [`KNN1_PARAMS_MIN_BUS_BYTES`] for `sm90a_knn1q_*`, whose blocks load the query through the parameter's
+/// generic address instead of the constant cache. On an H200 (docs/results/2026-11-27-session22, run G)
+/// 300 rows x 768 (10 blocks, 30 KiB) took 0.1-0.7 us less end to end with the query in the parameters in
+/// four rounds of four; 100 rows (4 blocks, 12 KiB) were within the rounds' spread either way.
+pub const KNN1_BULK_PARAMS_MIN_BUS_BYTES: usize = 16 << 10;
 
 /// `base` with the query's floats inside and `base.query` set to 0.
 fn with_query<const Q: usize>(mut base: Knn1Params, query: &[f32]) -> Knn1QueryParams<Q> {
@@ -718,14 +724,14 @@ impl Kernels {
             tickets: 1 + n_groups,
             lists: if lists_out { n_blocks } else { 1 },
         };
-        let (funcs, capacity) = match bulk {
-            Some((b, _, _)) => (b, KNN1_BULK_PARAM_QUERY),
-            None => (&kernels.funcs, KNN1_PARAM_QUERY),
+        let (funcs, capacity, min_bus_bytes) = match bulk {
+            Some((b, _, _)) => (b, KNN1_BULK_PARAM_QUERY, KNN1_BULK_PARAMS_MIN_BUS_BYTES),
+            None => (&kernels.funcs, KNN1_PARAM_QUERY, KNN1_PARAMS_MIN_BUS_BYTES),
         };
         let carried = funcs
             .carried
             .as_ref()
-            .filter(|_| knn1_query_in_params(needs, capacity));
+            .filter(|_| knn1_query_in_params(needs, capacity, min_bus_bytes));
         let in_params = carried.is_some();
         let mut slot = self.knn1_scratch.lock();
         one_query_round_trip(K, gpu, &mut slot, needs, query, in_params, k, |sc| {
@@ -819,8 +825,8 @@ pub(crate) fn one_query_inputs(
 #[cfg(test)]
 mod tests {
     use super::{
-        KNN1_MAX_DIM, KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds, QuerySetting, bulk_params,
-        bulk_plan, merge_lists, with_query,
+        KNN1_BULK_PARAMS_MIN_BUS_BYTES, KNN1_MAX_DIM, KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds,
+        QuerySetting, bulk_params, bulk_plan, merge_lists, with_query,
     };
     use recall_gpu_sys::TensorMap;
     use recall_kernel_shared::KNN1_EMPTY_KEY;
@@ -935,17 +941,23 @@ mod tests {
         assert_eq!(QuerySetting::parse(Some("memory")), QuerySetting::Memory);
         assert_eq!(QuerySetting::parse(Some("bogus")), QuerySetting::Auto);
         let auto = QuerySetting::Auto;
+        let min = KNN1_PARAMS_MIN_BUS_BYTES;
         // 100 rows x 768 (4 blocks, 12 KiB over the bus): from memory; 1,000 rows (32 blocks): carried.
-        assert!(!auto.carries(needs(768, 4), 1024));
-        assert!(auto.carries(needs(768, 32), 1024));
-        let at = KNN1_PARAMS_MIN_BUS_BYTES / (768 * 4);
-        assert!(!auto.carries(needs(768, at), 1024));
-        assert!(auto.carries(needs(768, at + 1), 1024));
+        assert!(!auto.carries(needs(768, 4), 1024, min));
+        assert!(auto.carries(needs(768, 32), 1024, min));
+        let at = min / (768 * 4);
+        assert!(!auto.carries(needs(768, at), 1024, min));
+        assert!(auto.carries(needs(768, at + 1), 1024, min));
+        // sm90a_knn1q's lower limit: 300 rows (10 blocks, 30 KiB) carried, 100 rows not.
+        let bulk = KNN1_BULK_PARAMS_MIN_BUS_BYTES;
+        assert!(auto.carries(needs(768, 10), 1024, bulk));
+        assert!(!auto.carries(needs(768, 10), 1024, min));
+        assert!(!auto.carries(needs(768, 4), 1024, bulk));
         // Never a query longer than the parameters hold, whatever the setting.
-        assert!(!auto.carries(needs(1028, 1000), 1024));
-        assert!(!QuerySetting::Params.carries(needs(1028, 1), 1024));
-        assert!(QuerySetting::Params.carries(needs(1024, 1), 1024));
-        assert!(!QuerySetting::Memory.carries(needs(768, 1000), 1024));
+        assert!(!auto.carries(needs(1028, 1000), 1024, min));
+        assert!(!QuerySetting::Params.carries(needs(1028, 1), 1024, min));
+        assert!(QuerySetting::Params.carries(needs(1024, 1), 1024, min));
+        assert!(!QuerySetting::Memory.carries(needs(768, 1000), 1024, min));
     }
 
     #[test]

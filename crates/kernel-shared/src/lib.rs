@@ -447,10 +447,12 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
 }
 
 /// Warps of an `sm90a_knn1_*` block where its blocks fit the SMs one each: warp 0 runs the rows' chains,
-/// warp 1 queues the tiles' copies, and the others stage the query from the parameters and leave. On an
-/// H200 (session 16, runs H, I) 1,000 rows took 16.3-17.3 us with 4 warps, 15.7-15.9 with 8 (the parameter's
-/// constant-cache misses of different warps overlap).
-pub const KNN1_BULK_WARPS: u32 = 8;
+/// warp 1 queues the tiles' copies, and the others stage the query from the parameters and leave. Eight
+/// while the query came through the constant cache, whose misses only overlapped across warps (session 16:
+/// 1,000 rows 16.3-17.3 us with 4 warps, 15.7-15.9 with 8 on an H200); since the query is loaded through the
+/// parameter's generic address, 4 took 14.7-15.4 us against 15.1-15.7 with 8 in four alternated rounds
+/// (session 22, run G).
+pub const KNN1_BULK_WARPS: u32 = 4;
 /// Bytes of one `sm90a_knn1_*` tile: 32 rows x 32 columns of f32, one tensor-map copy, stored in the 128-byte
 /// swizzle (row `r`'s 16-byte piece `c` at piece `c ^ (r % 8)` of the tile's row `r`).
 pub const KNN1_BULK_TILE_BYTES: u32 = 32 * 32 * 4;
