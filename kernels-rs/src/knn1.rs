@@ -411,7 +411,7 @@ unsafe fn merge<const WIDE: bool>(
 /// The launcher picks `slots`: the whole rows (every copy in flight at once) where the blocks have an SM
 /// each, fewer where several blocks share an SM, so that all of them are resident together. The other warps
 /// stage the query from the parameters (plain loads through the parameter's generic address,
-/// [`param_piece_generic`]) and leave; warp 0 waits for them at one named barrier (barriers wait only for
+/// [`param_piece`]) and leave; warp 0 waits for them at one named barrier (barriers wait only for
 /// threads that have not exited).
 ///
 /// Before session 17 a block held its 32 whole rows, queued as one bulk copy per row (~65 cycles of queueing
@@ -676,39 +676,20 @@ impl RingPos {
 /// `$params`: `ld.param` at the parameter's own symbol. Rust passes the struct by value as an array of
 /// integers, so indexing its `query` at a run-time offset would first copy all of it to local memory; the
 /// address of a kernel parameter, moved into a register, is in the `.param` space (PTX).
-macro_rules! param_piece {
-    ($name:ident, $params:ty, $i:expr) => {{
-        let (x, y, z, w): (f32, f32, f32, f32);
-        // SAFETY: bytes `16 i ..+ 16` of the parameter's query, inside it for i < Q / 4 (the body reads
-        // pieces below dim / 4, dim <= Q: the launcher); the parameter and its query are 16-byte aligned.
-        unsafe {
-            asm!(
-                "{{",
-                ".reg .b64 a;",
-                concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
-                "add.s64 a, a, {off};",
-                "ld.param.v4.f32 {{{x}, {y}, {z}, {w}}}, [a+{base}];",
-                "}}",
-                off = in(reg64) (16 * $i) as u64,
-                base = const core::mem::offset_of!($params, query),
-                x = out(reg32) x,
-                y = out(reg32) y,
-                z = out(reg32) z,
-                w = out(reg32) w,
-                options(pure, readonly, nostack)
-            );
-        }
-        F4([x, y, z, w])
-    }};
-}
-
-/// [`param_piece!`] through the parameter's generic address (`cvta.param`, PTX ISA 7.7, so the sm_90a image
-/// only): `ptxas` emits a generic `LD.E.128` instead of `ld.param`'s indexed `LDC`, so a warp's 32 pieces are
-/// one coalesced request through the L1 instead of constant-cache accesses whose misses are served one line
+///
+/// With `generic`, through the parameter's generic address instead (`cvta.param`, PTX ISA 7.7, so the sm_90a
+/// image only): `ptxas` emits a generic `LD.E.128` instead of `ld.param`'s indexed `LDC`, so a warp's 32 pieces
+/// are one coalesced request through the L1 instead of constant-cache accesses whose misses are served one line
 /// after another. On an H200 (session 22, run A) the kernel took 0.5-1.2 us less at 10,000 rows x 768 and one
 /// query's end-to-end call 0.3-0.7 us less from 1,000 to 10,000 rows.
-macro_rules! param_piece_generic {
-    ($name:ident, $params:ty, $i:expr) => {{
+macro_rules! param_piece {
+    ($name:ident, $params:ty, $i:expr) => {
+        param_piece!(@load $name, $params, $i, "ld.param.v4.f32")
+    };
+    ($name:ident, $params:ty, $i:expr, generic) => {
+        param_piece!(@load $name, $params, $i, "ld.v4.f32", "cvta.param.u64 a, a;")
+    };
+    (@load $name:ident, $params:ty, $i:expr, $load:literal $(, $to_generic:literal)?) => {{
         let (x, y, z, w): (f32, f32, f32, f32);
         // SAFETY: bytes `16 i ..+ 16` of the parameter's query, inside it for i < Q / 4 (the body reads
         // pieces below dim / 4, dim <= Q: the launcher); the parameter and its query are 16-byte aligned.
@@ -717,9 +698,9 @@ macro_rules! param_piece_generic {
                 "{{",
                 ".reg .b64 a;",
                 concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
-                "cvta.param.u64 a, a;",
+                $($to_generic,)?
                 "add.s64 a, a, {off};",
-                "ld.v4.f32 {{{x}, {y}, {z}, {w}}}, [a+{base}];",
+                concat!($load, " {{{x}, {y}, {z}, {w}}}, [a+{base}];"),
                 "}}",
                 off = in(reg64) (16 * $i) as u64,
                 base = const core::mem::offset_of!($params, query),
@@ -794,7 +775,7 @@ macro_rules! knn1_bulk_kernels {
                 if $q == 0 {
                     F4([0.0; 4])
                 } else {
-                    param_piece_generic!($name, Knn1BulkParams<{ $q }>, i)
+                    param_piece!($name, Knn1BulkParams<{ $q }>, i, generic)
                 }
             };
             // SAFETY: forwarded launcher contract (a query in the parameters has `p.base.query` 0, one in

@@ -382,17 +382,40 @@ fn pull_block_with(
     let mut st = HopStats::default();
     for (i, (o, t)) in next.iter_mut().zip(total.iter_mut()).enumerate() {
         let v = v0 + i;
-        let x = sum(graph, v, prev) * decay;
-        let a = if x < threshold { 0.0 } else { x };
-        *o = a;
-        *t += a;
-        st.overflow |= a.is_infinite() | t.is_infinite();
-        if a != 0.0 {
-            st.any_active = true;
-            st.active_edges += graph.out_ptr[v + 1] - graph.out_ptr[v];
-        }
+        finish_target(
+            graph,
+            v,
+            sum(graph, v, prev),
+            (decay, threshold),
+            o,
+            t,
+            &mut st,
+        );
     }
     st
+}
+
+/// The end of target `v`'s hop from its pulled sum `s` (either form): decay, threshold, `next` (`o`) and
+/// `total` (`t`), the overflow test and the next hop's statistics.
+#[inline(always)]
+fn finish_target(
+    graph: &SpreadGraph,
+    v: usize,
+    s: f32,
+    (decay, threshold): (f32, f32),
+    o: &mut f32,
+    t: &mut f32,
+    st: &mut HopStats,
+) {
+    let x = s * decay;
+    let a = if x < threshold { 0.0 } else { x };
+    *o = a;
+    *t += a;
+    st.overflow |= a.is_infinite() | t.is_infinite();
+    if a != 0.0 {
+        st.any_active = true;
+        st.active_edges += graph.out_ptr[v + 1] - graph.out_ptr[v];
+    }
 }
 
 /// # Safety
@@ -685,7 +708,7 @@ unsafe fn push_buckets_fma(
 fn push_buckets_plain(
     graph: &SpreadGraph,
     chunks: &[PushChunk],
-    (decay, threshold): (f32, f32),
+    p: (f32, f32),
     v0: usize,
     next: &mut [f32],
     total: &mut [f32],
@@ -718,16 +741,8 @@ fn push_buckets_plain(
         for (place, lane) in touched.iter().zip(lanes.iter_mut()) {
             slot[*place as usize] = NONE;
             let v = (b << PUSH_BUCKET_SHIFT) + *place as usize;
-            let x = tree(lane) * decay;
-            let a = if x < threshold { 0.0 } else { x };
             let (o, t) = (&mut next[v - v0], &mut total[v - v0]);
-            *o = a;
-            *t += a;
-            st.overflow |= a.is_infinite() | t.is_infinite();
-            if a != 0.0 {
-                st.any_active = true;
-                st.active_edges += graph.out_ptr[v + 1] - graph.out_ptr[v];
-            }
+            finish_target(graph, v, tree(lane), p, o, t, &mut st);
         }
     }
     st
