@@ -2,7 +2,7 @@
 # Session 22, run I: CPU spreading as it runs (auto), 3 hops from nodes/1000 seeds over power-law graphs of
 # 20,000 to 1,000,000 nodes x 16 edges, on the GPU host's 16 cores: the push in two passes (new, b87a7ce's
 # cpu-simd) against main's push before it (old, ff99255), alternated three times; a scratch harness
-# (`runI/main.rs`) timing the mean of many calls.
+# (`runI/main.rs.txt`) timing the mean of many calls.
 N=${RUN:-s22I}
 B=$(mktemp -d); for v in old new; do xz -dc .device-carry/gz/ovh-$v.xz > $B/$v; chmod +x $B/$v; done
 W=$(mktemp -d)/$N; mkdir -p $W
