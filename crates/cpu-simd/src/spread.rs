@@ -1084,3 +1084,93 @@ fn top_of(total: &[f32], k: usize, threads: usize) -> TopK {
     }
     TopK { k, ids, scores }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Hop, HopStats, PullKind, SpreadGraph, push_hop};
+
+    /// A graph of `n` nodes and `edges` edges (sources uniform, targets skewed to low ids, parallel edges and
+    /// self loops included), weights in [0, 1) with some zeros.
+    fn graph(n: usize, edges: usize) -> SpreadGraph {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut list: Vec<(usize, u32, f32)> = (0..edges)
+            .map(|_| {
+                let src = (next() % n as u64) as usize;
+                let x = (next() >> 11) as f64 / (1u64 << 53) as f64;
+                let dst = ((n as f64) * x * x * x) as u32 % n as u32;
+                let w = if next() % 16 == 0 {
+                    0.0
+                } else {
+                    (next() % 1000) as f32 / 1000.0
+                };
+                (src, dst, w)
+            })
+            .collect();
+        list.sort_by_key(|e| e.0);
+        let mut indptr = vec![0usize; n + 1];
+        for e in &list {
+            indptr[e.0 + 1] += 1;
+        }
+        for u in 0..n {
+            indptr[u + 1] += indptr[u];
+        }
+        let indices: Vec<u32> = list.iter().map(|e| e.1).collect();
+        let weights: Vec<f32> = list.iter().map(|e| e.2).collect();
+        SpreadGraph::from_csr(&indptr, &indices, &weights).expect("valid graph")
+    }
+
+    /// The push's chunks of sources and groups of buckets, however many tasks they are cut into (set here
+    /// through the thread count, whatever the machine has), give the pull's bits: every target meets its terms
+    /// in ascending source order across chunk and bucket boundaries (the last bucket cut by the node count).
+    #[test]
+    fn push_in_chunks_and_bucket_groups_gives_the_pulls_bits() {
+        let n = 4096 * 5 + 123;
+        let g = graph(n, 400_000);
+        // Every third node active: enough active edges for the parallel cut.
+        let prev: Vec<f32> = (0..n)
+            .map(|u| {
+                if u % 3 == 0 {
+                    ((u * 7919) % 97) as f32 / 13.0 + 0.5
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let active_edges: usize = (0..n)
+            .filter(|u| prev[*u] != 0.0)
+            .map(|u| g.out_ptr[u + 1] - g.out_ptr[u])
+            .sum();
+        let p = (0.5, 0.01);
+        let run = |threads: usize, push: bool| {
+            let hop = Hop {
+                kind: PullKind::Plain,
+                threads,
+            };
+            let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
+            let st: HopStats = if push {
+                push_hop(hop, &g, &prev, active_edges, p, &mut next, &mut total)
+            } else {
+                hop.pull(&g, &prev, p, &mut next, &mut total)
+            };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            (
+                bits(&next),
+                bits(&total),
+                st.active_edges,
+                st.any_active,
+                st.overflow,
+            )
+        };
+        let want = run(1, false);
+        assert!(want.3, "some target active");
+        for threads in [1, 2, 3, 8, 64] {
+            assert_eq!(run(threads, true), want, "{threads} threads");
+        }
+    }
+}
