@@ -293,7 +293,7 @@ pub const KNN1_PARAMS_MIN_BUS_BYTES: usize = 32 << 10;
 /// [`KNN1_PARAMS_MIN_BUS_BYTES`] for `sm90a_knn1q_*`, whose blocks load the query through the parameter's
 /// generic address instead of the constant cache. On an H200 (docs/results/2026-11-27-session22, run G)
 /// 300 rows x 768 (10 blocks, 30 KiB) took 0.1-0.7 us less end to end with the query in the parameters in
-/// four rounds of four; 100 rows (4 blocks, 12 KiB) were within the rounds' spread either way.
+/// each of four rounds (G2); 100 rows (4 blocks, 12 KiB) were within the rounds' spread either way.
 pub const KNN1_BULK_PARAMS_MIN_BUS_BYTES: usize = 16 << 10;
 
 /// `base` with the query's floats inside and `base.query` set to 0.
