@@ -440,11 +440,11 @@ pub unsafe fn stage_query(dst: *mut f32, src: u64, dim: usize, t: usize, threads
 }
 
 /// Copy a query of `dim` floats (a multiple of 4) that the launch carries in its parameters into shared
-/// memory at `dst`: `piece(i)` loads its floats `4i .. 4i + 4` (`ld.param` of the entry point's parameter),
-/// the pieces spread over the block's `threads` threads (`t` this one's index). Plain stores: the caller's
-/// barrier makes them visible. (Issuing every load before the first store was no faster: one warp's
-/// constant-cache misses, one per line of the parameter, are served one after another either way; different
-/// warps' misses overlap, hence `sm90a_knn1`'s helper warps.)
+/// memory at `dst`: `piece(i)` loads its floats `4i .. 4i + 4` from the entry point's parameter (`ld.param`,
+/// or a plain load through the parameter's generic address: `knn1.rs`'s `param_piece`), the pieces spread over
+/// the block's `threads` threads (`t` this one's index). Plain stores: the caller's barrier makes them visible.
+/// (Through `ld.param`, issuing every load before the first store was no faster: one warp's constant-cache
+/// misses, one per line of the parameter, are served one after another either way.)
 ///
 /// # Safety
 /// `dst` points to `dim` floats of this block's shared memory, 16-byte aligned; `piece(i)` is defined for

@@ -420,9 +420,9 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// read each node's total and the 32-lane class its next step's in-edges ahead of use, which at 48 registers (5
 /// blocks) spilled; 4 blocks of 64 registers ran the hop in 164 against 176 us on an H200 (session 20, run G).
 /// `sm90a_scan1_*` (blocks of up to 16 warps, `SCAN1_HOPPER_MAX_WARPS`; a bundle test ties the two) keep the
-/// register budget of one 512-thread block. `sm90a_knn1*` blocks (8 warps where a block has an SM to
-/// itself, most of which leave early) fit three to an SM (at most 85 registers), so that launches of up to
-/// three blocks per SM keep 8 warps. The first prefix that matches applies.
+/// register budget of one 512-thread block. `sm90a_knn1*` blocks (up to 8 warps, `RECALL_KNN1_BULK_WARPS`;
+/// 4 by default, most of which leave early) fit three to an SM (at most 85 registers), so that launches of up
+/// to three blocks per SM keep 8 warps. The first prefix that matches applies.
 const LAUNCH_BOUNDS: [(&str, u32, u32); 5] = [
     ("sm80_gemm_", 256, 2),
     ("spread_hop", 256, 4),

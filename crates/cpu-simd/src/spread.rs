@@ -570,13 +570,12 @@ fn push_hop(
         1
     };
     // Pass 1: chunks of the active sources, about equal out-edges each.
-    let mut cum = Vec::with_capacity(active.len() + 1);
-    cum.push(0usize);
-    for &u in &active {
-        let u = u as usize;
-        let last = cum.last().copied().unwrap_or(0);
-        cum.push(last + graph.out_ptr[u + 1] - graph.out_ptr[u]);
-    }
+    let cum: Vec<usize> = std::iter::once(0)
+        .chain(active.iter().scan(0, |sum, &u| {
+            *sum += graph.out_ptr[u as usize + 1] - graph.out_ptr[u as usize];
+            Some(*sum)
+        }))
+        .collect();
     let chunk_bounds = balanced_bounds(active.len(), parts, |i| cum[i]);
     let chunks: Vec<PushChunk> = if chunk_bounds.len() > 2 {
         chunk_bounds
@@ -587,17 +586,10 @@ fn push_hop(
         vec![push_chunk(graph, prev, &active, n_buckets)]
     };
     // Pass 2: groups of buckets, about equal terms each, as target ranges.
-    let mut bucket_cum = Vec::with_capacity(n_buckets + 1);
-    bucket_cum.push(0usize);
-    for b in 0..n_buckets {
-        let last = bucket_cum.last().copied().unwrap_or(0);
-        bucket_cum.push(
-            last + chunks
-                .iter()
-                .map(|c| c.starts[b + 1] - c.starts[b])
-                .sum::<usize>(),
-        );
-    }
+    // Terms before bucket b, over every chunk.
+    let bucket_cum: Vec<usize> = (0..=n_buckets)
+        .map(|b| chunks.iter().map(|c| c.starts[b]).sum())
+        .collect();
     let groups = balanced_bounds(n_buckets, parts, |b| bucket_cum[b]);
     let bounds: Vec<usize> = groups
         .iter()
