@@ -20,8 +20,8 @@
 
 use crate::dense::{chain_pieces, chain_tile, finish};
 use crate::util::{
-    F4, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
-    dynamic_shared_f32, grid_dim_x, last_to_arrive, mbarrier_wait, named_barrier,
+    F4, MERGE_BARRIER, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
+    dynamic_shared_f32, grid_dim_x, last_to_arrive_of, mbarrier_wait, named_barrier,
     named_barrier_arrive, score_key, shared_addr, shfl_idx_u64, sqrt, stage_query,
     stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
@@ -44,8 +44,12 @@ const RING: usize = STAGES * 32 * RS;
 /// Grid `ceil(n_rows / (32 * warps))`, `32 * warps` threads, `knn1_shared_bytes(dim, warps)` bytes of
 /// dynamic shared memory; pointers and sizes as `Knn1Params` documents; `1 <= k <= SMALL_K_MAX`, `k <=
 /// n_rows`, the tickets zero.
+/// Returns whether this block wrote the answer (block-uniform).
 #[inline(always)]
-unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) -> F4) {
+pub(crate) unsafe fn knn1<const METRIC: u32>(
+    p: &Knn1Params,
+    query_piece: impl Fn(usize) -> F4,
+) -> bool {
     let smem = dynamic_shared_f32();
     let t = thread_x() as usize;
     let (lane, warp) = (t % 32, t / 32);
@@ -152,12 +156,12 @@ unsafe fn knn1<const METRIC: u32>(p: &Knn1Params, query_piece: impl Fn(usize) ->
     // SAFETY: forwarded launcher contract; the ring is free once the copies below have landed.
     unsafe {
         select_and_merge::<METRIC, false>(p, r, acc, acc_q, nc, keys_s, mins, last_flag, warps)
-    };
+    }
 }
 
 /// Row `r`'s score from its chains (`acc`, the query's norm chain `acc_q`, the row's norm `nc`), this block's
 /// `k` smallest keys, and the two levels of "the last one merges" (see the module comment). Every thread of
-/// the block calls it. `WIDE` as for [`merge`].
+/// the block calls it. `WIDE` as for [`merge`]. Returns whether this block wrote the answer (block-uniform).
 ///
 /// # Safety
 /// As the kernels' contract; `keys_s` is shared memory for `32 * warps * 32` u64 that no copy still writes
@@ -175,7 +179,7 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
     mins: *mut u64,
     last_flag: *mut u32,
     warps: usize,
-) {
+) -> bool {
     let t = thread_x() as usize;
     let (n, k) = (p.n_rows as usize, p.k as usize);
     let (mut mine, score) = row_key::<METRIC>(p, r, acc, acc_q, nc);
@@ -218,8 +222,9 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
     let in_group = group_blocks.min(n_blocks - g * group_blocks);
     let tickets = p.ticket as *mut u32;
     // SAFETY: the ticket array holds 1 + n_groups u32; the flag lives in this block's shared memory.
-    if !unsafe { last_to_arrive(tickets.wrapping_add(1 + g), in_group, last_flag) } {
-        return;
+    let threads = 32 * warps as u32;
+    if !unsafe { last_to_arrive_of(tickets.wrapping_add(1 + g), in_group, last_flag, threads) } {
+        return false;
     }
     let one_group = n_groups == 1;
     // Every copy into the ring has landed (the ones still counted are empty groups): it holds the lists now.
@@ -248,9 +253,12 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
         // SAFETY: every block of the group has taken its ticket; the next launch starts from zero.
         unsafe { tickets.add(1 + g).write_volatile(0) };
     }
+    if one_group {
+        return true;
+    }
     // SAFETY: as above, for the groups' counter.
-    if one_group || !unsafe { last_to_arrive(tickets, n_groups, last_flag) } {
-        return;
+    if !unsafe { last_to_arrive_of(tickets, n_groups, last_flag, threads) } {
+        return false;
     }
     // SAFETY: every group's merger wrote its k keys (an ascending list) before its ticket; n_groups <= the
     // block's threads (the launcher's limit); out holds 2k; keys_s as above (its last readers passed the
@@ -272,6 +280,7 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
         // SAFETY: every group has taken its ticket.
         unsafe { tickets.write_volatile(0) };
     }
+    true
 }
 
 /// Row `r`'s pair key `(score_key << 32) | r` and score from its chains (`acc`, the query's norm chain
@@ -353,7 +362,7 @@ unsafe fn merge<const WIDE: bool>(
     } else {
         stage_lists!(8)
     }
-    sync_threads();
+    named_barrier(MERGE_BARRIER, threads as u32);
     let mut pos = 0;
     // SAFETY: t < lists: list t's first key.
     let mut head = if t < lists {
@@ -426,14 +435,16 @@ unsafe fn merge<const WIDE: bool>(
 /// corpus's tensor map in the parameters, as [`Knn1BulkParams`] describes; `KNN1_BULK_MIN_SLOTS
 /// <= slots <= KNN1_BULK_MAX_SLOTS`; with `lists_out`, `p.out` holds `2k` words per block; sm_90; the rest as
 /// `knn1` (`warps == 1`, `group_blocks == 32`).
+///
+/// Returns whether this thread's block wrote the answer (warp 0; the other warps, and `lists_out`, `false`).
 #[inline(always)]
-unsafe fn knn1_bulk<const METRIC: u32>(
+pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     p: &Knn1Params,
     slots: usize,
     lists_out: bool,
     map: u64,
     query_piece: impl Fn(usize) -> F4,
-) {
+) -> bool {
     const TILE_F: usize = KNN1_BULK_TILE_BYTES as usize / 4;
     let smem = dynamic_shared_f32();
     let (lane, warp) = (thread_x() as usize % 32, thread_x() as usize / 32);
@@ -526,7 +537,7 @@ unsafe fn knn1_bulk<const METRIC: u32>(
             at = at.next(slots);
             t += 1;
         }
-        return;
+        return false;
     }
     if p.query == 0 {
         // The parameter's lines, spread over warp 0 and the stagers (warps 2 ..), loaded while the first tiles
@@ -537,7 +548,7 @@ unsafe fn knn1_bulk<const METRIC: u32>(
     }
     if warp != 0 {
         named_barrier_arrive(1, all);
-        return;
+        return false;
     }
     // The barriers' initialisation and the query's stores.
     named_barrier(1, all);
@@ -636,13 +647,13 @@ unsafe fn knn1_bulk<const METRIC: u32>(
                 *out.add(k + lane) = bits;
             }
         }
-        return;
+        return false;
     }
     // Every tile has landed and been read: the ring is free for the merge's lists.
     // SAFETY: forwarded launcher contract; the ring holds at least 2 tiles = 32 * 32 u64.
     unsafe {
         select_and_merge::<METRIC, true>(p, r, acc, acc_q, nc, ring as *mut u64, mins, last_flag, 1)
-    };
+    }
 }
 
 /// A tile's place in an `sm90a_knn1_*` ring: its slot, and the parity of the phase in which its slot's
@@ -726,7 +737,7 @@ macro_rules! knn1q_kernels {
         pub unsafe extern "ptx-kernel" fn $name(p: Knn1QueryParams<$q>) {
             let piece = |i: usize| param_piece!($name, Knn1QueryParams<$q>, i);
             // SAFETY: forwarded launcher contract (the launcher sets `p.base.query` to 0).
-            unsafe { $body::<$metric>(&p.base, piece) }
+            unsafe { $body::<$metric>(&p.base, piece) };
         }
     )*};
 }
@@ -742,7 +753,7 @@ macro_rules! knn1_kernels {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: Knn1Params) {
             // SAFETY: forwarded launcher contract; the query is in memory, so the pieces are never asked.
-            unsafe { $body::<$metric>(&p, |_| F4([0.0; 4])) }
+            unsafe { $body::<$metric>(&p, |_| F4([0.0; 4])) };
         }
     )*};
 }
@@ -780,7 +791,7 @@ macro_rules! knn1_bulk_kernels {
             };
             // SAFETY: forwarded launcher contract (a query in the parameters has `p.base.query` 0, one in
             // memory a non-zero address, so `Q = 0` never asks for a piece).
-            unsafe { knn1_bulk::<$metric>(&p.base, p.slots as usize, p.lists_out != 0, map, piece) }
+            unsafe { knn1_bulk::<$metric>(&p.base, p.slots as usize, p.lists_out != 0, map, piece) };
         }
     )*};
 }

@@ -82,6 +82,7 @@ mod graph;
 mod knn1;
 mod scan1;
 mod select;
+mod serve;
 mod sgemm;
 mod tc_knn;
 mod tensor;

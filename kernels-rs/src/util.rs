@@ -416,6 +416,41 @@ pub(crate) unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut 
     last
 }
 
+/// [`last_to_arrive`] for the first `threads` threads of the block only (a multiple of 32; named barrier
+/// [`MERGE_BARRIER`] instead of the block's): the others may have left or wait at another barrier.
+/// Uniform over those threads.
+///
+/// # Safety
+/// As [`last_to_arrive`]; `threads` threads reach it, and no other code of the kernel uses barrier
+/// [`MERGE_BARRIER`] with another count.
+#[inline(always)]
+pub(crate) unsafe fn last_to_arrive_of(
+    counter: *mut u32,
+    total: usize,
+    flag: *mut u32,
+    threads: u32,
+) -> bool {
+    fence_gpu();
+    named_barrier(MERGE_BARRIER, threads);
+    if thread_x() == 0 {
+        let ticket = crate::select::atomic_add(counter, 1);
+        // SAFETY: the flag is this block's shared memory.
+        unsafe { *flag = u32::from(ticket as usize + 1 == total) };
+    }
+    named_barrier(MERGE_BARRIER, threads);
+    // SAFETY: written before the barrier.
+    let last = unsafe { *flag } != 0;
+    if last {
+        // Acquire: the other blocks' writes before their tickets are visible from here on.
+        fence_gpu();
+    }
+    last
+}
+
+/// The named barrier of the one-query kernels' tickets and merges (`knn1.rs`), which only the warps holding
+/// rows reach.
+pub(crate) const MERGE_BARRIER: u32 = 2;
+
 /// Copy a query of `dim` floats (a multiple of 4) from global memory at `src` into shared memory at `dst`,
 /// 16 bytes per `cp.async`, the pieces spread over the block's `threads` threads (`t` this one's index). It
 /// joins the thread's current copy group: the caller commits and waits with its first tiles.

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// What the host puts in each answer word before a spinning launch: no answer word is ever this (a key's
 /// low half is a row id, below `u32::MAX`; a score word's high half is zero).
-const UNSET: u64 = u64::MAX;
+pub(crate) const UNSET: u64 = u64::MAX;
 /// How long a one-query call spins on its answer words before it waits for the stream instead (the driver's
 /// default wait spins too; this bounds the spin for the largest one-query launches).
 const ONE_QUERY_SPIN: Duration = Duration::from_millis(2);
@@ -139,7 +139,7 @@ pub(crate) fn load_bulk(
 
 /// `RECALL_KNN1_BULK_WARPS` (2 to 8), read once: the warps of every `sm90a_knn1_*` block instead of
 /// [`bulk_plan`]'s choice. The answer is the same.
-fn knn1_bulk_warps_setting() -> Option<u32> {
+pub(crate) fn knn1_bulk_warps_setting() -> Option<u32> {
     static WARPS: OnceLock<Option<u32>> = OnceLock::new();
     *WARPS.get_or_init(|| env_number("RECALL_KNN1_BULK_WARPS", 2..=8))
 }
@@ -191,6 +191,11 @@ pub(crate) struct Knn1Kernels {
 }
 
 impl Knn1Kernels {
+    /// The most warps per block the device's shared memory allows `sm80_knn1_*`.
+    pub(crate) fn max_warps(&self) -> u32 {
+        self.max_warps
+    }
+
     /// Look the kernels up and opt them into the shared memory their largest block needs; `None` when the
     /// device has too little for even one warp per block of `KNN1_MAX_DIM`.
     pub(crate) fn load(
@@ -318,7 +323,7 @@ fn query_floats<const Q: usize>(query: &[f32]) -> [f32; Q] {
 /// (`Knn1BulkParams::lists_out`) rather than merging them on the device behind a fence and a ticket per
 /// block, by `RECALL_KNN1_MERGE` (read once): `auto` (the default) when the lists hold at most
 /// [`KNN1_HOST_MERGE_MAX_WORDS`], `host` always, `device` never. The same list either way.
-fn knn1_lists_to_host(blocks: usize, k: usize) -> bool {
+pub(crate) fn knn1_lists_to_host(blocks: usize, k: usize) -> bool {
     static SETTING: OnceLock<usize> = OnceLock::new();
     match *SETTING.get_or_init(|| env_choice("RECALL_KNN1_MERGE", &["auto", "host", "device"])) {
         1 => true,
@@ -584,7 +589,7 @@ pub const QUERY_FROM_HOST_MAX_BYTES: usize = 128 << 10;
 /// The `k` smallest keys of `lists` ascending lists, each `2k` words: `k` keys (the row id in the low half;
 /// [`KNN1_EMPTY_KEY`] past a short list's end), then their `k` scores' bits. Keys are unique (one per row), so
 /// the list is the same whichever merged it. `None` when the lists hold fewer than `k` keys.
-fn merge_lists(out: &[u64], lists: usize, k: usize) -> Option<TopKResult> {
+pub(crate) fn merge_lists(out: &[u64], lists: usize, k: usize) -> Option<TopKResult> {
     // The best `k` so far, ascending: each list is ascending, so it stops at its first key that is not better
     // than the current k-th.
     let mut best: Vec<(u64, u64)> = Vec::with_capacity(k + 1);
@@ -614,6 +619,11 @@ fn merge_lists(out: &[u64], lists: usize, k: usize) -> Option<TopKResult> {
 fn warps_for(n_rows: usize, max_warps: u32) -> u32 {
     let w = if n_rows <= 4096 { 1 } else { 2 };
     w.min(max_warps)
+}
+
+/// `sm80_knn1_*`'s warps per block and [`layout`] for `n_rows` rows.
+pub(crate) fn knn1_layout(n_rows: usize, max_warps: u32) -> (u32, (usize, usize, usize)) {
+    (warps_for(n_rows, max_warps), layout(n_rows, max_warps))
 }
 
 /// `(blocks, merge groups, threads per block)` for `n_rows` rows. A group has as many blocks as a block has
@@ -658,6 +668,63 @@ impl Kernels {
         dim: usize,
         k: usize,
     ) -> Result<TopKResult, KernelError> {
+        self.knn1_any(
+            gpu,
+            metric,
+            query,
+            corpus,
+            corpus_norms,
+            n_rows,
+            dim,
+            k,
+            false,
+        )
+    }
+
+    /// [`Kernels::knn1`] against a resident corpus: `corpus` and `corpus_norms` complete (no work still queued
+    /// that writes them, as after a synchronise once they were made) and not written while calls use them.
+    /// With the one-query server on ([`Kernels::set_knn1_serve`], `serve.rs`) the answer comes from a server
+    /// bound to these buffers, with no launch; otherwise, or where the server does not take the shape, as
+    /// [`Kernels::knn1`]. The same answer either way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn knn1_resident(
+        &self,
+        gpu: &Gpu,
+        metric: SimMetric,
+        query: &[f32],
+        corpus: &CudaSlice<f32>,
+        corpus_norms: Option<&CudaSlice<f32>>,
+        n_rows: usize,
+        dim: usize,
+        k: usize,
+    ) -> Result<TopKResult, KernelError> {
+        self.knn1_any(
+            gpu,
+            metric,
+            query,
+            corpus,
+            corpus_norms,
+            n_rows,
+            dim,
+            k,
+            true,
+        )
+    }
+
+    /// [`Kernels::knn1`], through the server where `resident` allows it.
+    #[allow(clippy::too_many_arguments)]
+    fn knn1_any(
+        &self,
+        gpu: &Gpu,
+        metric: SimMetric,
+        query: &[f32],
+        corpus: &CudaSlice<f32>,
+        corpus_norms: Option<&CudaSlice<f32>>,
+        n_rows: usize,
+        dim: usize,
+        k: usize,
+        resident: bool,
+    ) -> Result<TopKResult, KernelError> {
         const K: &str = "knn1";
         if k >= 1 && self.scan1_routes(n_rows, dim, k) {
             return self.scan1_knn(gpu, metric, query, corpus, corpus_norms, n_rows, dim, k);
@@ -672,6 +739,13 @@ impl Kernels {
             )));
         }
         let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
+        // The one-query server, where it is on and takes the shape (`serve.rs`): no launch.
+        if resident
+            && let Some(answer) =
+                self.knn1_served(gpu, metric, query, corpus, norms, n_rows, dim, k)?
+        {
+            return Ok(answer);
+        }
         // sm90a_knn1 where it loaded and takes the shape: 32 rows per block (one computing warp, the copying
         // warp and the stagers), groups of 32 blocks.
         // It needs the corpus's tensor map; where the driver refuses one, `sm80_knn1` answers instead.

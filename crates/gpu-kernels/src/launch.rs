@@ -114,6 +114,8 @@ pub struct Kernels {
     /// One query against few rows in one launch (`knn1.rs`), only in images for sm_80 and newer.
     pub(crate) knn1: Option<crate::knn1::Knn1Kernels>,
     pub(crate) knn1_scratch: parking_lot::Mutex<Option<crate::knn1::OneQueryScratch>>,
+    /// The one-query server (`serve.rs`), only in images for sm_80 and newer.
+    pub(crate) knn1_serve: Option<crate::serve::ServeKernels>,
     /// One query against many rows in one persistent launch (`scan1.rs`), only in images for sm_80 and newer.
     pub(crate) scan1: Option<crate::scan1::Scan1Kernels>,
     pub(crate) scan1_scratch: parking_lot::Mutex<Option<crate::knn1::OneQueryScratch>>,
@@ -375,6 +377,15 @@ impl Kernels {
             match img.load(gpu) {
                 Ok(module) => {
                     let f = |name: &str| gpu.function(&module, name);
+                    let knn1 = if sm >= TC_MIN_SM {
+                        crate::knn1::Knn1Kernels::load(gpu, f)?
+                    } else {
+                        None
+                    };
+                    let knn1_serve = match &knn1 {
+                        Some(kn) => crate::serve::ServeKernels::load(gpu, f, kn.max_warps())?,
+                        None => None,
+                    };
                     let kernels = Kernels {
                         image: LoadedImage { sm, kind },
                         row_norms_f32: f("row_norms_f32")?,
@@ -429,12 +440,9 @@ impl Kernels {
                         },
                         tc_knn_scratch: parking_lot::Mutex::new(None),
                         select_scratch: parking_lot::Mutex::new(None),
-                        knn1: if sm >= TC_MIN_SM {
-                            crate::knn1::Knn1Kernels::load(gpu, f)?
-                        } else {
-                            None
-                        },
+                        knn1,
                         knn1_scratch: parking_lot::Mutex::new(None),
+                        knn1_serve,
                         scan1: if sm >= TC_MIN_SM {
                             crate::scan1::Scan1Kernels::load(gpu, f)?
                         } else {
@@ -1018,6 +1026,9 @@ impl Kernels {
     pub fn release_scratch(&self) {
         *self.select_scratch.lock() = None;
         *self.knn1_scratch.lock() = None;
+        if let Some(s) = &self.knn1_serve {
+            s.stop();
+        }
         *self.scan1_scratch.lock() = None;
         *self.cand_staging.lock() = Default::default();
         *self.tc_knn_scratch.lock() = None;

@@ -16,6 +16,7 @@ mod env;
 mod knn1;
 mod launch;
 mod scan1;
+mod serve;
 mod sgemm;
 mod spread;
 mod tc_knn;
@@ -32,6 +33,9 @@ pub use launch::{
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;
 pub use scan1::{SCAN1_MAX_DIM, Scan1Mode};
+pub use serve::{
+    KNN1_SERVE_MAX_ROWS, SERVE_IDLE_DEFAULT_US, SERVE_LIFE, SERVE_MAX_FAILURES, ServeStats,
+};
 pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
 pub use spread::{Frontier, Seeds, SpreadOutcome, nonzero_positions};
 pub use wgmma::wgmma_enabled;

@@ -34,6 +34,9 @@ pub(crate) struct HopperKernels {
     /// `sm90a_scan1_*` (dot, cosine, l2): `sm80_scan1_*` whose copies ask the L2 for 256 bytes
     /// (`RECALL_SCAN1_L2_256`), opted into the device's shared memory per block; `None` where that failed.
     pub(crate) scan1: Option<[CudaFunction; 3]>,
+    /// `sm90a_knn1s_*` (dot, cosine, l2): the one-query server with `sm90a_knn1_*`'s body (`serve.rs`), opted
+    /// into the shared memory of its largest block; `None` where that failed (then `sm80_knn1s_*` serves).
+    pub(crate) knn1_serve: Option<[CudaFunction; 3]>,
     /// Which image loaded: the cubin, or the PTX through the driver's JIT.
     pub(crate) kind: ImageKind,
     _module: Arc<CudaModule>,
@@ -63,6 +66,15 @@ impl HopperKernels {
                         knn_multi,
                         knn1: crate::knn1::load_bulk(gpu, &module)?,
                         scan1: load_scan1(gpu, &module)?,
+                        knn1_serve: crate::knn1::metric_triple(
+                            gpu,
+                            &|name| gpu.function(&module, name),
+                            "sm90a_knn1s",
+                            recall_kernel_shared::knn1_bulk_serve_shared_bytes(
+                                crate::KNN1_MAX_DIM as u32,
+                                recall_kernel_shared::KNN1_BULK_MAX_SLOTS,
+                            ),
+                        )?,
                         kind: img.kind,
                         _module: module,
                     }));

@@ -109,6 +109,31 @@ impl<T: Copy> MappedReadback<T> {
     }
 }
 
+impl MappedReadback<u64> {
+    /// Store `words` into the words from `at` on, each with one 8-byte atomic store, then a release fence: a
+    /// kernel reading any of them sees its old or its new value whole, never a mix (more words than fit is an
+    /// error, before any is stored).
+    pub fn store_words(
+        &self,
+        at: usize,
+        words: impl ExactSizeIterator<Item = u64>,
+    ) -> Result<(), GpuError> {
+        let n = words.len();
+        room("host store to mapped memory", self.len, at + n)?;
+        let base = self.host.as_ptr().cast::<u64>();
+        // `take(n)`: an iterator that yields more than it said stops at the room checked.
+        for (i, w) in words.take(n).enumerate() {
+            // SAFETY: word `at + i < len` of the live page-locked allocation, 8-byte aligned (the allocation is
+            // page-aligned); the host writes these words only through atomic stores (this method) while a
+            // kernel may read them, so an atomic view of each is sound.
+            let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(base.add(at + i)) };
+            word.store(w, std::sync::atomic::Ordering::Relaxed);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+}
+
 impl<T> std::fmt::Debug for MappedReadback<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MappedReadback")

@@ -338,6 +338,11 @@ mod gpu_knn {
             Ok(())
         };
         time_as(true, "stream synchronise (idle)", &mut || Ok(()))?;
+        time_as(false, "stream query (idle)", &mut || {
+            recall_gpu_sys::memory::stream_is_idle(g.stream())
+                .map(|_| ())
+                .map_err(|x| err(&x))
+        })?;
         let mut words = g.alloc_mapped_readback::<u64>(64).map_err(|x| err(&x))?;
         let mut probe = |spin: bool| -> Result<(), String> {
             match kern.launch_floor_probe(g, &mut words, 20, spin) {
@@ -409,6 +414,7 @@ mod gpu_knn {
                 },
             )?;
         }
+        let mut served = None;
         if kern.knn1_supported(n, dim, k) {
             time_as(
                 false,
@@ -419,6 +425,34 @@ mod gpu_knn {
                         .map_err(|x| err(&x))
                 },
             )?;
+            // The one-query server (`RECALL_KNN1_SERVE`), where the image has it and takes the shape (the
+            // corpus is complete: synchronised above).
+            let was = kern.set_knn1_serve(true);
+            if kern.knn1_serves(n, dim, k) {
+                time_as(
+                    false,
+                    "knn1 served: query into the resident server's mailbox, scan + top-k, result out (all of it)",
+                    &mut || {
+                        kern.knn1_resident(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
+                            .map(|_| ())
+                            .map_err(|x| err(&x))
+                    },
+                )?;
+                served = kern.knn1_serve_stats().map_err(|x| err(&x))?;
+            }
+            kern.set_knn1_serve(was);
+        }
+        if let Some(st) = served {
+            parts.push((
+                "knn1 served, device clock: mailbox complete -> query published (mean)",
+                st.relay_us,
+            ));
+            if st.merged > 0 {
+                parts.push((
+                    "knn1 served, device clock: query published -> answer written (mean, merged on the device)",
+                    st.answer_us,
+                ));
+            }
         }
         Ok(parts)
     }

@@ -779,29 +779,42 @@ mod run_gpu {
             let c = gpu.upload(corpus).map_err(e)?;
             let cpu_cn = recall_cpu_simd::row_norms(corpus, dim).map_err(e)?;
             let cn = gpu.upload(&cpu_cn).map_err(e)?;
+            // Complete before the served calls (`knn1_resident`'s contract).
+            gpu.synchronize().map_err(e)?;
             for (metric, sim, _) in METRICS {
                 let cpu = recall_cpu_simd::similarity(query, &Corpus::f32(corpus, dim), metric)
                     .map_err(e)?;
-                for kk in [1usize, 10, 16, 17, 32, n] {
-                    if !k.knn1_supported(n, dim, kk) {
-                        continue;
-                    }
-                    let cpu_top = recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
-                    // Twice: the second launch reuses the scratch and its reset ticket.
-                    for _ in 0..2 {
-                        let r = k
-                            .knn1(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                // Launched, then through the one-query server where it takes the shape (`serve.rs`):
+                // one server per metric answers every k in turn.
+                for served in [false, true] {
+                    k.set_knn1_serve(served);
+                    for kk in [1usize, 10, 16, 17, 32, n] {
+                        if !k.knn1_supported(n, dim, kk) || (served && !k.knn1_serves(n, dim, kk)) {
+                            continue;
+                        }
+                        let cpu_top =
+                            recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                        // Twice: the second launch reuses the scratch and its reset ticket (the second
+                        // query to a server rings the running one).
+                        for _ in 0..2 {
+                            let r = if served {
+                                k.knn1_resident(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                            } else {
+                                k.knn1(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                            }
                             .map_err(e)?;
-                        compare_topk(
-                            diff_of(diffs, "knn1"),
-                            &cpu_top,
-                            &TopK {
-                                k: r.k,
-                                ids: r.ids,
-                                scores: r.scores,
-                            },
-                        );
+                            compare_topk(
+                                diff_of(diffs, if served { "knn1 served" } else { "knn1" }),
+                                &cpu_top,
+                                &TopK {
+                                    k: r.k,
+                                    ids: r.ids,
+                                    scores: r.scores,
+                                },
+                            );
+                        }
                     }
+                    k.set_knn1_serve(false);
                 }
             }
             Ok(())
@@ -817,6 +830,51 @@ mod run_gpu {
             let corpus: Vec<f32> = (0..n).flat_map(|_| row.iter().copied()).collect();
             run(&mut diffs, &row, &corpus, n, 64)?;
         }
+        // One server, many different queries in a row (each must be relayed anew, never an earlier one's
+        // lines), k changing between them, and pauses past the server's idle limit (the host stops it and
+        // starts another) and shorter ones.
+        let was = k.set_knn1_serve(true);
+        for (n, dim) in [(1000, 768), (10_000, 768)] {
+            if !k.knn1_serves(n, dim, 10) {
+                continue;
+            }
+            let corpus = awkward_matrix(&mut rng, n, dim);
+            let c = gpu.upload(&corpus).map_err(e)?;
+            let cn = gpu
+                .upload(&recall_cpu_simd::row_norms(&corpus, dim).map_err(e)?)
+                .map_err(e)?;
+            gpu.synchronize().map_err(e)?;
+            for i in 0..if quick { 12 } else { 40 } {
+                let query = awkward_matrix(&mut rng, 1, dim);
+                let kk = [10usize, 1, 32, 7][i % 4];
+                let cpu =
+                    recall_cpu_simd::similarity(&query, &Corpus::f32(&corpus, dim), Metric::Cosine)
+                        .map_err(e)?;
+                let cpu_top =
+                    recall_cpu_simd::topk(&cpu, n, kk, Metric::Cosine.order()).map_err(e)?;
+                if i % 5 == 4 {
+                    let idle = recall_gpu_kernels::SERVE_IDLE_DEFAULT_US as u64;
+                    std::thread::sleep(std::time::Duration::from_micros(if i % 10 == 4 {
+                        idle + idle / 2
+                    } else {
+                        idle / 4
+                    }));
+                }
+                let r = k
+                    .knn1_resident(gpu, SimMetric::Cosine, &query, &c, Some(&cn), n, dim, kk)
+                    .map_err(e)?;
+                compare_topk(
+                    diff_of(&mut diffs, "knn1 served, a query stream"),
+                    &cpu_top,
+                    &TopK {
+                        k: r.k,
+                        ids: r.ids,
+                        scores: r.scores,
+                    },
+                );
+            }
+        }
+        k.set_knn1_serve(was);
         Ok(diffs)
     }
 

@@ -540,7 +540,7 @@ mod imp {
     impl GpuBackend {
         /// knn of `queries` against rows already on the device: queries in chunks so that the score buffer
         /// stays under `SCORE_CHUNK_BYTES` (never the whole Q x N matrix), each chunk's top-k selected on the
-        /// device.
+        /// device. `resident`: the rows are a resident corpus's (see `Kernels::knn1_resident`).
         #[allow(clippy::too_many_arguments)]
         fn knn_on(
             &self,
@@ -551,14 +551,20 @@ mod imp {
             dim: usize,
             metric: Metric,
             k: usize,
+            resident: bool,
         ) -> Result<TopK, BackendError> {
             let (g, kern) = (&self.gpu, &self.kernels);
             if queries.len() == dim && kern.knn1_supported(n, dim, k) {
-                // One query against few rows: scan and selection in one launch (latency, not bytes).
-                return kern
-                    .knn1(g, sim_metric(metric), queries, c, cn, n, dim, k)
-                    .map(topk)
-                    .map_err(map_kernel_error);
+                // One query against few rows: scan and selection in one launch (latency, not bytes), or
+                // against a resident corpus through the one-query server where it is on.
+                let m = sim_metric(metric);
+                return if resident {
+                    kern.knn1_resident(g, m, queries, c, cn, n, dim, k)
+                } else {
+                    kern.knn1(g, m, queries, c, cn, n, dim, k)
+                }
+                .map(topk)
+                .map_err(map_kernel_error);
             }
             self.knn_chunked(
                 queries,
@@ -1323,6 +1329,7 @@ mod imp {
                 dim,
                 metric,
                 k,
+                false,
             )
         }
 
@@ -1347,7 +1354,8 @@ mod imp {
             } else {
                 None
             };
-            self.knn_on(queries, &entry.rows, norms, n, dim, metric, k)
+            // Resident: complete (`resident_entry` synchronised after making it) and never written again.
+            self.knn_on(queries, &entry.rows, norms, n, dim, metric, k, true)
         }
 
         fn knn_fast(

@@ -446,6 +446,89 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
     (query + rings) * 4 + 2 * warps * 8 + 8
 }
 
+/// The parameters of `sm80_knn1s_*`, the one-query server: a launch of `sm80_knn1_*`'s grid whose blocks stay
+/// resident and answer one query after another until the host stops it or no query comes for `idle_ns` (or
+/// `life_ns` have passed since it started).
+///
+/// The host rings a query by writing the mailbox: `dim + 2` u64 words in mapped memory, word `i < dim` the
+/// query's value `i` (f32 bits, low half), word `dim` its `k` ([`KNN1_SERVE_EXIT`] to end the server), word
+/// `dim + 1` padding, every word carrying the query's number in its high half. Numbers follow one another
+/// ([`knn1_serve_next`]) from `seen`. Block 0 polls the whole mailbox (each word is written and read whole, so a
+/// word with the new number holds the new value) until every word carries the next number, copies the query
+/// into `query` and publishes the number in `sync`'s word 0 (its `k` in word 1); every block then runs
+/// `sm80_knn1_*`'s body on it, and the block that writes the answer records the number in word 2 once its
+/// tickets are reset. The host rings the next query only after it has seen every answer word of the last.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Knn1ServeParams {
+    /// As for `sm80_knn1_*`, with `query` the relayed query (`serve.query`) and `k` unused (each query brings
+    /// its own); `out` (2 * [`SMALL_K_MAX`] u64) is mapped host memory.
+    pub base: Knn1Params,
+    pub serve: ServeFields,
+}
+
+/// `sm90a_knn1s_*`: the one-query server with `sm90a_knn1_*`'s body (tensor-map copies, device merge;
+/// `bulk.base` as in [`Knn1ServeParams`], `bulk.lists_out` 0), the map first as the copies need.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Knn1BulkServeParams {
+    pub bulk: Knn1BulkParams<0>,
+    pub serve: ServeFields,
+}
+
+/// What a one-query server takes besides its body's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServeFields {
+    /// Mapped host memory, `dim + 2` u64 (16-byte aligned): the mailbox.
+    pub mailbox: u64,
+    /// Device memory, `dim` f32 (16-byte aligned): the query as block 0 relays it.
+    pub query: u64,
+    /// Device memory, [`KNN1_SERVE_SYNC_WORDS`] u32, zero at launch: the number published, its `k`, the number
+    /// answered, padding; then as u64 (words 2 ..): the published query's start on the device clock (ns), the sum
+    /// over queries of the nanoseconds from a complete mailbox to its number published, the sum from published
+    /// to answered (device merges only), the number of queries answered so, and the number of queries
+    /// published.
+    pub sync: u64,
+    /// Nanoseconds without a new query after which the server ends.
+    pub idle_ns: u64,
+    /// Nanoseconds from the server's start after which it ends at its next wait for a query.
+    pub life_ns: u64,
+    /// The number of the last query answered before this launch: the first one it answers is the next.
+    pub seen: u32,
+    pub _pad: u32,
+}
+
+/// The `k` that ends `sm80_knn1s_*` (and the number block 0 publishes to end the other blocks).
+pub const KNN1_SERVE_EXIT: u32 = u32::MAX;
+
+/// In a server's `k` word (`sm90a_knn1s_*` only): every block writes its `k` best keys and their scores for the
+/// host to merge (`Knn1BulkParams::lists_out`; `out` holds `2k` words per block) instead of the device merging
+/// them. The `k` itself is the word's low 16 bits.
+pub const SERVE_LISTS_OUT: u32 = 1 << 16;
+const _: () = assert!(
+    SERVE_LISTS_OUT > SMALL_K_MAX && SERVE_LISTS_OUT & 0xFFFF == 0,
+    "the flag is clear of any k"
+);
+
+/// u32 words of `ServeFields::sync`.
+pub const KNN1_SERVE_SYNC_WORDS: usize = 16;
+
+/// The number of the query after the one numbered `n`: `n + 1`, skipping 0 (the device's words at launch) and
+/// [`KNN1_SERVE_EXIT`].
+pub const fn knn1_serve_next(n: u32) -> u32 {
+    match n.wrapping_add(1) {
+        0 | KNN1_SERVE_EXIT => 1,
+        m => m,
+    }
+}
+
+/// Dynamic shared memory of one `sm80_knn1s_*` block: `sm80_knn1_*`'s, then 16 bytes for the words a block's
+/// first thread passes to the others (aligned to 16).
+pub const fn knn1_serve_shared_bytes(dim: u32, warps: u32) -> u32 {
+    knn1_shared_bytes(dim, warps).div_ceil(16) * 16 + 16
+}
+
 /// Warps of an `sm90a_knn1_*` block where its blocks fit the SMs one each: warp 0 runs the rows' chains,
 /// warp 1 queues the tiles' copies, and the others stage the query from the parameters and leave. Eight
 /// while the query came through the constant cache, whose misses only overlapped across warps (session 16:
@@ -500,6 +583,12 @@ pub const fn knn1_bulk_query_floats(dim: u32) -> u32 {
 /// and the last-block flag.
 pub const fn knn1_bulk_shared_bytes(dim: u32, slots: u32) -> u32 {
     1024 + slots * KNN1_BULK_TILE_BYTES + knn1_bulk_query_floats(dim) * 4 + slots * 16 + 2 * 8 + 8
+}
+
+/// Dynamic shared memory of one `sm90a_knn1s_*` block with `slots` tiles: `sm90a_knn1_*`'s, then 16 bytes for
+/// the words a block's first thread passes to the others (aligned to 16).
+pub const fn knn1_bulk_serve_shared_bytes(dim: u32, slots: u32) -> u32 {
+    knn1_bulk_shared_bytes(dim, slots).div_ceil(16) * 16 + 16
 }
 
 /// One query against many rows (`sm80_scan1_*`, sm_80 and newer: `cp.async`): a persistent scan, scores and,
@@ -1150,6 +1239,38 @@ pub mod math {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server's query numbers never take the values its device words start at (0) or the exit; the host and
+    /// the kernel step them with the same function.
+    #[test]
+    fn serve_numbers_skip_zero_and_the_exit() {
+        assert_eq!(knn1_serve_next(0), 1);
+        assert_eq!(knn1_serve_next(41), 42);
+        assert_eq!(knn1_serve_next(KNN1_SERVE_EXIT - 1), 1);
+        assert_eq!(knn1_serve_next(KNN1_SERVE_EXIT), 1);
+        let mut n = KNN1_SERVE_EXIT - 3;
+        for _ in 0..8 {
+            n = knn1_serve_next(n);
+            assert!(n != 0 && n != KNN1_SERVE_EXIT);
+        }
+    }
+
+    /// The servers' words sit past their bodies' shared memory, 16-byte aligned; the tensor map leads the
+    /// Hopper server's parameters.
+    #[test]
+    fn serve_words_follow_the_bodies_shared_memory() {
+        for dim in [4, 768, 1540, 4096] {
+            for warps in [1, 2] {
+                let b = knn1_serve_shared_bytes(dim, warps);
+                assert!(b.is_multiple_of(16) && b >= knn1_shared_bytes(dim, warps) + 16);
+            }
+            for slots in [KNN1_BULK_MIN_SLOTS, 24, KNN1_BULK_MAX_SLOTS] {
+                let b = knn1_bulk_serve_shared_bytes(dim, slots);
+                assert!(b.is_multiple_of(16) && b >= knn1_bulk_shared_bytes(dim, slots) + 16);
+            }
+        }
+        assert_eq!(core::mem::offset_of!(Knn1BulkServeParams, bulk), 0);
+    }
 
     /// The device's `div_in_range` and `sqrt_in_range` skip `div.rn` / `sqrt.rn`'s range checks on the
     /// promise that their operands stay in the ranges they document: checked here for every input the noise

@@ -1,0 +1,405 @@
+//! The one-query server (`sm80_knn1s_*`): `sm80_knn1_*`'s grid, launched once and kept resident, answering one
+//! query after another without a launch each.
+//!
+//! A one-query call's floor is the launch itself: about 7 us on an H200 from `cuLaunchKernel` to the host
+//! seeing a tiny kernel's answer (docs/results/2026-11-27-session22), more than the whole scan of 1,000 rows
+//! takes. Here the host writes the query into a mailbox in mapped memory instead ([`Knn1ServeParams`]: every
+//! 8-byte word a value and the query's number), and block 0's threads poll the whole mailbox over the bus, so
+//! that the query is complete, and copied into device memory, in the round trip that first sees it (a doorbell
+//! word followed by a read of the query would take two). Block 0 then publishes the query's number at GPU
+//! scope; every other block's first thread polls that word in the L2, and every block runs `sm80_knn1_*`'s body
+//! on the query as a launch would (the same chains, keys and merges, so the same answer bit for bit), the last
+//! merger writing the answer words into mapped memory where the host spins on them.
+//!
+//! Ordering: a mailbox word is written by the host in one 8-byte store and read by the device in one 16-byte
+//! load (two words), each word whole, so a word carrying the new number holds the new value, whatever order the
+//! words land in. Block 0's threads store the values, fence and pass a barrier, and its first thread publishes
+//! with `st.release.gpu`; the other blocks' first threads read the number with `ld.acquire.gpu` and pass a
+//! barrier before their threads load the query (`ld.global.cg`: from the L2, never a line the L1 kept from an
+//! earlier query). The block that writes an answer resets its tickets first (the body does) and then records
+//! the query's number as answered (release); block 0 publishes the next query only after it has read that
+//! (acquire), so no block of the next query takes a ticket before the last merger has reset it, and the body's
+//! scratch (scores, lists) is never written by one query while the last one still reads it. The host rings the
+//! next query only after seeing every answer word, so the mailbox and the answer are never written by both
+//! sides at once.
+//!
+//! Ending: block 0 ends on the host's exit (`k` = [`KNN1_SERVE_EXIT`] with the next number), after `idle_ns`
+//! without a new query, or at its first wait past `life_ns`, publishing [`KNN1_SERVE_EXIT`] so that the other
+//! blocks end too; the others also end on their own past `life_ns` plus [`STRAY_NS`], should block 0 never run.
+//! The host learns that the server ended from its stream (idle), never from a word the server writes, so an
+//! answer it still waits for when the server ends unanswered is an error it sees, not a hang.
+//!
+//! Statistics for the benchmark (`sync`, device clock): per query, the time from a complete mailbox to its
+//! number published (block 0 waits there for the last answer's tickets) and from published to answered.
+//!
+//! Every block must be resident at once (the launcher sizes the grid by the occupancy the driver reports): a
+//! block waiting for a number that block 0 cannot publish because it waits for an SM would otherwise hold that
+//! SM until its own deadline.
+
+use crate::knn1::{knn1, knn1_bulk};
+use crate::util::{
+    F4, block_dim_x, block_x, dynamic_shared_f32, fence_gpu, sync_threads, sync_threads_or,
+    thread_x,
+};
+use core::arch::asm;
+use recall_kernel_shared::{
+    KNN1_SERVE_EXIT, Knn1BulkServeParams, Knn1Params, Knn1ServeParams, METRIC_COSINE, METRIC_DOT,
+    METRIC_L2, SERVE_LISTS_OUT, ServeFields, knn1_bulk_serve_shared_bytes, knn1_serve_next,
+    knn1_serve_shared_bytes,
+};
+
+/// How long past `life_ns` a block other than block 0 waits before it ends on its own (block 0 ends at its first
+/// wait past `life_ns`, so this is only for a block 0 that never ran): 10 ms.
+const STRAY_NS: u64 = 10_000_000;
+
+/// The device's nanosecond clock (`%globaltimer`).
+#[inline(always)]
+fn now_ns() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+    t
+}
+
+/// `*p` with acquire semantics at GPU scope (a word another block writes).
+///
+/// # Safety
+/// `p` is a valid, 4-byte aligned global address.
+#[inline(always)]
+unsafe fn load_acquire_gpu(p: u64) -> u32 {
+    let v: u32;
+    // SAFETY: caller.
+    unsafe {
+        asm!("ld.acquire.gpu.global.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack))
+    };
+    v
+}
+
+/// `*p = v` with release semantics at GPU scope.
+///
+/// # Safety
+/// `p` is a valid, 4-byte aligned global address that no other thread writes meanwhile.
+#[inline(always)]
+unsafe fn store_release_gpu(p: u64, v: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("st.release.gpu.global.u32 [{p}], {v};", v = in(reg32) v, p = in(reg64) p, options(nostack))
+    };
+}
+
+/// 16 bytes at `p` by a volatile load, as four words (two mailbox words: value or `k`, then number, each).
+///
+/// # Safety
+/// `p` is a valid, 16-byte aligned global address of 16 readable bytes.
+#[inline(always)]
+unsafe fn load_volatile_u4(p: u64) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    // SAFETY: caller.
+    unsafe {
+        asm!(
+            "ld.volatile.global.v4.u32 {{{x}, {y}, {z}, {w}}}, [{p}];",
+            p = in(reg64) p,
+            x = out(reg32) x,
+            y = out(reg32) y,
+            z = out(reg32) z,
+            w = out(reg32) w,
+            options(nostack)
+        )
+    };
+    [x, y, z, w]
+}
+
+/// 8 bytes to `p` (two values of the relayed query).
+///
+/// # Safety
+/// `p` is a valid, 8-byte aligned global address of 8 writable bytes.
+#[inline(always)]
+unsafe fn store_u2(p: u64, x: u32, y: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!(
+            "st.global.v2.u32 [{p}], {{{x}, {y}}};",
+            p = in(reg64) p,
+            x = in(reg32) x,
+            y = in(reg32) y,
+            options(nostack)
+        )
+    };
+}
+
+/// Mailbox pairs (16 bytes) each of block 0's threads keeps in flight per poll: 16, so that one round trip over
+/// the bus reads a 768-dimension query (385 pairs) with one warp.
+const POLL_DEPTH: usize = 16;
+
+/// Block 0's wait for the next query (`expected`): poll the mailbox until every word carries `expected`, copying
+/// the values into the relayed query as they come (until the host rings the next query, the mailbox holds the
+/// last one's values, so these stores rewrite what other blocks may still read with the same values). Returns
+/// `(expected, k)`, or `(KNN1_SERVE_EXIT, 0)` when the host rang the exit or the server idled or aged out.
+/// Block-uniform; every thread of block 0 calls it.
+///
+/// # Safety
+/// As [`serve`]; `words` 4 u32 of this block's shared memory.
+#[inline(always)]
+unsafe fn wait_for_query(
+    sf: &ServeFields,
+    dim: usize,
+    expected: u32,
+    start: u64,
+    words: *mut u32,
+) -> (u32, u32) {
+    let t = thread_x() as usize;
+    let threads = block_dim_x() as usize;
+    let pairs = dim / 2 + 1;
+    let since = now_ns();
+    loop {
+        let mut complete = true;
+        let mut exit = false;
+        let mut j = t;
+        while j < pairs {
+            let mut v = [[0u32; 4]; POLL_DEPTH];
+            unroll!(16, U: usize => {
+                let at = j + U * threads;
+                if at < pairs {
+                    // SAFETY: pair at < (dim + 2) / 2 of the mailbox (launcher), 16-byte aligned.
+                    v[U] = unsafe { load_volatile_u4(sf.mailbox + 16 * at as u64) };
+                }
+            });
+            unroll!(16, U: usize => {
+                let at = j + U * threads;
+                if at < pairs {
+                    let [a, a_n, b, b_n] = v[U];
+                    complete &= a_n == expected && b_n == expected;
+                    if 2 * at < dim {
+                        // SAFETY: values 2 at, 2 at + 1 < dim of the relayed query (dim floats, launcher).
+                        unsafe { store_u2(sf.query + 8 * at as u64, a, b) };
+                    } else {
+                        // The pair of k and the padding.
+                        exit = a_n == expected && a == KNN1_SERVE_EXIT;
+                        // SAFETY: this block's shared words; read after the barriers below.
+                        unsafe { *words.add(1) = a };
+                    }
+                }
+            });
+            j += POLL_DEPTH * threads;
+        }
+        let late = t == 0 && {
+            let now = now_ns();
+            now.wrapping_sub(since) > sf.idle_ns || now.wrapping_sub(start) > sf.life_ns
+        };
+        if sync_threads_or(exit || late) {
+            return (KNN1_SERVE_EXIT, 0);
+        }
+        if !sync_threads_or(!complete) {
+            // SAFETY: written by the k pair's thread before the barriers.
+            return (expected, unsafe { *words.add(1) });
+        }
+    }
+}
+
+/// The server's loop (see the module comment): wait for a query (block 0: the mailbox; the others: the number
+/// block 0 publishes), run `body(k)` on it (`true` in the threads of the block that wrote the answer), and
+/// record it answered; until the exit.
+///
+/// # Safety
+/// The launch as the body's launcher requires, with every block resident at once and the rest as
+/// [`ServeFields`] documents for a query of `dim` values; `words` 4 u32 of this block's shared memory past the
+/// body's; the host rings a query only with `1 <= k <= min(SMALL_K_MAX, n_rows)` (or the exit), and only once
+/// every answer word of the last query has been seen; `body` runs one query with every thread of the block,
+/// reads the query from the relayed copy, and leaves the tickets zero once the answer is written.
+#[inline(always)]
+unsafe fn serve(sf: &ServeFields, dim: usize, words: *mut u32, mut body: impl FnMut(u32) -> bool) {
+    let t = thread_x() as usize;
+    let leader = block_x() == 0;
+    let sync = sf.sync as *mut u32;
+    let stats = sf.sync as *mut u64;
+    let start = now_ns();
+    // Block 0: the number last taken, and whether a block records it answered (a device merge). Others: the
+    // number last run.
+    let mut seen = sf.seen;
+    let mut merged = false;
+    let mut last = 0u32;
+    loop {
+        if leader {
+            // SAFETY: forwarded contract; words is this block's shared memory.
+            let (number, k) =
+                unsafe { wait_for_query(sf, dim, knn1_serve_next(seen), start, words) };
+            let complete_at = now_ns();
+            // The relayed values visible device-wide before the number is.
+            fence_gpu();
+            sync_threads();
+            if t == 0 {
+                // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher); only this thread writes u32
+                // words 0, 1 and u64 words 2, 3, 6, the answering block's first thread u32 word 2 and u64 words 4,
+                // 5, after acquiring word 0.
+                unsafe {
+                    // The last query's answer is written and its tickets reset (lists for the host to merge use
+                    // no tickets, and every block wrote its list before the host rang this query).
+                    while merged && load_acquire_gpu(sf.sync + 8) != seen {}
+                    if number != KNN1_SERVE_EXIT {
+                        let now = now_ns();
+                        stats.add(2).write_volatile(now);
+                        stats
+                            .add(3)
+                            .write_volatile(stats.add(3).read_volatile() + (now - complete_at));
+                        stats
+                            .add(6)
+                            .write_volatile(stats.add(6).read_volatile() + 1);
+                    }
+                    sync.add(1).write_volatile(k);
+                    store_release_gpu(sf.sync, number);
+                    *words = number;
+                    *words.add(1) = k;
+                }
+            }
+            seen = number;
+            merged = k & SERVE_LISTS_OUT == 0;
+            sync_threads();
+        } else {
+            if t == 0 {
+                let (number, k) = loop {
+                    // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher).
+                    let number = unsafe { load_acquire_gpu(sf.sync) };
+                    if number != last {
+                        // SAFETY: as above; written before the number (release).
+                        break (number, unsafe { sync.add(1).read_volatile() });
+                    }
+                    if now_ns().wrapping_sub(start) > sf.life_ns.saturating_add(STRAY_NS) {
+                        break (KNN1_SERVE_EXIT, 0);
+                    }
+                };
+                // SAFETY: this block's shared words.
+                unsafe {
+                    *words = number;
+                    *words.add(1) = k;
+                }
+            }
+            sync_threads();
+        }
+        // SAFETY: written before the barrier above.
+        let (number, k) = unsafe { (*words, *words.add(1)) };
+        if number == KNN1_SERVE_EXIT {
+            return;
+        }
+        last = number;
+        if body(k) && t == 0 {
+            // SAFETY: sync as above; one block answers each query, after block 0 published it (so after its
+            // statistics' writes).
+            unsafe {
+                let now = now_ns();
+                stats.add(4).write_volatile(
+                    stats.add(4).read_volatile() + (now - stats.add(2).read_volatile()),
+                );
+                stats
+                    .add(5)
+                    .write_volatile(stats.add(5).read_volatile() + 1);
+                store_release_gpu(sf.sync + 8, number);
+            }
+        }
+        // No thread rewrites `words` before every thread has read them: the body ends with barriers, or (its
+        // early warps) the next round's first barrier waits for the rest.
+    }
+}
+
+/// `sm80_knn1s_*`: the server with `sm80_knn1_*`'s body.
+///
+/// # Safety
+/// As [`serve`] with `sm80_knn1_*`'s launch (`knn1_serve_shared_bytes(dim, warps)` of dynamic shared memory).
+#[inline(always)]
+unsafe fn knn1_serve<const METRIC: u32>(p: &Knn1ServeParams) {
+    let words = dynamic_shared_f32()
+        .wrapping_add((knn1_serve_shared_bytes(p.base.dim, p.base.warps) / 4 - 4) as usize)
+        as *mut u32;
+    // SAFETY: forwarded launcher contract; base.query is the relayed query.
+    unsafe {
+        serve(&p.serve, p.base.dim as usize, words, |k| {
+            knn1::<METRIC>(
+                &Knn1Params {
+                    k: k & 0xFFFF,
+                    ..p.base
+                },
+                |_| F4([0.0; 4]),
+            )
+        })
+    }
+}
+
+/// `sm90a_knn1s_*`: the server with `sm90a_knn1_*`'s body: device merge, or each block's list for the host
+/// ([`SERVE_LISTS_OUT`] in the query's `k` word). The warps other than warp 0 leave
+/// the body early and wait at the next round's first barrier; the body's merges use a named barrier of warp 0
+/// alone.
+///
+/// # Safety
+/// As [`serve`] with `sm90a_knn1_*`'s launch (`knn1_bulk_serve_shared_bytes(dim, slots)` of dynamic shared
+/// memory, `lists_out` 0); `map` the generic address of the parameter's tensor map.
+#[inline(always)]
+unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) {
+    let b = &p.bulk;
+    let words = dynamic_shared_f32()
+        .wrapping_add((knn1_bulk_serve_shared_bytes(b.base.dim, b.slots) / 4 - 4) as usize)
+        as *mut u32;
+    // SAFETY: forwarded launcher contract; base.query is the relayed query.
+    unsafe {
+        serve(&p.serve, b.base.dim as usize, words, |k| {
+            let base = Knn1Params {
+                k: k & 0xFFFF,
+                ..b.base
+            };
+            let lists_out = k & SERVE_LISTS_OUT != 0;
+            knn1_bulk::<METRIC>(&base, b.slots as usize, lists_out, map, |_| F4([0.0; 4]))
+        })
+    }
+}
+
+macro_rules! serve_kernels {
+    ($($name:ident => $metric:ident;)*) => {$(
+        /// See [`knn1_serve`]; its metric is fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: Knn1ServeParams) {
+            // SAFETY: forwarded launcher contract.
+            unsafe { knn1_serve::<$metric>(&p) }
+        }
+    )*};
+}
+
+macro_rules! bulk_serve_kernels {
+    ($($name:ident => $metric:ident;)*) => {$(
+        /// See [`knn1_bulk_serve`]; its metric is fixed per entry point.
+        ///
+        /// # Safety
+        /// Launched only through its typed launcher in `recall-gpu-kernels`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: Knn1BulkServeParams) {
+            let map: u64;
+            // SAFETY: the generic address of this entry's parameter (`cvta.param`), whose first field is the
+            // map; the build declares the parameter 64-byte aligned.
+            unsafe {
+                asm!(
+                    "{{",
+                    ".reg .b64 a;",
+                    concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
+                    "cvta.param.u64 {m}, a;",
+                    "}}",
+                    m = out(reg64) map,
+                    options(pure, nomem, nostack)
+                );
+            }
+            // SAFETY: forwarded launcher contract.
+            unsafe { knn1_bulk_serve::<$metric>(&p, map) }
+        }
+    )*};
+}
+
+serve_kernels! {
+    sm80_knn1s_dot => METRIC_DOT;
+    sm80_knn1s_cosine => METRIC_COSINE;
+    sm80_knn1s_l2 => METRIC_L2;
+}
+
+bulk_serve_kernels! {
+    sm90a_knn1s_dot => METRIC_DOT;
+    sm90a_knn1s_cosine => METRIC_COSINE;
+    sm90a_knn1s_l2 => METRIC_L2;
+}
