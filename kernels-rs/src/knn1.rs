@@ -28,8 +28,8 @@ use crate::util::{
 use core::arch::asm;
 use recall_kernel_shared::{
     KNN1_BULK_PARAM_QUERY, KNN1_BULK_TILE_BYTES, KNN1_EMPTY_KEY, KNN1_PARAM_QUERY, KNN1_ROW_STRIDE,
-    KNN1_STAGES, KNN1_TILE, Knn1BulkParams, Knn1Params, Knn1QueryParams, METRIC_COSINE, METRIC_DOT,
-    METRIC_L2, knn1_bulk_query_floats,
+    KNN1_STAGES, KNN1_TILE, Knn1BulkParams, Knn1Params, Knn1QueryParams, LISTS_OUT_BLOCKS,
+    LISTS_OUT_GROUPS, METRIC_COSINE, METRIC_DOT, METRIC_L2, knn1_bulk_query_floats,
 };
 
 const TILE: usize = KNN1_TILE as usize;
@@ -155,13 +155,17 @@ pub(crate) unsafe fn knn1<const METRIC: u32>(
     }
     // SAFETY: forwarded launcher contract; the ring is free once the copies below have landed.
     unsafe {
-        select_and_merge::<METRIC, false>(p, r, acc, acc_q, nc, keys_s, mins, last_flag, warps)
+        select_and_merge::<METRIC, false>(
+            p, r, acc, acc_q, nc, keys_s, mins, last_flag, warps, false,
+        )
     }
 }
 
 /// Row `r`'s score from its chains (`acc`, the query's norm chain `acc_q`, the row's norm `nc`), this block's
 /// `k` smallest keys, and the two levels of "the last one merges" (see the module comment). Every thread of
-/// the block calls it. `WIDE` as for [`merge`]. Returns whether this block wrote the answer (block-uniform).
+/// the block calls it. `WIDE` as for [`merge`]. `groups_out`: each group's merger writes the group's list
+/// into `out` (list `g` at `2k g`) for the host to merge, and no block merges the groups. Returns whether this
+/// block wrote the answer or, with `groups_out`, its group's list (block-uniform).
 ///
 /// # Safety
 /// As the kernels' contract; `keys_s` is shared memory for `32 * warps * 32` u64 that no copy still writes
@@ -179,6 +183,7 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
     mins: *mut u64,
     last_flag: *mut u32,
     warps: usize,
+    groups_out: bool,
 ) -> bool {
     let t = thread_x() as usize;
     let (n, k) = (p.n_rows as usize, p.k as usize);
@@ -227,22 +232,26 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
         return false;
     }
     let one_group = n_groups == 1;
+    // The group's list goes out (the answer, or with `groups_out` one of the lists the host merges) or to the
+    // last merge.
+    let to_out = one_group || groups_out;
     // Every copy into the ring has landed (the ones still counted are empty groups): it holds the lists now.
     cp_async_wait::<0>();
     // SAFETY: this group's blocks wrote their k keys each (one ascending list per block, in_group <= the
-    // block's threads) before their tickets; the destination is the group's k keys (or, for one group, out's
-    // 2k values); the rings (warps * RING floats) hold in_group * k <= 32 * warps * 32 u64.
+    // block's threads) before their tickets; the destination is the group's k keys, or out's 2k values (list
+    // g of n_groups with `groups_out`: the launcher); the rings (warps * RING floats) hold in_group * k <= 32 *
+    // warps * 32 u64.
     unsafe {
         merge::<WIDE>(
             partial.wrapping_add(g * group_blocks * k),
             in_group,
             k,
-            if one_group {
-                p.out as *mut u64
+            if to_out {
+                (p.out as *mut u64).wrapping_add(if one_group { 0 } else { 2 * k * g })
             } else {
                 group_keys.wrapping_add(g * k)
             },
-            if one_group { p.scores } else { 0 },
+            if to_out { p.scores } else { 0 },
             n,
             mins,
             warps,
@@ -253,7 +262,7 @@ unsafe fn select_and_merge<const METRIC: u32, const WIDE: bool>(
         // SAFETY: every block of the group has taken its ticket; the next launch starts from zero.
         unsafe { tickets.add(1 + g).write_volatile(0) };
     }
-    if one_group {
+    if to_out {
         return true;
     }
     // SAFETY: as above, for the groups' counter.
@@ -387,8 +396,16 @@ unsafe fn merge<const WIDE: bool>(
             };
         }
         if t == 0 {
+            // A list for the host (`scores != 0`) marks places no row fills with [`KNN1_EMPTY_KEY`]: the host
+            // waits for every word to differ from `u64::MAX` (a group's list with fewer than k rows; the
+            // answer itself always has k).
+            let key = if scores != 0 && best == u64::MAX {
+                KNN1_EMPTY_KEY
+            } else {
+                best
+            };
             // SAFETY: round < k: inside dst.
-            unsafe { *dst.add(round) = best };
+            unsafe { *dst.add(round) = key };
         }
         if t == round {
             chosen = best;
@@ -413,9 +430,10 @@ unsafe fn merge<const WIDE: bool>(
 /// ring of `slots` tiles with a full and an empty `mbarrier` per tile. Warp 1 queues the copies (one lane, no
 /// addresses: the tensor map knows the corpus), waiting for a slot to be emptied once the ring is full; warp
 /// 0 runs the chains tile by tile as the tiles land (the next tile's operands loaded before the current one's
-/// steps), frees each slot, then sorts its block's keys across the warp and either (`lists_out`) writes its
-/// `k` smallest with their scores for the host to merge, with no fence and no ticket, or merges as `knn1`
-/// does.
+/// steps), frees each slot, then sorts its block's keys across the warp and either
+/// ([`LISTS_OUT_BLOCKS`]) writes its `k` smallest with their scores for the host to merge, with no fence and no
+/// ticket, or merges as `knn1` does (with [`LISTS_OUT_GROUPS`] only within its group of 32 blocks, the groups'
+/// lists going to the host).
 ///
 /// The launcher picks `slots`: the whole rows (every copy in flight at once) where the blocks have an SM
 /// each, fewer where several blocks share an SM, so that all of them are resident together. The other warps
@@ -433,15 +451,16 @@ unsafe fn merge<const WIDE: bool>(
 /// Grid `ceil(n_rows / 32)`, 64 to 256 threads (warp 0, the copying warp 1 and up to six stagers),
 /// `knn1_bulk_shared_bytes(dim, slots)` bytes of dynamic shared memory; `map` the generic address of the
 /// corpus's tensor map in the parameters, as [`Knn1BulkParams`] describes; `KNN1_BULK_MIN_SLOTS
-/// <= slots <= KNN1_BULK_MAX_SLOTS`; with `lists_out`, `p.out` holds `2k` words per block; sm_90; the rest as
-/// `knn1` (`warps == 1`, `group_blocks == 32`).
+/// <= slots <= KNN1_BULK_MAX_SLOTS`; `p.out` holds `2k` words per block with [`LISTS_OUT_BLOCKS`], per group
+/// with [`LISTS_OUT_GROUPS`]; sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
 ///
-/// Returns whether this thread's block wrote the answer (warp 0; the other warps, and `lists_out`, `false`).
+/// Returns whether this thread's block wrote the answer or its group's list (warp 0; the other warps, and
+/// [`LISTS_OUT_BLOCKS`], `false`).
 #[inline(always)]
 pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     p: &Knn1Params,
     slots: usize,
-    lists_out: bool,
+    lists_out: u32,
     map: u64,
     query_piece: impl Fn(usize) -> F4,
 ) -> bool {
@@ -625,7 +644,7 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     let b = load_half(t, at, 1);
     (acc, acc_q) = steps(&a, pieces.min(4), acc, acc_q);
     (acc, acc_q) = steps(&b, pieces.saturating_sub(4), acc, acc_q);
-    if lists_out {
+    if lists_out == LISTS_OUT_BLOCKS {
         // The block's list for the host: its k smallest keys ascending, each one's score beside them (read
         // from the lane of its row), [KNN1_EMPTY_KEY] past the block's rows. No fence, no ticket: the host
         // waits for every word of every list.
@@ -641,7 +660,7 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
             } else {
                 (sorted, bits)
             };
-            // SAFETY: out holds 2 k words per block (lists_out: the launcher); lane < k.
+            // SAFETY: out holds 2 k words per block (LISTS_OUT_BLOCKS: the launcher); lane < k.
             unsafe {
                 *out.add(lane) = key;
                 *out.add(k + lane) = bits;
@@ -652,7 +671,18 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     // Every tile has landed and been read: the ring is free for the merge's lists.
     // SAFETY: forwarded launcher contract; the ring holds at least 2 tiles = 32 * 32 u64.
     unsafe {
-        select_and_merge::<METRIC, true>(p, r, acc, acc_q, nc, ring as *mut u64, mins, last_flag, 1)
+        select_and_merge::<METRIC, true>(
+            p,
+            r,
+            acc,
+            acc_q,
+            nc,
+            ring as *mut u64,
+            mins,
+            last_flag,
+            1,
+            lists_out == LISTS_OUT_GROUPS,
+        )
     }
 }
 
@@ -791,7 +821,7 @@ macro_rules! knn1_bulk_kernels {
             };
             // SAFETY: forwarded launcher contract (a query in the parameters has `p.base.query` 0, one in
             // memory a non-zero address, so `Q = 0` never asks for a piece).
-            unsafe { knn1_bulk::<$metric>(&p.base, p.slots as usize, p.lists_out != 0, map, piece) };
+            unsafe { knn1_bulk::<$metric>(&p.base, p.slots as usize, p.lists_out, map, piece) };
         }
     )*};
 }

@@ -16,10 +16,11 @@
 //! words land in. Block 0's threads store the values, fence and pass a barrier, and its first thread publishes
 //! with `st.release.gpu`; the other blocks' first threads read the number with `ld.acquire.gpu` and pass a
 //! barrier before their threads load the query (`ld.global.cg`: from the L2, never a line the L1 kept from an
-//! earlier query). The block that writes an answer resets its tickets first (the body does) and then records
-//! the query's number as answered (release); block 0 publishes the next query only after it has read that
-//! (acquire), so no block of the next query takes a ticket before the last merger has reset it, and the body's
-//! scratch (scores, lists) is never written by one query while the last one still reads it. The host rings the
+//! earlier query). A block that writes the answer (or, with the groups' lists for the host, its group's list)
+//! resets its tickets first (the body does) and then adds one to an answered count (release); block 0
+//! publishes the next query only after the count has reached every such block of the queries so far (acquire),
+//! so no block of the next query takes a ticket before the last merger has reset it, and the body's scratch
+//! (scores, lists) is never written by one query while the last one still reads it. The host rings the
 //! next query only after seeing every answer word, so the mailbox and the answer are never written by both
 //! sides at once.
 //!
@@ -30,7 +31,8 @@
 //! answer it still waits for when the server ends unanswered is an error it sees, not a hang.
 //!
 //! Statistics for the benchmark (`sync`, device clock): per query, the time from a complete mailbox to its
-//! number published (block 0 waits there for the last answer's tickets) and from published to answered.
+//! number published (block 0 waits there for the last answer's tickets) and, for the device's merge, from
+//! published to answered.
 //!
 //! Every block must be resident at once (the launcher sizes the grid by the occupancy the driver reports): a
 //! block waiting for a number that block 0 cannot publish because it waits for an SM would otherwise hold that
@@ -38,14 +40,14 @@
 
 use crate::knn1::{knn1, knn1_bulk};
 use crate::util::{
-    F4, block_dim_x, block_x, dynamic_shared_f32, fence_gpu, sync_threads, sync_threads_or,
-    thread_x,
+    F4, block_dim_x, block_x, dynamic_shared_f32, fence_gpu, grid_dim_x, sync_threads,
+    sync_threads_or, thread_x,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
-    KNN1_SERVE_EXIT, Knn1BulkServeParams, Knn1Params, Knn1ServeParams, METRIC_COSINE, METRIC_DOT,
-    METRIC_L2, SERVE_LISTS_OUT, ServeFields, knn1_bulk_serve_shared_bytes, knn1_serve_next,
-    knn1_serve_shared_bytes,
+    KNN1_SERVE_EXIT, Knn1BulkServeParams, Knn1Params, Knn1ServeParams, LISTS_OUT_GROUPS,
+    METRIC_COSINE, METRIC_DOT, METRIC_L2, SERVE_LISTS_SHIFT, ServeFields,
+    knn1_bulk_serve_shared_bytes, knn1_serve_next, knn1_serve_shared_bytes,
 };
 
 /// How long past `life_ns` a block other than block 0 waits before it ends on its own (block 0 ends at its first
@@ -84,6 +86,18 @@ unsafe fn store_release_gpu(p: u64, v: u32) {
     // SAFETY: caller.
     unsafe {
         asm!("st.release.gpu.global.u32 [{p}], {v};", v = in(reg32) v, p = in(reg64) p, options(nostack))
+    };
+}
+
+/// `*p += v` atomically, with release semantics at GPU scope.
+///
+/// # Safety
+/// `p` is a valid, 4-byte aligned global address.
+#[inline(always)]
+unsafe fn add_release_gpu(p: u64, v: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("red.release.gpu.global.add.u32 [{p}], {v};", v = in(reg32) v, p = in(reg64) p, options(nostack))
     };
 }
 
@@ -205,18 +219,25 @@ unsafe fn wait_for_query(
 /// [`ServeFields`] documents for a query of `dim` values; `words` 4 u32 of this block's shared memory past the
 /// body's; the host rings a query only with `1 <= k <= min(SMALL_K_MAX, n_rows)` (or the exit), and only once
 /// every answer word of the last query has been seen; `body` runs one query with every thread of the block,
-/// reads the query from the relayed copy, and leaves the tickets zero once the answer is written.
+/// reads the query from the relayed copy, and returns `true` in the blocks that write the answer (one) or, with
+/// [`LISTS_OUT_GROUPS`] in the `k` word, a group's list (`groups`), each after resetting the tickets it used.
 #[inline(always)]
-unsafe fn serve(sf: &ServeFields, dim: usize, words: *mut u32, mut body: impl FnMut(u32) -> bool) {
+unsafe fn serve(
+    sf: &ServeFields,
+    dim: usize,
+    groups: u32,
+    words: *mut u32,
+    mut body: impl FnMut(u32) -> bool,
+) {
     let t = thread_x() as usize;
     let leader = block_x() == 0;
     let sync = sf.sync as *mut u32;
     let stats = sf.sync as *mut u64;
     let start = now_ns();
-    // Block 0: the number last taken, and whether a block records it answered (a device merge). Others: the
-    // number last run.
+    // Block 0: the number last taken, and how many answering blocks (`body` true) the queries taken so far
+    // have (sync's u32 word 2 counts them). Others: the number last run.
     let mut seen = sf.seen;
-    let mut merged = false;
+    let mut answers = 0u32;
     let mut last = 0u32;
     loop {
         if leader {
@@ -232,9 +253,9 @@ unsafe fn serve(sf: &ServeFields, dim: usize, words: *mut u32, mut body: impl Fn
                 // words 0, 1 and u64 words 2, 3, 6, the answering block's first thread u32 word 2 and u64 words 4,
                 // 5, after acquiring word 0.
                 unsafe {
-                    // The last query's answer is written and its tickets reset (lists for the host to merge use
-                    // no tickets, and every block wrote its list before the host rang this query).
-                    while merged && load_acquire_gpu(sf.sync + 8) != seen {}
+                    // Every block that answered the last query has reset its tickets (the blocks' lists for the
+                    // host use none, and every block wrote its list before the host rang this query).
+                    while load_acquire_gpu(sf.sync + 8) != answers {}
                     if number != KNN1_SERVE_EXIT {
                         let now = now_ns();
                         stats.add(2).write_volatile(now);
@@ -252,7 +273,11 @@ unsafe fn serve(sf: &ServeFields, dim: usize, words: *mut u32, mut body: impl Fn
                 }
             }
             seen = number;
-            merged = k & SERVE_LISTS_OUT == 0;
+            answers = answers.wrapping_add(match k >> SERVE_LISTS_SHIFT {
+                0 => 1,
+                LISTS_OUT_GROUPS => groups,
+                _ => 0,
+            });
             sync_threads();
         } else {
             if t == 0 {
@@ -282,17 +307,19 @@ unsafe fn serve(sf: &ServeFields, dim: usize, words: *mut u32, mut body: impl Fn
         }
         last = number;
         if body(k) && t == 0 {
-            // SAFETY: sync as above; one block answers each query, after block 0 published it (so after its
-            // statistics' writes).
+            // SAFETY: sync as above; with the device's merge one block answers each query, after block 0
+            // published it (so after its statistics' writes).
             unsafe {
-                let now = now_ns();
-                stats.add(4).write_volatile(
-                    stats.add(4).read_volatile() + (now - stats.add(2).read_volatile()),
-                );
-                stats
-                    .add(5)
-                    .write_volatile(stats.add(5).read_volatile() + 1);
-                store_release_gpu(sf.sync + 8, number);
+                if k >> SERVE_LISTS_SHIFT == 0 {
+                    let now = now_ns();
+                    stats.add(4).write_volatile(
+                        stats.add(4).read_volatile() + (now - stats.add(2).read_volatile()),
+                    );
+                    stats
+                        .add(5)
+                        .write_volatile(stats.add(5).read_volatile() + 1);
+                }
+                add_release_gpu(sf.sync + 8, 1);
             }
         }
         // No thread rewrites `words` before every thread has read them: the body ends with barriers, or (its
@@ -311,7 +338,8 @@ unsafe fn knn1_serve<const METRIC: u32>(p: &Knn1ServeParams) {
         as *mut u32;
     // SAFETY: forwarded launcher contract; base.query is the relayed query.
     unsafe {
-        serve(&p.serve, p.base.dim as usize, words, |k| {
+        let groups = grid_dim_x().div_ceil(p.base.group_blocks);
+        serve(&p.serve, p.base.dim as usize, groups, words, |k| {
             knn1::<METRIC>(
                 &Knn1Params {
                     k: k & 0xFFFF,
@@ -324,13 +352,13 @@ unsafe fn knn1_serve<const METRIC: u32>(p: &Knn1ServeParams) {
 }
 
 /// `sm90a_knn1s_*`: the server with `sm90a_knn1_*`'s body: device merge, or each block's list for the host
-/// ([`SERVE_LISTS_OUT`] in the query's `k` word). The warps other than warp 0 leave
+/// (the lists' mode in the query's `k` word, [`SERVE_LISTS_SHIFT`]). The warps other than warp 0 leave
 /// the body early and wait at the next round's first barrier; the body's merges use a named barrier of warp 0
 /// alone.
 ///
 /// # Safety
 /// As [`serve`] with `sm90a_knn1_*`'s launch (`knn1_bulk_serve_shared_bytes(dim, slots)` of dynamic shared
-/// memory, `lists_out` 0); `map` the generic address of the parameter's tensor map.
+/// memory); `map` the generic address of the parameter's tensor map.
 #[inline(always)]
 unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) {
     let b = &p.bulk;
@@ -339,12 +367,13 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
         as *mut u32;
     // SAFETY: forwarded launcher contract; base.query is the relayed query.
     unsafe {
-        serve(&p.serve, b.base.dim as usize, words, |k| {
+        let groups = grid_dim_x().div_ceil(b.base.group_blocks);
+        serve(&p.serve, b.base.dim as usize, groups, words, |k| {
             let base = Knn1Params {
                 k: k & 0xFFFF,
                 ..b.base
             };
-            let lists_out = k & SERVE_LISTS_OUT != 0;
+            let lists_out = k >> SERVE_LISTS_SHIFT;
             knn1_bulk::<METRIC>(&base, b.slots as usize, lists_out, map, |_| F4([0.0; 4]))
         })
     }

@@ -19,7 +19,7 @@ use recall_gpu_sys::{Element, Gpu, GpuError, MappedReadback, TensorMap, tensor_m
 use recall_kernel_shared::{
     KNN1_BULK_MAX_SLOTS, KNN1_BULK_MIN_SLOTS, KNN1_BULK_PARAM_QUERY, KNN1_BULK_TILE_BYTES,
     KNN1_BULK_WARPS, KNN1_EMPTY_KEY, KNN1_PARAM_QUERY, Knn1BulkParams, Knn1Params, Knn1QueryParams,
-    SMALL_K_MAX, knn1_bulk_shared_bytes, knn1_shared_bytes,
+    LISTS_OUT_BLOCKS, LISTS_OUT_GROUPS, SMALL_K_MAX, knn1_bulk_shared_bytes, knn1_shared_bytes,
 };
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -319,16 +319,34 @@ fn query_floats<const Q: usize>(query: &[f32]) -> [f32; Q] {
     floats
 }
 
-/// Whether an `sm90a_knn1_*` launch of `blocks` blocks hands every block's `k` keys to the host to merge
-/// (`Knn1BulkParams::lists_out`) rather than merging them on the device behind a fence and a ticket per
-/// block, by `RECALL_KNN1_MERGE` (read once): `auto` (the default) when the lists hold at most
-/// [`KNN1_HOST_MERGE_MAX_WORDS`], `host` always, `device` never. The same list either way.
-pub(crate) fn knn1_lists_to_host(blocks: usize, k: usize) -> bool {
+/// Which lists an `sm90a_knn1_*` launch (or `sm90a_knn1s_*` query) of `blocks` blocks hands to the host to
+/// merge (`Knn1BulkParams::lists_out`), by `RECALL_KNN1_MERGE` (read once): `auto` (the default) every
+/// block's `k` keys when they hold at most [`KNN1_HOST_MERGE_MAX_WORDS`], else the groups' (32 blocks each)
+/// where there are several, so that no block merges the groups behind a second fence and ticket; `host` the
+/// blocks' always; `groups` the groups' always (the blocks' for one group); `device` none. The same list
+/// either way.
+pub(crate) fn knn1_lists_mode(blocks: usize, k: usize) -> u32 {
     static SETTING: OnceLock<usize> = OnceLock::new();
-    match *SETTING.get_or_init(|| env_choice("RECALL_KNN1_MERGE", &["auto", "host", "device"])) {
-        1 => true,
-        2 => false,
-        _ => blocks * 2 * k <= KNN1_HOST_MERGE_MAX_WORDS,
+    let groups = blocks.div_ceil(32);
+    match *SETTING
+        .get_or_init(|| env_choice("RECALL_KNN1_MERGE", &["auto", "host", "device", "groups"]))
+    {
+        1 => LISTS_OUT_BLOCKS,
+        2 => 0,
+        3 if groups > 1 => LISTS_OUT_GROUPS,
+        3 => LISTS_OUT_BLOCKS,
+        _ if blocks * 2 * k <= KNN1_HOST_MERGE_MAX_WORDS => LISTS_OUT_BLOCKS,
+        _ if groups > 1 => LISTS_OUT_GROUPS,
+        _ => 0,
+    }
+}
+
+/// The lists a launch of `blocks` blocks in lists' mode `mode` writes for the host to merge (1: the answer).
+pub(crate) fn knn1_lists(mode: u32, blocks: usize) -> usize {
+    match mode {
+        LISTS_OUT_BLOCKS => blocks,
+        LISTS_OUT_GROUPS => blocks.div_ceil(32),
+        _ => 1,
     }
 }
 
@@ -347,7 +365,7 @@ fn bulk_params<const Q: usize>(
     map: TensorMap,
     mut base: Knn1Params,
     slots: u32,
-    lists_out: bool,
+    lists_out: u32,
     query: &[f32],
 ) -> Knn1BulkParams<Q> {
     if Q > 0 {
@@ -357,7 +375,7 @@ fn bulk_params<const Q: usize>(
         map: map.0,
         base,
         slots,
-        lists_out: u32::from(lists_out),
+        lists_out,
         _pad: [0; 2],
         query: query_floats(query),
     }
@@ -778,7 +796,10 @@ impl Kernels {
             (b, map, plan)
         });
         // sm90a_knn1 hands each block's list to the host when the lists are few (`RECALL_KNN1_MERGE`).
-        let lists_out = bulk.is_some() && knn1_lists_to_host(n_rows.div_ceil(32), k);
+        let lists_out = match bulk {
+            Some(_) => knn1_lists_mode(n_rows.div_ceil(32), k),
+            None => 0,
+        };
         let (warps, (n_blocks, n_groups, threads), smem) = match bulk {
             Some((_, _, (_, _, smem))) => {
                 (1, (n_rows.div_ceil(32), n_rows.div_ceil(32 * 32), 32), smem)
@@ -796,7 +817,7 @@ impl Kernels {
             partial: (n_blocks + n_groups) * k,
             partial_made: (n_blocks + n_groups) * SMALL_K_MAX as usize,
             tickets: 1 + n_groups,
-            lists: if lists_out { n_blocks } else { 1 },
+            lists: knn1_lists(lists_out, n_blocks),
         };
         let (funcs, capacity, min_bus_bytes) = match bulk {
             Some((b, _, _)) => (b, KNN1_BULK_PARAM_QUERY, KNN1_BULK_PARAMS_MIN_BUS_BYTES),
@@ -900,7 +921,7 @@ pub(crate) fn one_query_inputs(
 mod tests {
     use super::{
         KNN1_BULK_PARAMS_MIN_BUS_BYTES, KNN1_MAX_DIM, KNN1_PARAMS_MIN_BUS_BYTES, OneQueryNeeds,
-        QuerySetting, bulk_params, bulk_plan, merge_lists, with_query,
+        QuerySetting, bulk_params, bulk_plan, knn1_lists, knn1_lists_mode, merge_lists, with_query,
     };
     use recall_gpu_sys::TensorMap;
     use recall_kernel_shared::KNN1_EMPTY_KEY;
@@ -940,7 +961,7 @@ mod tests {
     }
     use recall_kernel_shared::{
         KNN1_BULK_MAX_SLOTS, KNN1_BULK_MIN_SLOTS, KNN1_BULK_PARAM_QUERY, KNN1_BULK_WARPS,
-        Knn1Params, knn1_bulk_shared_bytes,
+        Knn1Params, LISTS_OUT_BLOCKS, LISTS_OUT_GROUPS, knn1_bulk_shared_bytes,
     };
 
     /// An H100's and an H200's SMs and per-block shared memory (opt-in).
@@ -988,12 +1009,29 @@ mod tests {
             dim: 768,
             ..Knn1Params::default()
         };
-        let p = bulk_params::<KNN1_BULK_PARAM_QUERY>(TensorMap([0; 16]), base, 2, false, &q);
+        let p = bulk_params::<KNN1_BULK_PARAM_QUERY>(TensorMap([0; 16]), base, 2, 0, &q);
         assert_eq!(p.base.query, 0);
         assert_eq!(p.base.dim, 768);
         assert_eq!(&p.query[..768], &q[..]);
         assert!(p.query[768..].iter().all(|&v| v == 0.0));
         assert_eq!(p.query.len(), KNN1_BULK_PARAM_QUERY);
+    }
+
+    /// By default (`RECALL_KNN1_MERGE` unset) the host merges the blocks' lists up to 3,072 words, the groups'
+    /// lists above where there are several groups of 32 blocks.
+    #[test]
+    fn the_host_merges_the_blocks_lists_when_few_else_the_groups() {
+        if std::env::var_os("RECALL_KNN1_MERGE").is_some() {
+            eprintln!("skipped: RECALL_KNN1_MERGE is set");
+            return;
+        }
+        assert_eq!(knn1_lists_mode(32, 10), LISTS_OUT_BLOCKS);
+        assert_eq!(knn1_lists_mode(128, 12), LISTS_OUT_BLOCKS);
+        assert_eq!(knn1_lists_mode(128, 16), LISTS_OUT_GROUPS);
+        assert_eq!(knn1_lists_mode(313, 10), LISTS_OUT_GROUPS);
+        assert_eq!(knn1_lists(LISTS_OUT_GROUPS, 313), 10);
+        assert_eq!(knn1_lists(LISTS_OUT_BLOCKS, 313), 313);
+        assert_eq!(knn1_lists(0, 313), 1);
     }
 
     fn needs(dim: usize, blocks: usize) -> OneQueryNeeds {

@@ -27,14 +27,14 @@
 use crate::env::{env_choice, env_number};
 use crate::knn1::{
     KNN1_BULK_MAX_ROWS, KNN1_HOST_MERGE_MAX_WORDS, UNSET, bulk_plan, knn1_bulk_enabled,
-    knn1_bulk_warps_setting, knn1_layout, knn1_lists_to_host, merge_lists,
+    knn1_bulk_warps_setting, knn1_layout, knn1_lists, knn1_lists_mode, merge_lists,
 };
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Element, Gpu, GpuError, MappedReadback, TensorMap, tensor_map_2d};
 use recall_kernel_shared::{
     KNN1_SERVE_EXIT, KNN1_SERVE_SYNC_WORDS, Knn1BulkParams, Knn1BulkServeParams, Knn1Params,
-    Knn1ServeParams, SERVE_LISTS_OUT, SMALL_K_MAX, ServeFields, knn1_bulk_serve_shared_bytes,
+    Knn1ServeParams, SERVE_LISTS_SHIFT, SMALL_K_MAX, ServeFields, knn1_bulk_serve_shared_bytes,
     knn1_serve_next, knn1_serve_shared_bytes,
 };
 use std::sync::OnceLock;
@@ -124,7 +124,7 @@ struct Server {
     cfg: (u32, u32, u32),
     /// Mapped: the mailbox (`Knn1ServeParams`), `dim + 2` words.
     mailbox: MappedReadback<u64>,
-    /// Mapped: the answer words: `2k`, or `2k` per block (`SERVE_LISTS_OUT`).
+    /// Mapped: the answer words: `2k`, or `2k` per list for the host (`knn1_lists_mode`).
     answer: MappedReadback<u64>,
     /// Device: the query as block 0 relays it, the published / k / answered words and the statistics, and the
     /// body's scratch.
@@ -401,20 +401,18 @@ fn ask(
     }
     let bell = knn1_serve_next(s.bell);
     let tag = u64::from(bell) << 32;
-    // `sm90a_knn1s_*` hands the blocks' lists to the host as `sm90a_knn1_*` would (`RECALL_KNN1_MERGE`).
+    // `sm90a_knn1s_*` hands the blocks' or the groups' lists to the host as `sm90a_knn1_*` would
+    // (`RECALL_KNN1_MERGE`), where they fit the answer's words.
     let blocks = s.cfg.0 as usize;
-    let lists = match s.body {
-        Body::Bulk { .. } if knn1_lists_to_host(blocks, k) && blocks * 2 * k <= s.answer.len() => {
-            blocks
-        }
-        _ => 1,
+    let mode = match s.body {
+        Body::Bulk { .. } => knn1_lists_mode(blocks, k),
+        Body::Sm80 { .. } => 0,
     };
-    let k_word = k as u64
-        | if lists > 1 {
-            u64::from(SERVE_LISTS_OUT)
-        } else {
-            0
-        };
+    let (mode, lists) = match knn1_lists(mode, blocks) {
+        lists if lists * 2 * k <= s.answer.len() => (mode, lists),
+        _ => (0, 1),
+    };
+    let k_word = k as u64 | u64::from(mode << SERVE_LISTS_SHIFT);
     // SAFETY: no device work writes the answer words now: the last query's every answer word was seen, or
     // the server has ended.
     unsafe { s.answer.fill_host(lists * 2 * k, UNSET) }?;

@@ -452,7 +452,8 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
 ///
 /// The host rings a query by writing the mailbox: `dim + 2` u64 words in mapped memory, word `i < dim` the
 /// query's value `i` (f32 bits, low half), word `dim` its `k` ([`KNN1_SERVE_EXIT`] to end the server), word
-/// `dim + 1` padding, every word carrying the query's number in its high half. Numbers follow one another
+/// `dim + 1` padding, every word carrying the query's number in its high half (`k` may carry the lists' mode,
+/// [`SERVE_LISTS_SHIFT`]). Numbers follow one another
 /// ([`knn1_serve_next`]) from `seen`. Block 0 polls the whole mailbox (each word is written and read whole, so a
 /// word with the new number holds the new value) until every word carries the next number, copies the query
 /// into `query` and publishes the number in `sync`'s word 0 (its `k` in word 1); every block then runs
@@ -468,7 +469,8 @@ pub struct Knn1ServeParams {
 }
 
 /// `sm90a_knn1s_*`: the one-query server with `sm90a_knn1_*`'s body (tensor-map copies, device merge;
-/// `bulk.base` as in [`Knn1ServeParams`], `bulk.lists_out` 0), the map first as the copies need.
+/// `bulk.base` as in [`Knn1ServeParams`], `bulk.lists_out` unused: each query brings its own), the map first as
+/// the copies need.
 #[repr(C, align(16))]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Knn1BulkServeParams {
@@ -502,13 +504,13 @@ pub struct ServeFields {
 /// The `k` that ends `sm80_knn1s_*` (and the number block 0 publishes to end the other blocks).
 pub const KNN1_SERVE_EXIT: u32 = u32::MAX;
 
-/// In a server's `k` word (`sm90a_knn1s_*` only): every block writes its `k` best keys and their scores for the
-/// host to merge (`Knn1BulkParams::lists_out`; `out` holds `2k` words per block) instead of the device merging
-/// them. The `k` itself is the word's low 16 bits.
-pub const SERVE_LISTS_OUT: u32 = 1 << 16;
+/// A server's `k` word (`sm90a_knn1s_*` only) carries the query's `Knn1BulkParams::lists_out` from this bit
+/// on ([`LISTS_OUT_BLOCKS`], [`LISTS_OUT_GROUPS`]; 0 for the device's merge); the `k` itself is the word's low
+/// 16 bits.
+pub const SERVE_LISTS_SHIFT: u32 = 16;
 const _: () = assert!(
-    SERVE_LISTS_OUT > SMALL_K_MAX && SERVE_LISTS_OUT & 0xFFFF == 0,
-    "the flag is clear of any k"
+    SMALL_K_MAX < 1 << SERVE_LISTS_SHIFT,
+    "the lists' mode is clear of any k"
 );
 
 /// u32 words of `ServeFields::sync`.
@@ -557,13 +559,21 @@ pub struct Knn1BulkParams<const Q: usize> {
     pub base: Knn1Params,
     /// Tiles in the block's ring, [`KNN1_BULK_MIN_SLOTS`] to [`KNN1_BULK_MAX_SLOTS`].
     pub slots: u32,
-    /// 1: every block writes its `k` smallest keys ascending, then their scores' bits, to `base.out[2 k
-    /// block ..]` ([`KNN1_EMPTY_KEY`] where the block has fewer than `k` rows) and nothing merges on the
-    /// device (no tickets, no fence): the host merges the lists. 0: the tickets and mergers of [`Knn1Params`].
+    /// Which lists the host merges: [`LISTS_OUT_BLOCKS`], [`LISTS_OUT_GROUPS`], or 0 (none: the tickets and
+    /// mergers of [`Knn1Params`] write the answer).
     pub lists_out: u32,
     pub _pad: [u32; 2],
     pub query: [f32; Q],
 }
+
+/// `Knn1BulkParams::lists_out`: every block writes its `k` smallest keys ascending, then their scores' bits, to
+/// `base.out[2 k block ..]` ([`KNN1_EMPTY_KEY`] where the block has fewer than `k` rows) and nothing merges on
+/// the device (no tickets, no fence): the host merges the lists.
+pub const LISTS_OUT_BLOCKS: u32 = 1;
+/// `Knn1BulkParams::lists_out`: each group's merger writes the group's `k` smallest keys, then their scores'
+/// bits, to `base.out[2 k group ..]` (as the last merger writes the answer) and no block merges the groups: the
+/// host merges the groups' lists.
+pub const LISTS_OUT_GROUPS: u32 = 2;
 
 /// The key a block writes for a place in its list that no row fills (`Knn1BulkParams::lists_out`): never a
 /// row's key (a row id is below `u32::MAX - 1`) and never the host's "not yet written" word (`u64::MAX`).
