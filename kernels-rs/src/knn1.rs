@@ -464,60 +464,24 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     map: u64,
     query_piece: impl Fn(usize) -> F4,
 ) -> bool {
-    const TILE_F: usize = KNN1_BULK_TILE_BYTES as usize / 4;
-    let smem = dynamic_shared_f32();
     let (lane, warp) = (thread_x() as usize % 32, thread_x() as usize / 32);
     let block_warps = block_dim_x() as usize / 32;
     let (n, dim) = (p.n_rows as usize, p.dim as usize);
     let n_tiles = dim.div_ceil(TILE);
-    // The ring at the first 1,024-byte boundary (the swizzle's pattern repeats every 1,024 bytes and the
-    // copies place it from their shared address), then the query, the barriers, the minima and the flag.
-    let base = shared_addr(smem);
-    let ring_s = (base + 1023) & !1023;
-    let ring = smem.wrapping_add(((ring_s - base) / 4) as usize);
-    let q_s = ring.wrapping_add(slots * TILE_F);
-    let q_floats = knn1_bulk_query_floats(p.dim) as usize;
-    let full = shared_addr(q_s.wrapping_add(q_floats));
-    let empty = full + 8 * slots as u32;
-    let mins = q_s.wrapping_add(q_floats + 4 * slots) as *mut u64;
-    let last_flag = mins.wrapping_add(2) as *mut u32;
+    let sm = BulkSmem::of(p.dim, slots);
     let row0 = block_x() as usize * 32;
     let all = 32 * block_warps as u32;
     // The query's pieces from memory (one round trip over the bus), waited for before the first tile.
     if p.query != 0 && warp == 0 {
         // SAFETY: the query area holds dim floats; p.query holds dim (a multiple of 4) floats, 16-byte
         // aligned.
-        unsafe { stage_query(q_s, p.query, dim, lane, 32) };
+        unsafe { stage_query(sm.q_s, p.query, dim, lane, 32) };
     }
     cp_async_commit();
     if warp == 1 {
         if lane == 0 {
-            let mut s = 0;
-            while s < slots {
-                // SAFETY: barriers s of this block's shared memory, used by nothing else; the full one
-                // completes on its tile's bytes (one arrival: the copy's `expect_tx`), the empty one when warp
-                // 0's 32 lanes have read the tile. The map's line is fetched ahead of the first copy.
-                unsafe {
-                    asm!(
-                        "mbarrier.init.shared::cta.b64 [{f}], 1;",
-                        "mbarrier.init.shared::cta.b64 [{e}], 32;",
-                        f = in(reg32) full + 8 * s as u32,
-                        e = in(reg32) empty + 8 * s as u32,
-                        options(nostack)
-                    );
-                }
-                s += 1;
-            }
-            // SAFETY: the barriers' initialisation before the async proxy uses them; map is the generic
-            // address of the parameter's tensor map (entry point).
-            unsafe {
-                asm!(
-                    "fence.mbarrier_init.release.cluster;",
-                    "prefetch.tensormap [{m}];",
-                    m = in(reg64) map,
-                    options(nostack)
-                );
-            }
+            // SAFETY: this block's barriers, before any use; map as the launcher guarantees.
+            unsafe { bulk_init_barriers(&sm, slots, map) };
         }
         sync_warp();
         // The barriers exist: warp 0 may wait on them (it waits for this arrival at barrier 1).
@@ -525,34 +489,9 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
         let mut at = RingPos::default();
         let mut t = 0;
         while t < n_tiles {
-            let s = at.slot;
-            if t >= slots {
-                // SAFETY: barrier s, initialised above; the phase in which warp 0 read tile t - slots (the
-                // round before this one).
-                unsafe { mbarrier_wait(empty + 8 * s as u32, at.parity ^ 1) };
-            }
-            if lane == 0 {
-                // SAFETY: slot s is free (never used, or read by warp 0: the empty barrier); the box of 32
-                // rows from row0 by 32 columns from 32 t lands inside it (KNN1_BULK_TILE_BYTES, at a 1,024-byte
-                // boundary as the swizzle needs), and the full barrier expects exactly its bytes (rows and
-                // columns past the corpus count, filled with zeros); map as the launcher guarantees.
-                unsafe {
-                    asm!(
-                        "{{",
-                        ".reg .b64 st;",
-                        "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {bytes};",
-                        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{c}, {r}}}], [{b}];",
-                        "}}",
-                        b = in(reg32) full + 8 * s as u32,
-                        bytes = const KNN1_BULK_TILE_BYTES,
-                        d = in(reg32) ring_s + (s * KNN1_BULK_TILE_BYTES as usize) as u32,
-                        m = in(reg64) map,
-                        c = in(reg32) (t * TILE) as u32,
-                        r = in(reg32) row0 as u32,
-                        options(nostack)
-                    );
-                }
-            }
+            // SAFETY: tile t < n_tiles into slot at (its last tile, t - slots, read by warp 0 when t >= slots);
+            // map as the launcher guarantees.
+            unsafe { bulk_issue(&sm, map, at, t >= slots, t, row0, lane) };
             at = at.next(slots);
             t += 1;
         }
@@ -563,7 +502,7 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
         // arrive.
         let (rank, stagers) = (warp.saturating_sub(1), block_warps - 1);
         // SAFETY: the query area holds dim floats; the entry point carries the query (launcher).
-        unsafe { stage_query_params(q_s, query_piece, dim, 32 * rank + lane, 32 * stagers) };
+        unsafe { stage_query_params(sm.q_s, query_piece, dim, 32 * rank + lane, 32 * stagers) };
     }
     if warp != 0 {
         named_barrier_arrive(1, all);
@@ -580,16 +519,166 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     };
     cp_async_wait::<0>();
     sync_warp();
+    // SAFETY: the barriers were initialised before barrier 1; warp 1 queues every tile once.
+    let (acc, acc_q, _) =
+        unsafe { bulk_chains::<METRIC>(p, &sm, slots, RingPos::default(), false, lane) };
+    // Every tile has landed and been read: the ring is free for the merge's lists.
+    // SAFETY: forwarded launcher contract; the ring holds at least 2 tiles = 32 * 32 u64.
+    unsafe { bulk_finish::<METRIC>(p, &sm, lists_out, r, acc, acc_q, nc, sm.ring as *mut u64) }
+}
+
+/// Where an `sm90a_knn1_*` block with `slots` tiles keeps its ring (at the first 1,024-byte boundary: the
+/// swizzle's pattern repeats every 1,024 bytes and the copies place it from their shared address), then the
+/// query, the full and empty barriers, the minima and the last-block flag: `knn1_bulk_shared_bytes(dim,
+/// slots)` from the dynamic shared memory's base.
+#[derive(Clone, Copy)]
+pub(crate) struct BulkSmem {
+    pub(crate) ring: *mut f32,
+    /// The ring's shared address.
+    pub(crate) ring_s: u32,
+    pub(crate) q_s: *mut f32,
+    /// Shared addresses of the full and empty barriers (`slots` each, 8 bytes apart).
+    pub(crate) full: u32,
+    pub(crate) empty: u32,
+    pub(crate) mins: *mut u64,
+    pub(crate) last_flag: *mut u32,
+}
+
+impl BulkSmem {
+    /// The places for a query of `dim` values and a ring of `slots` tiles.
+    #[inline(always)]
+    pub(crate) fn of(dim: u32, slots: usize) -> BulkSmem {
+        const TILE_F: usize = KNN1_BULK_TILE_BYTES as usize / 4;
+        let smem = dynamic_shared_f32();
+        let base = shared_addr(smem);
+        let ring_s = (base + 1023) & !1023;
+        let ring = smem.wrapping_add(((ring_s - base) / 4) as usize);
+        let q_s = ring.wrapping_add(slots * TILE_F);
+        let q_floats = knn1_bulk_query_floats(dim) as usize;
+        let full = shared_addr(q_s.wrapping_add(q_floats));
+        let mins = q_s.wrapping_add(q_floats + 4 * slots) as *mut u64;
+        BulkSmem {
+            ring,
+            ring_s,
+            q_s,
+            full,
+            empty: full + 8 * slots as u32,
+            mins,
+            last_flag: mins.wrapping_add(2) as *mut u32,
+        }
+    }
+}
+
+/// Initialise the ring's barriers (one thread, before any other use): each full barrier completes on its
+/// tile's bytes (one arrival: the copy's `expect_tx`), each empty one when warp 0's 32 lanes have read the
+/// tile; then fetch the map's line ahead of the first copy.
+///
+/// # Safety
+/// `sm` this block's places for `slots` tiles, no barrier in use; `map` the generic address of the
+/// parameter's tensor map.
+#[inline(always)]
+pub(crate) unsafe fn bulk_init_barriers(sm: &BulkSmem, slots: usize, map: u64) {
+    let mut s = 0;
+    while s < slots {
+        // SAFETY: barriers s of this block's shared memory, used by nothing else yet (caller).
+        unsafe {
+            asm!(
+                "mbarrier.init.shared::cta.b64 [{f}], 1;",
+                "mbarrier.init.shared::cta.b64 [{e}], 32;",
+                f = in(reg32) sm.full + 8 * s as u32,
+                e = in(reg32) sm.empty + 8 * s as u32,
+                options(nostack)
+            );
+        }
+        s += 1;
+    }
+    // SAFETY: the barriers' initialisation before the async proxy uses them; map as the caller guarantees.
+    unsafe {
+        asm!(
+            "fence.mbarrier_init.release.cluster;",
+            "prefetch.tensormap [{m}];",
+            m = in(reg64) map,
+            options(nostack)
+        );
+    }
+}
+
+/// Queue tile `t` (the block's 32 rows from `row0`, columns `32 t ..`) into slot `at.slot` (warp 1, every
+/// lane; lane 0 queues): with `reuse`, first wait until warp 0 has read the slot's last tile (the phase before
+/// `at`'s).
+///
+/// # Safety
+/// `sm`'s barriers initialised; the slot free but for a last tile that `reuse` waits for; `t` below the row's
+/// tiles; `map` the generic address of the corpus's tensor map.
+#[inline(always)]
+pub(crate) unsafe fn bulk_issue(
+    sm: &BulkSmem,
+    map: u64,
+    at: RingPos,
+    reuse: bool,
+    t: usize,
+    row0: usize,
+    lane: usize,
+) {
+    let s = at.slot;
+    if reuse {
+        // SAFETY: barrier s, initialised (caller); the phase in which warp 0 read the slot's last tile.
+        unsafe { mbarrier_wait(sm.empty + 8 * s as u32, at.parity ^ 1) };
+    }
+    if lane == 0 {
+        // SAFETY: slot s is free (never used, or read by warp 0: the empty barrier); the box of 32 rows from
+        // row0 by 32 columns from 32 t lands inside it (KNN1_BULK_TILE_BYTES, at a 1,024-byte boundary as the
+        // swizzle needs), and the full barrier expects exactly its bytes (rows and columns past the corpus
+        // count, filled with zeros); map as the caller guarantees.
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 st;",
+                "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {bytes};",
+                "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{c}, {r}}}], [{b}];",
+                "}}",
+                b = in(reg32) sm.full + 8 * s as u32,
+                bytes = const KNN1_BULK_TILE_BYTES,
+                d = in(reg32) sm.ring_s + (s * KNN1_BULK_TILE_BYTES as usize) as u32,
+                m = in(reg64) map,
+                c = in(reg32) (t * TILE) as u32,
+                r = in(reg32) row0 as u32,
+                options(nostack)
+            );
+        }
+    }
+}
+
+/// Warp 0's chains over a row's tiles, the first in slot `start` (the next in the slots after it), the query in
+/// `sm.q_s`: returns the row's chain, the query's norm chain and the place after the last tile. Frees each
+/// tile's slot after reading it when `arrive_all` (a ring that keeps streaming, as the one-query server's), else
+/// only the slots that this row's later tiles reuse.
+///
+/// # Safety
+/// Warp 0, every lane; the barriers initialised and every tile of the row queued in order from `start`; the
+/// query staged (its copies waited for and the warp synchronised).
+#[inline(always)]
+pub(crate) unsafe fn bulk_chains<const METRIC: u32>(
+    p: &Knn1Params,
+    sm: &BulkSmem,
+    slots: usize,
+    start: RingPos,
+    arrive_all: bool,
+    lane: usize,
+) -> (f32, f32, RingPos) {
+    const TILE_F: usize = KNN1_BULK_TILE_BYTES as usize / 4;
+    let dim = p.dim as usize;
+    let n_tiles = dim.div_ceil(TILE);
     // Half `part` (16 columns) of tile t's operands: the query's, and this lane's row of the tile (piece c at
     // c ^ (lane % 8)); the first half waits for the tile's copy.
     let load_half = |t: usize, at: RingPos, part: usize| {
         let s = at.slot;
         if part == 0 {
-            // SAFETY: barrier s, initialised before barrier 1; the phase of tile t's copy.
-            unsafe { mbarrier_wait(full + 8 * s as u32, at.parity) };
+            // SAFETY: barrier s, initialised (caller); the phase of tile t's copy.
+            unsafe { mbarrier_wait(sm.full + 8 * s as u32, at.parity) };
         }
-        let row = ring.wrapping_add(s * TILE_F + lane * TILE) as *const F4;
-        let q = q_s.wrapping_add(t * TILE) as *const F4;
+        let row = sm.ring.wrapping_add(s * TILE_F + lane * TILE) as *const F4;
+        let q = sm.q_s.wrapping_add(t * TILE) as *const F4;
         let (mut qv, mut cv) = ([F4([0.0; 4]); 4], [F4([0.0; 4]); 4]);
         unroll!(4, U: usize => {
             let c = 4 * part + U;
@@ -602,6 +691,22 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
         });
         (qv, cv)
     };
+    // Tile at's values are in registers (its steps used them): its slot may take a later tile.
+    let free = |at: RingPos| {
+        // SAFETY: barrier at.slot, initialised (caller); 32 arrivals complete it.
+        unsafe {
+            asm!(
+                "{{",
+                ".reg .b64 st;",
+                "mbarrier.arrive.shared::cta.b64 st, [{e}];",
+                "}}",
+                e = in(reg32) sm.empty + 8 * at.slot as u32,
+                // No compiler memory clobber: the next tile's loads may sink past it into the steps (the
+                // arrival's own release semantics order this lane's earlier reads of the slot).
+                options(nomem, nostack)
+            );
+        }
+    };
     let norm = METRIC == METRIC_COSINE;
     // The steps of the first `pieces` pieces of a half, in column order (`chain32`'s steps).
     let steps = |(qv, cv): &([F4; 4], [F4; 4]), pieces: usize, acc: f32, acc_q: f32| {
@@ -610,7 +715,7 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     let (mut acc, mut acc_q) = (0.0f32, 0.0f32);
     // Every tile but the last is whole (32 columns). Each half's loads are issued before the other half's
     // steps, so a lone warp's steps wait on shared memory only when a copy has not landed yet.
-    let mut at = RingPos::default();
+    let mut at = start;
     let mut a = load_half(0, at, 0);
     let mut t = 0;
     while t + 1 < n_tiles {
@@ -619,21 +724,8 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
         let next = at.next(slots);
         a = load_half(t + 1, next, 0);
         (acc, acc_q) = steps(&b, 4, acc, acc_q);
-        if t + slots < n_tiles {
-            // Tile t's values are in registers (its steps used them): its slot may take tile t + slots.
-            // SAFETY: barrier at.slot, initialised before barrier 1; 32 arrivals complete it.
-            unsafe {
-                asm!(
-                    "{{",
-                    ".reg .b64 st;",
-                    "mbarrier.arrive.shared::cta.b64 st, [{e}];",
-                    "}}",
-                    e = in(reg32) empty + 8 * at.slot as u32,
-                    // No compiler memory clobber: the next tile's loads may sink past it into the steps (the
-                    // arrival's own release semantics order this lane's earlier reads of the slot).
-                    options(nomem, nostack)
-                );
-            }
+        if arrive_all || t + slots < n_tiles {
+            free(at);
         }
         at = next;
         t += 1;
@@ -644,6 +736,32 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     let b = load_half(t, at, 1);
     (acc, acc_q) = steps(&a, pieces.min(4), acc, acc_q);
     (acc, acc_q) = steps(&b, pieces.saturating_sub(4), acc, acc_q);
+    if arrive_all {
+        free(at);
+    }
+    (acc, acc_q, at.next(slots))
+}
+
+/// Warp 0's end of an `sm90a_knn1_*` block: with [`LISTS_OUT_BLOCKS`] the block's list for the host, else the
+/// selection and merges (`select_and_merge`, the lists staged in `keys_s`). Returns as [`knn1_bulk`].
+///
+/// # Safety
+/// Warp 0, every lane, after [`bulk_chains`]; `keys_s` 32 * 32 u64 of this block's shared memory that no copy
+/// writes; the rest as [`knn1_bulk`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn bulk_finish<const METRIC: u32>(
+    p: &Knn1Params,
+    sm: &BulkSmem,
+    lists_out: u32,
+    r: usize,
+    acc: f32,
+    acc_q: f32,
+    nc: f32,
+    keys_s: *mut u64,
+) -> bool {
+    let lane = thread_x() as usize % 32;
+    let row0 = block_x() as usize * 32;
     if lists_out == LISTS_OUT_BLOCKS {
         // The block's list for the host: its k smallest keys ascending, each one's score beside them (read
         // from the lane of its row), [KNN1_EMPTY_KEY] past the block's rows. No fence, no ticket: the host
@@ -668,8 +786,7 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
         }
         return false;
     }
-    // Every tile has landed and been read: the ring is free for the merge's lists.
-    // SAFETY: forwarded launcher contract; the ring holds at least 2 tiles = 32 * 32 u64.
+    // SAFETY: forwarded contract.
     unsafe {
         select_and_merge::<METRIC, true>(
             p,
@@ -677,9 +794,9 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
             acc,
             acc_q,
             nc,
-            ring as *mut u64,
-            mins,
-            last_flag,
+            keys_s,
+            sm.mins,
+            sm.last_flag,
             1,
             lists_out == LISTS_OUT_GROUPS,
         )
@@ -690,15 +807,15 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
 /// barriers complete for it (flipping each time the ring wraps). Stepped, not divided: a run-time division
 /// per tile cost the lone computing warp about 40 % of its samples (session 17, run B).
 #[derive(Clone, Copy, Default)]
-struct RingPos {
-    slot: usize,
-    parity: u32,
+pub(crate) struct RingPos {
+    pub(crate) slot: usize,
+    pub(crate) parity: u32,
 }
 
 impl RingPos {
     /// The next tile's place in a ring of `slots`.
     #[inline(always)]
-    fn next(self, slots: usize) -> RingPos {
+    pub(crate) fn next(self, slots: usize) -> RingPos {
         if self.slot + 1 == slots {
             RingPos {
                 slot: 0,

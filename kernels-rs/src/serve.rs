@@ -38,16 +38,18 @@
 //! block waiting for a number that block 0 cannot publish because it waits for an SM would otherwise hold that
 //! SM until its own deadline.
 
-use crate::knn1::{knn1, knn1_bulk};
+use crate::knn1::{
+    BulkSmem, RingPos, bulk_chains, bulk_finish, bulk_init_barriers, bulk_issue, knn1,
+};
 use crate::util::{
-    F4, block_dim_x, block_x, dynamic_shared_f32, fence_gpu, grid_dim_x, sync_threads,
-    sync_threads_or, thread_x,
+    F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, dynamic_shared_f32, fence_gpu,
+    grid_dim_x, mbarrier_wait, stage_query, sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
     KNN1_SERVE_EXIT, Knn1BulkServeParams, Knn1Params, Knn1ServeParams, LISTS_OUT_GROUPS,
     METRIC_COSINE, METRIC_DOT, METRIC_L2, SERVE_LISTS_SHIFT, ServeFields,
-    knn1_bulk_serve_shared_bytes, knn1_serve_next, knn1_serve_shared_bytes,
+    knn1_bulk_serve_shared_bytes, knn1_bulk_shared_bytes, knn1_serve_next, knn1_serve_shared_bytes,
 };
 
 /// How long past `life_ns` a block other than block 0 waits before it ends on its own (block 0 ends at its first
@@ -141,9 +143,9 @@ unsafe fn store_u2(p: u64, x: u32, y: u32) {
     };
 }
 
-/// Mailbox pairs (16 bytes) each of block 0's threads keeps in flight per poll: 16, so that one round trip over
+/// Mailbox pairs (16 bytes) each of block 0's threads keeps in flight per poll: 8, so that one round trip over
 /// the bus reads a 768-dimension query (385 pairs) with one warp.
-const POLL_DEPTH: usize = 16;
+const POLL_DEPTH: usize = 8;
 
 /// Block 0's wait for the next query (`expected`): poll the mailbox until every word carries `expected`, copying
 /// the values into the relayed query as they come (until the host rings the next query, the mailbox holds the
@@ -164,6 +166,9 @@ unsafe fn wait_for_query(
     let t = thread_x() as usize;
     let threads = block_dim_x() as usize;
     let pairs = dim / 2 + 1;
+    // Not before the block's last query is done: polling warps' loads over the bus would hold the SM's
+    // outstanding-load slots that warp 0's copies and loads for that query need.
+    sync_threads();
     let since = now_ns();
     loop {
         let mut complete = true;
@@ -171,14 +176,14 @@ unsafe fn wait_for_query(
         let mut j = t;
         while j < pairs {
             let mut v = [[0u32; 4]; POLL_DEPTH];
-            unroll!(16, U: usize => {
+            unroll!(8, U: usize => {
                 let at = j + U * threads;
                 if at < pairs {
                     // SAFETY: pair at < (dim + 2) / 2 of the mailbox (launcher), 16-byte aligned.
                     v[U] = unsafe { load_volatile_u4(sf.mailbox + 16 * at as u64) };
                 }
             });
-            unroll!(16, U: usize => {
+            unroll!(8, U: usize => {
                 let at = j + U * threads;
                 if at < pairs {
                     let [a, a_n, b, b_n] = v[U];
@@ -306,7 +311,17 @@ unsafe fn serve(
             return;
         }
         last = number;
-        if body(k) && t == 0 {
+        let answered = body(k);
+        if leader && t == 0 {
+            // SAFETY: sync as above; only this thread writes u64 word 7.
+            unsafe {
+                let spent = now_ns() - stats.add(2).read_volatile();
+                stats
+                    .add(7)
+                    .write_volatile(stats.add(7).read_volatile() + spent);
+            }
+        }
+        if answered && t == 0 {
             // SAFETY: sync as above; with the device's merge one block answers each query, after block 0
             // published it (so after its statistics' writes).
             unsafe {
@@ -351,10 +366,16 @@ unsafe fn knn1_serve<const METRIC: u32>(p: &Knn1ServeParams) {
     }
 }
 
-/// `sm90a_knn1s_*`: the server with `sm90a_knn1_*`'s body: device merge, or each block's list for the host
-/// (the lists' mode in the query's `k` word, [`SERVE_LISTS_SHIFT`]). The warps other than warp 0 leave
-/// the body early and wait at the next round's first barrier; the body's merges use a named barrier of warp 0
-/// alone.
+/// `sm90a_knn1s_*`: the server with `sm90a_knn1_*`'s chains and selection (the blocks' or the groups' lists for
+/// the host, or the device's merge: the lists' mode in the query's `k` word, [`SERVE_LISTS_SHIFT`]), and a ring
+/// that never waits for a query: the corpus does not change between queries, so the copying warp queues the
+/// next query's first tiles as soon as their slots are read. Where the ring holds the block's whole rows
+/// (`slots` at least the row's tiles, as with a block per SM at 768 dimensions), the rows are copied once per
+/// launch and stay; otherwise the copying warp keeps a ring's worth of tiles ahead of the chains, the next
+/// query's included, and a query waits only for the rest. Warp 0 stages each query and runs the chains and the
+/// selection (its merges stage their lists past the ring, which holds the next query's tiles; their barriers
+/// are warp 0's alone); the other warps wait at the next round's first barrier. Before the block ends, warp 0
+/// waits for the tiles queued ahead, so that no copy lands in shared memory the block no longer has.
 ///
 /// # Safety
 /// As [`serve`] with `sm90a_knn1_*`'s launch (`knn1_bulk_serve_shared_bytes(dim, slots)` of dynamic shared
@@ -362,20 +383,102 @@ unsafe fn knn1_serve<const METRIC: u32>(p: &Knn1ServeParams) {
 #[inline(always)]
 unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) {
     let b = &p.bulk;
+    let (lane, warp) = (thread_x() as usize % 32, thread_x() as usize / 32);
+    let (n, dim) = (b.base.n_rows as usize, b.base.dim as usize);
+    let slots = b.slots as usize;
+    let n_tiles = dim.div_ceil(32);
+    // Whole rows stay in the ring; else a ring's worth of tiles is always queued ahead.
+    let resident = slots >= n_tiles;
+    let ahead = slots.min(n_tiles);
+    let sm = BulkSmem::of(b.base.dim, slots);
+    let body_bytes = knn1_bulk_shared_bytes(b.base.dim, b.slots).div_ceil(16) * 16;
+    let keys_s = dynamic_shared_f32().wrapping_add((body_bytes / 4) as usize) as *mut u64;
     let words = dynamic_shared_f32()
         .wrapping_add((knn1_bulk_serve_shared_bytes(b.base.dim, b.slots) / 4 - 4) as usize)
         as *mut u32;
+    let row0 = block_x() as usize * 32;
+    // Warp 1: where its next copy goes and which tile of a row it is, and whether it reuses a slot. Warp 0:
+    // where its next tile is.
+    let (mut prod, mut prod_t, mut issued) = (RingPos::default(), 0usize, 0usize);
+    let mut cons = RingPos::default();
+    if warp == 1 {
+        if lane == 0 {
+            // SAFETY: this block's barriers, before any use; map as the launcher guarantees.
+            unsafe { bulk_init_barriers(&sm, slots, map) };
+        }
+        sync_warp();
+        // The first query's first tiles (every tile of the rows when they stay).
+        while issued < ahead {
+            // SAFETY: a fresh slot; tile prod_t < n_tiles; map as above.
+            unsafe { bulk_issue(&sm, map, prod, false, prod_t, row0, lane) };
+            prod = prod.next(slots);
+            prod_t += 1;
+            issued += 1;
+        }
+        prod_t %= n_tiles;
+    }
+    // The barriers are initialised before `serve`'s first barrier, which every thread passes before waiting on
+    // them.
     // SAFETY: forwarded launcher contract; base.query is the relayed query.
     unsafe {
         let groups = grid_dim_x().div_ceil(b.base.group_blocks);
-        serve(&p.serve, b.base.dim as usize, groups, words, |k| {
+        serve(&p.serve, dim, groups, words, |k| {
             let base = Knn1Params {
                 k: k & 0xFFFF,
                 ..b.base
             };
-            let lists_out = k >> SERVE_LISTS_SHIFT;
-            knn1_bulk::<METRIC>(&base, b.slots as usize, lists_out, map, |_| F4([0.0; 4]))
-        })
+            if warp == 1 && !resident {
+                // The rest of this query's tiles, then the next query's first `ahead`: n_tiles in all, each
+                // into a slot once warp 0 has read its last tile.
+                let mut c = 0;
+                while c < n_tiles {
+                    bulk_issue(&sm, map, prod, issued >= slots, prod_t, row0, lane);
+                    prod = prod.next(slots);
+                    prod_t = if prod_t + 1 == n_tiles { 0 } else { prod_t + 1 };
+                    issued = issued.saturating_add(1);
+                    c += 1;
+                }
+            }
+            if warp != 0 {
+                return false;
+            }
+            stage_query(sm.q_s, base.query, dim, lane, 32);
+            cp_async_commit();
+            let r = row0 + lane;
+            let nc = if METRIC == METRIC_COSINE && r < n {
+                *(base.corpus_norms as *const f32).add(r)
+            } else {
+                0.0
+            };
+            cp_async_wait::<0>();
+            sync_warp();
+            let start = if resident { RingPos::default() } else { cons };
+            let (acc, acc_q, end) =
+                bulk_chains::<METRIC>(&base, &sm, slots, start, !resident, lane);
+            if !resident {
+                cons = end;
+            }
+            bulk_finish::<METRIC>(
+                &base,
+                &sm,
+                k >> SERVE_LISTS_SHIFT,
+                r,
+                acc,
+                acc_q,
+                nc,
+                keys_s,
+            )
+        });
+    }
+    if warp == 0 && !resident {
+        // The tiles queued ahead for a query that never came.
+        let mut c = 0;
+        while c < ahead {
+            // SAFETY: barrier cons.slot, initialised; the phase of a tile queued ahead.
+            unsafe { mbarrier_wait(sm.full + 8 * cons.slot as u32, cons.parity) };
+            cons = cons.next(slots);
+            c += 1;
+        }
     }
 }
 

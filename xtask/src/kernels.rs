@@ -422,10 +422,15 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// `sm90a_scan1_*` (blocks of up to 16 warps, `SCAN1_HOPPER_MAX_WARPS`; a bundle test ties the two) keep the
 /// register budget of one 512-thread block. `sm90a_knn1*` blocks (up to 8 warps, `RECALL_KNN1_BULK_WARPS`;
 /// 4 by default, most of which leave early) fit three to an SM (at most 85 registers), so that launches of up
-/// to three blocks per SM keep 8 warps. The first prefix that matches applies.
-const LAUNCH_BOUNDS: [(&str, u32, u32); 5] = [
+/// to three blocks per SM keep 8 warps. `sm90a_knn1s*` (the one-query server, blocks of at most 4 warps) keeps the
+/// polling of its mailbox and its ring's state across queries besides the same chains: at three blocks of 256
+/// threads it spilled (session 23), at four of 128 still (128 registers); three of 128 have up to 170 (up to
+/// 12,672 rows on 132 SMs). The first prefix that matches
+/// applies.
+const LAUNCH_BOUNDS: [(&str, u32, u32); 6] = [
     ("sm80_gemm_", 256, 2),
     ("spread_hop", 256, 4),
+    ("sm90a_knn1s", 128, 3),
     ("sm90a_knn1", 256, 3),
     ("sm90a_scan1", 512, 1),
     ("sm90a_", 256, 1),

@@ -33,12 +33,12 @@ use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Element, Gpu, GpuError, MappedReadback, TensorMap, tensor_map_2d};
 use recall_kernel_shared::{
-    KNN1_SERVE_EXIT, KNN1_SERVE_SYNC_WORDS, Knn1BulkParams, Knn1BulkServeParams, Knn1Params,
-    Knn1ServeParams, SERVE_LISTS_SHIFT, SMALL_K_MAX, ServeFields, knn1_bulk_serve_shared_bytes,
-    knn1_serve_next, knn1_serve_shared_bytes,
+    KNN1_BULK_SERVE_KEYS_BYTES, KNN1_SERVE_EXIT, KNN1_SERVE_SYNC_WORDS, Knn1BulkParams,
+    Knn1BulkServeParams, Knn1Params, Knn1ServeParams, SERVE_LISTS_SHIFT, SMALL_K_MAX, ServeFields,
+    knn1_bulk_serve_shared_bytes, knn1_serve_next, knn1_serve_shared_bytes,
 };
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The most rows the server takes: 16,384 (at most 256 blocks of 64 rows, resident together on any device
@@ -66,6 +66,8 @@ pub(crate) struct ServeKernels {
     /// Whether `knn1` serves (`RECALL_KNN1_SERVE`, [`Kernels::set_knn1_serve`]).
     on: AtomicBool,
     failures: AtomicU32,
+    /// Calls the servers answered.
+    answered: AtomicU64,
     server: parking_lot::Mutex<Option<Server>>,
 }
 
@@ -85,6 +87,7 @@ impl ServeKernels {
             funcs,
             on: AtomicBool::new(env_choice("RECALL_KNN1_SERVE", &["off", "on"]) == 1),
             failures: AtomicU32::new(0),
+            answered: AtomicU64::new(0),
             server: parking_lot::Mutex::new(None),
         }))
     }
@@ -204,6 +207,17 @@ impl Kernels {
         was
     }
 
+    /// `(calls answered by a server, server failures)` since these kernels loaded (`(0, 0)` where the image has
+    /// no server). A failed server's call is launched instead, with the same answer.
+    pub fn knn1_serve_counts(&self) -> (u64, u32) {
+        self.knn1_serve.as_ref().map_or((0, 0), |s| {
+            (
+                s.answered.load(Ordering::Relaxed),
+                s.failures.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     /// Whether the server would answer `knn1` for this shape here: turned on, not given up after failures,
     /// and the shape within [`KNN1_SERVE_MAX_ROWS`] and `knn1`'s own limits.
     pub fn knn1_serves(&self, n_rows: usize, dim: usize, k: usize) -> bool {
@@ -268,7 +282,12 @@ impl Kernels {
             ask(s, metric, query, k).map(Some)
         })();
         match result {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                if r.is_some() {
+                    serve.answered.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(r)
+            }
             Err(e) => {
                 *slot = None;
                 let failures = serve.failures.fetch_add(1, Ordering::Relaxed) + 1;
@@ -314,15 +333,15 @@ fn new_server(
     let (func, body, n_blocks, n_groups, threads, smem) = match (bulk, map) {
         (Some(funcs), Some(map)) => {
             let n_blocks = key.n_rows.div_ceil(32);
-            // The server's words take 16 bytes more than the body's plan (and its alignment).
-            let budget = (info.max_shared_memory_per_block_optin as u32).saturating_sub(32);
-            let (slots, warps, _) = bulk_plan(
-                n_blocks,
-                key.dim,
-                info.sm_count,
-                budget,
-                knn1_bulk_warps_setting(),
-            );
+            // Each block's merge lists and words take more than the body's plan (and its alignment): taken
+            // from the shared memory that `bulk_plan` shares among an SM's blocks.
+            let per_sm = n_blocks.div_ceil(info.sm_count.max(1) as usize) as u32;
+            let budget = (info.max_shared_memory_per_block_optin as u32)
+                .saturating_sub(per_sm.saturating_mul(KNN1_BULK_SERVE_KEYS_BYTES + 32));
+            // At most 4 warps: the entry points' launch bounds (`cargo xtask build-kernels`).
+            let setting = knn1_bulk_warps_setting().map(|w| w.min(4));
+            let (slots, warps, _) = bulk_plan(n_blocks, key.dim, info.sm_count, budget, setting);
+            let warps = warps.min(4);
             (
                 &funcs[key.metric],
                 Body::Bulk { slots, map },
@@ -529,6 +548,9 @@ pub struct ServeStats {
     /// Mean microseconds from a query's number published to its answer written, over the `merged` queries
     /// (the other blocks see the number, stage the query, scan and merge).
     pub answer_us: f64,
+    /// Mean microseconds from a query's number published to block 0's part of it done (its list written, or
+    /// its merges), over every query.
+    pub block0_us: f64,
 }
 
 impl Kernels {
@@ -554,6 +576,7 @@ impl Kernels {
             relay_us: mean_us(word(3), word(6)),
             merged: word(5),
             answer_us: mean_us(word(4), word(5)),
+            block0_us: mean_us(word(7), word(6)),
         }))
     }
 }

@@ -438,11 +438,23 @@ mod gpu_knn {
                             .map_err(|x| err(&x))
                     },
                 )?;
-                served = kern.knn1_serve_stats().map_err(|x| err(&x))?;
+                served = kern
+                    .knn1_serve_stats()
+                    .map_err(|x| err(&x))?
+                    .map(|st| (st, kern.knn1_serve_counts()));
             }
             kern.set_knn1_serve(was);
         }
-        if let Some(st) = served {
+        if let Some((st, (answered, failures))) = served {
+            parts.push(("knn1 served: calls the servers answered", answered as f64));
+            parts.push((
+                "knn1 served: server failures (those calls launched)",
+                f64::from(failures),
+            ));
+            parts.push((
+                "knn1 served, device clock: query published -> block 0's part done (mean)",
+                st.block0_us,
+            ));
             parts.push((
                 "knn1 served, device clock: mailbox complete -> query published (mean)",
                 st.relay_us,

@@ -874,7 +874,16 @@ mod run_gpu {
                 );
             }
         }
+        let expected = k.knn1_serves(1000, 768, 10);
         k.set_knn1_serve(was);
+        // The served cases must have been answered by servers: a failed server's call is launched (the same
+        // answer), which would hide a broken server from the comparisons above.
+        let (answered, failures) = k.knn1_serve_counts();
+        if failures > 0 || (answered == 0 && expected) {
+            return Err(format!(
+                "knn1 server: {answered} calls answered, {failures} failures (their calls launched)"
+            ));
+        }
         Ok(diffs)
     }
 

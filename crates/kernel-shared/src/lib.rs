@@ -489,8 +489,8 @@ pub struct ServeFields {
     /// Device memory, [`KNN1_SERVE_SYNC_WORDS`] u32, zero at launch: the number published, its `k`, the number
     /// answered, padding; then as u64 (words 2 ..): the published query's start on the device clock (ns), the sum
     /// over queries of the nanoseconds from a complete mailbox to its number published, the sum from published
-    /// to answered (device merges only), the number of queries answered so, and the number of queries
-    /// published.
+    /// to answered (device merges only), the number of queries answered so, the number of queries published,
+    /// and the sum from published to block 0's part done.
     pub sync: u64,
     /// Nanoseconds without a new query after which the server ends.
     pub idle_ns: u64,
@@ -595,11 +595,15 @@ pub const fn knn1_bulk_shared_bytes(dim: u32, slots: u32) -> u32 {
     1024 + slots * KNN1_BULK_TILE_BYTES + knn1_bulk_query_floats(dim) * 4 + slots * 16 + 2 * 8 + 8
 }
 
-/// Dynamic shared memory of one `sm90a_knn1s_*` block with `slots` tiles: `sm90a_knn1_*`'s, then 16 bytes for
-/// the words a block's first thread passes to the others (aligned to 16).
+/// Dynamic shared memory of one `sm90a_knn1s_*` block with `slots` tiles: `sm90a_knn1_*`'s, then (aligned to 16)
+/// [`KNN1_BULK_SERVE_KEYS_BYTES`] where its merges stage their lists (its ring holds the next query's tiles
+/// meanwhile), then 16 bytes for the words a block's first thread passes to the others.
 pub const fn knn1_bulk_serve_shared_bytes(dim: u32, slots: u32) -> u32 {
-    knn1_bulk_shared_bytes(dim, slots).div_ceil(16) * 16 + 16
+    knn1_bulk_shared_bytes(dim, slots).div_ceil(16) * 16 + KNN1_BULK_SERVE_KEYS_BYTES + 16
 }
+
+/// The merge lists' room in an `sm90a_knn1s_*` block: 32 lists of up to 32 keys.
+pub const KNN1_BULK_SERVE_KEYS_BYTES: u32 = 32 * 32 * 8;
 
 /// One query against many rows (`sm80_scan1_*`, sm_80 and newer: `cp.async`): a persistent scan, scores and,
 /// for `k >= 1`, top-k in one launch.
