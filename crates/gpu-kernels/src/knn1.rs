@@ -351,13 +351,14 @@ pub(crate) fn knn1_lists(mode: u32, blocks: usize) -> usize {
 }
 
 /// The most answer words (`2k` per block) for which `sm90a_knn1_*` hands the blocks' lists to the host by
-/// default: 3,072 (24 KiB), so 4,096 rows x top-10 (128 blocks) or 1,000 rows x top-32. On an H200 (session
-/// 17), top-10 of 1,000 rows x 768 took 15.4-16.3 us merged by the host against 17.0-17.3 us on the device,
-/// 4,096 rows (2,560 words) 18.1-18.3 against 20.2-21.1 us, 10,000 rows (6,260 words) 23.8-26.8 against
-/// 21.1-21.4 us (run E: the host reads every word over the bus); around 4,000 words the two were within the
-/// runs' spread (run I: 4,096 rows x top-16 21.8 / 25.0 against 23.3 / 23.4 us; 2,000 rows x top-32 23.4 / 26.5
-/// against 27.3 / 26.4 us), and 8,192 words (4,096 rows x top-32) took 33-35 us against 27.5 us.
-pub const KNN1_HOST_MERGE_MAX_WORDS: usize = 3072;
+/// default: 2,048 (16 KiB), so 2,048 rows x top-10 (64 blocks) or 1,000 rows x top-32; above it the groups'
+/// lists (32 blocks each) where there are several. Against the device's merge (session 17, H200), top-10 of
+/// 1,000 rows x 768 took 15.4-16.3 us merged by the host against 17.0-17.3 us, 4,096 rows (2,560 words)
+/// 18.1-18.3 against 20.2-21.1 us, 10,000 rows 23.8-26.8 against 21.1-21.4 us (the host reads every word over
+/// the bus). Against the groups' lists (session 23, run L, H200, launched / served): 2,048 rows 16.2 / 14.4 us
+/// against 17.2-17.8 / 14.8-15.1; 4,096 rows 18.2-19.1 / 17.7-18.1 against 17.4-18.4 / 15.0; 8,192 rows
+/// 21.8-25.0 / 17.6-17.9 against 17.6-18.5 / 15.3-15.5.
+pub const KNN1_HOST_MERGE_MAX_WORDS: usize = 2048;
 
 /// The parameters of an `sm90a_knn1_*` launch (`Q = 0`: the query stays in memory at `base.query`) or an
 /// `sm90a_knn1q_*` one (the query's floats inside, `base.query` set to 0).
@@ -1017,7 +1018,7 @@ mod tests {
         assert_eq!(p.query.len(), KNN1_BULK_PARAM_QUERY);
     }
 
-    /// By default (`RECALL_KNN1_MERGE` unset) the host merges the blocks' lists up to 3,072 words, the groups'
+    /// By default (`RECALL_KNN1_MERGE` unset) the host merges the blocks' lists up to 2,048 words, the groups'
     /// lists above where there are several groups of 32 blocks.
     #[test]
     fn the_host_merges_the_blocks_lists_when_few_else_the_groups() {
@@ -1026,7 +1027,8 @@ mod tests {
             return;
         }
         assert_eq!(knn1_lists_mode(32, 10), LISTS_OUT_BLOCKS);
-        assert_eq!(knn1_lists_mode(128, 12), LISTS_OUT_BLOCKS);
+        assert_eq!(knn1_lists_mode(64, 16), LISTS_OUT_BLOCKS);
+        assert_eq!(knn1_lists_mode(128, 10), LISTS_OUT_GROUPS);
         assert_eq!(knn1_lists_mode(128, 16), LISTS_OUT_GROUPS);
         assert_eq!(knn1_lists_mode(313, 10), LISTS_OUT_GROUPS);
         assert_eq!(knn1_lists(LISTS_OUT_GROUPS, 313), 10);

@@ -445,9 +445,15 @@ fn ask(
         launch(s, metric)?;
     }
     s.bell = bell;
+    let asked = Instant::now();
     let words = s
         .gpu
         .wait_mapped_filled(&mut s.answer, lists * 2 * k, UNSET, SERVE_SPIN)?;
+    if asked.elapsed() >= SERVE_SPIN {
+        // Past the spin the wait synchronised the server's stream: the server has ended (it idled out after
+        // answering, as under a sanitizer); the next query starts another.
+        s.running = false;
+    }
     let answer = merge_lists(words, lists, k).ok_or_else(|| KernelError::Shape {
         kernel: "sm80_knn1s",
         reason: format!("the answer holds fewer than k = {k} rows"),
