@@ -915,20 +915,8 @@ macro_rules! knn1_bulk_kernels {
         /// Launched only through its typed launcher in `recall-gpu-kernels`.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: Knn1BulkParams<{ $q }>) {
-            let map: u64;
-            // SAFETY: the generic address of this entry's parameter (`cvta.param`), whose first field is the
-            // map; the build declares the parameter 64-byte aligned.
-            unsafe {
-                asm!(
-                    "{{",
-                    ".reg .b64 a;",
-                    concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
-                    "cvta.param.u64 {m}, a;",
-                    "}}",
-                    m = out(reg64) map,
-                    options(pure, nomem, nostack)
-                );
-            }
+            // The map: the first field of the parameter, which the build declares 64-byte aligned.
+            let map = param_address!($name);
             let piece = |i: usize| {
                 if $q == 0 {
                     F4([0.0; 4])

@@ -61,6 +61,27 @@ macro_rules! unroll {
 /// Entry points that fix a generic kernel body's const parameters (metric, variant), one per line:
 /// `kernels!(Params; name => body::<A, B>; ...)`. Each takes the parameter struct by value, its only
 /// parameter.
+/// The generic address of entry point `$name`'s (single) parameter (`cvta.param`, PTX ISA 7.7: the sm_90a image
+/// only): what the tensor memory accelerator reads a tensor map from, and a plain load reads the parameter through.
+macro_rules! param_address {
+    ($name:ident) => {{
+        let a: u64;
+        // SAFETY: moves the parameter's address into a register and converts it; no memory is accessed.
+        unsafe {
+            core::arch::asm!(
+                "{{",
+                ".reg .b64 a;",
+                concat!("mov.b64 a, ", stringify!($name), "_param_0;"),
+                "cvta.param.u64 {m}, a;",
+                "}}",
+                m = out(reg64) a,
+                options(pure, nomem, nostack)
+            );
+        }
+        a
+    }};
+}
+
 macro_rules! kernels {
     ($params:ty; $($name:ident => $body:ident::<$($generic:tt),*>;)*) => {$(
         /// See the generic body named in the macro call; its const parameters are fixed per entry point.

@@ -41,9 +41,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The most rows the server takes: 16,384 (at most 256 blocks of 64 rows, resident together on any device
-/// with sm_80's shared memory and 128 SMs or more). Above it a launch's fixed cost is a smaller share of the
-/// scan, and `knn1` launches.
+/// The most rows the server takes: 16,384 (`sm90a_knn1s`: 512 blocks of 32 rows, four to an SM on 132 SMs;
+/// `sm80_knn1s`: 256 blocks of 64). Above it a launch's fixed cost is a smaller share of the scan, and `knn1`
+/// launches; below it too where the driver's occupancy says the grid cannot be resident at once.
 pub const KNN1_SERVE_MAX_ROWS: usize = 16_384;
 
 /// Microseconds without a query after which a server ends by default: 2,000.
