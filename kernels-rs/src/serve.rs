@@ -401,6 +401,7 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
     // where its next tile is.
     let (mut prod, mut prod_t, mut issued) = (RingPos::default(), 0usize, 0usize);
     let mut cons = RingPos::default();
+    let mut seen_rows = false;
     if warp == 1 {
         if lane == 0 {
             // SAFETY: this block's barriers, before any use; map as the launcher guarantees.
@@ -453,8 +454,10 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
             cp_async_wait::<0>();
             sync_warp();
             let start = if resident { RingPos::default() } else { cons };
+            // Whole rows that this warp has seen land once (the launch's first query) are not waited for again.
             let (acc, acc_q, end) =
-                bulk_chains::<METRIC>(&base, &sm, slots, start, !resident, lane);
+                bulk_chains::<METRIC>(&base, &sm, slots, start, !resident, seen_rows, lane);
+            seen_rows = resident;
             if !resident {
                 cons = end;
             }
@@ -470,8 +473,9 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
             )
         });
     }
-    if warp == 0 && !resident {
-        // The tiles queued ahead for a query that never came.
+    if warp == 0 && !(resident && seen_rows) {
+        // The tiles queued ahead for a query that never came (whole rows: those queued at launch, when no query
+        // came).
         let mut c = 0;
         while c < ahead {
             // SAFETY: barrier cons.slot, initialised; the phase of a tile queued ahead.
