@@ -69,6 +69,9 @@ pub(crate) struct ServeKernels {
     /// Calls the servers answered.
     answered: AtomicU64,
     server: parking_lot::Mutex<Option<Server>>,
+    /// The last shape and buffers a server could not take (its grid not resident at once): their calls launch
+    /// without asking again.
+    declined: parking_lot::Mutex<Option<ServeKey>>,
 }
 
 impl ServeKernels {
@@ -89,6 +92,7 @@ impl ServeKernels {
             failures: AtomicU32::new(0),
             answered: AtomicU64::new(0),
             server: parking_lot::Mutex::new(None),
+            declined: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -256,6 +260,9 @@ impl Kernels {
             dim,
             metric: metric.index(),
         };
+        if *serve.declined.lock() == Some(key) {
+            return Ok(None);
+        }
         let mut slot = serve.server.lock();
         let result = (|| {
             if slot.as_ref().is_some_and(|s| s.key != key) {
@@ -273,7 +280,10 @@ impl Kernels {
                     .filter(|_| knn1_bulk_enabled() && n_rows <= KNN1_BULK_MAX_ROWS);
                 match new_server(gpu, serve, bulk, kn.max_warps(), key)? {
                     Some(s) => *slot = Some(s),
-                    None => return Ok(None),
+                    None => {
+                        *serve.declined.lock() = Some(key);
+                        return Ok(None);
+                    }
                 }
             }
             let Some(s) = slot.as_mut() else {
