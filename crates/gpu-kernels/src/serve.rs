@@ -13,8 +13,10 @@
 //! The server ends by itself when no query comes for `RECALL_KNN1_SERVE_IDLE_US` (default
 //! [`SERVE_IDLE_DEFAULT_US`]) or at its first wait past [`SERVE_LIFE`] from its start; the host starts another at
 //! the next query. The host does not ring a server that may be about to end (past three quarters of either
-//! limit): it stops it and starts another, so an ending server and a new query never meet. It stops the server
-//! before serving another corpus or shape, when its scratch is released, and when the kernels are dropped.
+//! limit): it stops it and starts another, so an ending server and a new query never meet. It moves the server to
+//! another corpus (or shape, or metric) on that corpus's second call in a row (a first call launches, so calls
+//! alternating between corpora keep one served), and stops it when its scratch is released and when the kernels
+//! are dropped.
 //! While it runs, its blocks hold their SMs' share of registers and shared memory and block 0 polls the mailbox
 //! over the bus; other work runs beside it on what is left.
 //!
@@ -72,6 +74,10 @@ pub(crate) struct ServeKernels {
     /// The last shape and buffers a server could not take (its grid not resident at once): their calls launch
     /// without asking again.
     declined: parking_lot::Mutex<Option<ServeKey>>,
+    /// A corpus (or shape, or metric) other than the running server's, called once: the server moves to it on
+    /// its second call in a row, so that calls alternating between corpora launch for one of them instead of
+    /// stopping and starting a server each time.
+    switch_to: parking_lot::Mutex<Option<ServeKey>>,
 }
 
 impl ServeKernels {
@@ -93,6 +99,7 @@ impl ServeKernels {
             answered: AtomicU64::new(0),
             server: parking_lot::Mutex::new(None),
             declined: parking_lot::Mutex::new(None),
+            switch_to: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -266,7 +273,17 @@ impl Kernels {
         let mut slot = serve.server.lock();
         let result = (|| {
             if slot.as_ref().is_some_and(|s| s.key != key) {
+                let mut next = serve.switch_to.lock();
+                if *next != Some(key) {
+                    // Another corpus's first call: launched; the server stays where it is.
+                    *next = Some(key);
+                    return Ok(None);
+                }
+                *next = None;
                 *slot = None; // halts it
+            } else if slot.is_some() {
+                // A call of the server's own corpus: another corpus's next call is a first one again.
+                *serve.switch_to.lock() = None;
             }
             if slot.is_none() {
                 // The caller promises the corpus and norms complete (`knn1_resident`); for buffers just made,
