@@ -144,7 +144,8 @@ unsafe fn store_u2(p: u64, x: u32, y: u32) {
 }
 
 /// Mailbox pairs (16 bytes) each of block 0's threads keeps in flight per poll: 8, so that one round trip over
-/// the bus reads a 768-dimension query (385 pairs) with one warp.
+/// the bus reads a 768-dimension query (385 pairs) with four warps (`sm90a_knn1s`'s blocks; a one-warp
+/// `sm80_knn1s` block takes two).
 const POLL_DEPTH: usize = 8;
 
 /// Block 0's wait for the next query (`expected`): poll the mailbox until every word carries `expected`, copying

@@ -399,21 +399,8 @@ pub unsafe fn block_min(offer: u64, mins: *mut u64, warps: usize, r: usize) -> u
 /// `counter` is a device u32 only used atomically while the kernel runs; `flag` a shared u32.
 #[inline(always)]
 pub(crate) unsafe fn last_to_arrive(counter: *mut u32, total: usize, flag: *mut u32) -> bool {
-    fence_gpu();
-    sync_threads();
-    if thread_x() == 0 {
-        let ticket = crate::select::atomic_add(counter, 1);
-        // SAFETY: the flag is this block's shared memory.
-        unsafe { *flag = u32::from(ticket as usize + 1 == total) };
-    }
-    sync_threads();
-    // SAFETY: written before the barrier.
-    let last = unsafe { *flag } != 0;
-    if last {
-        // Acquire: the other blocks' writes before their tickets are visible from here on.
-        fence_gpu();
-    }
-    last
+    // SAFETY: forwarded; the block's barrier.
+    unsafe { last_to_arrive_with(counter, total, flag, sync_threads) }
 }
 
 /// [`last_to_arrive`] for the first `threads` threads of the block only (a multiple of 32; named barrier
@@ -430,14 +417,33 @@ pub(crate) unsafe fn last_to_arrive_of(
     flag: *mut u32,
     threads: u32,
 ) -> bool {
+    // SAFETY: forwarded; the barrier of those threads.
+    unsafe {
+        last_to_arrive_with(counter, total, flag, || {
+            named_barrier(MERGE_BARRIER, threads)
+        })
+    }
+}
+
+/// [`last_to_arrive`]'s steps with `barrier` among the threads that take part.
+///
+/// # Safety
+/// As [`last_to_arrive`], with every thread of `barrier` calling it.
+#[inline(always)]
+unsafe fn last_to_arrive_with(
+    counter: *mut u32,
+    total: usize,
+    flag: *mut u32,
+    barrier: impl Fn(),
+) -> bool {
     fence_gpu();
-    named_barrier(MERGE_BARRIER, threads);
+    barrier();
     if thread_x() == 0 {
         let ticket = crate::select::atomic_add(counter, 1);
         // SAFETY: the flag is this block's shared memory.
         unsafe { *flag = u32::from(ticket as usize + 1 == total) };
     }
-    named_barrier(MERGE_BARRIER, threads);
+    barrier();
     // SAFETY: written before the barrier.
     let last = unsafe { *flag } != 0;
     if last {

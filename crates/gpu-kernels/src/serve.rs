@@ -393,9 +393,7 @@ fn new_server(
             )
         }
     };
-    let per_sm = func
-        .occupancy_max_active_blocks_per_multiprocessor(threads as u32, smem as usize, None)
-        .map_err(|e| GpuError::from_driver("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+    let per_sm = gpu.max_resident_blocks_per_sm(func, threads as u32, smem)?;
     let resident = per_sm as usize * info.sm_count as usize;
     if n_blocks > resident {
         tracing::debug!(

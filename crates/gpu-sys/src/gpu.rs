@@ -528,6 +528,26 @@ impl Gpu {
         })
     }
 
+    /// How many blocks of `threads` threads with `shared_bytes` of dynamic shared memory the driver can keep
+    /// resident on one SM at once for `func` (`cuOccupancyMaxActiveBlocksPerMultiprocessor`).
+    pub fn max_resident_blocks_per_sm(
+        &self,
+        func: &CudaFunction,
+        threads: u32,
+        shared_bytes: u32,
+    ) -> Result<u32, GpuError> {
+        let call = "cuOccupancyMaxActiveBlocksPerMultiprocessor";
+        guard(call, || {
+            self.ctx.bind_to_thread().gpu("cuCtxSetCurrent")?;
+            func.occupancy_max_active_blocks_per_multiprocessor(
+                threads,
+                shared_bytes as usize,
+                None,
+            )
+            .gpu(call)
+        })
+    }
+
     /// Page-locked host memory for `len` values that the host reads back (cached, unlike
     /// [`Gpu::alloc_pinned`]'s write-combined staging, which is slow to read). Copies into it with
     /// [`Gpu::download_pinned`].
