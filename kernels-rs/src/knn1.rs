@@ -18,10 +18,10 @@
 //! `cp.async` needs sm_80: `cargo xtask build-kernels` leaves `sm80_*` kernels out of older images, where
 //! the launcher runs the separate kernels instead.
 
-use crate::dense::{chain_pieces, chain_tile, finish};
+use crate::dense::{chain_tile, finish, step};
 use crate::util::{
     F4, MERGE_BARRIER, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
-    dynamic_shared_f32, grid_dim_x, last_to_arrive_of, mbarrier_wait, named_barrier,
+    dynamic_shared_f32, fma, grid_dim_x, last_to_arrive_of, mbarrier_wait, named_barrier,
     named_barrier_arrive, score_key, shared_addr, shfl_idx_u64, sqrt, stage_query,
     stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
@@ -492,7 +492,7 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
             // SAFETY: tile t < n_tiles into slot at (its last tile, t - slots, read by warp 0 when t >= slots);
             // map as the launcher guarantees.
             unsafe { bulk_issue(&sm, map, at, t >= slots, t, row0, lane) };
-            at = at.next(slots);
+            at = at.next(slots as u32);
             t += 1;
         }
         return false;
@@ -520,8 +520,16 @@ pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     cp_async_wait::<0>();
     sync_warp();
     // SAFETY: the barriers were initialised before barrier 1; warp 1 queues every tile once.
-    let (acc, acc_q, _) =
-        unsafe { bulk_chains::<METRIC>(p, &sm, slots, RingPos::default(), false, false, lane) };
+    let (acc, acc_q, _) = unsafe {
+        bulk_chains::<METRIC, false, false>(
+            p,
+            &sm,
+            slots as u32,
+            RingPos::default(),
+            false,
+            lane as u32,
+        )
+    };
     // Every tile has landed and been read: the ring is free for the merge's lists.
     // SAFETY: forwarded launcher contract; the ring holds at least 2 tiles = 32 * 32 u64.
     unsafe { bulk_finish::<METRIC>(p, &sm, lists_out, r, acc, acc_q, nc, sm.ring as *mut u64) }
@@ -623,7 +631,7 @@ pub(crate) unsafe fn bulk_issue(
     let s = at.slot;
     if reuse {
         // SAFETY: barrier s, initialised (caller); the phase in which warp 0 read the slot's last tile.
-        unsafe { mbarrier_wait(sm.empty + 8 * s as u32, at.parity ^ 1) };
+        unsafe { mbarrier_wait(sm.empty + 8 * s, at.parity ^ 1) };
     }
     if lane == 0 {
         // SAFETY: slot s is free (never used, or read by warp 0: the empty barrier); the box of 32 rows from
@@ -637,9 +645,9 @@ pub(crate) unsafe fn bulk_issue(
                 "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {bytes};",
                 "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{c}, {r}}}], [{b}];",
                 "}}",
-                b = in(reg32) sm.full + 8 * s as u32,
+                b = in(reg32) sm.full + 8 * s,
                 bytes = const KNN1_BULK_TILE_BYTES,
-                d = in(reg32) sm.ring_s + (s * KNN1_BULK_TILE_BYTES as usize) as u32,
+                d = in(reg32) sm.ring_s + s * KNN1_BULK_TILE_BYTES,
                 m = in(reg64) map,
                 c = in(reg32) (t * TILE) as u32,
                 r = in(reg32) row0 as u32,
@@ -661,36 +669,39 @@ pub(crate) unsafe fn bulk_issue(
 /// `landed`, already seen complete by this warp); the query staged (its copies waited for and the warp
 /// synchronised).
 #[inline(always)]
-pub(crate) unsafe fn bulk_chains<const METRIC: u32>(
+pub(crate) unsafe fn bulk_chains<const METRIC: u32, const LANDED: bool, const PAIRS: bool>(
     p: &Knn1Params,
     sm: &BulkSmem,
-    slots: usize,
+    slots: u32,
     start: RingPos,
     arrive_all: bool,
-    landed: bool,
-    lane: usize,
+    lane: u32,
 ) -> (f32, f32, RingPos) {
-    const TILE_F: usize = KNN1_BULK_TILE_BYTES as usize / 4;
-    let dim = p.dim as usize;
-    let n_tiles = dim.div_ceil(TILE);
+    const TILE_F: u32 = KNN1_BULK_TILE_BYTES / 4;
+    let dim = p.dim;
+    let n_tiles = dim.div_ceil(TILE as u32);
+    let swz = lane % 8;
     // Half `part` (16 columns) of tile t's operands: the query's, and this lane's row of the tile (piece c at
-    // c ^ (lane % 8)); the first half waits for the tile's copy.
-    let load_half = |t: usize, at: RingPos, part: usize| {
-        let s = at.slot;
-        if part == 0 && !landed {
-            // SAFETY: barrier s, initialised (caller); the phase of tile t's copy.
-            unsafe { mbarrier_wait(sm.full + 8 * s as u32, at.parity) };
+    // c ^ (lane % 8)); the first half waits for the tile's copy. Offsets in u32 (shared memory), so that the
+    // lone computing warp spends no 64-bit arithmetic on its place in the ring.
+    let load_half = |t: u32, at: RingPos, part: u32| {
+        if part == 0 && !LANDED {
+            // SAFETY: barrier at.slot, initialised (caller); the phase of tile t's copy.
+            unsafe { mbarrier_wait(sm.full + 8 * at.slot, at.parity) };
         }
-        let row = sm.ring.wrapping_add(s * TILE_F + lane * TILE) as *const F4;
-        let q = sm.q_s.wrapping_add(t * TILE) as *const F4;
+        let row = sm
+            .ring
+            .wrapping_add((at.slot * TILE_F + lane * TILE as u32) as usize)
+            as *const F4;
+        let q = sm.q_s.wrapping_add((t * TILE as u32) as usize) as *const F4;
         let (mut qv, mut cv) = ([F4([0.0; 4]); 4], [F4([0.0; 4]); 4]);
         unroll!(4, U: usize => {
-            let c = 4 * part + U;
+            let c = 4 * part + U as u32;
             // SAFETY: piece c < 8 of the tile's row and of the padded query area (knn1_bulk_query_floats),
             // 16-byte aligned; the copy has landed (the barrier above, or before the first half).
             unsafe {
-                qv[U] = *q.add(c);
-                cv[U] = *row.add(c ^ (lane % 8));
+                qv[U] = *q.add(c as usize);
+                cv[U] = *row.add((c ^ swz) as usize);
             }
         });
         (qv, cv)
@@ -704,7 +715,7 @@ pub(crate) unsafe fn bulk_chains<const METRIC: u32>(
                 ".reg .b64 st;",
                 "mbarrier.arrive.shared::cta.b64 st, [{e}];",
                 "}}",
-                e = in(reg32) sm.empty + 8 * at.slot as u32,
+                e = in(reg32) sm.empty + 8 * at.slot,
                 // No compiler memory clobber: the next tile's loads may sink past it into the steps (the
                 // arrival's own release semantics order this lane's earlier reads of the slot).
                 options(nomem, nostack)
@@ -712,36 +723,111 @@ pub(crate) unsafe fn bulk_chains<const METRIC: u32>(
         }
     };
     let norm = METRIC == METRIC_COSINE;
-    // The steps of the first `pieces` pieces of a half, in column order (`chain32`'s steps).
-    let steps = |(qv, cv): &([F4; 4], [F4; 4]), pieces: usize, acc: f32, acc_q: f32| {
-        chain_pieces::<METRIC, 4>(qv, cv, pieces, acc, acc_q, norm)
+    // A half's steps: the row's chain over its first `pieces` pieces, and the query's norm chain over the
+    // first `norm_pieces` of the half before (`qn`), one step of each in turn. The norm chain runs a half
+    // behind so that its steps are ready beside the row's (a lone warp issues in order, and the same half's
+    // norm steps were scheduled after its row steps, about 24 cycles a tile).
+    let steps = |(qv, cv): &([F4; 4], [F4; 4]),
+                 pieces: u32,
+                 qn: &[F4; 4],
+                 norm_pieces: u32,
+                 mut acc: f32,
+                 mut acc_q: f32| {
+        unroll!(4, U: usize => {
+            unroll!(4, V: usize => {
+                if (U as u32) < pieces {
+                    acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
+                }
+                if norm && (U as u32) < norm_pieces {
+                    acc_q = fma(qn[U].0[V], qn[U].0[V], acc_q);
+                }
+            });
+        });
+        (acc, acc_q)
     };
     let (mut acc, mut acc_q) = (0.0f32, 0.0f32);
-    // Every tile but the last is whole (32 columns). Each half's loads are issued before the other half's
-    // steps, so a lone warp's steps wait on shared memory only when a copy has not landed yet.
+    // The last tile, its first half `a` loaded: its first cols / 4 pieces (past dim the copy wrote zeros, which
+    // are no part of the order), then the norm chain's last half.
+    let last = |t: u32, at: RingPos, a: ([F4; 4], [F4; 4]), qn: &[F4; 4], acc: f32, acc_q: f32| {
+        let pieces = (dim - t * TILE as u32) / 4;
+        let (pa, pb) = (pieces.min(4), pieces.saturating_sub(4));
+        let b = load_half(t, at, 1);
+        let (acc, acc_q) = steps(&a, pa, qn, 4, acc, acc_q);
+        let (acc, acc_q) = steps(&b, pb, &a.0, pa, acc, acc_q);
+        let (_, acc_q) = steps(&b, 0, &b.0, pb, acc, acc_q);
+        if arrive_all {
+            free(at);
+        }
+        (acc, acc_q)
+    };
+    // Every tile but the last is whole (32 columns). Each half's loads are issued before the half before it
+    // is stepped, so a lone warp's steps wait on shared memory only when a copy has not landed yet. Two tiles
+    // a round, so that the halves' registers are reused without copies (the norm chain reads the half before's
+    // query values: `dq`, the last half of the round before). The first half's norm steps take zeros:
+    // fma(0, 0, +0.0) is +0.0 bit for bit, so the chain is the contract's.
     let mut at = start;
     let mut a = load_half(0, at, 0);
-    let mut t = 0;
-    while t + 1 < n_tiles {
+    let mut dq = [F4([0.0; 4]); 4];
+    let mut t = 0u32;
+    if !PAIRS {
+        // One tile a round, the norm chain beside the row's over the same half (fewer registers: the launched
+        // kernel's 85).
+        while t + 1 < n_tiles {
+            let b = load_half(t, at, 1);
+            (acc, acc_q) = steps(&a, 4, &a.0, 4, acc, acc_q);
+            let next = at.next(slots);
+            a = load_half(t + 1, next, 0);
+            (acc, acc_q) = steps(&b, 4, &b.0, 4, acc, acc_q);
+            if arrive_all || t + slots < n_tiles {
+                free(at);
+            }
+            at = next;
+            t += 1;
+        }
+        let pieces = (dim - t * TILE as u32) / 4;
+        let (pa, pb) = (pieces.min(4), pieces.saturating_sub(4));
         let b = load_half(t, at, 1);
-        (acc, acc_q) = steps(&a, 4, acc, acc_q);
-        let next = at.next(slots);
-        a = load_half(t + 1, next, 0);
-        (acc, acc_q) = steps(&b, 4, acc, acc_q);
+        (acc, acc_q) = steps(&a, pa, &a.0, pa, acc, acc_q);
+        (acc, acc_q) = steps(&b, pb, &b.0, pb, acc, acc_q);
+        if arrive_all {
+            free(at);
+        }
+        return (acc, acc_q, at.next(slots));
+    }
+    while t + 2 < n_tiles {
+        let b = load_half(t, at, 1);
+        (acc, acc_q) = steps(&a, 4, &dq, 4, acc, acc_q);
+        let nx = at.next(slots);
+        let c = load_half(t + 1, nx, 0);
+        (acc, acc_q) = steps(&b, 4, &a.0, 4, acc, acc_q);
         if arrive_all || t + slots < n_tiles {
             free(at);
         }
-        at = next;
-        t += 1;
+        let d = load_half(t + 1, nx, 1);
+        (acc, acc_q) = steps(&c, 4, &b.0, 4, acc, acc_q);
+        at = nx.next(slots);
+        a = load_half(t + 2, at, 0);
+        (acc, acc_q) = steps(&d, 4, &c.0, 4, acc, acc_q);
+        if arrive_all || t + 1 + slots < n_tiles {
+            free(nx);
+        }
+        dq = d.0;
+        t += 2;
     }
-    // The last tile: its first cols / 4 pieces (past dim the copy wrote zeros, which are no part of the
-    // order).
-    let pieces = (dim - t * TILE) / 4;
-    let b = load_half(t, at, 1);
-    (acc, acc_q) = steps(&a, pieces.min(4), acc, acc_q);
-    (acc, acc_q) = steps(&b, pieces.saturating_sub(4), acc, acc_q);
-    if arrive_all {
-        free(at);
+    if t + 2 == n_tiles {
+        // Two tiles left: the first whole, then the last.
+        let b = load_half(t, at, 1);
+        (acc, acc_q) = steps(&a, 4, &dq, 4, acc, acc_q);
+        let nx = at.next(slots);
+        let c = load_half(t + 1, nx, 0);
+        (acc, acc_q) = steps(&b, 4, &a.0, 4, acc, acc_q);
+        if arrive_all || t + slots < n_tiles {
+            free(at);
+        }
+        (acc, acc_q) = last(t + 1, nx, c, &b.0, acc, acc_q);
+        at = nx;
+    } else {
+        (acc, acc_q) = last(t, at, a, &dq, acc, acc_q);
     }
     (acc, acc_q, at.next(slots))
 }
@@ -812,14 +898,14 @@ pub(crate) unsafe fn bulk_finish<const METRIC: u32>(
 /// per tile cost the lone computing warp about 40 % of its samples (session 17, run B).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct RingPos {
-    pub(crate) slot: usize,
+    pub(crate) slot: u32,
     pub(crate) parity: u32,
 }
 
 impl RingPos {
     /// The next tile's place in a ring of `slots`.
     #[inline(always)]
-    pub(crate) fn next(self, slots: usize) -> RingPos {
+    pub(crate) fn next(self, slots: u32) -> RingPos {
         if self.slot + 1 == slots {
             RingPos {
                 slot: 0,

@@ -245,6 +245,22 @@ unsafe fn serve(
     let mut seen = sf.seen;
     let mut answers = 0u32;
     let mut last = 0u32;
+    // Block 0's first thread keeps its statistics (u64 words 3, 6 and 7, which only it writes) in registers and
+    // stores them, so that no read of device memory sits between a complete mailbox and the query's number.
+    let mut published_at = 0u64;
+    let (mut wait_ns, mut taken, mut spent_ns) = if leader && t == 0 {
+        // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u64 (launcher); read once, before this server
+        // writes them.
+        unsafe {
+            (
+                stats.add(3).read_volatile(),
+                stats.add(6).read_volatile(),
+                stats.add(7).read_volatile(),
+            )
+        }
+    } else {
+        (0, 0, 0)
+    };
     loop {
         if leader {
             // SAFETY: forwarded contract; words is this block's shared memory.
@@ -264,13 +280,12 @@ unsafe fn serve(
                     while load_acquire_gpu(sf.sync + 8) != answers {}
                     if number != KNN1_SERVE_EXIT {
                         let now = now_ns();
+                        wait_ns += now - complete_at;
+                        taken += 1;
+                        published_at = now;
                         stats.add(2).write_volatile(now);
-                        stats
-                            .add(3)
-                            .write_volatile(stats.add(3).read_volatile() + (now - complete_at));
-                        stats
-                            .add(6)
-                            .write_volatile(stats.add(6).read_volatile() + 1);
+                        stats.add(3).write_volatile(wait_ns);
+                        stats.add(6).write_volatile(taken);
                     }
                     sync.add(1).write_volatile(k);
                     store_release_gpu(sf.sync, number);
@@ -316,10 +331,8 @@ unsafe fn serve(
         if leader && t == 0 {
             // SAFETY: sync as above; only this thread writes u64 word 7.
             unsafe {
-                let spent = now_ns() - stats.add(2).read_volatile();
-                stats
-                    .add(7)
-                    .write_volatile(stats.add(7).read_volatile() + spent);
+                spent_ns += now_ns() - published_at;
+                stats.add(7).write_volatile(spent_ns);
             }
         }
         if answered && t == 0 {
@@ -413,7 +426,7 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
         while issued < ahead {
             // SAFETY: a fresh slot; tile prod_t < n_tiles; map as above.
             unsafe { bulk_issue(&sm, map, prod, false, prod_t, row0, lane) };
-            prod = prod.next(slots);
+            prod = prod.next(slots as u32);
             prod_t += 1;
             issued += 1;
         }
@@ -435,7 +448,7 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
                 let mut c = 0;
                 while c < n_tiles {
                     bulk_issue(&sm, map, prod, issued >= slots, prod_t, row0, lane);
-                    prod = prod.next(slots);
+                    prod = prod.next(slots as u32);
                     prod_t = if prod_t + 1 == n_tiles { 0 } else { prod_t + 1 };
                     issued = issued.saturating_add(1);
                     c += 1;
@@ -456,8 +469,25 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
             sync_warp();
             let start = if resident { RingPos::default() } else { cons };
             // Whole rows that this warp has seen land once (the launch's first query) are not waited for again.
-            let (acc, acc_q, end) =
-                bulk_chains::<METRIC>(&base, &sm, slots, start, !resident, seen_rows, lane);
+            let (acc, acc_q, end) = if seen_rows {
+                bulk_chains::<METRIC, true, true>(
+                    &base,
+                    &sm,
+                    b.slots,
+                    start,
+                    !resident,
+                    lane as u32,
+                )
+            } else {
+                bulk_chains::<METRIC, false, true>(
+                    &base,
+                    &sm,
+                    b.slots,
+                    start,
+                    !resident,
+                    lane as u32,
+                )
+            };
             seen_rows = resident;
             if !resident {
                 cons = end;
@@ -480,8 +510,8 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
         let mut c = 0;
         while c < ahead {
             // SAFETY: barrier cons.slot, initialised; the phase of a tile queued ahead.
-            unsafe { mbarrier_wait(sm.full + 8 * cons.slot as u32, cons.parity) };
-            cons = cons.next(slots);
+            unsafe { mbarrier_wait(sm.full + 8 * cons.slot, cons.parity) };
+            cons = cons.next(b.slots);
             c += 1;
         }
     }
