@@ -819,7 +819,9 @@ pub(crate) unsafe fn bulk_chains<const METRIC: u32, const LANDED: bool, const PA
         t += 2;
     }
     if t + 2 == n_tiles {
-        // Two tiles left: the first whole, then the last.
+        // Two tiles left: the first whole, then the last. (The loop's first tile and this one are written out
+        // twice on purpose: one closure for both made `ptxas` spill 194 instructions in `sm90a_knn1s_cosine`,
+        // some inside the loop.)
         let b = load_half(t, at, 1);
         (acc, acc_q) = steps(&a, 4, &dq, 4, acc, acc_q);
         let nx = at.next(slots);
