@@ -94,39 +94,23 @@ pub(crate) unsafe fn load32(q: *const F4, row: *const F4) -> ([F4; 8], [F4; 8]) 
     (qv, cv)
 }
 
-/// The chains' 32 steps over loaded columns ([`load32`]): the row's (and, with `norm`, the query's norm's).
+/// The chains' 32 steps over loaded columns ([`load32`]), in column order: the row's (and, with `norm`, the
+/// query's norm's).
 #[inline(always)]
 pub(crate) fn chain32<const METRIC: u32>(
     qv: &[F4; 8],
     cv: &[F4; 8],
-    acc: f32,
-    acc_q: f32,
-    norm: bool,
-) -> (f32, f32) {
-    chain_pieces::<METRIC, 8>(qv, cv, 8, acc, acc_q, norm)
-}
-
-/// The chains' steps over the first `pieces` (at most `N`) loaded pieces of 4 columns, in column order: the
-/// row's (and, with `norm`, the query's norm's). [`chain32`] takes all 8 of a 32-column load.
-#[inline(always)]
-pub(crate) fn chain_pieces<const METRIC: u32, const N: usize>(
-    qv: &[F4; N],
-    cv: &[F4; N],
-    pieces: usize,
     mut acc: f32,
     mut acc_q: f32,
     norm: bool,
 ) -> (f32, f32) {
-    const { assert!(N <= 8, "at most a 32-column load") };
     unroll!(8, U: usize => {
-        if U < N && U < pieces {
-            unroll!(4, V: usize => {
-                acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
-                if norm {
-                    acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
-                }
-            });
-        }
+        unroll!(4, V: usize => {
+            acc = step::<METRIC>(qv[U].0[V], cv[U].0[V], acc);
+            if norm {
+                acc_q = fma(qv[U].0[V], qv[U].0[V], acc_q);
+            }
+        });
     });
     (acc, acc_q)
 }
