@@ -84,8 +84,7 @@ pub unsafe extern "ptx-kernel" fn kmeans_update(p: CentroidParams) {
 }
 
 /// `out[i] = box_muller_radius(i << 9)`, one thread per radius: every radius clip-and-noise can produce, for
-/// the diff-test to compare with the host's (the device's division and square root there are
-/// `div_in_range` and `sqrt_in_range`).
+/// the diff-test to compare with the host's (the device's square root there is `sqrt_in_range`).
 ///
 /// # Safety
 /// `out` holds `len` f32; the grid covers `len` threads.
@@ -193,8 +192,9 @@ pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
             q += 1;
         }
         let nr = sqrt(acc);
-        // A negative scale marks a row that is not clipped (a clip scale is never negative).
-        let s = if nr > p.clip { p.clip / nr } else { -1.0 };
+        // A row that is not clipped takes the scale 1: `x * 1.0` is `x`, bit for bit (finite `x`, `-0.0` and
+        // subnormals included), as the contract's `y = x` asks.
+        let s = if nr > p.clip { p.clip / nr } else { 1.0 };
         // SAFETY: t < R: inside the scales.
         unsafe { *scales.add(t as usize) = s };
     }
@@ -213,8 +213,7 @@ pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
         let r = r0 + row;
         let mut o = F4([0.0; 4]);
         unroll!(4, V: usize => {
-            let y = if s >= 0.0 { v.0[V] * s } else { v.0[V] };
-            o.0[V] = fma(p.sigma, g[V], y);
+            o.0[V] = fma(p.sigma, g[V], v.0[V] * s);
         });
         // SAFETY: r < n_rows and q < dim / 4: inside out.
         unsafe { *out.add(r as usize * quads as usize + q as usize) = o };

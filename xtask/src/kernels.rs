@@ -626,10 +626,9 @@ fn numerics_guard(ptx: &str) -> Result<(), String> {
             "add.f32", "sub.f32", "mul.f32", "add.f64", "sub.f64", "mul.f64",
         ]
         .contains(&op);
-        // The hardware estimates that `math::div_in_range` and `math::sqrt_in_range` refine to the correctly
-        // rounded value (their asm marks the line): nothing else may use an approximation.
-        let refined = matches!(op, "rcp.approx.ftz.f32" | "rsqrt.approx.ftz.f32")
-            && line.contains("// refined: ");
+        // The hardware estimate that `math::sqrt_in_range` refines to the correctly rounded root (its asm marks
+        // the line): nothing else may use an approximation.
+        let refined = op == "rsqrt.approx.ftz.f32" && line.contains("// refined: sqrt_in_range");
         if unrounded_arith || (!refined && (op.contains(".ftz") || op.contains(".approx"))) {
             return Err(format!(
                 "PTX line {}: `{}` breaks the numerics contract (unrounded, flush-to-zero or approximate float op)",
@@ -793,7 +792,7 @@ mod tests {
         assert!(numerics_guard("\tadd.f32 %f1, %f2, %f3;\n").is_err());
         assert!(numerics_guard("\tadd.rn.ftz.f32 %f1, %f2, %f3;\n").is_err());
         assert!(numerics_guard("\trcp.approx.ftz.f32 r, %f2;\n").is_err());
-        assert!(numerics_guard("\trcp.approx.ftz.f32 r, %f2; // refined: div_in_range\n").is_ok());
+        assert!(numerics_guard("\trcp.approx.ftz.f32 r, %f2; // refined: div_in_range\n").is_err());
         assert!(
             numerics_guard("\trsqrt.approx.ftz.f32 r, %f2; // refined: sqrt_in_range\n").is_ok()
         );

@@ -2022,7 +2022,7 @@ impl Kernels {
 impl Kernels {
     /// Every Box-Muller radius clip-and-noise can produce, computed on the device: `out[i] =
     /// math::box_muller_radius(i << 9)` for `i <` [`NOISE_RADII`] (the diff-test compares them with the host's,
-    /// which covers every input of the device's `div_in_range` and `sqrt_in_range`).
+    /// which covers every input of the device's `sqrt_in_range` and of the tables' lookups in `ln_unit`).
     pub fn noise_radii(&self, gpu: &Gpu) -> Result<Vec<f32>, KernelError> {
         const K: &str = "noise_radii";
         let out = gpu.alloc_zeros::<f32>(NOISE_RADII as usize)?;

@@ -1909,8 +1909,8 @@ mod run_gpu {
             shapes.extend([(20_000, 768), (1000, 1025), (4099, 128)]);
         }
         let (dev, kern) = gpu.parts();
-        // Every radius the noise can have (2^23 inputs): the device's division and square root there skip the
-        // range checks of `div.rn` / `sqrt.rn` (`math::div_in_range`, `math::sqrt_in_range`).
+        // Every radius the noise can have (2^23 inputs): the device's square root there skips the range check of
+        // `sqrt.rn` (`math::sqrt_in_range`), and its logarithm reads the device's copy of `math::LN_TABLE`.
         let radii = kern.noise_radii(dev).map_err(e_)?;
         compare(
             diff_of(diffs, "noise_radii (every Box-Muller radius)"),

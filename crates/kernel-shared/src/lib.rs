@@ -1074,49 +1074,12 @@ pub mod math {
         ((((w >> 9) << 1) | 1) as f32) * (1.0 / 16_777_216.0)
     }
 
-    /// `a / b`, correctly rounded (IEEE division), for `|a| <= 0.5` and `1.5 <= b <= 2.5`: the quotient
-    /// `(m - 1) / (m + 1)` of [`ln_unit`]. On the device: the steps `ptxas` itself runs for `div.rn.f32` once
-    /// its operand check (`FCHK`) has passed, without the check and its slow path, which in this range is never
-    /// taken: the hardware reciprocal estimate (`rcp.approx.ftz.f32`, `MUFU.RCP`), one Newton step, the
-    /// quotient and one correction by the residual. On the host: `a / b`. Every input clip-and-noise can reach
-    /// is compared bit for bit with the host's division by the diff-test (`noise` group, all 2^23 values of
-    /// [`box_muller_radius`]). Saves the check, its branch and the convergence barrier around it, per call.
-    #[inline(always)]
-    pub fn div_in_range(a: f32, b: f32) -> f32 {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            let q: f32;
-            // SAFETY: register arithmetic only.
-            unsafe {
-                core::arch::asm!(
-                    "{{",
-                    ".reg .f32 r, e, nb, q0, res;",
-                    "rcp.approx.ftz.f32 r, {b}; // refined: div_in_range",
-                    "neg.f32 nb, {b};",
-                    "fma.rn.f32 e, nb, r, 0f3F800000;",
-                    "fma.rn.f32 r, r, e, r;",
-                    "fma.rn.f32 q0, {a}, r, 0f00000000;",
-                    "fma.rn.f32 res, nb, q0, {a};",
-                    "fma.rn.f32 {q}, r, res, q0;",
-                    "}}",
-                    a = in(reg32) a,
-                    b = in(reg32) b,
-                    q = out(reg32) q,
-                    options(pure, nomem, nostack)
-                );
-            }
-            q
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            a / b
-        }
-    }
-
     /// `sqrt(x)`, correctly rounded, for `2^-25 <= x <= 64`: the radius of [`box_muller_radius`]. On the
     /// device: the steps `ptxas` runs for `sqrt.rn.f32` once its range check has passed, without the check and
     /// its slow path: the reciprocal square root estimate (`rsqrt.approx.ftz.f32`, `MUFU.RSQ`), `y = x r`,
-    /// and one correction `y + (x - y y) r / 2`. On the host: `f32::sqrt`. Tested as [`div_in_range`] is.
+    /// and one correction `y + (x - y y) r / 2`. On the host: `f32::sqrt`. Every input clip-and-noise can reach is
+    /// compared bit for bit with the host's root by the diff-test (`noise` group, all 2^23 values of
+    /// [`box_muller_radius`]). Saves the check, its branch and the convergence barrier around it, per call.
     #[inline(always)]
     pub fn sqrt_in_range(x: f32) -> f32 {
         #[cfg(target_arch = "nvptx64")]
@@ -1147,93 +1110,274 @@ pub mod math {
         }
     }
 
-    const SQRT2: f32 = core::f32::consts::SQRT_2;
     const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
     const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 1.42860677e-6
+    /// The bits [`ln_unit`] subtracts to split `u` into `2^k * z` with `z` in `[0.699, 1.398)`: `f32` 0.69921875.
+    const LN_OFF: u32 = 0x3f33_0000;
+    /// One step of [`sincos_turns`]' angle, in radians: `2 * pi / 2^24` (exact scaling of `f32` `2 * pi`).
+    const TURN_RAD: f32 = core::f32::consts::TAU / 16_777_216.0;
 
-    /// Natural logarithm of a normal `u` in `(0, 1]` (the only range clip-and-noise needs).
+    const fn e(a: u32, b: u32) -> [f32; 2] {
+        [f32::from_bits(a), f32::from_bits(b)]
+    }
+
+    /// A table of 64 `[f32; 2]` entries, 8-byte aligned so that an entry is one 8-byte load on the device.
+    #[repr(C, align(8))]
+    pub struct Table64(pub [[f32; 2]; 64]);
+
+    /// [`ln_unit`]'s table (docs/numerics.md, "Clip-and-noise"): entry `j` serves the reduced arguments `z`
+    /// whose bits lie in `LN_OFF + j * 2^17 .. LN_OFF + (j + 1) * 2^17` and holds `[invc, logc]`: `invc` the
+    /// `f32` nearest to 2 over the sum of the range's ends, `logc` the `f32` nearest to `-ln(invc)`; entry 38,
+    /// which holds `z = 1`, is exactly `[1, 0]`, so that `ln u` keeps its relative accuracy as `u` nears 1.
+    pub static LN_TABLE: Table64 = Table64([
+        e(0x3fb60b61, 0xbeb45643),
+        e(0x3fb40b41, 0xbeaeadf0),
+        e(0x3fb21643, 0xbea91571),
+        e(0x3fb02c0b, 0xbea38c6e),
+        e(0x3fae4c41, 0xbe9e1293),
+        e(0x3fac7692, 0xbe98a790),
+        e(0x3faaaaab, 0xbe934b12),
+        e(0x3fa8e83f, 0xbe8dfcca),
+        e(0x3fa72f05, 0xbe88bc73),
+        e(0x3fa57eb5, 0xbe8389c3),
+        e(0x3fa3d70a, 0xbe7cc8e2),
+        e(0x3fa237c3, 0xbe729877),
+        e(0x3fa0a0a1, 0xbe6881c2),
+        e(0x3f9f1166, 0xbe5e843a),
+        e(0x3f9d89d9, 0xbe549f6c),
+        e(0x3f9c09c1, 0xbe4ad2d9),
+        e(0x3f9a90e8, 0xbe411e0c),
+        e(0x3f991f1a, 0xbe378092),
+        e(0x3f97b426, 0xbe2dfa04),
+        e(0x3f964fda, 0xbe2489e9),
+        e(0x3f94f209, 0xbe1b2fe3),
+        e(0x3f939a86, 0xbe11eb8b),
+        e(0x3f924925, 0xbe08bc77),
+        e(0x3f90fdbc, 0xbdff4489),
+        e(0x3f8fb824, 0xbded393c),
+        e(0x3f8e7835, 0xbddb563e),
+        e(0x3f8d3dcb, 0xbdc99af2),
+        e(0x3f8c08c1, 0xbdb8069f),
+        e(0x3f8ad8f3, 0xbda6988b),
+        e(0x3f89ae41, 0xbd95502c),
+        e(0x3f888889, 0xbd842ccd),
+        e(0x3f8767ab, 0xbd665b93),
+        e(0x3f864b8a, 0xbd44a542),
+        e(0x3f853408, 0xbd23356d),
+        e(0x3f842108, 0xbd020ae4),
+        e(0x3f83126f, 0xbcc24943),
+        e(0x3f820821, 0xbc8102d2),
+        e(0x3f810204, 0xbc0080a8),
+        e(0x3f800000, 0x00000000),
+        e(0x3f7c0fc1, 0x3c7e0545),
+        e(0x3f783e10, 0x3cfc14c8),
+        e(0x3f74898d, 0x3d3ba2ce),
+        e(0x3f70f0f1, 0x3d785185),
+        e(0x3f6d7304, 0x3d9a0eba),
+        e(0x3f6a0ea1, 0x3db78694),
+        e(0x3f66c2b4, 0x3dd4936c),
+        e(0x3f638e39, 0x3df1383a),
+        e(0x3f607038, 0x3e06bbf4),
+        e(0x3f5d67c9, 0x3e14aa96),
+        e(0x3f5a740e, 0x3e22695a),
+        e(0x3f579436, 0x3e2ff983),
+        e(0x3f54c77b, 0x3e3d5c48),
+        e(0x3f520d21, 0x3e4a92d4),
+        e(0x3f4f6475, 0x3e579e49),
+        e(0x3f4ccccd, 0x3e647fbd),
+        e(0x3f4a4588, 0x3e71383b),
+        e(0x3f47ce0c, 0x3e7dc8c6),
+        e(0x3f4565c8, 0x3e851928),
+        e(0x3f430c31, 0x3e8b3ae5),
+        e(0x3f40c0c1, 0x3e914a0f),
+        e(0x3f3e82fa, 0x3e974716),
+        e(0x3f3c5264, 0x3e9d3263),
+        e(0x3f3a2e8c, 0x3ea30c5d),
+        e(0x3f381703, 0x3ea8d56c),
+    ]);
+
+    /// [`sincos_turns`]' table: entry `j` is `[sin, cos]` of the angle `2 * pi * j / 64`, each the `f32`
+    /// nearest to the true value, with exact `0` and `1` at the quarter turns and the quadrants' entries the
+    /// first quadrant's rotated (`(s, c)`, `(c, -s)`, `(-s, -c)`, `(-c, s)`; `+0.0` for every zero).
+    pub static TURN_TABLE: Table64 = Table64([
+        e(0x00000000, 0x3f800000),
+        e(0x3dc8bd36, 0x3f7ec46d),
+        e(0x3e47c5c2, 0x3f7b14be),
+        e(0x3e94a031, 0x3f74fa0b),
+        e(0x3ec3ef15, 0x3f6c835e),
+        e(0x3ef15aea, 0x3f61c598),
+        e(0x3f0e39da, 0x3f54db31),
+        e(0x3f226799, 0x3f45e403),
+        e(0x3f3504f3, 0x3f3504f3),
+        e(0x3f45e403, 0x3f226799),
+        e(0x3f54db31, 0x3f0e39da),
+        e(0x3f61c598, 0x3ef15aea),
+        e(0x3f6c835e, 0x3ec3ef15),
+        e(0x3f74fa0b, 0x3e94a031),
+        e(0x3f7b14be, 0x3e47c5c2),
+        e(0x3f7ec46d, 0x3dc8bd36),
+        e(0x3f800000, 0x00000000),
+        e(0x3f7ec46d, 0xbdc8bd36),
+        e(0x3f7b14be, 0xbe47c5c2),
+        e(0x3f74fa0b, 0xbe94a031),
+        e(0x3f6c835e, 0xbec3ef15),
+        e(0x3f61c598, 0xbef15aea),
+        e(0x3f54db31, 0xbf0e39da),
+        e(0x3f45e403, 0xbf226799),
+        e(0x3f3504f3, 0xbf3504f3),
+        e(0x3f226799, 0xbf45e403),
+        e(0x3f0e39da, 0xbf54db31),
+        e(0x3ef15aea, 0xbf61c598),
+        e(0x3ec3ef15, 0xbf6c835e),
+        e(0x3e94a031, 0xbf74fa0b),
+        e(0x3e47c5c2, 0xbf7b14be),
+        e(0x3dc8bd36, 0xbf7ec46d),
+        e(0x00000000, 0xbf800000),
+        e(0xbdc8bd36, 0xbf7ec46d),
+        e(0xbe47c5c2, 0xbf7b14be),
+        e(0xbe94a031, 0xbf74fa0b),
+        e(0xbec3ef15, 0xbf6c835e),
+        e(0xbef15aea, 0xbf61c598),
+        e(0xbf0e39da, 0xbf54db31),
+        e(0xbf226799, 0xbf45e403),
+        e(0xbf3504f3, 0xbf3504f3),
+        e(0xbf45e403, 0xbf226799),
+        e(0xbf54db31, 0xbf0e39da),
+        e(0xbf61c598, 0xbef15aea),
+        e(0xbf6c835e, 0xbec3ef15),
+        e(0xbf74fa0b, 0xbe94a031),
+        e(0xbf7b14be, 0xbe47c5c2),
+        e(0xbf7ec46d, 0xbdc8bd36),
+        e(0xbf800000, 0x00000000),
+        e(0xbf7ec46d, 0x3dc8bd36),
+        e(0xbf7b14be, 0x3e47c5c2),
+        e(0xbf74fa0b, 0x3e94a031),
+        e(0xbf6c835e, 0x3ec3ef15),
+        e(0xbf61c598, 0x3ef15aea),
+        e(0xbf54db31, 0x3f0e39da),
+        e(0xbf45e403, 0x3f226799),
+        e(0xbf3504f3, 0x3f3504f3),
+        e(0xbf226799, 0x3f45e403),
+        e(0xbf0e39da, 0x3f54db31),
+        e(0xbef15aea, 0x3f61c598),
+        e(0xbec3ef15, 0x3f6c835e),
+        e(0xbe94a031, 0x3f74fa0b),
+        e(0xbe47c5c2, 0x3f7b14be),
+        e(0xbdc8bd36, 0x3f7ec46d),
+    ]);
+
+    /// Where the noise functions read [`LN_TABLE`] and [`TURN_TABLE`]: [`Tables`] reads the statics (the host,
+    /// and device kernels that read them through the L1); a device kernel may read copies it staged in shared
+    /// memory. Every implementation returns the statics' values for entry `j & 63`.
+    pub trait NoiseTables {
+        /// [`LN_TABLE`]`[j & 63]`.
+        fn ln(&self, j: u32) -> [f32; 2];
+        /// [`TURN_TABLE`]`[j & 63]`.
+        fn turn(&self, j: u32) -> [f32; 2];
+    }
+
+    /// The tables read from the statics themselves.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Tables;
+
+    impl NoiseTables for Tables {
+        #[inline(always)]
+        fn ln(&self, j: u32) -> [f32; 2] {
+            LN_TABLE.0[(j & 63) as usize]
+        }
+        #[inline(always)]
+        fn turn(&self, j: u32) -> [f32; 2] {
+            TURN_TABLE.0[(j & 63) as usize]
+        }
+    }
+
+    /// Natural logarithm of a normal `u` in `(0, 1]` (the only range clip-and-noise needs), with the tables
+    /// at `t`: `u = 2^k * z` (bit fields, exact), `r = z * invc - 1` (one rounding, `|r| < 0.008`),
+    /// `ln u = (k ln2_hi + logc) + (k ln2_lo + log1p(r))` with a degree-4 polynomial for `log1p`.
+    #[inline(always)]
+    pub fn ln_unit_in(t: &impl NoiseTables, u: f32) -> f32 {
+        ln_unit_bits(t, u.to_bits())
+    }
+
+    /// [`ln_unit_in`] of the `f32` with bits `ix`.
+    #[inline(always)]
+    fn ln_unit_bits(t: &impl NoiseTables, ix: u32) -> f32 {
+        let tmp = ix.wrapping_sub(LN_OFF);
+        let [invc, logc] = t.ln(tmp >> 17);
+        let z = f32::from_bits(ix.wrapping_sub(tmp & 0xff80_0000));
+        let kf = ((tmp as i32) >> 23) as f32;
+        let r = fma(z, invc, -1.0);
+        let mut p = fma(r, -0.25, 1.0 / 3.0);
+        p = fma(r, p, -0.5);
+        let l1 = fma(r * r, p, r);
+        fma(kf, LN2_HI, logc) + fma(kf, LN2_LO, l1)
+    }
+
+    /// [`ln_unit_in`] with the statics.
     #[inline(always)]
     pub fn ln_unit(u: f32) -> f32 {
-        let (e, m) = ln_unit_reduce(u);
-        let t = div_in_range(m - 1.0, m + 1.0);
-        let t2 = t * t;
-        let mut p = fma(t2, 1.0 / 11.0, 1.0 / 9.0);
-        p = fma(t2, p, 1.0 / 7.0);
-        p = fma(t2, p, 1.0 / 5.0);
-        p = fma(t2, p, 1.0 / 3.0);
-        p = fma(t2, p, 1.0);
-        let lm = (t + t) * p;
-        let ef = e as f32;
-        fma(ef, LN2_HI, fma(ef, LN2_LO, lm))
+        ln_unit_in(&Tables, u)
     }
 
-    /// [`ln_unit`]'s argument reduction: `u = 2^e * m` with `m` in `[sqrt(2) / 2, sqrt(2)]` (bit fields, exact).
+    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored), with the tables
+    /// at `t`: the nearest table angle `2 * pi * j / 64` and the rest `b` (`|b| <= pi / 64`, from the integer
+    /// exactly, then one rounding), `sin b` and `cos b` by short Taylor polynomials, and the angle-sum formulas.
     #[inline(always)]
-    pub fn ln_unit_reduce(u: f32) -> (i32, f32) {
-        let bits = u.to_bits();
-        let mut e = ((bits >> 23) & 0xff) as i32 - 127;
-        let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
-        if m > SQRT2 {
-            m *= 0.5;
-            e += 1;
-        }
-        (e, m)
+    pub fn sincos_turns_in(t: &impl NoiseTables, a: u32) -> (f32, f32) {
+        let a = a.wrapping_add(1 << 17);
+        let [sa, ca] = t.turn(a >> 18);
+        // (a mod 2^18) - 2^17 as f32: the float with bits 2^23's | (a mod 2^18) is 2^23 + (a mod 2^18), exact.
+        let d = f32::from_bits(0x4b00_0000 | (a & 0x0003_ffff)) - 8_519_680.0;
+        let b = d * TURN_RAD;
+        let b2 = b * b;
+        let sb = fma(b * b2, fma(b2, 1.0 / 120.0, -1.0 / 6.0), b);
+        let cb = fma(b2, fma(b2, 1.0 / 24.0, -0.5), 1.0);
+        (fma(sa, cb, ca * sb), fma(ca, cb, -(sa * sb)))
     }
 
-    const PI_2: f32 = core::f32::consts::FRAC_PI_2;
-
-    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored).
+    /// [`sincos_turns_in`] with the statics.
     #[inline(always)]
     pub fn sincos_turns(a: u32) -> (f32, f32) {
-        let q = (a >> 22) & 3;
-        let f = ((a & 0x003f_ffff) as f32) * (1.0 / 4_194_304.0);
-        let x = f * PI_2;
-        let x2 = x * x;
-        let mut ps = fma(x2, 1.0 / 6_227_020_800.0, -1.0 / 39_916_800.0);
-        ps = fma(x2, ps, 1.0 / 362_880.0);
-        ps = fma(x2, ps, -1.0 / 5_040.0);
-        ps = fma(x2, ps, 1.0 / 120.0);
-        ps = fma(x2, ps, -1.0 / 6.0);
-        let s = fma(x * x2, ps, x);
-        let mut pc = fma(x2, -1.0 / 87_178_291_200.0, 1.0 / 479_001_600.0);
-        pc = fma(x2, pc, -1.0 / 3_628_800.0);
-        pc = fma(x2, pc, 1.0 / 40_320.0);
-        pc = fma(x2, pc, -1.0 / 720.0);
-        pc = fma(x2, pc, 1.0 / 24.0);
-        pc = fma(x2, pc, -0.5);
-        let c = fma(x2, pc, 1.0);
-        // (s, c), (c, -s), (-s, -c), (-c, s) for q = 0 .. 3, by selects and sign flips (exact) rather than a
-        // `match`, which the GPU compiler turned into a jump table: a warp whose lanes hold different quadrants
-        // ran the four cases one after another.
-        let odd = q & 1 != 0;
-        let (a, b) = if odd { (c, s) } else { (s, c) };
-        let sin = if q & 2 != 0 { -a } else { a };
-        let cos = if (q + 1) & 2 != 0 { -b } else { b };
-        (sin, cos)
+        sincos_turns_in(&Tables, a)
     }
 
     /// The radius `sqrt(-2 ln u)` of [`box_muller`] for the word `w0` (`u = uniform_open(w0)`, which reads
     /// `w0 >> 9`: 2^23 distinct inputs, in `[1.2e-7, 33.3]` under the root).
     #[inline(always)]
+    pub fn box_muller_radius_in(t: &impl NoiseTables, w0: u32) -> f32 {
+        // uniform_open(w0)'s bits: the exact f32 of the odd integer, its exponent lowered by 24 (the same value
+        // as the product by 2^-24, which the compiler then folds into the logarithm's integer steps).
+        let n = ((w0 >> 9) << 1) | 1;
+        sqrt_in_range(-2.0 * ln_unit_bits(t, (n as f32).to_bits() - (24 << 23)))
+    }
+
+    /// [`box_muller_radius_in`] with the statics.
+    #[inline(always)]
     pub fn box_muller_radius(w0: u32) -> f32 {
-        sqrt_in_range(-2.0 * ln_unit(uniform_open(w0)))
+        box_muller_radius_in(&Tables, w0)
     }
 
     /// Two standard normal values from two 32-bit words (Box-Muller).
     #[inline(always)]
-    pub fn box_muller(w0: u32, w1: u32) -> (f32, f32) {
-        let rad = box_muller_radius(w0);
-        let (s, c) = sincos_turns(w1 >> 8);
+    pub fn box_muller_in(t: &impl NoiseTables, w0: u32, w1: u32) -> (f32, f32) {
+        let rad = box_muller_radius_in(t, w0);
+        let (s, c) = sincos_turns_in(t, w1 >> 8);
         (rad * c, rad * s)
     }
 
     /// The four noise values `g(row, 4 * block .. 4 * block + 4)` of clip-and-noise.
     #[inline(always)]
-    pub fn gaussian4(key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
+    pub fn gaussian4_in(t: &impl NoiseTables, key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
         let w = philox4x32_10([block, row as u32, (row >> 32) as u32, DOMAIN_NOISE], key);
-        let (g0, g1) = box_muller(w[0], w[1]);
-        let (g2, g3) = box_muller(w[2], w[3]);
+        let (g0, g1) = box_muller_in(t, w[0], w[1]);
+        let (g2, g3) = box_muller_in(t, w[2], w[3]);
         [g0, g1, g2, g3]
+    }
+
+    /// [`gaussian4_in`] with the statics.
+    #[inline(always)]
+    pub fn gaussian4(key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
+        gaussian4_in(&Tables, key, row, block)
     }
 
     /// An unbiased integer in `0 .. m` (`m >= 1`) by Lemire's method, drawing words from `next`.
@@ -1286,26 +1430,70 @@ mod tests {
         assert_eq!(core::mem::offset_of!(Knn1BulkServeParams, bulk), 0);
     }
 
-    /// The device's `div_in_range` and `sqrt_in_range` skip `div.rn` / `sqrt.rn`'s range checks on the
-    /// promise that their operands stay in the ranges they document: checked here for every input the noise
-    /// can give them (the division's operands from `ln_unit_reduce`'s `m`, the root's argument from `ln_unit`).
+    /// The device's `sqrt_in_range` skips `sqrt.rn`'s range check on the promise that its argument stays in
+    /// the range it documents, and `ln_unit`'s polynomial on `|r| < 0.008`: both checked here for every input
+    /// the noise can give them, with `ln_unit`'s accuracy against f64 over the same inputs.
     #[test]
-    fn box_muller_operands_stay_in_the_refined_ranges() {
-        use math::{ln_unit, ln_unit_reduce, uniform_open};
-        let (mut lo, mut hi) = (f32::INFINITY, 0.0f32);
+    fn box_muller_operands_stay_in_their_ranges_and_ln_is_accurate() {
+        use math::{LN_TABLE, ln_unit, uniform_open};
+        let (mut lo, mut hi, mut worst_r, mut worst_rel) = (f32::INFINITY, 0.0f32, 0.0f32, 0.0f64);
         for k in 0..NOISE_RADII {
             let u = uniform_open(k << 9);
             assert!(u.is_normal() && u > 0.0 && u < 1.0, "k {k}");
-            let (_, m) = ln_unit_reduce(u);
-            assert!(
-                (m - 1.0).abs() <= 0.5 && (1.5..=2.5).contains(&(m + 1.0)),
-                "k {k}"
-            );
-            let x = -2.0 * ln_unit(u);
+            // ln_unit's reduction, as it runs.
+            let tmp = u.to_bits().wrapping_sub(0x3f33_0000);
+            let z = f32::from_bits(u.to_bits().wrapping_sub(tmp & 0xff80_0000));
+            let [invc, _] = LN_TABLE.0[(tmp >> 17 & 63) as usize];
+            worst_r = worst_r.max(z.mul_add(invc, -1.0).abs());
+            let l = ln_unit(u);
+            let want = f64::from(u).ln();
+            worst_rel = worst_rel.max((f64::from(l) - want).abs() / want.abs());
+            let x = -2.0 * l;
             lo = lo.min(x);
             hi = hi.max(x);
         }
         assert!(lo >= 2f32.powi(-25) && hi <= 64.0, "{lo} .. {hi}");
+        assert!(worst_r < 0.008, "|r| up to {worst_r}");
+        assert!(worst_rel < 2.5e-7, "ln_unit relative error {worst_rel:e}");
+    }
+
+    /// The tables hold the values their doc promises: within half an ulp of the f64 values (the nearest f32,
+    /// up to f64's own error), `ln`'s entry for `z = 1` exactly `[1, 0]`, the turns exact at the quarter turns.
+    #[test]
+    fn noise_tables_hold_the_nearest_values() {
+        use math::{LN_TABLE, TURN_TABLE};
+        let half_ulp =
+            |x: f32| f64::from(f32::from_bits(x.abs().to_bits() + 1) - x.abs()) / 2.0 + 1e-15;
+        for (j, &[invc, logc]) in LN_TABLE.0.iter().enumerate() {
+            let z_lo = f64::from(f32::from_bits(0x3f33_0000 + (j as u32) * (1 << 17)));
+            let z_hi = f64::from(f32::from_bits(0x3f33_0000 + (j as u32 + 1) * (1 << 17)));
+            if z_lo <= 1.0 && 1.0 < z_hi {
+                assert_eq!((invc, logc), (1.0, 0.0), "entry {j}");
+                continue;
+            }
+            assert!(
+                (f64::from(invc) - 2.0 / (z_lo + z_hi)).abs() <= half_ulp(invc),
+                "entry {j}"
+            );
+            assert!(
+                (f64::from(logc) + f64::from(invc).ln()).abs() <= half_ulp(logc),
+                "entry {j}"
+            );
+        }
+        for (j, &[s, c]) in TURN_TABLE.0.iter().enumerate() {
+            let a = std::f64::consts::TAU * j as f64 / 64.0;
+            if j % 16 == 0 {
+                let (ws, wc) = [(0.0, 1.0), (1.0, 0.0), (0.0, -1.0), (-1.0, 0.0)][j / 16];
+                assert_eq!(
+                    (s.to_bits(), c.to_bits()),
+                    (f32::to_bits(ws), f32::to_bits(wc)),
+                    "entry {j}"
+                );
+                continue;
+            }
+            assert!((f64::from(s) - a.sin()).abs() <= half_ulp(s), "entry {j}");
+            assert!((f64::from(c) - a.cos()).abs() <= half_ulp(c), "entry {j}");
+        }
     }
 
     #[test]
@@ -1345,27 +1533,5 @@ mod tests {
             }
         }
         assert_eq!(tc_knn_heads_per_split(10, 0), 10);
-    }
-
-    #[test]
-    fn sincos_quadrants_are_the_first_quadrants_values_rotated() {
-        // Quadrant q's (sin, cos) from quadrant 0's (s, c) at the same offset, as the contract writes them.
-        for f in [0u32, 1, 0x12_3456, 0x20_0000, 0x3f_ffff] {
-            let (s, c) = math::sincos_turns(f);
-            for q in 0..4u32 {
-                let want = match q {
-                    0 => (s, c),
-                    1 => (c, -s),
-                    2 => (-s, -c),
-                    _ => (-c, s),
-                };
-                let got = math::sincos_turns((q << 22) | f);
-                assert_eq!(
-                    (got.0.to_bits(), got.1.to_bits()),
-                    (want.0.to_bits(), want.1.to_bits()),
-                    "quadrant {q}, offset {f:#x}"
-                );
-            }
-        }
     }
 }
