@@ -163,15 +163,26 @@ pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
         }
     };
     let (first_row, first_q) = (t / quads, t % quads);
+    // The block's rows are contiguous in `x` and `out`: its piece `i` (16 bytes) lies `16 i` bytes past its first
+    // row's start there, and at shared piece `i + row` (each staged row is one piece longer: `stride`), so a
+    // thread steps `i` by NOISE_THREADS and carries `(row, q)` along for the padding, the chain and the counter.
+    let first_piece = u64::from(r0) * u64::from(quads);
+    let smem0 = shared_addr(smem);
     // Stage: every piece's copy in flight at once.
+    let (mut src, mut dst) = (
+        p.x + 16 * (first_piece + u64::from(t)),
+        smem0 + 16 * (t + first_row),
+    );
     let (mut row, mut q) = (first_row, first_q);
     while row < rows {
-        let src = p.x + ((r0 + row) as u64 * quads as u64 + q as u64) * 16;
-        let dst = shared_addr(smem.wrapping_add(row as usize * stride + 4 * q as usize));
-        // SAFETY: r0 + row < n_rows and q < dim / 4: 16 readable, 16-byte aligned bytes of x; dst a 16-byte
-        // aligned piece of the staged rows (row < R, 4 q + 3 < dim; rows start at multiples of 4 floats).
+        // SAFETY: r0 + row < n_rows and q < dim / 4, so src (piece first_piece + i of x) is 16 readable, 16-byte
+        // aligned bytes; dst (shared piece i + row) a 16-byte aligned piece of the staged rows (row < R,
+        // 4 q + 3 < dim).
         unsafe { cp_async16(dst, src, 16) };
+        let last = row;
         next(&mut row, &mut q);
+        src += 16 * u64::from(NOISE_THREADS);
+        dst += 16 * (NOISE_THREADS + row - last);
     }
     cp_async_commit();
     // The first piece's noise while the copies land (it needs no data).
@@ -199,24 +210,21 @@ pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
         unsafe { *scales.add(t as usize) = s };
     }
     sync_threads();
-    let out = p.out as *mut F4;
-    let (mut row, mut q) = (first_row, first_q);
+    let out = (p.out as *mut F4).wrapping_add(first_piece as usize);
+    let staged = smem as *const F4;
+    let (mut i, mut row, mut q) = (t, first_row, first_q);
     let mut g = g_first;
     while row < rows {
-        // SAFETY: row < R and 4 q + 3 < dim: inside the staged rows and the scales.
-        let (v, s) = unsafe {
-            (
-                *(smem.wrapping_add(row as usize * stride + 4 * q as usize) as *const F4),
-                *scales.add(row as usize),
-            )
-        };
-        let r = r0 + row;
+        // SAFETY: row < R and 4 q + 3 < dim: shared piece i + row is inside the staged rows, row inside the
+        // scales.
+        let (v, s) = unsafe { (*staged.add((i + row) as usize), *scales.add(row as usize)) };
         let mut o = F4([0.0; 4]);
         unroll!(4, V: usize => {
             o.0[V] = fma(p.sigma, g[V], v.0[V] * s);
         });
-        // SAFETY: r < n_rows and q < dim / 4: inside out.
-        unsafe { *out.add(r as usize * quads as usize + q as usize) = o };
+        // SAFETY: r0 + row < n_rows and q < dim / 4: piece first_piece + i of out.
+        unsafe { *out.add(i as usize) = o };
+        i += NOISE_THREADS;
         next(&mut row, &mut q);
         if row < rows {
             g = gaussian4(p.key, u64::from(r0 + row), q);
