@@ -4,11 +4,13 @@
 
 use crate::util::{
     F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
-    shared_addr, sqrt, sync_threads, thread_x,
+    mbarrier_wait, shared_addr, sqrt, sync_threads, thread_x,
 };
+use core::arch::asm;
 use recall_kernel_shared::math::{box_muller_radius, gaussian4};
 use recall_kernel_shared::{
-    CentroidParams, FillParams, InertiaParams, NOISE_THREADS, NoiseParams, RadiiParams,
+    CentroidParams, FillParams, InertiaParams, NOISE_ROWS_MAX, NOISE_THREADS, NoiseParams,
+    RadiiParams,
 };
 
 /// `ptr[i] = value` for every `i < len`, one element per thread.
@@ -144,6 +146,27 @@ pub unsafe extern "ptx-kernel" fn clip_noise(p: NoiseParams) {
 /// `noise_rows_shared_bytes(R, dim)` bytes of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
+    // SAFETY: forwarded contract.
+    unsafe { clip_noise_rows::<false>(p) }
+}
+
+/// [`sm80_clip_noise_rows`] whose rows land by bulk copies (`cp.async.bulk`, one a row, issued by thread 0 and
+/// counted by an `mbarrier`) instead of every thread's 16-byte `cp.async` loop: sm_90 (the sm_90a image).
+///
+/// # Safety
+/// As [`sm80_clip_noise_rows`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn sm90a_clip_noise_rows(p: NoiseParams) {
+    // SAFETY: forwarded contract.
+    unsafe { clip_noise_rows::<true>(p) }
+}
+
+/// The body of [`sm80_clip_noise_rows`] (`BULK` false) and [`sm90a_clip_noise_rows`] (`BULK` true).
+///
+/// # Safety
+/// As [`sm80_clip_noise_rows`]; `BULK` only on sm_90.
+#[inline(always)]
+unsafe fn clip_noise_rows<const BULK: bool>(p: NoiseParams) {
     let smem = dynamic_shared_f32();
     let t = thread_x();
     let quads = p.dim / 4;
@@ -168,27 +191,81 @@ pub unsafe extern "ptx-kernel" fn sm80_clip_noise_rows(p: NoiseParams) {
     // thread steps `i` by NOISE_THREADS and carries `(row, q)` along for the padding, the chain and the counter.
     let first_piece = u64::from(r0) * u64::from(quads);
     let smem0 = shared_addr(smem);
-    // Stage: every piece's copy in flight at once.
-    let (mut src, mut dst) = (
-        p.x + 16 * (first_piece + u64::from(t)),
-        smem0 + 16 * (t + first_row),
-    );
-    let (mut row, mut q) = (first_row, first_q);
-    while row < rows {
-        // SAFETY: r0 + row < n_rows and q < dim / 4, so src (piece first_piece + i of x) is 16 readable, 16-byte
-        // aligned bytes; dst (shared piece i + row) a 16-byte aligned piece of the staged rows (row < R,
-        // 4 q + 3 < dim).
-        unsafe { cp_async16(dst, src, 16) };
-        let last = row;
-        next(&mut row, &mut q);
-        src += 16 * u64::from(NOISE_THREADS);
-        dst += 16 * (NOISE_THREADS + row - last);
+    // The bulk copies' barrier, past the scales (noise_rows_shared_bytes).
+    let bar = smem0 + 4 * (p.rows_per_block * (p.dim + 4) + NOISE_ROWS_MAX);
+    if BULK {
+        // Stage: thread 0 copies each row whole (its bytes are a multiple of 16, at 16-byte aligned places).
+        if t == 0 {
+            // SAFETY: the barrier's 8 bytes of this block's shared memory, used by nothing else.
+            unsafe {
+                asm!(
+                    "mbarrier.init.shared::cta.b64 [{b}], 1;",
+                    "fence.mbarrier_init.release.cluster;",
+                    b = in(reg32) bar,
+                    options(nostack)
+                );
+            }
+            let bytes = 4 * p.dim;
+            // SAFETY: the barrier expects the rows' bytes exactly, and this thread arrives once (its count).
+            unsafe {
+                asm!(
+                    "{{",
+                    ".reg .b64 st;",
+                    "mbarrier.arrive.expect_tx.shared::cta.b64 st, [{b}], {n};",
+                    "}}",
+                    b = in(reg32) bar,
+                    n = in(reg32) rows * bytes,
+                    options(nostack)
+                );
+            }
+            let mut row = 0;
+            while row < rows {
+                // SAFETY: r0 + row < n_rows: the row's dim f32 of x, 16-byte aligned (x is, and dim is a multiple
+                // of 4); it lands in staged row `row` (row < R, 16-byte aligned: stride is a multiple of 4 f32).
+                unsafe {
+                    asm!(
+                        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+                        d = in(reg32) smem0 + row * 4 * (p.dim + 4),
+                        s = in(reg64) p.x + u64::from(r0 + row) * u64::from(bytes),
+                        n = in(reg32) bytes,
+                        b = in(reg32) bar,
+                        options(nostack)
+                    );
+                }
+                row += 1;
+            }
+        }
+    } else {
+        // Stage: every piece's copy in flight at once.
+        let (mut src, mut dst) = (
+            p.x + 16 * (first_piece + u64::from(t)),
+            smem0 + 16 * (t + first_row),
+        );
+        let (mut row, mut q) = (first_row, first_q);
+        while row < rows {
+            // SAFETY: r0 + row < n_rows and q < dim / 4, so src (piece first_piece + i of x) is 16 readable,
+            // 16-byte aligned bytes; dst (shared piece i + row) a 16-byte aligned piece of the staged rows
+            // (row < R, 4 q + 3 < dim).
+            unsafe { cp_async16(dst, src, 16) };
+            let last = row;
+            next(&mut row, &mut q);
+            src += 16 * u64::from(NOISE_THREADS);
+            dst += 16 * (NOISE_THREADS + row - last);
+        }
+        cp_async_commit();
     }
-    cp_async_commit();
     // The first piece's noise while the copies land (it needs no data).
     let g_first = gaussian4(p.key, u64::from(r0 + first_row), first_q);
-    cp_async_wait::<0>();
-    sync_threads();
+    if BULK {
+        // Every thread that reads the rows waits for the barrier's first phase: it sees the copies' bytes then.
+        // Before that, thread 0's initialisation must be visible to the others' waits.
+        sync_threads();
+        // SAFETY: the barrier is initialised (the block barrier above); sm_90.
+        unsafe { mbarrier_wait(bar, 0) };
+    } else {
+        cp_async_wait::<0>();
+        sync_threads();
+    }
     if t < rows {
         // The row's norm chain, column order (the contract's `norm`), 16-byte reads.
         let row = smem.wrapping_add(t as usize * stride) as *const F4;

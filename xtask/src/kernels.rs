@@ -425,11 +425,12 @@ fn compare_bundles(committed: &Path, fresh: &Path) -> Result<(), String> {
 /// to three blocks per SM keep 8 warps. `sm90a_knn1s*` (the one-query server, blocks of at most 4 warps) keeps the
 /// polling of its mailbox and its ring's state across queries besides the same chains: at three blocks of 256
 /// threads it spilled (session 23), at four of 128 still (128 registers); three of 128 have up to 170 (up to
-/// 12,672 rows on 132 SMs). The first prefix that matches
-/// applies.
-const LAUNCH_BOUNDS: [(&str, u32, u32); 6] = [
+/// 12,672 rows on 132 SMs). `sm90a_clip_noise_rows` (256 threads) keeps `sm80_clip_noise_rows`' six blocks an SM
+/// (its shared memory allows six at 12 rows of 768 values). The first prefix that matches applies.
+const LAUNCH_BOUNDS: [(&str, u32, u32); 7] = [
     ("sm80_gemm_", 256, 2),
     ("spread_hop", 256, 4),
+    ("sm90a_clip_noise_rows", 256, 6),
     ("sm90a_knn1s", 128, 3),
     ("sm90a_knn1", 256, 3),
     ("sm90a_scan1", 512, 1),

@@ -277,8 +277,8 @@ mod tests {
             .collect();
         // f16 and bf16, three metrics, the GEMM, the fused knn and its many-heads form; the one-query knn1, query
         // in memory or in the parameters, its server, and the one-query scan with 256-byte L2 requests (three
-        // metrics each).
-        assert_eq!(wgmma.len(), 30, "{wgmma:?}");
+        // metrics each); and the one-pass clip-and-noise with bulk copies.
+        assert_eq!(wgmma.len(), 31, "{wgmma:?}");
         for k in &wgmma {
             assert!(
                 ptx.contains(&format!(".entry {k}(")),

@@ -97,9 +97,10 @@ pub struct Kernels {
     kmeans_update: CudaFunction,
     clip_noise: CudaFunction,
     noise_radii: CudaFunction,
-    /// `sm80_clip_noise_rows` (norms and noise in one pass; sm_80 and newer images) and the dynamic shared
-    /// memory it was opted into.
-    clip_noise_rows: Option<(CudaFunction, u32)>,
+    /// The one-pass clip-and-noise kernel (norms and noise in one pass), the dynamic shared memory it was
+    /// opted into and its name: `sm90a_clip_noise_rows` where the sm_90a image loaded (bulk copies), else
+    /// `sm80_clip_noise_rows` (sm_80 and newer images).
+    clip_noise_rows: Option<(CudaFunction, u32, &'static str)>,
     /// Whether `clip_noise` runs `sm80_clip_noise_rows` where it can ([`Kernels::set_clip_noise_fused`]).
     clip_noise_fused: std::sync::atomic::AtomicBool,
     widen_half_rows: CudaFunction,
@@ -386,7 +387,7 @@ impl Kernels {
                         Some(kn) => crate::serve::ServeKernels::load(gpu, f, kn.max_warps())?,
                         None => None,
                     };
-                    let kernels = Kernels {
+                    let mut kernels = Kernels {
                         image: LoadedImage { sm, kind },
                         row_norms_f32: f("row_norms_f32")?,
                         row_norms_f32_pf: f("row_norms_f32_pf")?,
@@ -419,7 +420,7 @@ impl Kernels {
                         clip_noise_rows: if sm >= TC_MIN_SM {
                             let func = f("sm80_clip_noise_rows")?;
                             let bytes = noise_rows_opt_in(gpu, &func);
-                            Some((func, bytes))
+                            Some((func, bytes, "sm80_clip_noise_rows"))
                         } else {
                             None
                         },
@@ -467,6 +468,13 @@ impl Kernels {
                         },
                         _module: module,
                     };
+                    if let Some((func, bytes)) = kernels
+                        .hopper
+                        .as_ref()
+                        .and_then(|h| h.clip_noise_rows.clone())
+                    {
+                        kernels.clip_noise_rows = Some((func, bytes, "sm90a_clip_noise_rows"));
+                    }
                     return Ok(kernels);
                 }
                 Err(e) if e.is_device_lost() => return Err(e.into()),
@@ -566,36 +574,41 @@ impl Kernels {
         }
     }
 
-    /// Choose clip-and-noise's kernels: `true` (the default) runs `sm80_clip_noise_rows` (norms and noise in
-    /// one pass; sm_80 and newer) wherever it can, `false` the norm kernel then `clip_noise` (for comparisons: benchmarks, the
-    /// diff-test). Both give the same bits. Returns the previous setting.
+    /// Choose clip-and-noise's kernels: `true` (the default) runs the one-pass kernel (norms and noise in one
+    /// pass: `sm90a_clip_noise_rows` on sm_90, `sm80_clip_noise_rows` on other sm_80 and newer devices) wherever
+    /// it can, `false` the norm kernel then `clip_noise` (for comparisons: benchmarks, the diff-test). Both give
+    /// the same bits. Returns the previous setting.
     pub fn set_clip_noise_fused(&self, fused: bool) -> bool {
         self.clip_noise_fused
             .swap(fused, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The kernels [`Kernels::clip_noise`] runs for rows of `dim` values (and 16-byte aligned buffers, as
-    /// every device allocation is): `sm80_clip_noise_rows`, or `row_norms_f32` and `clip_noise`.
+    /// every device allocation is): `sm90a_clip_noise_rows` or `sm80_clip_noise_rows` (one pass), or
+    /// [`CLIP_NOISE_TWO_PASS`].
     pub fn clip_noise_kernels(&self, dim: usize) -> &'static str {
-        if self.clip_noise_rows_plan(dim).is_some() {
-            "sm80_clip_noise_rows"
-        } else {
-            "row_norms_f32 + clip_noise"
+        match self.clip_noise_rows_plan(dim) {
+            Some((_, _, name)) => name,
+            None => CLIP_NOISE_TWO_PASS,
         }
     }
 
-    /// `sm80_clip_noise_rows` and its rows per block for rows of `dim` values, where it runs: an sm_80+ image,
-    /// the one-pass setting ([`Kernels::set_clip_noise_fused`]), `dim` a multiple of 4 with a row in the shared
-    /// memory the function was opted into.
-    fn clip_noise_rows_plan(&self, dim: usize) -> Option<(&CudaFunction, u32)> {
+    /// The one-pass kernel, its rows per block and its name for rows of `dim` values, where it runs: an sm_80+
+    /// image, the one-pass setting ([`Kernels::set_clip_noise_fused`]), `dim` a multiple of 4 with a row in the
+    /// shared memory the function was opted into.
+    fn clip_noise_rows_plan(&self, dim: usize) -> Option<(&CudaFunction, u32, &'static str)> {
         if !self
             .clip_noise_fused
             .load(std::sync::atomic::Ordering::Relaxed)
         {
             return None;
         }
-        let (func, bytes) = self.clip_noise_rows.as_ref()?;
-        Some((func, noise_rows_for(dim, noise_rows_preferred(), *bytes)?))
+        let (func, bytes, name) = self.clip_noise_rows.as_ref()?;
+        Some((
+            func,
+            noise_rows_for(dim, noise_rows_preferred(), *bytes)?,
+            name,
+        ))
     }
 
     /// The kernel that runs the exact many-query GEMM (similarity of more than [`SCAN_MAX_QUERIES`] queries,
@@ -2081,7 +2094,7 @@ impl Kernels {
             rows_per_block: 0,
             _pad: 0,
         };
-        if let Some((func, r)) = one_pass {
+        if let Some((func, r, _)) = one_pass {
             params.rows_per_block = r;
             let cfg = LaunchConfig {
                 grid_dim: (to_u32(K, "blocks", n_rows.div_ceil(r as usize))?, 1, 1),
@@ -2236,6 +2249,10 @@ impl Kernels {
     }
 }
 
+/// The kernels [`Kernels::clip_noise`] runs where the one-pass kernel does not (its
+/// [`Kernels::clip_noise_kernels`]).
+pub const CLIP_NOISE_TWO_PASS: &str = "row_norms_f32 + clip_noise";
+
 /// Rows per `sm80_clip_noise_rows` block for rows of `dim` values: `preferred`, halved until the block fits
 /// `limit` bytes of shared memory; `None` for a `dim` that is not a multiple of 4 or where one row does not fit.
 fn noise_rows_for(dim: usize, preferred: u32, limit: u32) -> Option<u32> {
@@ -2265,7 +2282,7 @@ fn noise_rows_preferred() -> u32 {
 
 /// The dynamic shared memory `sm80_clip_noise_rows` may use: opted into blocks of 32 rows of 768 values or 16
 /// of 1,536 (about 97 KiB) where the device allows it, else the 48 KiB every device gives.
-fn noise_rows_opt_in(gpu: &Gpu, func: &CudaFunction) -> u32 {
+pub(crate) fn noise_rows_opt_in(gpu: &Gpu, func: &CudaFunction) -> u32 {
     if gpu.allow_dynamic_shared(func, NOISE_ROWS_OPT_IN).is_ok() {
         NOISE_ROWS_OPT_IN
     } else {

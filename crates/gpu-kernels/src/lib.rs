@@ -26,9 +26,10 @@ pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, sel
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
 pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS, one_query_readback_mapped};
 pub use launch::{
-    DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK, KMeansScratch, KernelError,
-    Kernels, LoadedImage, PREFETCH_MAX_ROWS, PendingTopK, SCAN_MAX_QUERIES, Segments, SimMetric,
-    TC_MIN_SM, TopKResult, WARP_MAX_ROWS, group_by_cluster, half_ld,
+    CLIP_NOISE_TWO_PASS, DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK,
+    KMeansScratch, KernelError, Kernels, LoadedImage, PREFETCH_MAX_ROWS, PendingTopK,
+    SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM, TopKResult, WARP_MAX_ROWS, group_by_cluster,
+    half_ld,
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::SMALL_K_MAX;

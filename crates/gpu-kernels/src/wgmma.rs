@@ -37,6 +37,9 @@ pub(crate) struct HopperKernels {
     /// `sm90a_knn1s_*` (dot, cosine, l2): the one-query server with `sm90a_knn1_*`'s body (`serve.rs`), opted
     /// into the shared memory of its largest block; `None` where that failed (then `sm80_knn1s_*` serves).
     pub(crate) knn1_serve: Option<[CudaFunction; 3]>,
+    /// `sm90a_clip_noise_rows` (`sm80_clip_noise_rows` with bulk copies) and the dynamic shared memory it was
+    /// opted into; `None` where it is missing (then `sm80_clip_noise_rows` runs).
+    pub(crate) clip_noise_rows: Option<(CudaFunction, u32)>,
     /// Which image loaded: the cubin, or the PTX through the driver's JIT.
     pub(crate) kind: ImageKind,
     _module: Arc<CudaModule>,
@@ -75,6 +78,7 @@ impl HopperKernels {
                                 recall_kernel_shared::KNN1_BULK_MAX_SLOTS,
                             ),
                         )?,
+                        clip_noise_rows: load_clip_noise_rows(gpu, &module)?,
                         kind: img.kind,
                         _module: module,
                     }));
@@ -138,4 +142,23 @@ fn load_scan1(gpu: &Gpu, module: &Arc<CudaModule>) -> Result<Option<[CudaFunctio
         "sm90a_scan1",
         max_smem,
     )
+}
+
+/// `sm90a_clip_noise_rows` from the sm_90a module, opted into the one-pass kernels' shared memory; `None` when it is
+/// missing (logged). Device loss is an error.
+fn load_clip_noise_rows(
+    gpu: &Gpu,
+    module: &Arc<CudaModule>,
+) -> Result<Option<(CudaFunction, u32)>, GpuError> {
+    match gpu.function(module, "sm90a_clip_noise_rows") {
+        Ok(func) => {
+            let bytes = crate::launch::noise_rows_opt_in(gpu, &func);
+            Ok(Some((func, bytes)))
+        }
+        Err(e) if e.is_device_lost() => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "sm90a_clip_noise_rows not in the image");
+            Ok(None)
+        }
+    }
 }

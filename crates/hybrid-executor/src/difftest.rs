@@ -1892,7 +1892,8 @@ mod run_gpu {
     ) -> Result<(), String> {
         let cpu = crate::backend::CpuBackend;
         let mut rng = SplitMix::new(0x5EED_0005);
-        // Dims that are multiples of 4 run `sm80_clip_noise_rows` on sm_80+ (12 rows a block up to 2,048
+        // Dims that are multiples of 4 run the one-pass kernel on sm_80+ (`sm90a_clip_noise_rows` on sm_90,
+        // `sm80_clip_noise_rows` elsewhere; 12 rows a block up to 2,048
         // values, fewer above: 8,192 takes 3), the others the norm kernel and `clip_noise`; both paths run
         // every case where the first can.
         let mut shapes = vec![
@@ -1929,7 +1930,7 @@ mod run_gpu {
                     kern.set_clip_noise_fused(fused);
                     let label = kern.clip_noise_kernels(dim);
                     // Where the one-pass kernel does not run, the first round would be the second's kernels.
-                    let b = (!fused || label == "sm80_clip_noise_rows")
+                    let b = (!fused || label != recall_gpu_kernels::CLIP_NOISE_TWO_PASS)
                         .then(|| gpu.clip_and_noise(&x, dim, clip, sigma, seed));
                     kern.set_clip_noise_fused(true);
                     if let Some(b) = b {

@@ -971,11 +971,12 @@ pub const NOISE_ROWS_MAX: u32 = 32;
 /// Threads of a `sm80_clip_noise_rows` block.
 pub const NOISE_THREADS: u32 = 256;
 
-/// Dynamic shared memory of a `sm80_clip_noise_rows` block of `rows` rows of `dim` values (`dim` a multiple of 4):
-/// each row padded by 4 floats, so that the norm chains' 16-byte reads of 8 rows at a time fall in different
-/// banks, then one f32 scale per row.
+/// Dynamic shared memory of a `sm80_clip_noise_rows` / `sm90a_clip_noise_rows` block of `rows` rows of `dim`
+/// values (`dim` a multiple of 4): each row padded by 4 floats, so that the norm chains' 16-byte reads of 8 rows at
+/// a time fall in different banks, then one f32 scale per row ([`NOISE_ROWS_MAX`] places), then 16 bytes for
+/// `sm90a_clip_noise_rows`' bulk copies' barrier.
 pub const fn noise_rows_shared_bytes(rows: u32, dim: u32) -> u32 {
-    rows * (dim + 4) * 4 + NOISE_ROWS_MAX * 4
+    rows * (dim + 4) * 4 + NOISE_ROWS_MAX * 4 + 16
 }
 
 /// Scalar math that the device and the host must evaluate identically: written once, compiled into the
