@@ -301,6 +301,9 @@ unsafe fn serve(
             });
             sync_threads();
         } else {
+            // Every thread has read the last query's words (some warps leave the body before its last
+            // barrier) before thread 0 writes the next one's.
+            sync_threads();
             if t == 0 {
                 let (number, k) = loop {
                     // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher).
@@ -351,8 +354,8 @@ unsafe fn serve(
                 add_release_gpu(sf.sync + 8, 1);
             }
         }
-        // No thread rewrites `words` before every thread has read them: the body ends with barriers, or (its
-        // early warps) the next round's first barrier waits for the rest.
+        // No thread rewrites `words` before every thread has read them: block 0's wait for the next query and
+        // the other blocks' loop start with a barrier.
     }
 }
 
