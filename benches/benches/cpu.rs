@@ -5,7 +5,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rayon::prelude::*;
 use recall_cpu_simd::{
-    Corpus, Metric, SpreadGraph, SpreadParams, Vectors, kmeans, knn, simd_level, spread,
+    Corpus, Metric, SpreadGraph, SpreadParams, Vectors, clip_and_noise, kmeans, knn, simd_level,
+    spread,
 };
 use simsimd::SpatialSimilarity;
 use std::hint::black_box;
@@ -305,5 +306,18 @@ fn kmeans_iteration(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, spreading, kmeans_iteration }
+/// Clip-and-noise over 100,000 x 768 (a streaming op: compare its bytes a second with `cpu/memory`'s copy). The
+/// noise is the contract's Philox4x32-10 and Box-Muller, the same functions the GPU kernels call.
+fn clip_noise(c: &mut Criterion) {
+    let x = lcg(N * D, 11);
+    let mut g = c.benchmark_group("clip_noise_n100000_d768");
+    // Bytes read plus bytes written, as for the copy.
+    g.throughput(Throughput::Bytes((2 * N * D * 4) as u64));
+    g.bench_function("cpu/clip_and_noise", |b| {
+        b.iter(|| black_box(clip_and_noise(&x, D, 1.0, 0.1, 7).expect("valid input")))
+    });
+    g.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, spreading, kmeans_iteration, clip_noise }
 criterion_main!(benches);

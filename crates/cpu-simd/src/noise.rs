@@ -3,7 +3,7 @@
 
 use crate::dense::{check_matrix, check_shape};
 use crate::kernels;
-use crate::simd::Cpu;
+use crate::simd::{Cpu, SimdLevel};
 use crate::{CpuError, PAR_MIN_WORK};
 use rayon::prelude::*;
 use recall_kernel_shared::NOISE_RADII;
@@ -65,6 +65,9 @@ fn check_clip_noise_shape(x: &[f32], dim: usize, clip: f32, sigma: f32) -> Resul
 /// Rows per task.
 const ROWS_PER_TASK: usize = 256;
 
+/// Blocks of 4 noise values made together (one SIMD lane each).
+const NOISE_BATCH: usize = 16;
+
 impl Cpu {
     /// Clip every row of `x` (`n * dim`, row-major) to L2 norm `clip` (finite, `> 0`), then add `sigma`
     /// (finite, `>= 0`) times standard normal noise drawn from the counter-based stream of `seed`.
@@ -89,26 +92,28 @@ impl Cpu {
             let rows = &x[r0 * dim..r0 * dim + o.len()];
             let mut sq = vec![0.0f32; o.len() / dim];
             kernels::sqnorms(level, rows, dim, &mut sq);
-            for (i, ((orow, xrow), s)) in o
-                .chunks_exact_mut(dim)
-                .zip(rows.chunks_exact(dim))
-                .zip(&sq)
-                .enumerate()
-            {
-                let nr = s.sqrt();
-                let scale = if nr > clip { Some(clip / nr) } else { None };
-                let row = (r0 + i) as u64;
-                for (b, (oc, xc)) in orow.chunks_mut(4).zip(xrow.chunks(4)).enumerate() {
-                    let g = gaussian4(key, row, b as u32);
-                    for ((o, v), g) in oc.iter_mut().zip(xc).zip(g) {
-                        let y = match scale {
-                            Some(s) => v * s,
-                            None => *v,
-                        };
-                        *o = sigma.mul_add(g, y);
-                    }
-                }
+            let job = NoiseRows {
+                rows,
+                sq: &sq,
+                dim,
+                r0,
+                clip,
+                sigma,
+                key,
+            };
+            #[cfg(target_arch = "x86_64")]
+            if level >= SimdLevel::Avx512 {
+                // SAFETY: the Avx512 level is chosen only where the CPU reports AVX-512F/VL, AVX2 and FMA.
+                unsafe { job.run_avx512(o) };
+                return;
             }
+            #[cfg(target_arch = "x86_64")]
+            if level >= SimdLevel::Avx2 {
+                // SAFETY: the Avx2 level and above are chosen only where the CPU reports AVX2 and FMA.
+                unsafe { job.run_fma(o) };
+                return;
+            }
+            job.run(o);
         };
         let _ = n;
         if x.len() >= PAR_MIN_WORK / 8 {
@@ -121,5 +126,81 @@ impl Cpu {
                 .for_each(work);
         }
         Ok(out)
+    }
+}
+
+/// One task's rows of clip-and-noise after their squared norms: the clip and the noise, row by row.
+struct NoiseRows<'a> {
+    rows: &'a [f32],
+    sq: &'a [f32],
+    dim: usize,
+    r0: usize,
+    clip: f32,
+    sigma: f32,
+    key: [u32; 2],
+}
+
+impl NoiseRows<'_> {
+    /// `out` (the task's rows) from the rows, their norms and the noise.
+    #[inline(always)]
+    fn run(&self, out: &mut [f32]) {
+        for (i, ((orow, xrow), s)) in out
+            .chunks_exact_mut(self.dim)
+            .zip(self.rows.chunks_exact(self.dim))
+            .zip(self.sq)
+            .enumerate()
+        {
+            let nr = s.sqrt();
+            let scale = if nr > self.clip {
+                Some(self.clip / nr)
+            } else {
+                None
+            };
+            let row = (self.r0 + i) as u64;
+            // The noise of NOISE_BATCH blocks of 4 at a time, in a loop without branches or calls that the
+            // compiler can run across SIMD lanes (each lane its own block: the same steps, so the same bits).
+            for (c, (ochunk, xchunk)) in orow
+                .chunks_mut(4 * NOISE_BATCH)
+                .zip(xrow.chunks(4 * NOISE_BATCH))
+                .enumerate()
+            {
+                let b0 = (c * NOISE_BATCH) as u32;
+                let mut g = [[0.0f32; 4]; NOISE_BATCH];
+                for (j, gj) in g.iter_mut().enumerate() {
+                    *gj = gaussian4(self.key, row, b0 + j as u32);
+                }
+                for ((oc, xc), g) in ochunk.chunks_mut(4).zip(xchunk.chunks(4)).zip(g) {
+                    for ((o, v), g) in oc.iter_mut().zip(xc).zip(g) {
+                        let y = match scale {
+                            Some(s) => v * s,
+                            None => *v,
+                        };
+                        *o = self.sigma.mul_add(g, y);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`NoiseRows::run`] compiled with FMA: the contract's `fma` steps (`f32::mul_add`, inlined from
+    /// `recall-kernel-shared::math`) become single instructions instead of calls to the C library's
+    /// `fmaf`. The same bits: both round once.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_fma(&self, out: &mut [f32]) {
+        self.run(out)
+    }
+
+    /// [`NoiseRows::run`] compiled for AVX-512 (16 lanes for the batched noise).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    unsafe fn run_avx512(&self, out: &mut [f32]) {
+        self.run(out)
     }
 }
