@@ -3,7 +3,9 @@
 
 use crate::dense::{check_matrix, check_shape};
 use crate::kernels;
-use crate::simd::{Cpu, SimdLevel};
+use crate::simd::Cpu;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::SimdLevel;
 use crate::{CpuError, PAR_MIN_WORK};
 use rayon::prelude::*;
 use recall_kernel_shared::NOISE_RADII;
