@@ -675,29 +675,8 @@ impl Kernels {
     /// one launch; the same list as [`Kernels::similarity`] followed by [`Kernels::select_topk`]. Above
     /// [`KNN1_MAX_ROWS`] rows, in a [`Scan1Mode`](crate::Scan1Mode) other than `Old`, the launch is
     /// [`Kernels::scan1_knn`]'s.
-    #[allow(clippy::too_many_arguments)]
-    pub fn knn1(
-        &self,
-        gpu: &Gpu,
-        metric: SimMetric,
-        query: &[f32],
-        corpus: &CudaSlice<f32>,
-        corpus_norms: Option<&CudaSlice<f32>>,
-        n_rows: usize,
-        dim: usize,
-        k: usize,
-    ) -> Result<TopKResult, KernelError> {
-        self.knn1_any(
-            gpu,
-            metric,
-            query,
-            corpus,
-            corpus_norms,
-            n_rows,
-            dim,
-            k,
-            false,
-        )
+    pub fn knn1(&self, gpu: &Gpu, q: &OneQuery) -> Result<TopKResult, KernelError> {
+        self.knn1_any(gpu, q, false)
     }
 
     /// [`Kernels::knn1`] against a resident corpus: `corpus` and `corpus_norms` complete (no work still queued
@@ -705,48 +684,24 @@ impl Kernels {
     /// With the one-query server on ([`Kernels::set_knn1_serve`], `serve.rs`) the answer comes from a server
     /// bound to these buffers, with no launch; otherwise, or where the server does not take the shape, as
     /// [`Kernels::knn1`]. The same answer either way.
-    #[allow(clippy::too_many_arguments)]
-    pub fn knn1_resident(
-        &self,
-        gpu: &Gpu,
-        metric: SimMetric,
-        query: &[f32],
-        corpus: &CudaSlice<f32>,
-        corpus_norms: Option<&CudaSlice<f32>>,
-        n_rows: usize,
-        dim: usize,
-        k: usize,
-    ) -> Result<TopKResult, KernelError> {
-        self.knn1_any(
-            gpu,
-            metric,
-            query,
-            corpus,
-            corpus_norms,
-            n_rows,
-            dim,
-            k,
-            true,
-        )
+    pub fn knn1_resident(&self, gpu: &Gpu, q: &OneQuery) -> Result<TopKResult, KernelError> {
+        self.knn1_any(gpu, q, true)
     }
 
     /// [`Kernels::knn1`], through the server where `resident` allows it.
-    #[allow(clippy::too_many_arguments)]
-    fn knn1_any(
-        &self,
-        gpu: &Gpu,
-        metric: SimMetric,
-        query: &[f32],
-        corpus: &CudaSlice<f32>,
-        corpus_norms: Option<&CudaSlice<f32>>,
-        n_rows: usize,
-        dim: usize,
-        k: usize,
-        resident: bool,
-    ) -> Result<TopKResult, KernelError> {
+    fn knn1_any(&self, gpu: &Gpu, q: &OneQuery, resident: bool) -> Result<TopKResult, KernelError> {
+        let OneQuery {
+            metric,
+            query,
+            corpus,
+            n_rows,
+            dim,
+            k,
+            ..
+        } = *q;
         const K: &str = "knn1";
         if k >= 1 && self.scan1_routes(n_rows, dim, k) {
-            return self.scan1_knn(gpu, metric, query, corpus, corpus_norms, n_rows, dim, k);
+            return self.scan1_knn(gpu, q);
         }
         let shape = |reason: String| KernelError::Shape { kernel: K, reason };
         let Some(kernels) = &self.knn1 else {
@@ -757,12 +712,9 @@ impl Kernels {
                 "n_rows = {n_rows}, dim = {dim}, k = {k} outside what knn1 takes"
             )));
         }
-        let norms = one_query_inputs(K, gpu, metric, query, corpus, corpus_norms, n_rows, dim)?;
+        let norms = one_query_inputs(K, gpu, q)?;
         // The one-query server, where it is on and takes the shape (`serve.rs`): no launch.
-        if resident
-            && let Some(answer) =
-                self.knn1_served(gpu, metric, query, corpus, norms, n_rows, dim, k)?
-        {
+        if resident && let Some(answer) = self.knn1_served(gpu, q, norms)? {
             return Ok(answer);
         }
         // sm90a_knn1 where it loaded and takes the shape: 32 rows per block (one computing warp, the copying
@@ -888,20 +840,39 @@ impl Kernels {
     }
 }
 
+/// One query against a corpus on the device: the inputs of [`Kernels::knn1`], [`Kernels::knn1_resident`] and
+/// [`Kernels::scan1_knn`].
+#[derive(Clone, Copy, Debug)]
+pub struct OneQuery<'a> {
+    pub metric: SimMetric,
+    /// `dim` values.
+    pub query: &'a [f32],
+    /// At least `n_rows * dim` values, row-major.
+    pub corpus: &'a CudaSlice<f32>,
+    /// At least `n_rows` corpus norms; cosine needs them, the other metrics ignore them.
+    pub corpus_norms: Option<&'a CudaSlice<f32>>,
+    pub n_rows: usize,
+    pub dim: usize,
+    pub k: usize,
+}
+
 /// The checks every one-query launcher (`knn1`, `scan1`) makes of its inputs: `dim` query values, a corpus of at
 /// least `n_rows * dim`, and for cosine at least `n_rows` corpus norms. Returns the norms' device address (0 when
 /// the metric needs none).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn one_query_inputs(
     kernel: &'static str,
     gpu: &Gpu,
-    metric: SimMetric,
-    query: &[f32],
-    corpus: &CudaSlice<f32>,
-    corpus_norms: Option<&CudaSlice<f32>>,
-    n_rows: usize,
-    dim: usize,
+    q: &OneQuery,
 ) -> Result<u64, KernelError> {
+    let OneQuery {
+        metric,
+        query,
+        corpus,
+        corpus_norms,
+        n_rows,
+        dim,
+        ..
+    } = *q;
     let shape = |reason: String| KernelError::Shape { kernel, reason };
     if query.len() != dim || corpus.len() < n_rows * dim {
         return Err(shape(format!(

@@ -387,7 +387,23 @@ impl Kernels {
                         Some(kn) => crate::serve::ServeKernels::load(gpu, f, kn.max_warps())?,
                         None => None,
                     };
-                    let mut kernels = Kernels {
+                    let hopper = if sm >= TC_MIN_SM {
+                        crate::wgmma::HopperKernels::load(gpu, sm)?
+                    } else {
+                        None
+                    };
+                    // The one-pass clip-and-noise: the sm_90a image's where it loaded, else the sm_80 one.
+                    let clip_noise_rows =
+                        match hopper.as_ref().and_then(|h| h.clip_noise_rows.clone()) {
+                            Some((func, bytes)) => Some((func, bytes, "sm90a_clip_noise_rows")),
+                            None if sm >= TC_MIN_SM => {
+                                let func = f("sm80_clip_noise_rows")?;
+                                let bytes = noise_rows_opt_in(gpu, &func);
+                                Some((func, bytes, "sm80_clip_noise_rows"))
+                            }
+                            None => None,
+                        };
+                    let kernels = Kernels {
                         image: LoadedImage { sm, kind },
                         row_norms_f32: f("row_norms_f32")?,
                         row_norms_f32_pf: f("row_norms_f32_pf")?,
@@ -417,13 +433,7 @@ impl Kernels {
                         kmeans_update: f("kmeans_update")?,
                         clip_noise: f("clip_noise")?,
                         noise_radii: f("noise_radii")?,
-                        clip_noise_rows: if sm >= TC_MIN_SM {
-                            let func = f("sm80_clip_noise_rows")?;
-                            let bytes = noise_rows_opt_in(gpu, &func);
-                            Some((func, bytes, "sm80_clip_noise_rows"))
-                        } else {
-                            None
-                        },
+                        clip_noise_rows,
                         clip_noise_fused: std::sync::atomic::AtomicBool::new(true),
                         topk_small: [f("topk_small_16")?, f("topk_small_32")?],
                         topk_group_min: f("topk_group_min")?,
@@ -461,20 +471,9 @@ impl Kernels {
                         } else {
                             None
                         },
-                        hopper: if sm >= TC_MIN_SM {
-                            crate::wgmma::HopperKernels::load(gpu, sm)?
-                        } else {
-                            None
-                        },
+                        hopper,
                         _module: module,
                     };
-                    if let Some((func, bytes)) = kernels
-                        .hopper
-                        .as_ref()
-                        .and_then(|h| h.clip_noise_rows.clone())
-                    {
-                        kernels.clip_noise_rows = Some((func, bytes, "sm90a_clip_noise_rows"));
-                    }
                     return Ok(kernels);
                 }
                 Err(e) if e.is_device_lost() => return Err(e.into()),

@@ -24,7 +24,7 @@ mod wgmma;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
-pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS, one_query_readback_mapped};
+pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS, OneQuery, one_query_readback_mapped};
 pub use launch::{
     CLIP_NOISE_TWO_PASS, DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK,
     KMeansScratch, KernelError, Kernels, LoadedImage, PREFETCH_MAX_ROWS, PendingTopK,

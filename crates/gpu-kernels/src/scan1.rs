@@ -7,7 +7,7 @@
 //! the separate selection) and set with [`Kernels::set_scan1_mode`]. Both give the same bits.
 
 use crate::env::env_number;
-use crate::knn1::{OneQueryNeeds, one_query_round_trip};
+use crate::knn1::{OneQuery, OneQueryNeeds, one_query_round_trip};
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
 use recall_gpu_sys::driver::{CudaFunction, CudaSlice, LaunchConfig};
 use recall_gpu_sys::{Gpu, GpuError};
@@ -360,18 +360,16 @@ impl Kernels {
     /// The top `k` of one query against the `n_rows x dim` rows `corpus` (with their norms for cosine), in one
     /// launch of `sm80_scan1_*` (the mode's variant, `New` in mode `Old`); the same list as
     /// [`Kernels::similarity`] followed by [`Kernels::select_topk`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn scan1_knn(
-        &self,
-        gpu: &Gpu,
-        metric: SimMetric,
-        query: &[f32],
-        corpus: &CudaSlice<f32>,
-        corpus_norms: Option<&CudaSlice<f32>>,
-        n_rows: usize,
-        dim: usize,
-        k: usize,
-    ) -> Result<TopKResult, KernelError> {
+    pub fn scan1_knn(&self, gpu: &Gpu, q: &OneQuery) -> Result<TopKResult, KernelError> {
+        let OneQuery {
+            metric,
+            query,
+            corpus,
+            n_rows,
+            dim,
+            k,
+            ..
+        } = *q;
         const K: &str = "scan1_knn";
         let shape = |reason: String| KernelError::Shape { kernel: K, reason };
         if k == 0 || !self.scan1_supported(n_rows, dim, k) {
@@ -379,16 +377,7 @@ impl Kernels {
                 "n_rows = {n_rows}, dim = {dim}, k = {k} outside what sm80_scan1 takes"
             )));
         }
-        let norms = crate::knn1::one_query_inputs(
-            K,
-            gpu,
-            metric,
-            query,
-            corpus,
-            corpus_norms,
-            n_rows,
-            dim,
-        )?;
+        let norms = crate::knn1::one_query_inputs(K, gpu, q)?;
         let plan = self.scan1_plan(metric, n_rows, dim)?;
         let blocks = plan.blocks as usize;
         let needs = OneQueryNeeds {

@@ -28,7 +28,7 @@
 
 use crate::env::{env_choice, env_number};
 use crate::knn1::{
-    KNN1_BULK_MAX_ROWS, KNN1_HOST_MERGE_MAX_WORDS, UNSET, bulk_plan, knn1_bulk_enabled,
+    KNN1_BULK_MAX_ROWS, KNN1_HOST_MERGE_MAX_WORDS, OneQuery, UNSET, bulk_plan, knn1_bulk_enabled,
     knn1_bulk_warps_setting, knn1_layout, knn1_lists, knn1_lists_mode, merge_lists,
 };
 use crate::launch::{KernelError, Kernels, SimMetric, TopKResult};
@@ -242,18 +242,22 @@ impl Kernels {
     /// `knn1` through the server: `Ok(None)` where it does not serve this call (then `knn1` launches). A
     /// failure drops the server (and counts towards [`SERVE_MAX_FAILURES`]); device loss is returned, any other
     /// error logged and answered `Ok(None)`.
-    #[allow(clippy::too_many_arguments)]
+    /// `norms`: the corpus norms' device address (0 where the metric needs none).
     pub(crate) fn knn1_served(
         &self,
         gpu: &Gpu,
-        metric: SimMetric,
-        query: &[f32],
-        corpus: &CudaSlice<f32>,
+        q: &OneQuery,
         norms: u64,
-        n_rows: usize,
-        dim: usize,
-        k: usize,
     ) -> Result<Option<TopKResult>, KernelError> {
+        let OneQuery {
+            metric,
+            query,
+            corpus,
+            n_rows,
+            dim,
+            k,
+            ..
+        } = *q;
         let (Some(serve), Some(kn)) = (&self.knn1_serve, &self.knn1) else {
             return Ok(None);
         };

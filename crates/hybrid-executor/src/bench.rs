@@ -221,7 +221,7 @@ mod gpu_knn {
     use super::*;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Metric, TopK};
-    use recall_gpu_kernels::{GemmKernel, Segments, SimMetric};
+    use recall_gpu_kernels::{GemmKernel, OneQuery, Segments, SimMetric};
 
     /// Out-of-core knn: host-to-device bandwidth from pinned memory (median GB/s of 1 GiB copies), and the
     /// median milliseconds of streamed knn over `corpus` in chunks of `chunk_rows` rows, both through the
@@ -403,15 +403,20 @@ mod gpu_knn {
         time_as(true, "download of 32 floats (pageable)", &mut || {
             g.download_prefix(&scores, &mut back).map_err(|x| err(&x))
         })?;
+        let one = OneQuery {
+            metric: SimMetric::Cosine,
+            query,
+            corpus: &c,
+            corpus_norms: Some(&cn),
+            n_rows: n,
+            dim,
+            k,
+        };
         if kern.scan1_supported(n, dim, k) && k >= 1 {
             time_as(
                 false,
                 "scan1: query in, scan + top-k in one launch, result out (all of it)",
-                &mut || {
-                    kern.scan1_knn(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
-                        .map(|_| ())
-                        .map_err(|x| err(&x))
-                },
+                &mut || kern.scan1_knn(g, &one).map(|_| ()).map_err(|x| err(&x)),
             )?;
         }
         let mut served = None;
@@ -419,11 +424,7 @@ mod gpu_knn {
             time_as(
                 false,
                 "knn1: query in, scan + top-k in one launch, result out (all of it)",
-                &mut || {
-                    kern.knn1(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
-                        .map(|_| ())
-                        .map_err(|x| err(&x))
-                },
+                &mut || kern.knn1(g, &one).map(|_| ()).map_err(|x| err(&x)),
             )?;
             // The one-query server (`RECALL_KNN1_SERVE`), where the image has it and takes the shape (the
             // corpus is complete: synchronised above).
@@ -432,11 +433,7 @@ mod gpu_knn {
                 time_as(
                     false,
                     "knn1 served: query into the resident server's mailbox, scan + top-k, result out (all of it)",
-                    &mut || {
-                        kern.knn1_resident(g, SimMetric::Cosine, query, &c, Some(&cn), n, dim, k)
-                            .map(|_| ())
-                            .map_err(|x| err(&x))
-                    },
+                    &mut || kern.knn1_resident(g, &one).map(|_| ()).map_err(|x| err(&x)),
                 )?;
                 served = kern
                     .knn1_serve_stats()

@@ -274,8 +274,8 @@ mod run_gpu {
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Corpus, Metric, TopK};
     use recall_gpu_kernels::{
-        ARCHES, GemmKernel, HalfKind, HalfSource, Kernels, SCAN_MAX_QUERIES, Segments, SimMetric,
-        half_ld,
+        ARCHES, GemmKernel, HalfKind, HalfSource, Kernels, OneQuery, SCAN_MAX_QUERIES, Segments,
+        SimMetric, half_ld,
     };
     use recall_gpu_sys::Gpu;
     use recall_gpu_sys::driver::CudaSlice;
@@ -796,11 +796,20 @@ mod run_gpu {
                             recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
                         // Twice: the second launch reuses the scratch and its reset ticket (the second
                         // query to a server rings the running one).
+                        let one = OneQuery {
+                            metric: sim,
+                            query,
+                            corpus: &c,
+                            corpus_norms: Some(&cn),
+                            n_rows: n,
+                            dim,
+                            k: kk,
+                        };
                         for _ in 0..2 {
                             let r = if served {
-                                k.knn1_resident(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                                k.knn1_resident(gpu, &one)
                             } else {
-                                k.knn1(gpu, sim, query, &c, Some(&cn), n, dim, kk)
+                                k.knn1(gpu, &one)
                             }
                             .map_err(e)?;
                             compare_topk(
@@ -861,7 +870,18 @@ mod run_gpu {
                     }));
                 }
                 let r = k
-                    .knn1_resident(gpu, SimMetric::Cosine, &query, &c, Some(&cn), n, dim, kk)
+                    .knn1_resident(
+                        gpu,
+                        &OneQuery {
+                            metric: SimMetric::Cosine,
+                            query: &query,
+                            corpus: &c,
+                            corpus_norms: Some(&cn),
+                            n_rows: n,
+                            dim,
+                            k: kk,
+                        },
+                    )
                     .map_err(e)?;
                 compare_topk(
                     diff_of(&mut diffs, "knn1 served, a query stream"),
@@ -971,10 +991,17 @@ mod run_gpu {
                         }
                         let cpu_top =
                             recall_cpu_simd::topk(&cpu, n, kk, metric.order()).map_err(e)?;
+                        let one = OneQuery {
+                            metric: sim,
+                            query,
+                            corpus: &c,
+                            corpus_norms: Some(&cn),
+                            n_rows: n,
+                            dim,
+                            k: kk,
+                        };
                         for _ in 0..2 {
-                            let r = k
-                                .scan1_knn(gpu, sim, query, &c, Some(&cn), n, dim, kk)
-                                .map_err(e)?;
+                            let r = k.scan1_knn(gpu, &one).map_err(e)?;
                             compare_topk(
                                 diff_of(diffs, "sm80_scan1 knn"),
                                 &cpu_top,
@@ -987,9 +1014,7 @@ mod run_gpu {
                         }
                         // Above knn1's limit, knn1 and similarity route here in this mode.
                         if n > KNN1_MAX_ROWS && kk == 10 {
-                            let r = k
-                                .knn1(gpu, sim, query, &c, Some(&cn), n, dim, kk)
-                                .map_err(e)?;
+                            let r = k.knn1(gpu, &one).map_err(e)?;
                             compare_topk(
                                 diff_of(diffs, "knn1 -> sm80_scan1"),
                                 &cpu_top,

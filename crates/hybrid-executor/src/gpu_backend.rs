@@ -13,8 +13,8 @@ mod imp {
         KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
     use recall_gpu_kernels::{
-        HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, SCAN_MAX_QUERIES, Seeds,
-        Segments, SimMetric, TopKResult, half_ld,
+        HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, OneQuery, SCAN_MAX_QUERIES,
+        Seeds, Segments, SimMetric, TopKResult, half_ld,
     };
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
@@ -557,11 +557,19 @@ mod imp {
             if queries.len() == dim && kern.knn1_supported(n, dim, k) {
                 // One query against few rows: scan and selection in one launch (latency, not bytes), or
                 // against a resident corpus through the one-query server where it is on.
-                let m = sim_metric(metric);
+                let q = OneQuery {
+                    metric: sim_metric(metric),
+                    query: queries,
+                    corpus: c,
+                    corpus_norms: cn,
+                    n_rows: n,
+                    dim,
+                    k,
+                };
                 return if resident {
-                    kern.knn1_resident(g, m, queries, c, cn, n, dim, k)
+                    kern.knn1_resident(g, &q)
                 } else {
-                    kern.knn1(g, m, queries, c, cn, n, dim, k)
+                    kern.knn1(g, &q)
                 }
                 .map(topk)
                 .map_err(map_kernel_error);

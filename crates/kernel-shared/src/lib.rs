@@ -1267,10 +1267,10 @@ pub mod math {
         e(0xbdc8bd36, 0x3f7ec46d),
     ]);
 
-    /// Where the noise functions read [`LN_TABLE`] and [`TURN_TABLE`]: [`Tables`] reads the statics (the host,
-    /// and device kernels that read them through the L1); a device kernel may read copies it staged in shared
-    /// memory. Every implementation returns the statics' values for entry `j & 63`.
-    pub trait NoiseTables {
+    /// How the noise functions read [`LN_TABLE`] and [`TURN_TABLE`] (entry `j & 63`): [`Tables`], the statics
+    /// themselves, on the host and on the device (8-byte read-only loads through the L1). Private: the public
+    /// functions below are the contract's.
+    trait NoiseTables {
         /// [`LN_TABLE`]`[j & 63]`.
         fn ln(&self, j: u32) -> [f32; 2];
         /// [`TURN_TABLE`]`[j & 63]`.
@@ -1279,7 +1279,7 @@ pub mod math {
 
     /// The tables read from the statics themselves.
     #[derive(Clone, Copy, Debug, Default)]
-    pub struct Tables;
+    struct Tables;
 
     impl NoiseTables for Tables {
         #[inline(always)]
@@ -1292,15 +1292,13 @@ pub mod math {
         }
     }
 
-    /// Natural logarithm of a normal `u` in `(0, 1]` (the only range clip-and-noise needs), with the tables
-    /// at `t`: `u = 2^k * z` (bit fields, exact), `r = z * invc - 1` (one rounding, `|r| < 0.008`),
-    /// `ln u = (k ln2_hi + logc) + (k ln2_lo + log1p(r))` with a degree-4 polynomial for `log1p`.
+    /// [`ln_unit`] with the tables at `t`.
     #[inline(always)]
-    pub fn ln_unit_in(t: &impl NoiseTables, u: f32) -> f32 {
+    fn ln_unit_in(t: &impl NoiseTables, u: f32) -> f32 {
         ln_unit_bits(t, u.to_bits())
     }
 
-    /// [`ln_unit_in`] of the `f32` with bits `ix`.
+    /// [`ln_unit`] of the `f32` with bits `ix`.
     #[inline(always)]
     fn ln_unit_bits(t: &impl NoiseTables, ix: u32) -> f32 {
         let tmp = ix.wrapping_sub(LN_OFF);
@@ -1314,17 +1312,17 @@ pub mod math {
         fma(kf, LN2_HI, logc) + fma(kf, LN2_LO, l1)
     }
 
-    /// [`ln_unit_in`] with the statics.
+    /// Natural logarithm of a normal `u` in `(0, 1]` (the only range clip-and-noise needs): `u = 2^k * z` (bit
+    /// fields, exact), `r = z * invc - 1` (one rounding, `|r| < 0.008`), `ln u = (k ln2_hi + logc) + (k ln2_lo +
+    /// log1p(r))` with a degree-4 polynomial for `log1p`.
     #[inline(always)]
     pub fn ln_unit(u: f32) -> f32 {
         ln_unit_in(&Tables, u)
     }
 
-    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored), with the tables
-    /// at `t`: the nearest table angle `2 * pi * j / 64` and the rest `b` (`|b| <= pi / 64`, from the integer
-    /// exactly, then one rounding), `sin b` and `cos b` by short Taylor polynomials, and the angle-sum formulas.
+    /// [`sincos_turns`] with the tables at `t`.
     #[inline(always)]
-    pub fn sincos_turns_in(t: &impl NoiseTables, a: u32) -> (f32, f32) {
+    fn sincos_turns_in(t: &impl NoiseTables, a: u32) -> (f32, f32) {
         let a = a.wrapping_add(1 << 17);
         let [sa, ca] = t.turn(a >> 18);
         // (a mod 2^18) - 2^17 as f32: the float with bits 2^23's | (a mod 2^18) is 2^23 + (a mod 2^18), exact.
@@ -1336,46 +1334,54 @@ pub mod math {
         (fma(sa, cb, ca * sb), fma(ca, cb, -(sa * sb)))
     }
 
-    /// [`sincos_turns_in`] with the statics.
+    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored): the nearest table
+    /// angle `2 * pi * j / 64` and the rest `b` (`|b| <= pi / 64`, from the integer exactly, then one rounding),
+    /// `sin b` and `cos b` by short Taylor polynomials, and the angle-sum formulas.
     #[inline(always)]
     pub fn sincos_turns(a: u32) -> (f32, f32) {
         sincos_turns_in(&Tables, a)
     }
 
-    /// The radius `sqrt(-2 ln u)` of [`box_muller`] for the word `w0` (`u = uniform_open(w0)`, which reads
-    /// `w0 >> 9`: 2^23 distinct inputs, in `[1.2e-7, 33.3]` under the root).
+    /// [`box_muller_radius`] with the tables at `t`.
     #[inline(always)]
-    pub fn box_muller_radius_in(t: &impl NoiseTables, w0: u32) -> f32 {
+    fn box_muller_radius_in(t: &impl NoiseTables, w0: u32) -> f32 {
         // uniform_open(w0)'s bits: the exact f32 of the odd integer, its exponent lowered by 24 (the same value
         // as the product by 2^-24, which the compiler then folds into the logarithm's integer steps).
         let n = ((w0 >> 9) << 1) | 1;
         sqrt_in_range(-2.0 * ln_unit_bits(t, (n as f32).to_bits() - (24 << 23)))
     }
 
-    /// [`box_muller_radius_in`] with the statics.
+    /// The radius `sqrt(-2 ln u)` of [`box_muller`] for the word `w0` (`u = uniform_open(w0)`, which reads
+    /// `w0 >> 9`: 2^23 distinct inputs, in `[1.2e-7, 33.3]` under the root).
     #[inline(always)]
     pub fn box_muller_radius(w0: u32) -> f32 {
         box_muller_radius_in(&Tables, w0)
     }
 
-    /// Two standard normal values from two 32-bit words (Box-Muller).
+    /// [`box_muller`] with the tables at `t`.
     #[inline(always)]
-    pub fn box_muller_in(t: &impl NoiseTables, w0: u32, w1: u32) -> (f32, f32) {
+    fn box_muller_in(t: &impl NoiseTables, w0: u32, w1: u32) -> (f32, f32) {
         let rad = box_muller_radius_in(t, w0);
         let (s, c) = sincos_turns_in(t, w1 >> 8);
         (rad * c, rad * s)
     }
 
-    /// The four noise values `g(row, 4 * block .. 4 * block + 4)` of clip-and-noise.
+    /// Two standard normal values from two 32-bit words (Box-Muller).
     #[inline(always)]
-    pub fn gaussian4_in(t: &impl NoiseTables, key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
+    pub fn box_muller(w0: u32, w1: u32) -> (f32, f32) {
+        box_muller_in(&Tables, w0, w1)
+    }
+
+    /// [`gaussian4`] with the tables at `t`.
+    #[inline(always)]
+    fn gaussian4_in(t: &impl NoiseTables, key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
         let w = philox4x32_10([block, row as u32, (row >> 32) as u32, DOMAIN_NOISE], key);
         let (g0, g1) = box_muller_in(t, w[0], w[1]);
         let (g2, g3) = box_muller_in(t, w[2], w[3]);
         [g0, g1, g2, g3]
     }
 
-    /// [`gaussian4_in`] with the statics.
+    /// The four noise values `g(row, 4 * block .. 4 * block + 4)` of clip-and-noise.
     #[inline(always)]
     pub fn gaussian4(key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
         gaussian4_in(&Tables, key, row, block)
