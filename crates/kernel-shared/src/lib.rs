@@ -1267,42 +1267,11 @@ pub mod math {
         e(0xbdc8bd36, 0x3f7ec46d),
     ]);
 
-    /// How the noise functions read [`LN_TABLE`] and [`TURN_TABLE`] (entry `j & 63`): [`Tables`], the statics
-    /// themselves, on the host and on the device (8-byte read-only loads through the L1). Private: the public
-    /// functions below are the contract's.
-    trait NoiseTables {
-        /// [`LN_TABLE`]`[j & 63]`.
-        fn ln(&self, j: u32) -> [f32; 2];
-        /// [`TURN_TABLE`]`[j & 63]`.
-        fn turn(&self, j: u32) -> [f32; 2];
-    }
-
-    /// The tables read from the statics themselves.
-    #[derive(Clone, Copy, Debug, Default)]
-    struct Tables;
-
-    impl NoiseTables for Tables {
-        #[inline(always)]
-        fn ln(&self, j: u32) -> [f32; 2] {
-            LN_TABLE.0[(j & 63) as usize]
-        }
-        #[inline(always)]
-        fn turn(&self, j: u32) -> [f32; 2] {
-            TURN_TABLE.0[(j & 63) as usize]
-        }
-    }
-
-    /// [`ln_unit`] with the tables at `t`.
-    #[inline(always)]
-    fn ln_unit_in(t: &impl NoiseTables, u: f32) -> f32 {
-        ln_unit_bits(t, u.to_bits())
-    }
-
     /// [`ln_unit`] of the `f32` with bits `ix`.
     #[inline(always)]
-    fn ln_unit_bits(t: &impl NoiseTables, ix: u32) -> f32 {
+    fn ln_unit_bits(ix: u32) -> f32 {
         let tmp = ix.wrapping_sub(LN_OFF);
-        let [invc, logc] = t.ln(tmp >> 17);
+        let [invc, logc] = LN_TABLE.0[((tmp >> 17) & 63) as usize];
         let z = f32::from_bits(ix.wrapping_sub(tmp & 0xff80_0000));
         let kf = ((tmp as i32) >> 23) as f32;
         let r = fma(z, invc, -1.0);
@@ -1317,14 +1286,16 @@ pub mod math {
     /// log1p(r))` with a degree-4 polynomial for `log1p`.
     #[inline(always)]
     pub fn ln_unit(u: f32) -> f32 {
-        ln_unit_in(&Tables, u)
+        ln_unit_bits(u.to_bits())
     }
 
-    /// [`sincos_turns`] with the tables at `t`.
+    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored): the nearest table
+    /// angle `2 * pi * j / 64` and the rest `b` (`|b| <= pi / 64`, from the integer exactly, then one rounding),
+    /// `sin b` and `cos b` by short Taylor polynomials, and the angle-sum formulas.
     #[inline(always)]
-    fn sincos_turns_in(t: &impl NoiseTables, a: u32) -> (f32, f32) {
+    pub fn sincos_turns(a: u32) -> (f32, f32) {
         let a = a.wrapping_add(1 << 17);
-        let [sa, ca] = t.turn(a >> 18);
+        let [sa, ca] = TURN_TABLE.0[((a >> 18) & 63) as usize];
         // (a mod 2^18) - 2^17 as f32: the float with bits 2^23's | (a mod 2^18) is 2^23 + (a mod 2^18), exact.
         let d = f32::from_bits(0x4b00_0000 | (a & 0x0003_ffff)) - 8_519_680.0;
         let b = d * TURN_RAD;
@@ -1334,57 +1305,31 @@ pub mod math {
         (fma(sa, cb, ca * sb), fma(ca, cb, -(sa * sb)))
     }
 
-    /// `(sin, cos)` of the angle `2 * pi * a / 2^24` for `a < 2^24` (higher bits are ignored): the nearest table
-    /// angle `2 * pi * j / 64` and the rest `b` (`|b| <= pi / 64`, from the integer exactly, then one rounding),
-    /// `sin b` and `cos b` by short Taylor polynomials, and the angle-sum formulas.
-    #[inline(always)]
-    pub fn sincos_turns(a: u32) -> (f32, f32) {
-        sincos_turns_in(&Tables, a)
-    }
-
-    /// [`box_muller_radius`] with the tables at `t`.
-    #[inline(always)]
-    fn box_muller_radius_in(t: &impl NoiseTables, w0: u32) -> f32 {
-        // uniform_open(w0)'s bits: the exact f32 of the odd integer, its exponent lowered by 24 (the same value
-        // as the product by 2^-24, which the compiler then folds into the logarithm's integer steps).
-        let n = ((w0 >> 9) << 1) | 1;
-        sqrt_in_range(-2.0 * ln_unit_bits(t, (n as f32).to_bits() - (24 << 23)))
-    }
-
     /// The radius `sqrt(-2 ln u)` of [`box_muller`] for the word `w0` (`u = uniform_open(w0)`, which reads
     /// `w0 >> 9`: 2^23 distinct inputs, in `[1.2e-7, 33.3]` under the root).
     #[inline(always)]
     pub fn box_muller_radius(w0: u32) -> f32 {
-        box_muller_radius_in(&Tables, w0)
-    }
-
-    /// [`box_muller`] with the tables at `t`.
-    #[inline(always)]
-    fn box_muller_in(t: &impl NoiseTables, w0: u32, w1: u32) -> (f32, f32) {
-        let rad = box_muller_radius_in(t, w0);
-        let (s, c) = sincos_turns_in(t, w1 >> 8);
-        (rad * c, rad * s)
+        // uniform_open(w0)'s bits: the exact f32 of the odd integer, its exponent lowered by 24 (the same value
+        // as the product by 2^-24, which the compiler then folds into the logarithm's integer steps).
+        let n = ((w0 >> 9) << 1) | 1;
+        sqrt_in_range(-2.0 * ln_unit_bits((n as f32).to_bits() - (24 << 23)))
     }
 
     /// Two standard normal values from two 32-bit words (Box-Muller).
     #[inline(always)]
     pub fn box_muller(w0: u32, w1: u32) -> (f32, f32) {
-        box_muller_in(&Tables, w0, w1)
-    }
-
-    /// [`gaussian4`] with the tables at `t`.
-    #[inline(always)]
-    fn gaussian4_in(t: &impl NoiseTables, key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
-        let w = philox4x32_10([block, row as u32, (row >> 32) as u32, DOMAIN_NOISE], key);
-        let (g0, g1) = box_muller_in(t, w[0], w[1]);
-        let (g2, g3) = box_muller_in(t, w[2], w[3]);
-        [g0, g1, g2, g3]
+        let rad = box_muller_radius(w0);
+        let (s, c) = sincos_turns(w1 >> 8);
+        (rad * c, rad * s)
     }
 
     /// The four noise values `g(row, 4 * block .. 4 * block + 4)` of clip-and-noise.
     #[inline(always)]
     pub fn gaussian4(key: [u32; 2], row: u64, block: u32) -> [f32; 4] {
-        gaussian4_in(&Tables, key, row, block)
+        let w = philox4x32_10([block, row as u32, (row >> 32) as u32, DOMAIN_NOISE], key);
+        let (g0, g1) = box_muller(w[0], w[1]);
+        let (g2, g3) = box_muller(w[2], w[3]);
+        [g0, g1, g2, g3]
     }
 
     /// An unbiased integer in `0 .. m` (`m >= 1`) by Lemire's method, drawing words from `next`.
