@@ -103,6 +103,18 @@ unsafe fn add_release_gpu(p: u64, v: u32) {
     };
 }
 
+/// `*p += v` atomically at GPU scope, relaxed, with no value returned (the thread does not wait for it).
+///
+/// # Safety
+/// `p` is a valid, 8-byte aligned global address.
+#[inline(always)]
+unsafe fn add_relaxed_gpu_u64(p: u64, v: u64) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("red.relaxed.gpu.global.add.u64 [{p}], {v};", v = in(reg64) v, p = in(reg64) p, options(nostack))
+    };
+}
+
 /// 16 bytes at `p` by a volatile load, as four words (two mailbox words: value or `k`, then number, each).
 ///
 /// # Safety
@@ -155,14 +167,14 @@ const POLL_DEPTH: usize = 8;
 /// Block-uniform; every thread of block 0 calls it.
 ///
 /// # Safety
-/// As [`serve`]; `words` 4 u32 of this block's shared memory.
+/// As [`serve`]; `k_word` a u32 of this block's shared memory.
 #[inline(always)]
 unsafe fn wait_for_query(
     sf: &ServeFields,
     dim: usize,
     expected: u32,
     start: u64,
-    words: *mut u32,
+    k_word: *mut u32,
 ) -> (u32, u32) {
     let t = thread_x() as usize;
     let threads = block_dim_x() as usize;
@@ -195,8 +207,8 @@ unsafe fn wait_for_query(
                     } else {
                         // The pair of k and the padding.
                         exit = a_n == expected && a == KNN1_SERVE_EXIT;
-                        // SAFETY: this block's shared words; read after the barriers below.
-                        unsafe { *words.add(1) = a };
+                        // SAFETY: this block's shared word; read after the barriers below.
+                        unsafe { *k_word = a };
                     }
                 }
             });
@@ -211,7 +223,7 @@ unsafe fn wait_for_query(
         }
         if !sync_threads_or(!complete) {
             // SAFETY: written by the k pair's thread before the barriers.
-            return (expected, unsafe { *words.add(1) });
+            return (expected, unsafe { *k_word });
         }
     }
 }
@@ -222,7 +234,7 @@ unsafe fn wait_for_query(
 ///
 /// # Safety
 /// The launch as the body's launcher requires, with every block resident at once and the rest as
-/// [`ServeFields`] documents for a query of `dim` values; `words` 4 u32 of this block's shared memory past the
+/// [`ServeFields`] documents for a query of `dim` values; `k_word` a u32 of this block's shared memory past the
 /// body's; the host rings a query only with `1 <= k <= min(SMALL_K_MAX, n_rows)` (or the exit), and only once
 /// every answer word of the last query has been seen; `body` runs one query with every thread of the block,
 /// reads the query from the relayed copy, and returns `true` in the blocks that write the answer (one) or, with
@@ -232,7 +244,7 @@ unsafe fn serve(
     sf: &ServeFields,
     dim: usize,
     groups: u32,
-    words: *mut u32,
+    k_word: *mut u32,
     mut body: impl FnMut(u32) -> bool,
 ) {
     let t = thread_x() as usize;
@@ -247,6 +259,8 @@ unsafe fn serve(
     let mut last = 0u32;
     // Block 0's first thread keeps its statistics (u64 words 3, 6 and 7, which only it writes) in registers and
     // stores them, so that no read of device memory sits between a complete mailbox and the query's number.
+    // Every block's first thread: when the query it runs was published (u64 word 2, block 0's clock), for the
+    // answering block's sums (words 4 and 5), which it adds without reading them.
     let mut published_at = 0u64;
     let (mut wait_ns, mut taken, mut spent_ns) = if leader && t == 0 {
         // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u64 (launcher); read once, before this server
@@ -262,10 +276,10 @@ unsafe fn serve(
         (0, 0, 0)
     };
     loop {
-        if leader {
-            // SAFETY: forwarded contract; words is this block's shared memory.
+        let k = if leader {
+            // SAFETY: forwarded contract; k_word is this block's shared memory.
             let (number, k) =
-                unsafe { wait_for_query(sf, dim, knn1_serve_next(seen), start, words) };
+                unsafe { wait_for_query(sf, dim, knn1_serve_next(seen), start, k_word) };
             let complete_at = now_ns();
             // The relayed values visible device-wide before the number is.
             fence_gpu();
@@ -289,8 +303,6 @@ unsafe fn serve(
                     }
                     sync.add(1).write_volatile(k);
                     store_release_gpu(sf.sync, number);
-                    *words = number;
-                    *words.add(1) = k;
                 }
             }
             seen = number;
@@ -299,37 +311,55 @@ unsafe fn serve(
                 LISTS_OUT_GROUPS => groups,
                 _ => 0,
             });
+            // Block 0 runs the query only after its first thread has seen the last answer's tickets reset.
             sync_threads();
+            // Every thread of block 0 has the number and k from `wait_for_query` (block-uniform).
+            if number == KNN1_SERVE_EXIT {
+                return;
+            }
+            k
         } else {
-            // Every thread has read the last query's words (some warps leave the body before its last
-            // barrier) before thread 0 writes the next one's.
+            // Every thread has read the last query's k (some warps leave the body before its last barrier)
+            // before thread 0 writes the next one's.
             sync_threads();
+            let mut exit = false;
             if t == 0 {
                 let (number, k) = loop {
                     // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher).
                     let number = unsafe { load_acquire_gpu(sf.sync) };
                     if number != last {
-                        // SAFETY: as above; written before the number (release).
-                        break (number, unsafe { sync.add(1).read_volatile() });
+                        // SAFETY: as above; k and the time written before the number (release).
+                        unsafe {
+                            published_at = stats.add(2).read_volatile();
+                            break (number, sync.add(1).read_volatile());
+                        }
                     }
                     if now_ns().wrapping_sub(start) > sf.life_ns.saturating_add(STRAY_NS) {
                         break (KNN1_SERVE_EXIT, 0);
                     }
                 };
-                // SAFETY: this block's shared words.
-                unsafe {
-                    *words = number;
-                    *words.add(1) = k;
+                if number == KNN1_SERVE_EXIT {
+                    exit = true;
+                } else {
+                    // Only this thread polls, so only it keeps the number.
+                    last = number;
+                    // SAFETY: this block's shared word, read after the barriers below.
+                    unsafe { *k_word = k };
                 }
             }
+            // A query's k reaches every thread through the word, the exit through the reduction of the second
+            // barrier (no shared word: the threads leave right after it). Either barrier orders the word's store
+            // before its reads; the plain one is there for compute-sanitizer's racecheck, which reported the store
+            // against the reads across one barrier (a thread 0 that arrives last after its poll, in one block of a
+            // few server launches a run, with three blocks an SM) and reports nothing across two (session 26,
+            // runs B and C).
             sync_threads();
-        }
-        // SAFETY: written before the barrier above.
-        let (number, k) = unsafe { (*words, *words.add(1)) };
-        if number == KNN1_SERVE_EXIT {
-            return;
-        }
-        last = number;
+            if sync_threads_or(exit) {
+                return;
+            }
+            // SAFETY: written before the barriers above.
+            unsafe { *k_word }
+        };
         let answered = body(k);
         if leader && t == 0 {
             // SAFETY: sync as above; only this thread writes u64 word 7.
@@ -339,23 +369,18 @@ unsafe fn serve(
             }
         }
         if answered && t == 0 {
-            // SAFETY: sync as above; with the device's merge one block answers each query, after block 0
-            // published it (so after its statistics' writes).
+            // SAFETY: sync as above; with the device's merge one block answers each query. The sums are added
+            // without being read (no round trip before the count), and ordered before it by its release.
             unsafe {
                 if k >> SERVE_LISTS_SHIFT == 0 {
-                    let now = now_ns();
-                    stats.add(4).write_volatile(
-                        stats.add(4).read_volatile() + (now - stats.add(2).read_volatile()),
-                    );
-                    stats
-                        .add(5)
-                        .write_volatile(stats.add(5).read_volatile() + 1);
+                    add_relaxed_gpu_u64(sf.sync + 32, now_ns().wrapping_sub(published_at));
+                    add_relaxed_gpu_u64(sf.sync + 40, 1);
                 }
                 add_release_gpu(sf.sync + 8, 1);
             }
         }
-        // No thread rewrites `words` before every thread has read them: block 0's wait for the next query and
-        // the other blocks' loop start with a barrier.
+        // No thread rewrites the word before every thread has read it: block 0's wait for the next query and the
+        // other blocks' loop start with a barrier.
     }
 }
 
@@ -365,13 +390,13 @@ unsafe fn serve(
 /// As [`serve`] with `sm80_knn1_*`'s launch (`knn1_serve_shared_bytes(dim, warps)` of dynamic shared memory).
 #[inline(always)]
 unsafe fn knn1_serve<const METRIC: u32>(p: &Knn1ServeParams) {
-    let words = dynamic_shared_f32()
+    let k_word = dynamic_shared_f32()
         .wrapping_add((knn1_serve_shared_bytes(p.base.dim, p.base.warps) / 4 - 4) as usize)
         as *mut u32;
     // SAFETY: forwarded launcher contract; base.query is the relayed query.
     unsafe {
         let groups = grid_dim_x().div_ceil(p.base.group_blocks);
-        serve(&p.serve, p.base.dim as usize, groups, words, |k| {
+        serve(&p.serve, p.base.dim as usize, groups, k_word, |k| {
             knn1::<METRIC>(
                 &Knn1Params {
                     k: k & 0xFFFF,
@@ -410,7 +435,7 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
     let sm = BulkSmem::of(b.base.dim, slots);
     let body_bytes = knn1_bulk_shared_bytes(b.base.dim, b.slots).div_ceil(16) * 16;
     let keys_s = dynamic_shared_f32().wrapping_add((body_bytes / 4) as usize) as *mut u64;
-    let words = dynamic_shared_f32()
+    let k_word = dynamic_shared_f32()
         .wrapping_add((knn1_bulk_serve_shared_bytes(b.base.dim, b.slots) / 4 - 4) as usize)
         as *mut u32;
     let row0 = block_x() as usize * 32;
@@ -440,7 +465,7 @@ unsafe fn knn1_bulk_serve<const METRIC: u32>(p: &Knn1BulkServeParams, map: u64) 
     // SAFETY: forwarded launcher contract; base.query is the relayed query.
     unsafe {
         let groups = grid_dim_x().div_ceil(b.base.group_blocks);
-        serve(&p.serve, dim, groups, words, |k| {
+        serve(&p.serve, dim, groups, k_word, |k| {
             let base = Knn1Params {
                 k: k & 0xFFFF,
                 ..b.base

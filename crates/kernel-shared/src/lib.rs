@@ -525,8 +525,8 @@ pub const fn knn1_serve_next(n: u32) -> u32 {
     }
 }
 
-/// Dynamic shared memory of one `sm80_knn1s_*` block: `sm80_knn1_*`'s, then 16 bytes for the words a block's
-/// first thread passes to the others (aligned to 16).
+/// Dynamic shared memory of one `sm80_knn1s_*` block: `sm80_knn1_*`'s, then 16 bytes (aligned to 16) whose first
+/// word carries a query's `k` from the thread that read it to the others.
 pub const fn knn1_serve_shared_bytes(dim: u32, warps: u32) -> u32 {
     knn1_shared_bytes(dim, warps).div_ceil(16) * 16 + 16
 }
@@ -597,7 +597,7 @@ pub const fn knn1_bulk_shared_bytes(dim: u32, slots: u32) -> u32 {
 
 /// Dynamic shared memory of one `sm90a_knn1s_*` block with `slots` tiles: `sm90a_knn1_*`'s, then (aligned to 16)
 /// [`KNN1_BULK_SERVE_KEYS_BYTES`] where its merges stage their lists (its ring holds the next query's tiles
-/// meanwhile), then 16 bytes for the words a block's first thread passes to the others.
+/// meanwhile), then 16 bytes whose first word carries a query's `k` from the thread that read it to the others.
 pub const fn knn1_bulk_serve_shared_bytes(dim: u32, slots: u32) -> u32 {
     knn1_bulk_shared_bytes(dim, slots).div_ceil(16) * 16 + KNN1_BULK_SERVE_KEYS_BYTES + 16
 }
