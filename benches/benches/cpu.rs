@@ -5,8 +5,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rayon::prelude::*;
 use recall_cpu_simd::{
-    Corpus, Metric, SpreadGraph, SpreadParams, Vectors, clip_and_noise, kmeans, knn, simd_level,
-    spread,
+    Corpus, Metric, SpreadGraph, SpreadParams, Vectors, clip_and_noise, clip_and_noise_into,
+    kmeans, knn, simd_level, spread,
 };
 use simsimd::SpatialSimilarity;
 use std::hint::black_box;
@@ -315,6 +315,14 @@ fn clip_noise(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((2 * N * D * 4) as u64));
     g.bench_function("cpu/clip_and_noise", |b| {
         b.iter(|| black_box(clip_and_noise(&x, D, 1.0, 0.1, 7).expect("valid input")))
+    });
+    // The same into one reused output: the op without the first touch of a fresh 300 MB.
+    let mut out = vec![0.0f32; N * D];
+    g.bench_function("cpu/clip_and_noise_into", |b| {
+        b.iter(|| {
+            clip_and_noise_into(&x, D, 1.0, 0.1, 7, &mut out).expect("valid input");
+            black_box(&out);
+        })
     });
     g.finish();
 }

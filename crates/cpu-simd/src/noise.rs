@@ -23,6 +23,19 @@ pub fn clip_and_noise(
     Cpu::new().clip_and_noise(x, dim, clip, sigma, seed)
 }
 
+/// [`clip_and_noise`] into `out` (`x.len()` values), for a caller that reuses its output: a fresh output of
+/// hundreds of MB costs its first touch of every page, which can take as long as the op itself.
+pub fn clip_and_noise_into(
+    x: &[f32],
+    dim: usize,
+    clip: f32,
+    sigma: f32,
+    seed: u64,
+    out: &mut [f32],
+) -> Result<(), CpuError> {
+    Cpu::new().clip_and_noise_into(x, dim, clip, sigma, seed, out)
+}
+
 /// Every Box-Muller radius clip-and-noise can produce: `box_muller_radius(i << 9)` for `i < 2^23` (the
 /// reference the diff-test holds the device's radii to; `uniform_open` reads 23 bits of its word).
 pub fn noise_radii() -> Vec<f32> {
@@ -81,14 +94,62 @@ impl Cpu {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, CpuError> {
-        let n = if self.is_prevalidated() {
-            check_clip_noise_shape(x, dim, clip, sigma)?
+        self.check_clip_noise(x, dim, clip, sigma)?;
+        let mut out = vec![0.0f32; x.len()];
+        self.clip_and_noise_checked(x, dim, clip, sigma, seed, &mut out);
+        Ok(out)
+    }
+
+    /// [`Cpu::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written).
+    pub fn clip_and_noise_into(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<(), CpuError> {
+        self.check_clip_noise(x, dim, clip, sigma)?;
+        if out.len() != x.len() {
+            return Err(CpuError::LengthMismatch {
+                what: "clip-and-noise output",
+                expected: x.len(),
+                got: out.len(),
+            });
+        }
+        self.clip_and_noise_checked(x, dim, clip, sigma, seed, out);
+        Ok(())
+    }
+
+    /// The input checks (the scan over values skipped where the caller validated them).
+    fn check_clip_noise(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+    ) -> Result<(), CpuError> {
+        if self.is_prevalidated() {
+            check_clip_noise_shape(x, dim, clip, sigma)?;
         } else {
-            check_clip_noise_inputs(x, dim, clip, sigma)?
-        };
+            check_clip_noise_inputs(x, dim, clip, sigma)?;
+        }
+        Ok(())
+    }
+
+    /// The op on checked inputs, `out.len() == x.len()`.
+    fn clip_and_noise_checked(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) {
         let key = philox_key(seed);
         let level = self.level();
-        let mut out = vec![0.0f32; x.len()];
         let work = |(t, o): (usize, &mut [f32])| {
             let r0 = t * ROWS_PER_TASK;
             let rows = &x[r0 * dim..r0 * dim + o.len()];
@@ -117,7 +178,6 @@ impl Cpu {
             }
             job.run(o);
         };
-        let _ = n;
         if x.len() >= PAR_MIN_WORK / 8 {
             out.par_chunks_mut(ROWS_PER_TASK * dim)
                 .enumerate()
@@ -127,7 +187,6 @@ impl Cpu {
                 .enumerate()
                 .for_each(work);
         }
-        Ok(out)
     }
 }
 

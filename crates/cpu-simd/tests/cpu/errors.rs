@@ -491,3 +491,27 @@ fn seed_checks_name_the_first_bad_value_in_the_old_order() {
         })
     );
 }
+
+#[test]
+fn clip_and_noise_into_checks_its_output_and_its_inputs() {
+    let x = [3.0f32, 4.0, 0.3, 0.4];
+    let mut short = [7.0f32; 3];
+    assert_eq!(
+        clip_and_noise_into(&x, 2, 1.0, 0.1, 5, &mut short),
+        Err(CpuError::LengthMismatch {
+            what: "clip-and-noise output",
+            expected: 4,
+            got: 3
+        })
+    );
+    assert_eq!(short, [7.0; 3], "nothing written on an error");
+    let mut out = [0.0f32; 4];
+    assert!(matches!(
+        clip_and_noise_into(&x, 2, 0.0, 0.1, 5, &mut out),
+        Err(CpuError::ParamOutOfRange { what: "clip", .. })
+    ));
+    assert!(matches!(
+        clip_and_noise_into(&[f32::NAN, 1.0], 2, 1.0, 0.1, 5, &mut out[..2]),
+        Err(CpuError::NonFinite { .. })
+    ));
+}

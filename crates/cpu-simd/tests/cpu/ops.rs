@@ -304,6 +304,10 @@ proptest! {
         for level in available_levels() {
             let got = Cpu::with_level(level).clip_and_noise(x, dim, clip, sigma, seed).expect("valid input");
             assert_same("clip_and_noise", &got, &want);
+            // Into a reused buffer that holds other values: every value written, the same bits.
+            let mut into = vec![f32::NAN; x.len()];
+            Cpu::with_level(level).clip_and_noise_into(x, dim, clip, sigma, seed, &mut into).expect("valid input");
+            assert_same("clip_and_noise_into", &into, &want);
         }
         if sigma == 0.0 {
             // f64: every row's norm is at most clip (up to rounding) and rows under clip are unchanged.
