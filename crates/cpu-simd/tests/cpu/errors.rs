@@ -515,3 +515,29 @@ fn clip_and_noise_into_checks_its_output_and_its_inputs() {
         Err(CpuError::NonFinite { .. })
     ));
 }
+
+#[test]
+fn a_large_input_reports_its_first_non_finite_value() {
+    // Large enough to be checked in parallel pieces of 2^21 values: the first bad value is reported, whichever
+    // piece finishes first.
+    let n = 9 << 20;
+    let mut v = vec![1.0f32; n];
+    assert_eq!(check_finite("v", &v), Ok(()));
+    v[n - 1] = f32::INFINITY;
+    v[(5 << 20) + 3] = f32::NAN;
+    assert_eq!(
+        check_finite("v", &v),
+        Err(CpuError::NonFinite {
+            what: "v",
+            index: (5 << 20) + 3
+        })
+    );
+    v[17] = f32::NEG_INFINITY;
+    assert_eq!(
+        check_finite("v", &v),
+        Err(CpuError::NonFinite {
+            what: "v",
+            index: 17
+        })
+    );
+}
