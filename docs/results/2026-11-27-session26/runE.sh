@@ -1,0 +1,24 @@
+#!/bin/bash
+# Session 26, run E (H100 if one comes): f (331e7c2) against h (73a22cf, main's kernels) on another card: racecheck over
+# f's quick knn1 group, f's knn1 group in full, one query x 1,000 / 10,000 rows served alternated; then the CPU's
+# clip-and-noise as called and into a reused buffer (criterion, 8f8a1bb's cpu bench), beside the bench's copy.
+export PATH=$PATH:/usr/local/cuda/bin
+N=${RUN:-s26E}
+B=$(mktemp -d); for v in h s26f; do xz -dc .device-carry/recall-$v.xz > $B/recall-$v; chmod +x $B/recall-$v; done
+xz -dc .device-carry/cpu-bench-s26g.xz > $B/cpu-bench; chmod +x $B/cpu-bench
+W=$(mktemp -d)/$N; mkdir -p $W
+trap 'tar -C $(dirname $W) -czf $OUT/$N.tgz $N' EXIT
+S0=$(date +%s); left() { [ $(( $(date +%s) - S0 )) -lt $1 ]; }
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; nproc; lscpu | grep -E "Model name|Thread|Core|Socket"; compute-sanitizer --version | tail -1; } > $W/info.txt 2>&1; cat $W/info.txt
+R=$B/recall-s26f
+T0=$(date +%s); timeout 110 $B/cpu-bench --bench 'clip_noise|copy_512' --warm-up-time 1 --measurement-time 6 > $W/cpu-bench.txt 2>&1; echo "cpu bench: rc=$? $(( $(date +%s) - T0 ))s"; grep -E "^clip|^cpu|time:|thrpt:" $W/cpu-bench.txt | grep -v "%"
+T0=$(date +%s); timeout 20 $R diff-test --arch sm_90 --group knn1 > $W/diff-knn1-f.txt 2>&1; echo "f knn1 full: rc=$? $(grep -h 'PASS\|FAIL' $W/diff-knn1-f.txt | tail -1) $(( $(date +%s) - T0 ))s"
+show() { f=$1; echo "$2: e2e $(grep -h 'Engine::knn_in' $f | cut -d'|' -f3) served $(grep -h 'knn1 served: query' $f | cut -d'|' -f3) fail $(grep -h 'server failures' $f | cut -d'|' -f3) dev $(grep -h "device clock" $f | cut -d'|' -f3 | tr '\n' ' ')"; }
+for rep in 1 2; do for rows in 1000 10000; do for v in s26f h; do
+  f=$W/q1-r$rows-$v-$rep.md
+  timeout 30 env RECALL_KNN1_SERVE=on $B/recall-$v bench knn --queries 1 --rows $rows --dim 768 --k 10 --iters 400 --no-cpu --peer-script /none --out $f > /dev/null 2>&1
+  show $f "$rep x$rows $v"
+done; done; done
+T0=$(date +%s); timeout $(( 590 - ($(date +%s) - S0) )) compute-sanitizer --tool racecheck $R diff-test --arch sm_90 --quick --group knn1 > $W/racecheck-knn1-f.txt 2>&1; echo "racecheck knn1: rc=$? $(( $(date +%s) - T0 ))s $(grep -E 'RACECHECK SUMMARY|PASS|FAIL' $W/racecheck-knn1-f.txt | tail -2 | tr '\n' ' ')"; grep -A1 "^========= Error" $W/racecheck-knn1-f.txt | head -4
+echo "total $(( $(date +%s) - S0 )) s"
+true
