@@ -570,7 +570,8 @@ fn launch(s: &mut Server, metric: SimMetric) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// What a server measured on the device's clock since it was made (over its launches), for the benchmark.
+/// What a server measured on the device's clock over its current (or last) launch, for the benchmark: the launcher
+/// zeroes the words at every launch, and a server that idled out starts again at the next query.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServeStats {
     /// Queries published.
