@@ -35,7 +35,7 @@ pub struct BundleImage {
     pub kind: ImageKind,
     /// The image's file: a cubin, or a PTX text whose `.version` / `.target` lines are those of sm_`text_of`.
     pub bytes: &'static [u8],
-    /// For PTX, the arch whose file `bytes` is (see [`PTX_TEXTS`]); `sm` for a cubin.
+    /// For PTX, the arch whose file `bytes` is (see `PTX_TEXTS`); `sm` for a cubin.
     pub text_of: u32,
 }
 

@@ -613,7 +613,7 @@ impl Gpu {
     /// them; the stream may still be running what follows the last of those writes.
     ///
     /// The host reads the values (volatile: the device writes them over the bus) in a spin of at most
-    /// `spin`, asking the driver every [`MAPPED_POLL_QUERY_EVERY`] whether the stream failed or finished;
+    /// `spin`, asking the driver every `MAPPED_POLL_QUERY_EVERY` whether the stream failed or finished;
     /// past `spin` it waits with a stream synchronise. The wait the driver does for a synchronise (spinning
     /// on a completion word the device writes after the whole grid has drained) is the same kind of wait
     /// that starts later, so the answer comes sooner. An error of the stream is returned as the driver

@@ -2,7 +2,7 @@
 //! prefetch, copies, events used as fences, and memory info.
 //!
 //! This is the "calls turned into `Result`" level: each function binds the context to the calling thread,
-//! makes one driver call inside [`guard`] (a cudarc panic becomes [`GpuError::BindingPanicked`]) and maps
+//! makes one driver call inside `guard` (a cudarc panic becomes [`GpuError::BindingPanicked`]) and maps
 //! the status code with [`GpuError::from_driver`], so a driver OOM is [`GpuError::OutOfMemory`]. Nothing
 //! here caches, counts or owns memory; `recall-memory-pool` does.
 //!
