@@ -213,6 +213,29 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// [`Backend::clip_and_noise`] into `out` (`x.len()` values, every one written). The default makes the
+    /// values and copies them; the CPU and GPU backends write `out` directly.
+    fn clip_and_noise_into(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let values = self.clip_and_noise(x, dim, clip, sigma, seed)?;
+        if values.len() != out.len() {
+            return Err(BackendError::Input(CpuError::LengthMismatch {
+                what: "clip-and-noise output",
+                expected: values.len(),
+                got: out.len(),
+            }));
+        }
+        out.copy_from_slice(&values);
+        Ok(())
+    }
+
     /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
     fn kmeans(
         &self,
@@ -310,6 +333,18 @@ impl Backend for CpuBackend {
         seed: u64,
     ) -> Result<Vec<f32>, BackendError> {
         Ok(cpu().clip_and_noise(x, dim, clip, sigma, seed)?)
+    }
+
+    fn clip_and_noise_into(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        Ok(cpu().clip_and_noise_into(x, dim, clip, sigma, seed, out)?)
     }
 }
 

@@ -10,7 +10,7 @@ mod imp {
     use crate::shared_corpus::SharedCorpus;
     use parking_lot::Mutex;
     use recall_cpu_simd::{
-        KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
+        CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
     use recall_gpu_kernels::{
         HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, OneQuery, SCAN_MAX_QUERIES,
@@ -1616,6 +1616,35 @@ mod imp {
             kern.clip_noise(g, &xs, x.len() / dim, dim, clip, sigma, seed, &mut out)
                 .map_err(map_kernel_error)?;
             g.download(&out).map_err(map_gpu_error)
+        }
+
+        fn clip_and_noise_into(
+            &self,
+            x: &[f32],
+            dim: usize,
+            clip: f32,
+            sigma: f32,
+            seed: u64,
+            out: &mut [f32],
+        ) -> Result<(), BackendError> {
+            if out.len() != x.len() {
+                return Err(BackendError::Input(CpuError::LengthMismatch {
+                    what: "clip-and-noise output",
+                    expected: x.len(),
+                    got: out.len(),
+                }));
+            }
+            let _serial = self.lock.lock();
+            self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
+            let (g, kern) = (&self.gpu, &self.kernels);
+            let xs = g.upload(x).map_err(map_gpu_error)?;
+            let mut dev = g.alloc_zeros::<f32>(x.len()).map_err(map_gpu_error)?;
+            kern.clip_noise(g, &xs, x.len() / dim, dim, clip, sigma, seed, &mut dev)
+                .map_err(map_kernel_error)?;
+            g.download_into(&dev, out).map_err(map_gpu_error)?;
+            // Into page-locked memory the copy runs on after the call returns: done before `out` is the
+            // caller's again.
+            g.synchronize().map_err(map_gpu_error)
         }
     }
 }

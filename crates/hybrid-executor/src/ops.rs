@@ -310,7 +310,71 @@ impl Op for NoiseOp<'_> {
     }
 }
 
+/// `clip_and_noise_into` of validated inputs: the answer goes into the caller's buffer (held here for the
+/// backend that runs the op: the GPU's, then the CPU's if the GPU fails; each writes every value).
+struct NoiseIntoOp<'a, 'o> {
+    x: &'a [f32],
+    dim: usize,
+    clip: f32,
+    sigma: f32,
+    seed: u64,
+    out: parking_lot::Mutex<&'o mut [f32]>,
+}
+
+impl Op for NoiseIntoOp<'_, '_> {
+    type Output = ();
+    fn kind(&self) -> OpKind {
+        OpKind::ClipAndNoise
+    }
+    fn work(&self) -> u64 {
+        self.x.len() as u64
+    }
+    fn device_bytes(&self, _: Range<usize>) -> u64 {
+        8 * self.x.len() as u64 + 4 * (self.x.len() / self.dim) as u64
+    }
+    fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<(), BackendError> {
+        let mut out = self.out.lock();
+        backend.clip_and_noise_into(self.x, self.dim, self.clip, self.sigma, self.seed, &mut out)
+    }
+    fn append(&self, _: &mut (), _: ()) {}
+}
+
 impl Executor {
+    /// [`Executor::clip_and_noise`] into `out`, which must hold `x.len()` values: for a caller that reuses its
+    /// output (a fresh one of hundreds of MB costs a first touch of every page, on any device).
+    #[allow(clippy::too_many_arguments)]
+    pub fn clip_and_noise_into(
+        &self,
+        opts: &CallOptions,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<Outcome<()>, ExecError> {
+        check_clip_noise_inputs(x, dim, clip, sigma)?;
+        if out.len() != x.len() {
+            return Err(CpuError::LengthMismatch {
+                what: "clip-and-noise output",
+                expected: x.len(),
+                got: out.len(),
+            }
+            .into());
+        }
+        self.run_op(
+            &NoiseIntoOp {
+                x,
+                dim,
+                clip,
+                sigma,
+                seed,
+                out: parking_lot::Mutex::new(out),
+            },
+            opts,
+        )
+    }
+
     /// Clip each row of `x` (`n x dim`) to L2 norm `clip` (> 0), then add `sigma` (>= 0) times standard
     /// normal noise from `seed`'s counter-based stream: the same values on every device.
     pub fn clip_and_noise(

@@ -297,6 +297,25 @@ pub struct Noised {
     pub fallback: Option<String>,
 }
 
+/// Where [`Engine::clip_and_noise_into`] ran (the values are in the caller's buffer).
+///
+/// ```
+/// let engine = recall::Engine::new()?;
+/// let x = [3.0, 4.0, 0.3, 0.4];
+/// let mut out = vec![0.0; x.len()];
+/// let ran = engine.clip_and_noise_into(&x, 2, 1.0, 0.1, 42, &mut out)?;
+/// assert_eq!(out, engine.clip_and_noise(&x, 2, 1.0, 0.1, 42)?.values); // the same values
+/// assert!(ran.fallback.is_none());
+/// # Ok::<(), recall::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoisedInto {
+    /// The device that ran it.
+    pub device: Device,
+    /// Set when the GPU was chosen, failed, and the CPU answered instead.
+    pub fallback: Option<String>,
+}
+
 /// The result of [`Engine::kmeans`].
 ///
 /// ```
@@ -928,6 +947,28 @@ impl Engine {
         Ok(Noised {
             values: o.value,
             dim,
+            device: o.device,
+            fallback: o.fallback,
+        })
+    }
+
+    /// [`Engine::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written): for a
+    /// caller that reuses its output. A fresh output of hundreds of MB costs a first touch of every page,
+    /// which on a CPU took as long as the op itself (`docs/results/2026-11-27-session26`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn clip_and_noise_into(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<NoisedInto, Error> {
+        let o =
+            self.exec
+                .clip_and_noise_into(&self.call_options(), x, dim, clip, sigma, seed, out)?;
+        Ok(NoisedInto {
             device: o.device,
             fallback: o.fallback,
         })

@@ -27,7 +27,9 @@ mod engine;
 mod error;
 pub mod io;
 
-pub use engine::{Activation, Clusters, Engine, EngineBuilder, Neighbors, Noised, Scores};
+pub use engine::{
+    Activation, Clusters, Engine, EngineBuilder, Neighbors, Noised, NoisedInto, Scores,
+};
 pub use error::Error;
 
 /// A similarity metric: `Cosine`, `Dot` (higher first) or `L2` (squared distance, lower first).

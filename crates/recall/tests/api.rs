@@ -210,6 +210,40 @@ fn clip_and_noise_is_deterministic_and_clips() {
 }
 
 #[test]
+fn clip_and_noise_into_a_reused_buffer_gives_the_same_values() {
+    let e = cpu_engine();
+    let x: Vec<f32> = (0..4 * 33)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+        .collect();
+    let want = e.clip_and_noise(&x, 33, 1.0, 0.5, 3).unwrap().values;
+    let mut out = vec![f32::NAN; x.len()];
+    let ran = e
+        .clip_and_noise_into(&x, 33, 1.0, 0.5, 3, &mut out)
+        .unwrap();
+    assert_eq!(
+        ran.device,
+        e.clip_and_noise(&x, 33, 1.0, 0.5, 3).unwrap().device
+    );
+    assert!(
+        out.iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "the same bits as clip_and_noise"
+    );
+    // A buffer of the wrong length, or bad input: a typed error, the buffer untouched.
+    let mut short = vec![7.0f32; x.len() - 1];
+    assert!(matches!(
+        e.clip_and_noise_into(&x, 33, 1.0, 0.5, 3, &mut short),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(short.iter().all(|v| *v == 7.0));
+    assert!(matches!(
+        e.clip_and_noise_into(&x, 33, -1.0, 0.5, 3, &mut out),
+        Err(Error::InvalidInput(_))
+    ));
+}
+
+#[test]
 fn a_corpus_handle_gives_the_same_neighbours() {
     use recall::Metric;
     let e = cpu_engine();

@@ -47,3 +47,30 @@ fn gpu_diff_test_quick_passes() {
     let report = recall::diagnostics::diff_test(&gpu, None, true).unwrap();
     assert!(report.passed(), "{}", report.render());
 }
+
+#[test]
+fn gpu_clip_and_noise_into_is_bit_identical_to_cpu() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let mut rng = recall::diagnostics::SplitMix::new(9);
+    for (n, dim) in [(1, 1), (3, 33), (257, 768), (40, 1025)] {
+        let x = recall::diagnostics::awkward_matrix(&mut rng, n, dim);
+        let want = cpu.clip_and_noise(&x, dim, 1.5, 0.25, 77).unwrap().values;
+        // Into a buffer that holds other values: every one is written.
+        let mut out = vec![f32::NAN; x.len()];
+        let ran = gpu
+            .clip_and_noise_into(&x, dim, 1.5, 0.25, 77, &mut out)
+            .unwrap();
+        assert!(
+            matches!(ran.device, Device::Gpu { .. }),
+            "ran on {}",
+            ran.device
+        );
+        assert!(ran.fallback.is_none(), "fell back: {:?}", ran.fallback);
+        let same = out
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "GPU into and CPU differ for {n} x {dim}");
+    }
+}

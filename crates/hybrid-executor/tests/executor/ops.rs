@@ -86,6 +86,10 @@ fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
         .clip_and_noise(&o, &i.corpus, DIM, 1.0, 0.3, 11)
         .unwrap()
         .value;
+    // Into a buffer that holds other values: a fallback after a fault must still write every value.
+    let mut noise_into = vec![f32::NAN; i.corpus.len()];
+    exec.clip_and_noise_into(&o, &i.corpus, DIM, 1.0, 0.3, 11, &mut noise_into)
+        .unwrap();
     let shared = recall_hybrid_executor::SharedCorpus::new(i.corpus.clone(), DIM).unwrap();
     let knn_shared = exec
         .knn_shared(&o, &i.queries, &shared, Metric::L2, 4)
@@ -110,6 +114,7 @@ fn answers(exec: &Executor, i: &Inputs) -> Vec<Vec<u32>> {
             .map(|x| x.to_bits() as u32 ^ (x.to_bits() >> 32) as u32)
             .collect(),
         bits(&noise),
+        bits(&noise_into),
         knn_shared.ids.clone(),
         bits(&knn_shared.scores),
         cand_shared.ids.clone(),
@@ -163,7 +168,7 @@ fn without_faults_the_gpu_backend_answers_every_op() {
     let (exec, gpu, _) = faulty(FaultPlan::new(), |_| {});
     assert_eq!(answers(&exec, &i), answers(&cpu_only(), &i));
     assert_eq!(exec.counters().2, 0, "no fallbacks");
-    assert_eq!(gpu.stats().calls, 8, "one GPU call per op");
+    assert_eq!(gpu.stats().calls, 9, "one GPU call per op");
 }
 
 #[test]
