@@ -37,7 +37,10 @@ pub use dense::{
 };
 pub use error::CpuError;
 pub use kmeans::{INERTIA_BLOCK, KMeans, check_kmeans_inputs, kmeans, kmeans_seed_indices};
-pub use noise::{check_clip_noise_inputs, clip_and_noise, clip_and_noise_into, noise_radii};
+pub use noise::{
+    check_clip_noise_inputs, check_clip_noise_output, clip_and_noise, clip_and_noise_into,
+    noise_radii,
+};
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
 pub use spread::{
     SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, check_spread_inputs,

@@ -36,6 +36,19 @@ pub fn clip_and_noise_into(
     Cpu::new().clip_and_noise_into(x, dim, clip, sigma, seed, out)
 }
 
+/// The check of a clip-and-noise output buffer: it must hold `x_len` values (every layer that takes one calls
+/// this before writing).
+pub fn check_clip_noise_output(x_len: usize, out_len: usize) -> Result<(), CpuError> {
+    if out_len != x_len {
+        return Err(CpuError::LengthMismatch {
+            what: "clip-and-noise output",
+            expected: x_len,
+            got: out_len,
+        });
+    }
+    Ok(())
+}
+
 /// Every Box-Muller radius clip-and-noise can produce: `box_muller_radius(i << 9)` for `i < 2^23` (the
 /// reference the diff-test holds the device's radii to; `uniform_open` reads 23 bits of its word).
 pub fn noise_radii() -> Vec<f32> {
@@ -111,13 +124,7 @@ impl Cpu {
         out: &mut [f32],
     ) -> Result<(), CpuError> {
         self.check_clip_noise(x, dim, clip, sigma)?;
-        if out.len() != x.len() {
-            return Err(CpuError::LengthMismatch {
-                what: "clip-and-noise output",
-                expected: x.len(),
-                got: out.len(),
-            });
-        }
+        check_clip_noise_output(x.len(), out.len())?;
         self.clip_and_noise_checked(x, dim, clip, sigma, seed, out);
         Ok(())
     }

@@ -225,13 +225,7 @@ pub trait Backend: Send + Sync {
         out: &mut [f32],
     ) -> Result<(), BackendError> {
         let values = self.clip_and_noise(x, dim, clip, sigma, seed)?;
-        if values.len() != out.len() {
-            return Err(BackendError::Input(CpuError::LengthMismatch {
-                what: "clip-and-noise output",
-                expected: values.len(),
-                got: out.len(),
-            }));
-        }
+        recall_cpu_simd::check_clip_noise_output(values.len(), out.len())?;
         out.copy_from_slice(&values);
         Ok(())
     }

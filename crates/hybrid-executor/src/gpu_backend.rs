@@ -10,7 +10,7 @@ mod imp {
     use crate::shared_corpus::SharedCorpus;
     use parking_lot::Mutex;
     use recall_cpu_simd::{
-        CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
+        KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
     use recall_gpu_kernels::{
         HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, OneQuery, SCAN_MAX_QUERIES,
@@ -1627,13 +1627,7 @@ mod imp {
             seed: u64,
             out: &mut [f32],
         ) -> Result<(), BackendError> {
-            if out.len() != x.len() {
-                return Err(BackendError::Input(CpuError::LengthMismatch {
-                    what: "clip-and-noise output",
-                    expected: x.len(),
-                    got: out.len(),
-                }));
-            }
+            recall_cpu_simd::check_clip_noise_output(x.len(), out.len())?;
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
             let (g, kern) = (&self.gpu, &self.kernels);

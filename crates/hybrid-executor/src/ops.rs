@@ -354,14 +354,7 @@ impl Executor {
         out: &mut [f32],
     ) -> Result<Outcome<()>, ExecError> {
         check_clip_noise_inputs(x, dim, clip, sigma)?;
-        if out.len() != x.len() {
-            return Err(CpuError::LengthMismatch {
-                what: "clip-and-noise output",
-                expected: x.len(),
-                got: out.len(),
-            }
-            .into());
-        }
+        recall_cpu_simd::check_clip_noise_output(x.len(), out.len())?;
         self.run_op(
             &NoiseIntoOp {
                 x,
