@@ -955,6 +955,15 @@ impl Engine {
     /// [`Engine::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written): for a
     /// caller that reuses its output. A fresh output of hundreds of MB costs a first touch of every page,
     /// which on a CPU took as long as the op itself (`docs/results/2026-11-27-session26`).
+    ///
+    /// ```
+    /// let engine = recall::Engine::new()?;
+    /// let mut out = vec![0.0; 2]; // reused from call to call
+    /// engine.clip_and_noise_into(&[3.0, 4.0], 2, 1.0, 0.0, 1, &mut out)?; // clip to norm 1, no noise
+    /// assert!((out[0] - 0.6).abs() < 1e-6 && (out[1] - 0.8).abs() < 1e-6);
+    /// assert!(engine.clip_and_noise_into(&[3.0, 4.0], 2, 1.0, 0.0, 1, &mut [0.0; 3]).is_err()); // wrong length
+    /// # Ok::<(), recall::Error>(())
+    /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn clip_and_noise_into(
         &self,
