@@ -1370,6 +1370,36 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
     let copy = recall::diagnostics::bench::copy_gbps(gpu, 1 << 30, a.iters)?;
     let (ms, kernels) = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters, true)?;
     let (two_pass, _) = recall::diagnostics::bench::noise_ms(gpu, &x, a.dim, a.iters, false)?;
+    // The user's call with the rows in host memory (upload, op, download): a fresh output each call, or one
+    // output reused. At most 5 timed calls each (a call moves the rows over the bus twice).
+    let host_ms = |into: bool| -> Result<(f64, String), String> {
+        let mut out = vec![0.0f32; x.len()];
+        let mut call = || -> Result<String, String> {
+            let device = if into {
+                engine
+                    .clip_and_noise_into(&x, a.dim, 1.0, 0.1, 7, &mut out)
+                    .map_err(|e| e.to_string())?
+                    .device
+            } else {
+                let n = engine
+                    .clip_and_noise(&x, a.dim, 1.0, 0.1, 7)
+                    .map_err(|e| e.to_string())?;
+                std::hint::black_box(&n.values);
+                n.device
+            };
+            Ok(device.to_string())
+        };
+        let device = call()?;
+        let mut times = Vec::new();
+        for _ in 0..a.iters.clamp(1, 5) {
+            let t = std::time::Instant::now();
+            call()?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok((recall::diagnostics::bench::median(times), device))
+    };
+    let (fresh_ms, fresh_dev) = host_ms(false)?;
+    let (into_ms, into_dev) = host_ms(true)?;
     let bytes = 2.0 * (a.rows * a.dim * 4) as f64;
     let gbps = bytes / (ms * 1e-3) / 1e9;
     let peer = peer_op(&a, "noise");
@@ -1408,6 +1438,20 @@ fn run_noise(a: BenchArgs) -> Result<ExitCode, String> {
         "| recall GPU: `row_norms_f32` + `clip_noise` (two passes), data resident | {:.1} us | {gbps2:.0} GB/s | {:.0} % of copy |",
         two_pass * 1e3,
         100.0 * gbps2 / copy
+    );
+    let _ = writeln!(
+        r,
+        "| recall `Engine::clip_and_noise`, rows in host memory, a fresh output each call ({fresh_dev}) | {:.1} us | {:.0} GB/s | upload, op, download; median of {} |",
+        fresh_ms * 1e3,
+        bytes / (fresh_ms * 1e-3) / 1e9,
+        a.iters.clamp(1, 5)
+    );
+    let _ = writeln!(
+        r,
+        "| recall `Engine::clip_and_noise_into`, rows in host memory, one output reused ({into_dev}) | {:.1} us | {:.0} GB/s | the same; fresh / into = {:.2}x |",
+        into_ms * 1e3,
+        bytes / (into_ms * 1e-3) / 1e9,
+        fresh_ms / into_ms
     );
     peer_rows(&mut r, Some(&peer), 1, |r, _name, p| {
         if let Some(pm) = p.num("noise_ms") {
