@@ -262,19 +262,8 @@ unsafe fn serve(
     // Every block's first thread: when the query it runs was published (u64 word 2, block 0's clock), for the
     // answering block's sums (words 4 and 5), which it adds without reading them.
     let mut published_at = 0u64;
-    let (mut wait_ns, mut taken, mut spent_ns) = if leader && t == 0 {
-        // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u64 (launcher); read once, before this server
-        // writes them.
-        unsafe {
-            (
-                stats.add(3).read_volatile(),
-                stats.add(6).read_volatile(),
-                stats.add(7).read_volatile(),
-            )
-        }
-    } else {
-        (0, 0, 0)
-    };
+    // The launcher zeroes the words at each launch, so the sums start at zero here too.
+    let (mut wait_ns, mut taken, mut spent_ns) = (0u64, 0u64, 0u64);
     loop {
         let k = if leader {
             // SAFETY: forwarded contract; k_word is this block's shared memory.
