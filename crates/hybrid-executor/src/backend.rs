@@ -198,7 +198,8 @@ pub trait Backend: Send + Sync {
         self.spread_shared(graph, &densify_seeds(graph.n_nodes(), seeds), params)
     }
 
-    /// Clip every row of `x` to L2 norm `clip`, then add `sigma` times Gaussian noise from `seed`'s stream.
+    /// Clip every row of `x` to L2 norm `clip`, then add `sigma` times Gaussian noise from `seed`'s stream:
+    /// [`Backend::clip_and_noise_into`] a fresh output.
     fn clip_and_noise(
         &self,
         x: &[f32],
@@ -207,14 +208,12 @@ pub trait Backend: Send + Sync {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, BackendError> {
-        let _ = (x, dim, clip, sigma, seed);
-        Err(BackendError::Unsupported {
-            op: "clip_and_noise",
-        })
+        let mut out = vec![0.0f32; x.len()];
+        self.clip_and_noise_into(x, dim, clip, sigma, seed, &mut out)?;
+        Ok(out)
     }
 
-    /// [`Backend::clip_and_noise`] into `out` (`x.len()` values, every one written). The default makes the
-    /// values and copies them; the CPU and GPU backends write `out` directly.
+    /// [`Backend::clip_and_noise`] into `out` (`x.len()` values, every one written): what a backend implements.
     fn clip_and_noise_into(
         &self,
         x: &[f32],
@@ -224,10 +223,10 @@ pub trait Backend: Send + Sync {
         seed: u64,
         out: &mut [f32],
     ) -> Result<(), BackendError> {
-        let values = self.clip_and_noise(x, dim, clip, sigma, seed)?;
-        recall_cpu_simd::check_clip_noise_output(values.len(), out.len())?;
-        out.copy_from_slice(&values);
-        Ok(())
+        let _ = (x, dim, clip, sigma, seed, out);
+        Err(BackendError::Unsupported {
+            op: "clip_and_noise",
+        })
     }
 
     /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
@@ -316,17 +315,6 @@ impl Backend for CpuBackend {
         seed: u64,
     ) -> Result<KMeans, BackendError> {
         Ok(cpu().kmeans(points, dim, k, iters, seed)?)
-    }
-
-    fn clip_and_noise(
-        &self,
-        x: &[f32],
-        dim: usize,
-        clip: f32,
-        sigma: f32,
-        seed: u64,
-    ) -> Result<Vec<f32>, BackendError> {
-        Ok(cpu().clip_and_noise(x, dim, clip, sigma, seed)?)
     }
 
     fn clip_and_noise_into(

@@ -454,17 +454,19 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         self.call(1, || self.inner.kmeans(points, dim, k, iters, seed))
     }
 
-    fn clip_and_noise(
+    fn clip_and_noise_into(
         &self,
         x: &[f32],
         dim: usize,
         clip: f32,
         sigma: f32,
         seed: u64,
-    ) -> Result<Vec<f32>, BackendError> {
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
         let units = x.len().checked_div(dim).unwrap_or(0);
         self.call(units, || {
-            self.inner.clip_and_noise(x, dim, clip, sigma, seed)
+            self.inner
+                .clip_and_noise_into(x, dim, clip, sigma, seed, out)
         })
     }
 }

@@ -1600,24 +1600,6 @@ mod imp {
             })
         }
 
-        fn clip_and_noise(
-            &self,
-            x: &[f32],
-            dim: usize,
-            clip: f32,
-            sigma: f32,
-            seed: u64,
-        ) -> Result<Vec<f32>, BackendError> {
-            let _serial = self.lock.lock();
-            self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
-            let (g, kern) = (&self.gpu, &self.kernels);
-            let xs = g.upload(x).map_err(map_gpu_error)?;
-            let mut out = g.alloc_zeros::<f32>(x.len()).map_err(map_gpu_error)?;
-            kern.clip_noise(g, &xs, x.len() / dim, dim, clip, sigma, seed, &mut out)
-                .map_err(map_kernel_error)?;
-            g.download(&out).map_err(map_gpu_error)
-        }
-
         fn clip_and_noise_into(
             &self,
             x: &[f32],

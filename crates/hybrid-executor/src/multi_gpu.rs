@@ -536,15 +536,18 @@ impl Backend for MultiGpu {
         self.independent(&|b| b.spread_shared_from(graph, seeds, params))
     }
 
-    fn clip_and_noise(
+    fn clip_and_noise_into(
         &self,
         x: &[f32],
         dim: usize,
         clip: f32,
         sigma: f32,
         seed: u64,
-    ) -> Result<Vec<f32>, BackendError> {
-        self.independent(&|b| b.clip_and_noise(x, dim, clip, sigma, seed))
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        // Held for whichever GPU runs it (each attempt writes every value).
+        let out = parking_lot::Mutex::new(out);
+        self.independent(&|b| b.clip_and_noise_into(x, dim, clip, sigma, seed, &mut out.lock()))
     }
 
     fn kmeans(

@@ -282,37 +282,10 @@ impl Op for KMeansOp<'_> {
     fn append(&self, _: &mut KMeans, _: KMeans) {}
 }
 
-/// Clip-and-noise. Row `r`'s noise depends on its absolute row number, so the op runs whole (one unit).
-struct NoiseOp<'a> {
-    x: &'a [f32],
-    dim: usize,
-    clip: f32,
-    sigma: f32,
-    seed: u64,
-}
-
-impl Op for NoiseOp<'_> {
-    type Output = Vec<f32>;
-    fn kind(&self) -> OpKind {
-        OpKind::ClipAndNoise
-    }
-    fn work(&self) -> u64 {
-        self.x.len() as u64
-    }
-    fn device_bytes(&self, _: Range<usize>) -> u64 {
-        8 * self.x.len() as u64 + 4 * (self.x.len() / self.dim) as u64
-    }
-    fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<Vec<f32>, BackendError> {
-        backend.clip_and_noise(self.x, self.dim, self.clip, self.sigma, self.seed)
-    }
-    fn append(&self, acc: &mut Vec<f32>, part: Vec<f32>) {
-        acc.extend_from_slice(&part);
-    }
-}
-
-/// `clip_and_noise_into` of validated inputs: the answer goes into the caller's buffer (held here for the
-/// backend that runs the op: the GPU's, then the CPU's if the GPU fails; each writes every value).
-struct NoiseIntoOp<'a, 'o> {
+/// Clip-and-noise of validated inputs into a buffer (the caller's, or a fresh one), held here for the backend that
+/// runs the op: the GPU's, then the CPU's if the GPU fails; each writes every value. Row `r`'s noise depends on
+/// its absolute row number, so the op runs whole (one unit).
+struct NoiseOp<'a, 'o> {
     x: &'a [f32],
     dim: usize,
     clip: f32,
@@ -321,7 +294,7 @@ struct NoiseIntoOp<'a, 'o> {
     out: parking_lot::Mutex<&'o mut [f32]>,
 }
 
-impl Op for NoiseIntoOp<'_, '_> {
+impl Op for NoiseOp<'_, '_> {
     type Output = ();
     fn kind(&self) -> OpKind {
         OpKind::ClipAndNoise
@@ -355,8 +328,23 @@ impl Executor {
     ) -> Result<Outcome<()>, ExecError> {
         check_clip_noise_inputs(x, dim, clip, sigma)?;
         recall_cpu_simd::check_clip_noise_output(x.len(), out.len())?;
+        self.run_noise(opts, x, dim, clip, sigma, seed, out)
+    }
+
+    /// The op on validated inputs into `out` (`x.len()` values).
+    #[allow(clippy::too_many_arguments)]
+    fn run_noise(
+        &self,
+        opts: &CallOptions,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<Outcome<()>, ExecError> {
         self.run_op(
-            &NoiseIntoOp {
+            &NoiseOp {
                 x,
                 dim,
                 clip,
@@ -380,16 +368,13 @@ impl Executor {
         seed: u64,
     ) -> Result<Outcome<Vec<f32>>, ExecError> {
         check_clip_noise_inputs(x, dim, clip, sigma)?;
-        self.run_op(
-            &NoiseOp {
-                x,
-                dim,
-                clip,
-                sigma,
-                seed,
-            },
-            opts,
-        )
+        let mut out = vec![0.0f32; x.len()];
+        let o = self.run_noise(opts, x, dim, clip, sigma, seed, &mut out)?;
+        Ok(Outcome {
+            value: out,
+            device: o.device,
+            fallback: o.fallback,
+        })
     }
 
     /// All `n_queries x n_rows` scores for `metric`, query-major.
