@@ -237,13 +237,18 @@ impl NoiseRows<'_> {
                 for (j, gj) in g.iter_mut().enumerate() {
                     *gj = gaussian4(self.key, row, b0 + j as u32);
                 }
-                for ((oc, xc), g) in ochunk.chunks_mut(4).zip(xchunk.chunks(4)).zip(g) {
-                    for ((o, v), g) in oc.iter_mut().zip(xc).zip(g) {
-                        let y = match scale {
-                            Some(s) => v * s,
-                            None => *v,
-                        };
-                        *o = self.sigma.mul_add(g, y);
+                // One flat loop per case (the compiler's SIMD loop; the clip's test outside it).
+                let g = g.as_flattened();
+                match scale {
+                    Some(s) => {
+                        for ((o, v), g) in ochunk.iter_mut().zip(xchunk).zip(g) {
+                            *o = self.sigma.mul_add(*g, v * s);
+                        }
+                    }
+                    None => {
+                        for ((o, v), g) in ochunk.iter_mut().zip(xchunk).zip(g) {
+                            *o = self.sigma.mul_add(*g, *v);
+                        }
                     }
                 }
             }
