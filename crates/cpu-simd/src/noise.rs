@@ -6,7 +6,7 @@ use crate::kernels;
 use crate::simd::Cpu;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::SimdLevel;
-use crate::{CpuError, PAR_MIN_WORK};
+use crate::{CpuError, PAR_MIN_WORK, first_non_finite};
 use rayon::prelude::*;
 use recall_kernel_shared::NOISE_RADII;
 use recall_kernel_shared::math::{box_muller_radius, gaussian4, philox_key};
@@ -24,7 +24,8 @@ pub fn clip_and_noise(
 }
 
 /// [`clip_and_noise`] into `out` (`x.len()` values), for a caller that reuses its output: a fresh output of
-/// hundreds of MB costs its first touch of every page, which can take as long as the op itself.
+/// hundreds of MB costs its first touch of every page, which can take as long as the op itself. Errors as
+/// [`Cpu::clip_and_noise_into`].
 pub fn clip_and_noise_into(
     x: &[f32],
     dim: usize,
@@ -107,13 +108,15 @@ impl Cpu {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, CpuError> {
-        self.check_clip_noise(x, dim, clip, sigma)?;
+        check_clip_noise_shape(x, dim, clip, sigma)?;
         let mut out = vec![0.0f32; x.len()];
-        self.clip_and_noise_checked(x, dim, clip, sigma, seed, &mut out);
+        self.clip_and_noise_checked(x, dim, clip, sigma, seed, &mut out)?;
         Ok(out)
     }
 
-    /// [`Cpu::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written).
+    /// [`Cpu::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written). On an
+    /// error `out` is untouched, but for a value that is not finite: the values are checked row by row as the
+    /// op reads them, so `out` may then hold some rows' results.
     pub fn clip_and_noise_into(
         &self,
         x: &[f32],
@@ -123,29 +126,16 @@ impl Cpu {
         seed: u64,
         out: &mut [f32],
     ) -> Result<(), CpuError> {
-        self.check_clip_noise(x, dim, clip, sigma)?;
+        check_clip_noise_shape(x, dim, clip, sigma)?;
         check_clip_noise_output(x.len(), out.len())?;
-        self.clip_and_noise_checked(x, dim, clip, sigma, seed, out);
-        Ok(())
+        self.clip_and_noise_checked(x, dim, clip, sigma, seed, out)
     }
 
-    /// The input checks (the scan over values skipped where the caller validated them).
-    fn check_clip_noise(
-        &self,
-        x: &[f32],
-        dim: usize,
-        clip: f32,
-        sigma: f32,
-    ) -> Result<(), CpuError> {
-        if self.is_prevalidated() {
-            check_clip_noise_shape(x, dim, clip, sigma)?;
-        } else {
-            check_clip_noise_inputs(x, dim, clip, sigma)?;
-        }
-        Ok(())
-    }
-
-    /// The op on checked inputs, `out.len() == x.len()`.
+    /// The op on inputs of checked shape and parameters, `out.len() == x.len()`. The values are checked in
+    /// the same pass (unless the caller validated them): a row's squared norm is finite unless one of its values
+    /// is not or the sum overflowed, so only a task with a norm that is not finite searches its rows, and the
+    /// smallest index any task found is the error (the first non-finite value, as `check_finite` reports).
+    /// Reading the input once instead of twice: it is the op's largest stream with the output.
     fn clip_and_noise_checked(
         &self,
         x: &[f32],
@@ -154,14 +144,22 @@ impl Cpu {
         sigma: f32,
         seed: u64,
         out: &mut [f32],
-    ) {
+    ) -> Result<(), CpuError> {
         let key = philox_key(seed);
         let level = self.level();
-        let work = |(t, o): (usize, &mut [f32])| {
+        let scan = !self.is_prevalidated();
+        // The index of the task's first value that is not finite, if any (its rows are then left unwritten).
+        let work = |(t, o): (usize, &mut [f32])| -> Option<usize> {
             let r0 = t * ROWS_PER_TASK;
             let rows = &x[r0 * dim..r0 * dim + o.len()];
             let mut sq = vec![0.0f32; o.len() / dim];
             kernels::sqnorms(level, rows, dim, &mut sq);
+            if scan && let Some(r) = sq.iter().position(|s| !s.is_finite()) {
+                // Rows before r are finite (their norms are); an overflowed norm's row may be too.
+                if let Some(i) = first_non_finite(&rows[r * dim..]) {
+                    return Some(r0 * dim + r * dim + i);
+                }
+            }
             let job = NoiseRows {
                 rows,
                 sq: &sq,
@@ -175,24 +173,34 @@ impl Cpu {
             if level >= SimdLevel::Avx512 {
                 // SAFETY: the Avx512 level is chosen only where the CPU reports AVX-512F/VL, AVX2 and FMA.
                 unsafe { job.run_avx512(o) };
-                return;
+                return None;
             }
             #[cfg(target_arch = "x86_64")]
             if level >= SimdLevel::Avx2 {
                 // SAFETY: the Avx2 level and above are chosen only where the CPU reports AVX2 and FMA.
                 unsafe { job.run_fma(o) };
-                return;
+                return None;
             }
             job.run(o);
+            None
         };
-        if x.len() >= PAR_MIN_WORK / 8 {
+        let first_bad = if x.len() >= PAR_MIN_WORK / 8 {
             out.par_chunks_mut(ROWS_PER_TASK * dim)
                 .enumerate()
-                .for_each(work);
+                .filter_map(work)
+                .min()
         } else {
             out.chunks_mut(ROWS_PER_TASK * dim)
                 .enumerate()
-                .for_each(work);
+                .filter_map(work)
+                .min()
+        };
+        match first_bad {
+            None => Ok(()),
+            Some(index) => Err(CpuError::NonFinite {
+                what: "vectors",
+                index,
+            }),
         }
     }
 }

@@ -541,3 +541,53 @@ fn a_large_input_reports_its_first_non_finite_value() {
         })
     );
 }
+
+#[test]
+fn clip_and_noise_reports_its_first_non_finite_value_from_its_own_pass() {
+    // Clip-and-noise checks its values in the pass that reads them (tasks of 256 rows, in parallel at this size):
+    // the first bad value is reported whichever task finds one, at every level; a row whose squared norm
+    // overflows while every value is finite is no error.
+    let dim = 64;
+    let n = 4096;
+    let mut x: Vec<f32> = (0..n * dim).map(|i| (i % 97) as f32 * 0.01 - 0.4).collect();
+    x[100 * dim + 5] = 3e30;
+    x[100 * dim + 6] = -3e30;
+    for level in available_levels() {
+        let cpu = Cpu::with_level(level);
+        let ok = cpu
+            .clip_and_noise(&x, dim, 1.0, 0.5, 9)
+            .expect("finite values, one norm past f32");
+        assert!(ok.iter().all(|v| v.is_finite()), "{level:?}");
+        let mut bad = x.clone();
+        bad[3000 * dim + 1] = f32::INFINITY;
+        bad[1500 * dim + 63] = f32::NAN;
+        bad[3700 * dim] = f32::NAN;
+        let want = CpuError::NonFinite {
+            what: "vectors",
+            index: 1500 * dim + 63,
+        };
+        assert_eq!(
+            cpu.clip_and_noise(&bad, dim, 1.0, 0.5, 9),
+            Err(want.clone()),
+            "{level:?}"
+        );
+        let mut out = vec![0.0f32; bad.len()];
+        assert_eq!(
+            cpu.clip_and_noise_into(&bad, dim, 1.0, 0.5, 9, &mut out),
+            Err(want.clone()),
+            "{level:?}"
+        );
+        // The same verdict as the scan every other op runs first.
+        assert_eq!(check_clip_noise_inputs(&bad, dim, 1.0, 0.5), Err(want));
+        // Small inputs (one task, on the calling thread).
+        let small = &bad[1500 * dim..1502 * dim];
+        assert_eq!(
+            cpu.clip_and_noise(small, dim, 1.0, 0.5, 9),
+            Err(CpuError::NonFinite {
+                what: "vectors",
+                index: 63
+            }),
+            "{level:?}"
+        );
+    }
+}
