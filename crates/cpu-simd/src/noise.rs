@@ -220,6 +220,18 @@ impl NoiseRows<'_> {
     /// `out` (the task's rows) from the rows, their norms and the noise.
     #[inline(always)]
     fn run(&self, out: &mut [f32]) {
+        // The noise of NOISE_BATCH blocks of 4 at a time, in a loop without branches or calls that the
+        // compiler can run across SIMD lanes (each lane its own block: the same steps, so the same bits).
+        self.run_with(out, |row, b0, g| {
+            for (j, gj) in g.iter_mut().enumerate() {
+                *gj = gaussian4(self.key, row, b0 + j as u32);
+            }
+        })
+    }
+
+    /// [`NoiseRows::run`] with the noise of each batch from `batch(row, first block, out)`.
+    #[inline(always)]
+    fn run_with(&self, out: &mut [f32], batch: impl Fn(u64, u32, &mut [[f32; 4]; NOISE_BATCH])) {
         for (i, ((orow, xrow), s)) in out
             .chunks_exact_mut(self.dim)
             .zip(self.rows.chunks_exact(self.dim))
@@ -233,18 +245,13 @@ impl NoiseRows<'_> {
                 None
             };
             let row = (self.r0 + i) as u64;
-            // The noise of NOISE_BATCH blocks of 4 at a time, in a loop without branches or calls that the
-            // compiler can run across SIMD lanes (each lane its own block: the same steps, so the same bits).
             for (c, (ochunk, xchunk)) in orow
                 .chunks_mut(4 * NOISE_BATCH)
                 .zip(xrow.chunks(4 * NOISE_BATCH))
                 .enumerate()
             {
-                let b0 = (c * NOISE_BATCH) as u32;
                 let mut g = [[0.0f32; 4]; NOISE_BATCH];
-                for (j, gj) in g.iter_mut().enumerate() {
-                    *gj = gaussian4(self.key, row, b0 + j as u32);
-                }
+                batch(row, (c * NOISE_BATCH) as u32, &mut g);
                 // One flat loop per case (the compiler's SIMD loop; the clip's test outside it).
                 let g = g.as_flattened();
                 match scale {
@@ -275,13 +282,18 @@ impl NoiseRows<'_> {
         self.run(out)
     }
 
-    /// [`NoiseRows::run`] compiled for AVX-512 (16 lanes for the batched noise).
+    /// [`NoiseRows::run`] compiled for AVX-512, each batch's noise by `kernels::avx512::gaussian16` (16 blocks
+    /// in the lanes, its tables read by permutes: the compiler's form of the scalar loop gathered them, 16
+    /// loads each, and spent more on them than on Philox).
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     unsafe fn run_avx512(&self, out: &mut [f32]) {
-        self.run(out)
+        let columns = kernels::avx512::NoiseColumns::new();
+        self.run_with(out, |row, b0, g| {
+            kernels::avx512::gaussian16(&columns, self.key, row, b0, g)
+        })
     }
 }

@@ -1111,12 +1111,16 @@ pub mod math {
         }
     }
 
-    const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
-    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 1.42860677e-6
+    /// `ln 2` in two parts for [`ln_unit`] (`LN2_HI` has 16 significant bits, so `k * LN2_HI` is exact). Public,
+    /// with [`LN_OFF`] and [`TURN_RAD`], for the host's SIMD forms of these functions (cpu-simd), which must
+    /// take the same steps.
+    pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
+    /// The rest of `ln 2` (see [`LN2_HI`]).
+    pub const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 1.42860677e-6
     /// The bits [`ln_unit`] subtracts to split `u` into `2^k * z` with `z` in `[0.699, 1.398)`: `f32` 0.69921875.
-    const LN_OFF: u32 = 0x3f33_0000;
+    pub const LN_OFF: u32 = 0x3f33_0000;
     /// One step of [`sincos_turns`]' angle, in radians: `2 * pi / 2^24` (exact scaling of `f32` `2 * pi`).
-    const TURN_RAD: f32 = core::f32::consts::TAU / 16_777_216.0;
+    pub const TURN_RAD: f32 = core::f32::consts::TAU / 16_777_216.0;
 
     const fn e(a: u32, b: u32) -> [f32; 2] {
         [f32::from_bits(a), f32::from_bits(b)]

@@ -130,3 +130,302 @@ fn query_block<const MODE: u8, const R: usize>(
     }
     res
 }
+
+/// The clip-and-noise tables (`recall-kernel-shared::math`'s `LN_TABLE` and `TURN_TABLE`) split into their
+/// columns, for lookups inside registers ([`gaussian16`]).
+pub(crate) struct NoiseColumns {
+    invc: [f32; 64],
+    logc: [f32; 64],
+    sin: [f32; 64],
+    cos: [f32; 64],
+}
+
+impl NoiseColumns {
+    pub(crate) fn new() -> NoiseColumns {
+        use recall_kernel_shared::math::{LN_TABLE, TURN_TABLE};
+        let col = |t: &[[f32; 2]; 64], c: usize| core::array::from_fn(|j| t[j][c]);
+        NoiseColumns {
+            invc: col(&LN_TABLE.0, 0),
+            logc: col(&LN_TABLE.0, 1),
+            sin: col(&TURN_TABLE.0, 0),
+            cos: col(&TURN_TABLE.0, 1),
+        }
+    }
+}
+
+/// `t[idx & 63]` for 16 indices: two two-table permutes (32 entries each) and a blend on bit 5, instead of a
+/// gather (16 loads).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn lookup64(t: &[f32; 64], idx: __m512i) -> __m512 {
+    // SAFETY: t[16 i .. 16 i + 16] is in bounds for i < 4.
+    let part = |i: usize| unsafe { _mm512_loadu_ps(t[16 * i..16 * i + 16].as_ptr()) };
+    let lo = _mm512_permutex2var_ps(part(0), idx, part(1));
+    let hi = _mm512_permutex2var_ps(part(2), idx, part(3));
+    _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, _mm512_set1_epi32(32)), lo, hi)
+}
+
+/// `(hi, lo)` of `m * x` for 16 lanes of `x` (Philox's `mulhilo`): the even lanes' and the odd lanes' 64-bit
+/// products, their halves put back in place.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn mulhilo16(m: __m512i, x: __m512i) -> (__m512i, __m512i) {
+    const ODD: __mmask16 = 0xAAAA;
+    let even = _mm512_mul_epu32(x, m);
+    let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(x), m);
+    let hi = _mm512_mask_blend_epi32(ODD, _mm512_srli_epi64::<32>(even), odd);
+    let lo = _mm512_mask_blend_epi32(ODD, even, _mm512_slli_epi64::<32>(odd));
+    (hi, lo)
+}
+
+/// `box_muller(w0, w1)` for 16 lanes: `recall-kernel-shared::math`'s `box_muller_radius` and `sincos_turns`
+/// step for step (the same operations, each rounded once where the scalar form rounds it), the tables read
+/// by [`lookup64`].
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn box_muller16(t: &NoiseColumns, w0: __m512i, w1: __m512i) -> (__m512, __m512) {
+    use recall_kernel_shared::math::{LN_OFF, LN2_HI, LN2_LO, TURN_RAD};
+    let f = _mm512_set1_ps;
+    let i = _mm512_set1_epi32;
+    // The radius: ln of the odd integer n = 2 (w0 >> 9) + 1 scaled by 2^-24 (its exponent lowered by 24).
+    let n = _mm512_or_si512(_mm512_slli_epi32::<1>(_mm512_srli_epi32::<9>(w0)), i(1));
+    let ix = _mm512_sub_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(n)), i(24 << 23));
+    let tmp = _mm512_sub_epi32(ix, i(LN_OFF as i32));
+    let j = _mm512_and_si512(_mm512_srli_epi32::<17>(tmp), i(63));
+    let (invc, logc) = (lookup64(&t.invc, j), lookup64(&t.logc, j));
+    let z = _mm512_castsi512_ps(_mm512_sub_epi32(
+        ix,
+        _mm512_and_si512(tmp, i(0xff80_0000u32 as i32)),
+    ));
+    let kf = _mm512_cvtepi32_ps(_mm512_srai_epi32::<23>(tmp));
+    let r = _mm512_fmadd_ps(z, invc, f(-1.0));
+    let p = _mm512_fmadd_ps(r, f(-0.25), f(1.0 / 3.0));
+    let p = _mm512_fmadd_ps(r, p, f(-0.5));
+    let l1 = _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r);
+    let ln = _mm512_add_ps(
+        _mm512_fmadd_ps(kf, f(LN2_HI), logc),
+        _mm512_fmadd_ps(kf, f(LN2_LO), l1),
+    );
+    let rad = _mm512_sqrt_ps(_mm512_mul_ps(f(-2.0), ln));
+    // The angle: the table's nearest 64th of a turn and the rest b, |b| <= pi / 64.
+    let a = _mm512_add_epi32(_mm512_srli_epi32::<8>(w1), i(1 << 17));
+    let j = _mm512_and_si512(_mm512_srli_epi32::<18>(a), i(63));
+    let (sa, ca) = (lookup64(&t.sin, j), lookup64(&t.cos, j));
+    let d = _mm512_sub_ps(
+        _mm512_castsi512_ps(_mm512_or_si512(
+            i(0x4b00_0000),
+            _mm512_and_si512(a, i(0x0003_ffff)),
+        )),
+        f(8_519_680.0),
+    );
+    let b = _mm512_mul_ps(d, f(TURN_RAD));
+    let b2 = _mm512_mul_ps(b, b);
+    let sb = _mm512_fmadd_ps(
+        _mm512_mul_ps(b, b2),
+        _mm512_fmadd_ps(b2, f(1.0 / 120.0), f(-1.0 / 6.0)),
+        b,
+    );
+    let cb = _mm512_fmadd_ps(b2, _mm512_fmadd_ps(b2, f(1.0 / 24.0), f(-0.5)), f(1.0));
+    // -(sa * sb): the product rounded, then its sign flipped (exact).
+    let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_mul_ps(sa, sb)),
+        i(i32::MIN),
+    ));
+    let s = _mm512_fmadd_ps(sa, cb, _mm512_mul_ps(ca, sb));
+    let c = _mm512_fmadd_ps(ca, cb, neg);
+    (_mm512_mul_ps(rad, c), _mm512_mul_ps(rad, s))
+}
+
+/// `gaussian4(key, row, b0 + j)` for `j < 16` into `out[j]`: the 16 blocks' Philox4x32-10 in the lanes, then
+/// both Box-Muller pairs, then the lanes' values put back in block order. The same bits as the scalar form
+/// (`recall-kernel-shared::math`), which the proptest checks at every level. Callers need the CPU to support
+/// AVX-512F, AVX2 and FMA (the target features make the call `unsafe` elsewhere).
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) fn gaussian16(
+    t: &NoiseColumns,
+    key: [u32; 2],
+    row: u64,
+    b0: u32,
+    out: &mut [[f32; 4]; 16],
+) {
+    use recall_kernel_shared::math::{DOMAIN_NOISE, PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1};
+    let i = |v: u32| _mm512_set1_epi32(v as i32);
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let mut c = [
+        _mm512_add_epi32(i(b0), lanes),
+        i(row as u32),
+        i((row >> 32) as u32),
+        i(DOMAIN_NOISE),
+    ];
+    let mut k = key;
+    let (m0, m1) = (i(PHILOX_M0), i(PHILOX_M1));
+    for round in 0..10 {
+        let (hi0, lo0) = mulhilo16(m0, c[0]);
+        let (hi1, lo1) = mulhilo16(m1, c[2]);
+        c = [
+            _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), i(k[0])),
+            lo1,
+            _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), i(k[1])),
+            lo0,
+        ];
+        if round < 9 {
+            k = [k[0].wrapping_add(PHILOX_W0), k[1].wrapping_add(PHILOX_W1)];
+        }
+    }
+    let (g0, g1) = box_muller16(t, c[0], c[1]);
+    let (g2, g3) = box_muller16(t, c[2], c[3]);
+    // Lanes to blocks: per 128-bit chunk, the four values of one block (blocks j, j + 4, j + 8, j + 12 in u_j),
+    // then the chunks transposed so that each store holds four blocks in order.
+    let t0 = _mm512_castps_pd(_mm512_unpacklo_ps(g0, g1));
+    let t1 = _mm512_castps_pd(_mm512_unpackhi_ps(g0, g1));
+    let t2 = _mm512_castps_pd(_mm512_unpacklo_ps(g2, g3));
+    let t3 = _mm512_castps_pd(_mm512_unpackhi_ps(g2, g3));
+    let u0 = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    let u1 = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    let u2 = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    let u3 = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    let a01 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u0, u1);
+    let a23 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u2, u3);
+    let b01 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u0, u1);
+    let b23 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u2, u3);
+    let o = out.as_flattened_mut();
+    // SAFETY: o holds 64 f32; each store writes 16 of them.
+    unsafe {
+        _mm512_storeu_ps(
+            o.as_mut_ptr(),
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a01, a23),
+        );
+        _mm512_storeu_ps(
+            o.as_mut_ptr().add(16),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a01, a23),
+        );
+        _mm512_storeu_ps(
+            o.as_mut_ptr().add(32),
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(b01, b23),
+        );
+        _mm512_storeu_ps(
+            o.as_mut_ptr().add(48),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(b01, b23),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recall_kernel_shared::math::{box_muller, gaussian4};
+
+    fn avx512() -> bool {
+        let ok = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma");
+        if !ok {
+            eprintln!("skipped: this CPU has no AVX-512F");
+        }
+        ok
+    }
+
+    /// The 16-lane noise against the scalar contract, bit for bit: whole batches for many keys, rows and first
+    /// blocks, and Box-Muller alone on words at the ends of both ranges (the smallest and largest radius, the
+    /// table's first and last entries, the angle's wrap).
+    #[test]
+    fn gaussian16_is_the_scalar_noise_bit_for_bit() {
+        if !avx512() {
+            return;
+        }
+        let t = NoiseColumns::new();
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            s
+        };
+        for case in 0..4000 {
+            let key = [next() as u32, (next() >> 32) as u32];
+            let row = if case % 7 == 0 {
+                next()
+            } else {
+                next() % 1_000_000
+            };
+            let b0 = if case % 5 == 0 {
+                u32::MAX - 7
+            } else {
+                (next() % 4096) as u32 * 16
+            };
+            let mut got = [[0.0f32; 4]; 16];
+            // SAFETY: the CPU supports AVX-512F, AVX2 and FMA (checked above).
+            unsafe { gaussian16(&t, key, row, b0, &mut got) };
+            for (j, g) in got.iter().enumerate() {
+                let want = gaussian4(key, row, b0.wrapping_add(j as u32));
+                assert_eq!(
+                    g.map(f32::to_bits),
+                    want.map(f32::to_bits),
+                    "case {case}, block {j}"
+                );
+            }
+        }
+        let edges = [
+            0u32,
+            1,
+            0x1ff,
+            0x200,
+            0x3ff,
+            0xff,
+            0x100,
+            0x7fff_ffff,
+            0x8000_0000,
+            0xffff_fe00,
+            0xffff_ffff,
+            0x0001_ffff,
+            0x0002_0000,
+            0x00fd_ffff,
+            0x00fe_0000,
+            0xfffd_ff00,
+            0xfffe_0000,
+        ];
+        let mut w0 = Vec::new();
+        let mut w1 = Vec::new();
+        for &a in &edges {
+            for &b in &edges {
+                w0.push(a);
+                w1.push(b);
+            }
+        }
+        // Every 2^9-th radius word and angle word across the ranges.
+        for v in (0..1u64 << 32).step_by(1 << 21) {
+            w0.push(v as u32);
+            w1.push((v as u32).rotate_left(13));
+        }
+        for (a, b) in w0.chunks(16).zip(w1.chunks(16)) {
+            let mut la = [0u32; 16];
+            let mut lb = [0u32; 16];
+            la[..a.len()].copy_from_slice(a);
+            lb[..b.len()].copy_from_slice(b);
+            // SAFETY: as above; the arrays hold 16 u32 each.
+            let (g0, g1) = unsafe {
+                box_muller16(
+                    &t,
+                    _mm512_loadu_si512(la.as_ptr().cast()),
+                    _mm512_loadu_si512(lb.as_ptr().cast()),
+                )
+            };
+            let (mut o0, mut o1) = ([0.0f32; 16], [0.0f32; 16]);
+            // SAFETY: as above; the arrays hold 16 f32 each.
+            unsafe {
+                _mm512_storeu_ps(o0.as_mut_ptr(), g0);
+                _mm512_storeu_ps(o1.as_mut_ptr(), g1);
+            }
+            for l in 0..16 {
+                let (e0, e1) = box_muller(la[l], lb[l]);
+                assert_eq!(
+                    (o0[l].to_bits(), o1[l].to_bits()),
+                    (e0.to_bits(), e1.to_bits()),
+                    "w0 {:#x}, w1 {:#x}",
+                    la[l],
+                    lb[l]
+                );
+            }
+        }
+    }
+}

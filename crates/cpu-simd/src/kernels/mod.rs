@@ -11,7 +11,7 @@ use crate::simd::{SimdLevel, record};
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
