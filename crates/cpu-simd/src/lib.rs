@@ -38,8 +38,8 @@ pub use dense::{
 pub use error::CpuError;
 pub use kmeans::{INERTIA_BLOCK, KMeans, check_kmeans_inputs, kmeans, kmeans_seed_indices};
 pub use noise::{
-    check_clip_noise_inputs, check_clip_noise_output, clip_and_noise, clip_and_noise_into,
-    noise_radii,
+    check_clip_noise_inputs, check_clip_noise_output, check_clip_noise_shape, clip_and_noise,
+    clip_and_noise_into, noise_radii,
 };
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
 pub use spread::{

@@ -71,8 +71,14 @@ pub fn check_clip_noise_inputs(
     check_clip_noise_shape(x, dim, clip, sigma)
 }
 
-/// [`check_clip_noise_inputs`] without the scan over values.
-fn check_clip_noise_shape(x: &[f32], dim: usize, clip: f32, sigma: f32) -> Result<usize, CpuError> {
+/// [`check_clip_noise_inputs`] without the scan over values, for callers that leave that scan to the op (the
+/// CPU's clip-and-noise checks its values in the pass that reads them).
+pub fn check_clip_noise_shape(
+    x: &[f32],
+    dim: usize,
+    clip: f32,
+    sigma: f32,
+) -> Result<usize, CpuError> {
     let n = check_shape("vectors", x, dim)?;
     if !(clip.is_finite() && clip > 0.0) {
         return Err(CpuError::ParamOutOfRange {

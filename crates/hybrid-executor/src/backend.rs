@@ -229,6 +229,24 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// [`Backend::clip_and_noise_into`] on inputs whose shape and parameters are checked and whose values are
+    /// not: clip-and-noise's one scan over its values (NaN, infinity) is left to the backend that runs it, so that
+    /// the CPU makes it in the op's own pass instead of reading the input twice (the executor's one exception to
+    /// checking values before it picks a device). The default scans `x`, then runs the op; a bad value is
+    /// [`BackendError::Input`] either way, as the executor's own check would have been.
+    fn clip_and_noise_into_unscanned(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        recall_cpu_simd::check_finite("vectors", x)?;
+        self.clip_and_noise_into(x, dim, clip, sigma, seed, out)
+    }
+
     /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
     fn kmeans(
         &self,
@@ -246,7 +264,7 @@ pub trait Backend: Send + Sync {
 /// Every op on the CPU (`recall-cpu-simd`).
 ///
 /// Its input arrives validated (the trait's contract: the executor checks shapes and values once, before
-/// it picks a device), so it runs `recall-cpu-simd` through a [`Cpu::prevalidated`] handle: shapes,
+/// it picks a device; clip-and-noise's values excepted, `Backend::clip_and_noise_into_unscanned`), so it runs `recall-cpu-simd` through a [`Cpu::prevalidated`] handle: shapes,
 /// lengths and ids are still checked (indexing stays in bounds), the scans over values (NaN, infinity,
 /// signs, duplicate ids) are not done a second time. Called with values the executor would have
 /// refused, the answer is unspecified; call `recall-cpu-simd` itself to have them checked.
@@ -327,6 +345,19 @@ impl Backend for CpuBackend {
         out: &mut [f32],
     ) -> Result<(), BackendError> {
         Ok(cpu().clip_and_noise_into(x, dim, clip, sigma, seed, out)?)
+    }
+
+    fn clip_and_noise_into_unscanned(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        // A handle that checks values: clip-and-noise does it in the pass that reads them.
+        Ok(Cpu::new().clip_and_noise_into(x, dim, clip, sigma, seed, out)?)
     }
 }
 

@@ -7,7 +7,7 @@ use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
 use rayon::prelude::*;
 use recall_cpu_simd::{
-    CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_clip_noise_inputs,
+    CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_clip_noise_shape,
     check_kmeans_inputs, check_spread_inputs,
 };
 use std::ops::Range;
@@ -282,9 +282,10 @@ impl Op for KMeansOp<'_> {
     fn append(&self, _: &mut KMeans, _: KMeans) {}
 }
 
-/// Clip-and-noise of validated inputs into a buffer (the caller's, or a fresh one), held here for the backend that
-/// runs the op: the GPU's, then the CPU's if the GPU fails; each writes every value. Row `r`'s noise depends on
-/// its absolute row number, so the op runs whole (one unit).
+/// Clip-and-noise of inputs of checked shape and parameters into a buffer (the caller's, or a fresh one), held
+/// here for the backend that runs the op: the GPU's, then the CPU's if the GPU fails; each checks the values
+/// (`Backend::clip_and_noise_into_unscanned`: the CPU in the op's own pass) and writes every value. Row `r`'s
+/// noise depends on its absolute row number, so the op runs whole (one unit).
 struct NoiseOp<'a, 'o> {
     x: &'a [f32],
     dim: usize,
@@ -307,7 +308,9 @@ impl Op for NoiseOp<'_, '_> {
     }
     fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<(), BackendError> {
         let mut out = self.out.lock();
-        backend.clip_and_noise_into(self.x, self.dim, self.clip, self.sigma, self.seed, &mut out)
+        backend.clip_and_noise_into_unscanned(
+            self.x, self.dim, self.clip, self.sigma, self.seed, &mut out,
+        )
     }
     fn append(&self, _: &mut (), _: ()) {}
 }
@@ -326,12 +329,13 @@ impl Executor {
         seed: u64,
         out: &mut [f32],
     ) -> Result<Outcome<()>, ExecError> {
-        check_clip_noise_inputs(x, dim, clip, sigma)?;
+        check_clip_noise_shape(x, dim, clip, sigma)?;
         recall_cpu_simd::check_clip_noise_output(x.len(), out.len())?;
         self.run_noise(opts, x, dim, clip, sigma, seed, out)
     }
 
-    /// The op on validated inputs into `out` (`x.len()` values).
+    /// The op into `out` (`x.len()` values), the inputs' shape and parameters checked (their values are checked
+    /// by the backend that runs it).
     #[allow(clippy::too_many_arguments)]
     fn run_noise(
         &self,
@@ -367,7 +371,7 @@ impl Executor {
         sigma: f32,
         seed: u64,
     ) -> Result<Outcome<Vec<f32>>, ExecError> {
-        check_clip_noise_inputs(x, dim, clip, sigma)?;
+        check_clip_noise_shape(x, dim, clip, sigma)?;
         let mut out = vec![0.0f32; x.len()];
         let o = self.run_noise(opts, x, dim, clip, sigma, seed, &mut out)?;
         Ok(Outcome {

@@ -954,7 +954,9 @@ impl Engine {
 
     /// [`Engine::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written): for a
     /// caller that reuses its output. A fresh output of hundreds of MB costs a first touch of every page,
-    /// which on a CPU took as long as the op itself (`docs/results/2026-11-27-session26`).
+    /// which on a CPU took as long as the op itself (`docs/results/2026-11-27-session26`). On an error `out`
+    /// is untouched, but for a NaN or infinity in `x`, which the CPU finds as it reads the rows: `out` may
+    /// then hold some rows' results.
     ///
     /// ```
     /// let engine = recall::Engine::new()?;

@@ -224,3 +224,50 @@ fn candidates_against_a_handle_have_their_own_break_even() {
     assert_eq!(m.calls(OpKind::ScoreCandidatesResident, GPU), 1);
     assert_eq!(m.calls(OpKind::ScoreCandidates, Device::Cpu), 1);
 }
+
+/// Clip-and-noise's values are checked by the backend that runs it (the CPU in the op's own pass): a bad value
+/// is the same typed error on either device, with the first bad index, and never a fallback.
+#[test]
+fn clip_and_noise_refuses_a_bad_value_on_either_device() {
+    use recall_cpu_simd::CpuError;
+    use recall_hybrid_executor::{DevicePolicy, ExecError, FallbackReason};
+    let dim = 16;
+    let mut x = matrix(3, 3000, dim);
+    x[2900 * dim + 3] = f32::INFINITY;
+    x[1200 * dim + 7] = f32::NAN;
+    let want = CpuError::NonFinite {
+        what: "vectors",
+        index: 1200 * dim + 7,
+    };
+    for policy in [DevicePolicy::Cpu, DevicePolicy::Gpu] {
+        let (exec, _, _) = faulty(FaultPlan::new(), |c| c.policy = policy);
+        let o = CallOptions::default();
+        match exec.clip_and_noise(&o, &x, dim, 1.0, 0.2, 5) {
+            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{policy:?}"),
+            other => panic!("{policy:?}: {other:?}"),
+        }
+        let mut out = vec![0.0f32; x.len()];
+        match exec.clip_and_noise_into(&o, &x, dim, 1.0, 0.2, 5, &mut out) {
+            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{policy:?}"),
+            other => panic!("{policy:?}: {other:?}"),
+        }
+        for reason in FallbackReason::ALL {
+            assert_eq!(exec.metrics().fallbacks(reason), 0, "{policy:?} {reason:?}");
+        }
+        // Finite values, one row's squared norm past f32: answered, the same bits on both devices.
+        let mut big = matrix(4, 600, dim);
+        big[10 * dim] = 3e30;
+        let got = exec.clip_and_noise(&o, &big, dim, 1.0, 0.2, 5).unwrap();
+        let ran = if matches!(policy, DevicePolicy::Gpu) {
+            GPU
+        } else {
+            Device::Cpu
+        };
+        assert_eq!(got.device, ran, "{policy:?}");
+        assert_eq!(
+            bits(&got.value),
+            bits(&recall_cpu_simd::clip_and_noise(&big, dim, 1.0, 0.2, 5).unwrap()),
+            "{policy:?}"
+        );
+    }
+}
