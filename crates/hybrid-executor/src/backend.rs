@@ -214,6 +214,10 @@ pub trait Backend: Send + Sync {
     }
 
     /// [`Backend::clip_and_noise`] into `out` (`x.len()` values, every one written): what a backend implements.
+    /// The one op whose values arrive unchecked (their shape and the parameters are checked): the backend that
+    /// runs it checks them, a NaN or infinity being [`BackendError::Input`] as the executor's own check would
+    /// have been, so that the CPU checks them in the pass that reads them instead of the input being read twice
+    /// (a GPU scans them before its upload).
     fn clip_and_noise_into(
         &self,
         x: &[f32],
@@ -227,24 +231,6 @@ pub trait Backend: Send + Sync {
         Err(BackendError::Unsupported {
             op: "clip_and_noise",
         })
-    }
-
-    /// [`Backend::clip_and_noise_into`] on inputs whose shape and parameters are checked and whose values are
-    /// not: clip-and-noise's one scan over its values (NaN, infinity) is left to the backend that runs it, so that
-    /// the CPU makes it in the op's own pass instead of reading the input twice (the executor's one exception to
-    /// checking values before it picks a device). The default scans `x`, then runs the op; a bad value is
-    /// [`BackendError::Input`] either way, as the executor's own check would have been.
-    fn clip_and_noise_into_unscanned(
-        &self,
-        x: &[f32],
-        dim: usize,
-        clip: f32,
-        sigma: f32,
-        seed: u64,
-        out: &mut [f32],
-    ) -> Result<(), BackendError> {
-        recall_cpu_simd::check_finite("vectors", x)?;
-        self.clip_and_noise_into(x, dim, clip, sigma, seed, out)
     }
 
     /// k-means of `points` (`n x dim`) into `k` clusters for `iters` Lloyd iterations from `seed`.
@@ -264,7 +250,7 @@ pub trait Backend: Send + Sync {
 /// Every op on the CPU (`recall-cpu-simd`).
 ///
 /// Its input arrives validated (the trait's contract: the executor checks shapes and values once, before
-/// it picks a device; clip-and-noise's values excepted, `Backend::clip_and_noise_into_unscanned`), so it runs `recall-cpu-simd` through a [`Cpu::prevalidated`] handle: shapes,
+/// it picks a device; clip-and-noise's values excepted, [`Backend::clip_and_noise_into`]), so it runs `recall-cpu-simd` through a [`Cpu::prevalidated`] handle: shapes,
 /// lengths and ids are still checked (indexing stays in bounds), the scans over values (NaN, infinity,
 /// signs, duplicate ids) are not done a second time. Called with values the executor would have
 /// refused, the answer is unspecified; call `recall-cpu-simd` itself to have them checked.
@@ -344,19 +330,7 @@ impl Backend for CpuBackend {
         seed: u64,
         out: &mut [f32],
     ) -> Result<(), BackendError> {
-        Ok(cpu().clip_and_noise_into(x, dim, clip, sigma, seed, out)?)
-    }
-
-    fn clip_and_noise_into_unscanned(
-        &self,
-        x: &[f32],
-        dim: usize,
-        clip: f32,
-        sigma: f32,
-        seed: u64,
-        out: &mut [f32],
-    ) -> Result<(), BackendError> {
-        // A handle that checks values: clip-and-noise does it in the pass that reads them.
+        // A handle that checks values: clip-and-noise's arrive unchecked, and it checks them in its one pass.
         Ok(Cpu::new().clip_and_noise_into(x, dim, clip, sigma, seed, out)?)
     }
 }

@@ -1610,6 +1610,8 @@ mod imp {
             out: &mut [f32],
         ) -> Result<(), BackendError> {
             recall_cpu_simd::check_clip_noise_output(x.len(), out.len())?;
+            // This op's values arrive unchecked (`Backend::clip_and_noise_into`): the kernel trusts them.
+            recall_cpu_simd::check_finite("vectors", x)?;
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
             let (g, kern) = (&self.gpu, &self.kernels);

@@ -22,7 +22,7 @@
 //! `recall-gpu-kernels` and `recall-gpu-sys`.
 //! Architecture invariant: input is validated here, before any backend runs; backends may assume it valid.
 //! One exception: clip-and-noise's values (NaN, infinity) are checked by the backend that runs the op
-//! (`Backend::clip_and_noise_into_unscanned`), so that the CPU checks them in the pass that reads them.
+//! (`Backend::clip_and_noise_into`), so that the CPU checks them in the pass that reads them.
 //! Architecture invariant: every op goes through `Executor::run_op`; no op method picks a backend itself.
 //! Architecture invariant: a GPU failure is never returned to the caller; only bad input, a required but
 //! missing GPU, back-pressure and queue timeouts are.

@@ -284,7 +284,7 @@ impl Op for KMeansOp<'_> {
 
 /// Clip-and-noise of inputs of checked shape and parameters into a buffer (the caller's, or a fresh one), held
 /// here for the backend that runs the op: the GPU's, then the CPU's if the GPU fails; each checks the values
-/// (`Backend::clip_and_noise_into_unscanned`: the CPU in the op's own pass) and writes every value. Row `r`'s
+/// (`Backend::clip_and_noise_into`: the CPU in the op's own pass) and writes every value. Row `r`'s
 /// noise depends on its absolute row number, so the op runs whole (one unit).
 struct NoiseOp<'a, 'o> {
     x: &'a [f32],
@@ -308,9 +308,7 @@ impl Op for NoiseOp<'_, '_> {
     }
     fn run(&self, backend: &dyn Backend, _: Range<usize>) -> Result<(), BackendError> {
         let mut out = self.out.lock();
-        backend.clip_and_noise_into_unscanned(
-            self.x, self.dim, self.clip, self.sigma, self.seed, &mut out,
-        )
+        backend.clip_and_noise_into(self.x, self.dim, self.clip, self.sigma, self.seed, &mut out)
     }
     fn append(&self, _: &mut (), _: ()) {}
 }
