@@ -3,8 +3,9 @@
 //! clip-and-noise, whose random stream comes from the same shared Philox code as the CPU's.
 
 use crate::util::{
-    F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32, fma,
-    mbarrier_wait, shared_addr, sqrt, sync_threads, thread_x,
+    F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, cp_async16, dynamic_shared_f32,
+    fence_mbarrier_init, fma, mbarrier_init, mbarrier_wait, shared_addr, sqrt, sync_threads,
+    thread_x,
 };
 use core::arch::asm;
 use recall_kernel_shared::math::{box_muller_radius, gaussian4};
@@ -197,14 +198,8 @@ unsafe fn clip_noise_rows<const BULK: bool>(p: NoiseParams) {
         // Stage: thread 0 copies each row whole (its bytes are a multiple of 16, at 16-byte aligned places).
         if t == 0 {
             // SAFETY: the barrier's 8 bytes of this block's shared memory, used by nothing else.
-            unsafe {
-                asm!(
-                    "mbarrier.init.shared::cta.b64 [{b}], 1;",
-                    "fence.mbarrier_init.release.cluster;",
-                    b = in(reg32) bar,
-                    options(nostack)
-                );
-            }
+            unsafe { mbarrier_init::<1>(bar) };
+            fence_mbarrier_init();
             let bytes = 4 * p.dim;
             // SAFETY: the barrier expects the rows' bytes exactly, and this thread arrives once (its count).
             unsafe {

@@ -21,9 +21,9 @@
 use crate::dense::{chain_tile, finish, step};
 use crate::util::{
     F4, MERGE_BARRIER, block_dim_x, block_min, block_x, cp_async_commit, cp_async_wait, cp_async16,
-    dynamic_shared_f32, fma, grid_dim_x, last_to_arrive_of, mbarrier_wait, named_barrier,
-    named_barrier_arrive, score_key, shared_addr, shfl_idx_u64, sqrt, stage_query,
-    stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
+    dynamic_shared_f32, fence_mbarrier_init, fma, grid_dim_x, last_to_arrive_of, mbarrier_init,
+    mbarrier_wait, named_barrier, named_barrier_arrive, score_key, shared_addr, shfl_idx_u64, sqrt,
+    stage_query, stage_query_params, sync_threads, sync_warp, thread_x, warp_sort_u64,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -590,25 +590,15 @@ pub(crate) unsafe fn bulk_init_barriers(sm: &BulkSmem, slots: usize, map: u64) {
     while s < slots {
         // SAFETY: barriers s of this block's shared memory, used by nothing else yet (caller).
         unsafe {
-            asm!(
-                "mbarrier.init.shared::cta.b64 [{f}], 1;",
-                "mbarrier.init.shared::cta.b64 [{e}], 32;",
-                f = in(reg32) sm.full + 8 * s as u32,
-                e = in(reg32) sm.empty + 8 * s as u32,
-                options(nostack)
-            );
+            mbarrier_init::<1>(sm.full + 8 * s as u32);
+            mbarrier_init::<32>(sm.empty + 8 * s as u32);
         }
         s += 1;
     }
-    // SAFETY: the barriers' initialisation before the async proxy uses them; map as the caller guarantees.
-    unsafe {
-        asm!(
-            "fence.mbarrier_init.release.cluster;",
-            "prefetch.tensormap [{m}];",
-            m = in(reg64) map,
-            options(nostack)
-        );
-    }
+    // The barriers' initialisation before the async proxy uses them.
+    fence_mbarrier_init();
+    // SAFETY: map as the caller guarantees.
+    unsafe { asm!("prefetch.tensormap [{m}];", m = in(reg64) map, options(nostack)) };
 }
 
 /// Queue tile `t` (the block's 32 rows from `row0`, columns `32 t ..`) into slot `at.slot` (warp 1, every

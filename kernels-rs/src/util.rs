@@ -506,6 +506,32 @@ pub unsafe fn stage_query_params(
     }
 }
 
+/// Initialise the `mbarrier` at shared address `bar` for `COUNT` arrivals a phase (then, before the async proxy
+/// uses it, [`fence_mbarrier_init`]).
+///
+/// # Safety
+/// `bar` is 8 bytes of this block's shared memory, 8-byte aligned, that no thread uses as a barrier yet; sm_90.
+#[inline(always)]
+pub unsafe fn mbarrier_init<const COUNT: u32>(bar: u32) {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        core::arch::asm!(
+            "mbarrier.init.shared::cta.b64 [{b}], {n};",
+            b = in(reg32) bar,
+            n = const COUNT,
+            options(nostack)
+        );
+    }
+}
+
+/// Order this thread's barrier initialisations before the async proxy's use of them (copies that complete on
+/// them): `fence.mbarrier_init.release.cluster`.
+#[inline(always)]
+pub fn fence_mbarrier_init() {
+    // SAFETY: a fence; no operand.
+    unsafe { core::arch::asm!("fence.mbarrier_init.release.cluster;", options(nostack)) }
+}
+
 /// Wait until the `mbarrier` at shared address `bar` completes the phase of parity `parity` (`try_wait`
 /// suspends the thread for a while between tries).
 ///

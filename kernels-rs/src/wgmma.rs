@@ -32,7 +32,8 @@ use crate::tc_knn::{Lists, SEED_SLOTS, knn_block, seed_insert};
 use crate::tensor::{Epilogue, Operands, score};
 use crate::util::{
     block_x, block_y, cp_async_commit, cp_async_wait, cp_async16, cp_async16_l2_256,
-    dynamic_shared_f32, mbarrier_wait, shared_addr, sync_threads, thread_x, warp_uniform,
+    dynamic_shared_f32, fence_mbarrier_init, mbarrier_init, mbarrier_wait, shared_addr,
+    sync_threads, thread_x, warp_uniform,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -501,16 +502,14 @@ impl TmaLoader {
             let mut s = 0;
             while s < H_STAGES {
                 // SAFETY: inside the barriers; no thread uses them before the block barrier below.
-                unsafe {
-                    asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", b = in(reg32) bars + 8 * s, options(nostack));
-                }
+                unsafe { mbarrier_init::<1>(bars + 8 * s) };
                 s += 1;
             }
-            // SAFETY: fences: the barriers' initialisation before their use by the async proxy; the maps,
-            // written by a host copy before the launch, before the TMA unit reads them.
+            // The barriers' initialisation before their use by the async proxy.
+            fence_mbarrier_init();
+            // SAFETY: fences: the maps, written by a host copy before the launch, before the TMA unit reads them.
             unsafe {
                 asm!(
-                    "fence.mbarrier_init.release.cluster;",
                     "fence.proxy.tensormap::generic.acquire.sys [{q}], 128;",
                     "fence.proxy.tensormap::generic.acquire.sys [{c}], 128;",
                     q = in(reg64) qmap,
