@@ -226,18 +226,12 @@ impl NoiseRows<'_> {
     /// `out` (the task's rows) from the rows, their norms and the noise.
     #[inline(always)]
     fn run(&self, out: &mut [f32]) {
-        // The noise of NOISE_BATCH blocks of 4 at a time, in a loop without branches or calls that the
-        // compiler can run across SIMD lanes (each lane its own block: the same steps, so the same bits).
-        self.run_with(out, |row, b0, g| {
-            for (j, gj) in g.iter_mut().enumerate() {
-                *gj = gaussian4(self.key, row, b0 + j as u32);
-            }
-        })
+        self.run_with(out, &ScalarBatch)
     }
 
-    /// [`NoiseRows::run`] with the noise of each batch from `batch(row, first block, out)`.
+    /// [`NoiseRows::run`] with the noise of each batch from `batch`.
     #[inline(always)]
-    fn run_with(&self, out: &mut [f32], batch: impl Fn(u64, u32, &mut [[f32; 4]; NOISE_BATCH])) {
+    fn run_with(&self, out: &mut [f32], batch: &impl NoiseBatch) {
         for (i, ((orow, xrow), s)) in out
             .chunks_exact_mut(self.dim)
             .zip(self.rows.chunks_exact(self.dim))
@@ -257,7 +251,7 @@ impl NoiseRows<'_> {
                 .enumerate()
             {
                 let mut g = [[0.0f32; 4]; NOISE_BATCH];
-                batch(row, (c * NOISE_BATCH) as u32, &mut g);
+                batch.fill(self.key, row, (c * NOISE_BATCH) as u32, &mut g);
                 // One flat loop per case (the compiler's SIMD loop; the clip's test outside it).
                 let g = g.as_flattened();
                 match scale {
@@ -297,9 +291,41 @@ impl NoiseRows<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     unsafe fn run_avx512(&self, out: &mut [f32]) {
-        let columns = kernels::avx512::NoiseColumns::new();
-        self.run_with(out, |row, b0, g| {
-            kernels::avx512::gaussian16(&columns, self.key, row, b0, g)
-        })
+        self.run_with(out, &Avx512Batch(kernels::avx512::NoiseColumns::new()))
+    }
+}
+
+/// Where a batch's noise comes from. [`NoiseRows::run_with`] calls `fill` for each batch, inlined, so that its
+/// steps are compiled with the target features of the caller (`run_fma`, `run_avx512`): a closure in its place
+/// was left out of line in the AVX2+FMA build, its `mul_add`s calls to the C library's `fmaf`, 16x slower
+/// (session 27).
+trait NoiseBatch {
+    /// `gaussian4(key, row, b0 + j)` into `g[j]` for `j < NOISE_BATCH`.
+    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut [[f32; 4]; NOISE_BATCH]);
+}
+
+/// The scalar contract's blocks one after another, in a loop without branches or calls that the compiler can
+/// run across SIMD lanes (each lane its own block: the same steps, so the same bits).
+struct ScalarBatch;
+
+impl NoiseBatch for ScalarBatch {
+    #[inline(always)]
+    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut [[f32; 4]; NOISE_BATCH]) {
+        for (j, gj) in g.iter_mut().enumerate() {
+            *gj = gaussian4(key, row, b0 + j as u32);
+        }
+    }
+}
+
+/// 16 blocks in AVX-512 lanes (`kernels::avx512::gaussian16`); made only in [`NoiseRows::run_avx512`].
+#[cfg(target_arch = "x86_64")]
+struct Avx512Batch(kernels::avx512::NoiseColumns);
+
+#[cfg(target_arch = "x86_64")]
+impl NoiseBatch for Avx512Batch {
+    #[inline(always)]
+    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut [[f32; 4]; NOISE_BATCH]) {
+        // SAFETY: an Avx512Batch exists only inside `run_avx512`, whose caller guarantees AVX-512F, AVX2 and FMA.
+        unsafe { kernels::avx512::gaussian16(&self.0, key, row, b0, g) }
     }
 }
