@@ -1284,6 +1284,26 @@ fn cpu_error(e: BackendError) -> ExecError {
 
 /// Shape and value checks shared by the dense ops: returns the number of rows.
 pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
+    let n = check_matrix_shape(what, x, dim)?;
+    check_values(what, x)?;
+    Ok(n)
+}
+
+/// The value check of [`check_matrix`] (NaN, infinity), the first bad index named.
+pub(crate) fn check_values(what: &'static str, x: &[f32]) -> Result<(), CpuError> {
+    if !all_finite(x) {
+        // Slow path only to name the first bad index.
+        check_finite(what, x)?;
+    }
+    Ok(())
+}
+
+/// [`check_matrix`] without the scan over values: returns the number of rows.
+pub(crate) fn check_matrix_shape(
+    what: &'static str,
+    x: &[f32],
+    dim: usize,
+) -> Result<usize, CpuError> {
     if dim == 0 {
         return Err(CpuError::ZeroDim);
     }
@@ -1296,10 +1316,6 @@ pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<
             len: x.len(),
             dim,
         });
-    }
-    if !all_finite(x) {
-        // Slow path only to name the first bad index.
-        check_finite(what, x)?;
     }
     Ok(x.len() / dim)
 }

@@ -21,8 +21,10 @@
 //! Architecture invariant: the executor sees backends, never the driver: GPU specifics stay behind
 //! `recall-gpu-kernels` and `recall-gpu-sys`.
 //! Architecture invariant: input is validated here, before any backend runs; backends may assume it valid.
-//! One exception: clip-and-noise's values (NaN, infinity) are checked by the backend that runs the op
-//! (`Backend::clip_and_noise_into`), so that the CPU checks them in the pass that reads them.
+//! Two exceptions, so that a call the CPU answers reads its largest input once: clip-and-noise's values (NaN,
+//! infinity) are checked by the backend that runs the op (`Backend::clip_and_noise_into`), and a knn corpus
+//! slice's values by the op before a GPU runs it (once per call), the CPU's knn checking them in its own pass
+//! with the same error.
 //! Architecture invariant: every op goes through `Executor::run_op`; no op method picks a backend itself.
 //! Architecture invariant: a GPU failure is never returned to the caller; only bad input, a required but
 //! missing GPU, back-pressure and queue timeouts are.

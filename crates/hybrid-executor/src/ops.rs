@@ -2,7 +2,10 @@
 //! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
 use crate::backend::{Backend, BackendError, FastFormat};
-use crate::executor::{CallOptions, ExecError, Executor, Mode, Outcome, check_matrix};
+use crate::device::Device;
+use crate::executor::{
+    CallOptions, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape, check_values,
+};
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
 use rayon::prelude::*;
@@ -122,6 +125,10 @@ struct KnnOp<'a> {
     /// Set when the corpus is a shared one (the backend may keep it resident).
     shared: Option<&'a SharedCorpus>,
     mode: Mode,
+    /// A corpus slice's value check (NaN, infinity), made once before a GPU runs the op (its kernels trust
+    /// their input); the CPU's knn checks the corpus in its own pass and reports the same error, so a call the
+    /// CPU answers reads the corpus once. `None`: checked already (shared corpora, when they were made).
+    corpus_check: Option<std::sync::OnceLock<Result<(), CpuError>>>,
 }
 
 impl Op for KnnOp<'_> {
@@ -149,6 +156,13 @@ impl Op for KnnOp<'_> {
         4 * (q * d + n * d + q + n) + (4 * q * n).min(1 << 30)
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
+        if let Some(check) = &self.corpus_check
+            && backend.device() != Device::Cpu
+        {
+            check
+                .get_or_init(|| check_values("corpus", self.corpus))
+                .clone()?;
+        }
         let q = &self.queries[range.start * self.dim..range.end * self.dim];
         let fast = match self.mode {
             Mode::Exact => None,
@@ -412,7 +426,8 @@ impl Executor {
         k: usize,
     ) -> Result<Outcome<TopK>, ExecError> {
         check_matrix("queries", queries, dim)?;
-        let n = check_matrix("corpus", corpus, dim)?;
+        // The corpus's values are checked by the op: before a GPU runs it, or by the CPU in its own pass.
+        let n = check_matrix_shape("corpus", corpus, dim)?;
         check_k(k, n)?;
         self.run_op(
             &KnnOp {
@@ -423,6 +438,7 @@ impl Executor {
                 k,
                 shared: None,
                 mode: opts.mode,
+                corpus_check: Some(std::sync::OnceLock::new()),
             },
             opts,
         )
@@ -450,6 +466,7 @@ impl Executor {
                 k,
                 shared: Some(corpus),
                 mode: opts.mode,
+                corpus_check: None,
             },
             opts,
         )

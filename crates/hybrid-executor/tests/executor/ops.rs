@@ -271,3 +271,61 @@ fn clip_and_noise_refuses_a_bad_value_on_either_device() {
         );
     }
 }
+
+/// knn over a corpus slice: its values are checked before a GPU runs the op, or by the CPU's knn in its own
+/// pass; either way the same typed error with the first bad index, and never a fallback.
+#[test]
+fn knn_refuses_a_bad_corpus_value_on_either_device() {
+    use recall_cpu_simd::CpuError;
+    use recall_hybrid_executor::{DevicePolicy, ExecError, FallbackReason};
+    let dim = 24;
+    let q = matrix(5, 3, dim);
+    let mut c = matrix(6, 4000, dim);
+    c[3500 * dim + 2] = f32::NEG_INFINITY;
+    c[2100 * dim + 9] = f32::NAN;
+    let want = CpuError::NonFinite {
+        what: "corpus",
+        index: 2100 * dim + 9,
+    };
+    for policy in [DevicePolicy::Cpu, DevicePolicy::Gpu] {
+        let (exec, _, _) = faulty(FaultPlan::new(), |cfg| cfg.policy = policy);
+        let o = CallOptions::default();
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            match exec.knn(&o, &q, &c, dim, metric, 5) {
+                Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{policy:?} {metric:?}"),
+                other => panic!("{policy:?} {metric:?}: {other:?}"),
+            }
+        }
+        for reason in FallbackReason::ALL {
+            assert_eq!(exec.metrics().fallbacks(reason), 0, "{policy:?} {reason:?}");
+        }
+        // A bad query is refused before any device runs, as before.
+        let mut bad_q = q.clone();
+        bad_q[dim + 1] = f32::NAN;
+        assert!(matches!(
+            exec.knn(&o, &bad_q, &matrix(6, 100, dim), dim, Metric::Dot, 3),
+            Err(ExecError::InvalidInput(CpuError::NonFinite {
+                what: "queries",
+                ..
+            }))
+        ));
+        // A finite corpus: answered where the policy says, with the CPU's answer.
+        let c = matrix(6, 4000, dim);
+        let got = exec.knn(&o, &q, &c, dim, Metric::Cosine, 5).unwrap();
+        let ran = if matches!(policy, DevicePolicy::Gpu) {
+            GPU
+        } else {
+            Device::Cpu
+        };
+        assert_eq!(got.device, ran, "{policy:?}");
+        let want_top = recall_cpu_simd::knn(
+            &q,
+            &recall_cpu_simd::Corpus::f32(&c, dim),
+            Metric::Cosine,
+            5,
+        )
+        .unwrap();
+        assert_eq!(got.value.ids, want_top.ids);
+        assert_eq!(bits(&got.value.scores), bits(&want_top.scores));
+    }
+}
