@@ -225,12 +225,26 @@ fn candidates_against_a_handle_have_their_own_break_even() {
     assert_eq!(m.calls(OpKind::ScoreCandidates, Device::Cpu), 1);
 }
 
+/// `check` on an executor whose policy is the CPU, then on one whose policy is the GPU (the fake one: the CPU
+/// backend behind fault injection, no fault planned), each asserted to have fallen back never; with the device
+/// each policy answers on.
+fn on_each_device(check: impl Fn(&Executor, Device)) {
+    use recall_hybrid_executor::{DevicePolicy, FallbackReason};
+    for (policy, ran) in [(DevicePolicy::Cpu, Device::Cpu), (DevicePolicy::Gpu, GPU)] {
+        let (exec, _, _) = faulty(FaultPlan::new(), |c| c.policy = policy);
+        check(&exec, ran);
+        for reason in FallbackReason::ALL {
+            assert_eq!(exec.metrics().fallbacks(reason), 0, "{ran:?} {reason:?}");
+        }
+    }
+}
+
 /// Clip-and-noise's values are checked by the backend that runs it (the CPU in the op's own pass): a bad value
 /// is the same typed error on either device, with the first bad index, and never a fallback.
 #[test]
 fn clip_and_noise_refuses_a_bad_value_on_either_device() {
     use recall_cpu_simd::CpuError;
-    use recall_hybrid_executor::{DevicePolicy, ExecError, FallbackReason};
+    use recall_hybrid_executor::ExecError;
     let dim = 16;
     let mut x = matrix(3, 3000, dim);
     x[2900 * dim + 3] = f32::INFINITY;
@@ -239,37 +253,28 @@ fn clip_and_noise_refuses_a_bad_value_on_either_device() {
         what: "vectors",
         index: 1200 * dim + 7,
     };
-    for policy in [DevicePolicy::Cpu, DevicePolicy::Gpu] {
-        let (exec, _, _) = faulty(FaultPlan::new(), |c| c.policy = policy);
+    on_each_device(|exec, ran| {
         let o = CallOptions::default();
         match exec.clip_and_noise(&o, &x, dim, 1.0, 0.2, 5) {
-            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{policy:?}"),
-            other => panic!("{policy:?}: {other:?}"),
+            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{ran:?}"),
+            other => panic!("{ran:?}: {other:?}"),
         }
         let mut out = vec![0.0f32; x.len()];
         match exec.clip_and_noise_into(&o, &x, dim, 1.0, 0.2, 5, &mut out) {
-            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{policy:?}"),
-            other => panic!("{policy:?}: {other:?}"),
-        }
-        for reason in FallbackReason::ALL {
-            assert_eq!(exec.metrics().fallbacks(reason), 0, "{policy:?} {reason:?}");
+            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{ran:?}"),
+            other => panic!("{ran:?}: {other:?}"),
         }
         // Finite values, one row's squared norm past f32: answered, the same bits on both devices.
         let mut big = matrix(4, 600, dim);
         big[10 * dim] = 3e30;
         let got = exec.clip_and_noise(&o, &big, dim, 1.0, 0.2, 5).unwrap();
-        let ran = if matches!(policy, DevicePolicy::Gpu) {
-            GPU
-        } else {
-            Device::Cpu
-        };
-        assert_eq!(got.device, ran, "{policy:?}");
+        assert_eq!(got.device, ran);
         assert_eq!(
             bits(&got.value),
             bits(&recall_cpu_simd::clip_and_noise(&big, dim, 1.0, 0.2, 5).unwrap()),
-            "{policy:?}"
+            "{ran:?}"
         );
-    }
+    });
 }
 
 /// knn over a corpus slice: its values are checked before a GPU runs the op, or by the CPU's knn in its own
@@ -277,7 +282,7 @@ fn clip_and_noise_refuses_a_bad_value_on_either_device() {
 #[test]
 fn knn_refuses_a_bad_corpus_value_on_either_device() {
     use recall_cpu_simd::CpuError;
-    use recall_hybrid_executor::{DevicePolicy, ExecError, FallbackReason};
+    use recall_hybrid_executor::ExecError;
     let dim = 24;
     let q = matrix(5, 3, dim);
     let mut c = matrix(6, 4000, dim);
@@ -287,17 +292,13 @@ fn knn_refuses_a_bad_corpus_value_on_either_device() {
         what: "corpus",
         index: 2100 * dim + 9,
     };
-    for policy in [DevicePolicy::Cpu, DevicePolicy::Gpu] {
-        let (exec, _, _) = faulty(FaultPlan::new(), |cfg| cfg.policy = policy);
+    on_each_device(|exec, ran| {
         let o = CallOptions::default();
         for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
             match exec.knn(&o, &q, &c, dim, metric, 5) {
-                Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{policy:?} {metric:?}"),
-                other => panic!("{policy:?} {metric:?}: {other:?}"),
+                Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{ran:?} {metric:?}"),
+                other => panic!("{ran:?} {metric:?}: {other:?}"),
             }
-        }
-        for reason in FallbackReason::ALL {
-            assert_eq!(exec.metrics().fallbacks(reason), 0, "{policy:?} {reason:?}");
         }
         // A bad query is refused before any device runs, as before.
         let mut bad_q = q.clone();
@@ -312,12 +313,7 @@ fn knn_refuses_a_bad_corpus_value_on_either_device() {
         // A finite corpus: answered where the policy says, with the CPU's answer.
         let c = matrix(6, 4000, dim);
         let got = exec.knn(&o, &q, &c, dim, Metric::Cosine, 5).unwrap();
-        let ran = if matches!(policy, DevicePolicy::Gpu) {
-            GPU
-        } else {
-            Device::Cpu
-        };
-        assert_eq!(got.device, ran, "{policy:?}");
+        assert_eq!(got.device, ran);
         let want_top = recall_cpu_simd::knn(
             &q,
             &recall_cpu_simd::Corpus::f32(&c, dim),
@@ -327,5 +323,5 @@ fn knn_refuses_a_bad_corpus_value_on_either_device() {
         .unwrap();
         assert_eq!(got.value.ids, want_top.ids);
         assert_eq!(bits(&got.value.scores), bits(&want_top.scores));
-    }
+    });
 }
