@@ -114,15 +114,20 @@ impl Cpu {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, CpuError> {
-        check_clip_noise_shape(x, dim, clip, sigma)?;
         let mut out = vec![0.0f32; x.len()];
-        self.clip_and_noise_checked(x, dim, clip, sigma, seed, &mut out)?;
+        self.clip_and_noise_into(x, dim, clip, sigma, seed, &mut out)?;
         Ok(out)
     }
 
     /// [`Cpu::clip_and_noise`] into `out`, which must hold `x.len()` values (every one is written). On an
     /// error `out` is untouched, but for a value that is not finite: the values are checked row by row as the
     /// op reads them, so `out` may then hold some rows' results.
+    ///
+    /// The values are checked in the same pass (unless the caller validated them): a row's squared norm is
+    /// finite unless one of its values is not or the sum overflowed, so only a task with a norm that is not
+    /// finite searches its rows, and the smallest index any task found is the error (the first non-finite
+    /// value, as `check_finite` reports). Reading the input once instead of twice: it is the op's largest
+    /// stream with the output.
     pub fn clip_and_noise_into(
         &self,
         x: &[f32],
@@ -134,23 +139,6 @@ impl Cpu {
     ) -> Result<(), CpuError> {
         check_clip_noise_shape(x, dim, clip, sigma)?;
         check_clip_noise_output(x.len(), out.len())?;
-        self.clip_and_noise_checked(x, dim, clip, sigma, seed, out)
-    }
-
-    /// The op on inputs of checked shape and parameters, `out.len() == x.len()`. The values are checked in
-    /// the same pass (unless the caller validated them): a row's squared norm is finite unless one of its values
-    /// is not or the sum overflowed, so only a task with a norm that is not finite searches its rows, and the
-    /// smallest index any task found is the error (the first non-finite value, as `check_finite` reports).
-    /// Reading the input once instead of twice: it is the op's largest stream with the output.
-    fn clip_and_noise_checked(
-        &self,
-        x: &[f32],
-        dim: usize,
-        clip: f32,
-        sigma: f32,
-        seed: u64,
-        out: &mut [f32],
-    ) -> Result<(), CpuError> {
         let key = philox_key(seed);
         let level = self.level();
         let scan = !self.is_prevalidated();

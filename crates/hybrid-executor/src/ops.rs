@@ -341,24 +341,9 @@ impl Executor {
         seed: u64,
         out: &mut [f32],
     ) -> Result<Outcome<()>, ExecError> {
+        // The values are checked by the backend that runs the op (`Backend::clip_and_noise_into`).
         check_clip_noise_shape(x, dim, clip, sigma)?;
         recall_cpu_simd::check_clip_noise_output(x.len(), out.len())?;
-        self.run_noise(opts, x, dim, clip, sigma, seed, out)
-    }
-
-    /// The op into `out` (`x.len()` values), the inputs' shape and parameters checked (their values are checked
-    /// by the backend that runs it).
-    #[allow(clippy::too_many_arguments)]
-    fn run_noise(
-        &self,
-        opts: &CallOptions,
-        x: &[f32],
-        dim: usize,
-        clip: f32,
-        sigma: f32,
-        seed: u64,
-        out: &mut [f32],
-    ) -> Result<Outcome<()>, ExecError> {
         self.run_op(
             &NoiseOp {
                 x,
@@ -383,9 +368,8 @@ impl Executor {
         sigma: f32,
         seed: u64,
     ) -> Result<Outcome<Vec<f32>>, ExecError> {
-        check_clip_noise_shape(x, dim, clip, sigma)?;
         let mut out = vec![0.0f32; x.len()];
-        let o = self.run_noise(opts, x, dim, clip, sigma, seed, &mut out)?;
+        let o = self.clip_and_noise_into(opts, x, dim, clip, sigma, seed, &mut out)?;
         Ok(Outcome {
             value: out,
             device: o.device,
