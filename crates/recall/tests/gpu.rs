@@ -1,6 +1,6 @@
 //! The same calls on the GPU and the CPU must agree bit for bit. Skips, saying why, where there is no GPU.
 
-use recall::{Device, DevicePolicy, Engine, Error};
+use recall::{Device, DevicePolicy, Engine, Error, Metric};
 use std::io::Write as _;
 
 fn gpu_engine() -> Option<Engine> {
@@ -72,5 +72,43 @@ fn gpu_clip_and_noise_into_is_bit_identical_to_cpu() {
             .zip(&want)
             .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "GPU into and CPU differ for {n} x {dim}");
+    }
+}
+
+/// A value that is not finite is refused on the GPU as on the CPU, with the same error (the first bad index):
+/// the GPU path checks clip-and-noise's rows and knn's corpus on the host before it uploads them, where the CPU
+/// checks them in its own pass.
+#[test]
+fn gpu_refuses_bad_values_as_the_cpu_does() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let mut rng = recall::diagnostics::SplitMix::new(11);
+    let dim = 64;
+    let mut x = recall::diagnostics::awkward_matrix(&mut rng, 5000, dim);
+    x[4000 * dim + 5] = f32::INFINITY;
+    x[2100 * dim + 9] = f32::NAN;
+    let want = Error::InvalidInput(recall_cpu_simd::CpuError::NonFinite {
+        what: "vectors",
+        index: 2100 * dim + 9,
+    });
+    let mut out = vec![0.0f32; x.len()];
+    let g = gpu.clip_and_noise_into(&x, dim, 1.0, 0.2, 3, &mut out);
+    let c = cpu.clip_and_noise_into(&x, dim, 1.0, 0.2, 3, &mut out);
+    assert_eq!(c.as_ref().err(), Some(&want), "the CPU's error");
+    assert_eq!(
+        g.err(),
+        Some(want.clone()),
+        "clip_and_noise_into on the GPU"
+    );
+    let q = recall::diagnostics::awkward_matrix(&mut rng, 2, dim);
+    for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+        let g = gpu.knn(&q, &x, dim, metric, 10);
+        let c = cpu.knn(&q, &x, dim, metric, 10);
+        let want = Error::InvalidInput(recall_cpu_simd::CpuError::NonFinite {
+            what: "corpus",
+            index: 2100 * dim + 9,
+        });
+        assert_eq!(c.err(), Some(want.clone()), "the CPU's knn error");
+        assert_eq!(g.err(), Some(want), "knn {metric:?} on the GPU");
     }
 }
