@@ -100,8 +100,14 @@ pub fn check_clip_noise_shape(
 /// Rows per task.
 const ROWS_PER_TASK: usize = 256;
 
-/// Blocks of 4 noise values made together (one SIMD lane each).
-const NOISE_BATCH: usize = 16;
+/// Blocks of 4 noise values made together (one SIMD lane each): `CHAINS` groups of 16.
+const NOISE_BATCH: usize = 16 * CHAINS;
+
+/// Independent groups of 16 blocks in a batch (the AVX-512 kernel interleaves their Philox rounds).
+const CHAINS: usize = 2;
+
+/// One batch's noise: `g[j / 16][j % 16]` is block `j`'s four values.
+type Batch = [[[f32; 4]; 16]; CHAINS];
 
 impl Cpu {
     /// Clip every row of `x` (`n * dim`, row-major) to L2 norm `clip` (finite, `> 0`), then add `sigma`
@@ -238,10 +244,10 @@ impl NoiseRows<'_> {
                 .zip(xrow.chunks(4 * NOISE_BATCH))
                 .enumerate()
             {
-                let mut g = [[0.0f32; 4]; NOISE_BATCH];
+                let mut g = [[[0.0f32; 4]; 16]; CHAINS];
                 batch.fill(self.key, row, (c * NOISE_BATCH) as u32, &mut g);
                 // One flat loop per case (the compiler's SIMD loop; the clip's test outside it).
-                let g = g.as_flattened();
+                let g = g.as_flattened().as_flattened();
                 match scale {
                     Some(s) => {
                         for ((o, v), g) in ochunk.iter_mut().zip(xchunk).zip(g) {
@@ -271,7 +277,7 @@ impl NoiseRows<'_> {
     }
 
     /// [`NoiseRows::run`] compiled for AVX-512, each batch's noise by `kernels::avx512::gaussian16` (16 blocks
-    /// in the lanes, its tables read by permutes: the compiler's form of the scalar loop gathered them, 16
+    /// in the lanes, [`CHAINS`] such chains interleaved, its tables read by permutes: the compiler's form of the scalar loop gathered them, 16
     /// loads each, and spent more on them than on Philox).
     ///
     /// # Safety
@@ -279,7 +285,10 @@ impl NoiseRows<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     unsafe fn run_avx512(&self, out: &mut [f32]) {
-        self.run_with(out, &Avx512Batch(kernels::avx512::NoiseColumns::new()))
+        self.run_with(
+            out,
+            &Avx512Batch(kernels::avx512::NoiseColumns::new(self.key)),
+        )
     }
 }
 
@@ -288,8 +297,8 @@ impl NoiseRows<'_> {
 /// was left out of line in the AVX2+FMA build, its `mul_add`s calls to the C library's `fmaf`, 16x slower
 /// (session 27).
 trait NoiseBatch {
-    /// `gaussian4(key, row, b0 + j)` into `g[j]` for `j < NOISE_BATCH`.
-    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut [[f32; 4]; NOISE_BATCH]);
+    /// `gaussian4(key, row, b0 + j)` into block `j` of `g` for `j < NOISE_BATCH`.
+    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut Batch);
 }
 
 /// The scalar contract's blocks one after another, in a loop without branches or calls that the compiler can
@@ -298,22 +307,24 @@ struct ScalarBatch;
 
 impl NoiseBatch for ScalarBatch {
     #[inline(always)]
-    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut [[f32; 4]; NOISE_BATCH]) {
-        for (j, gj) in g.iter_mut().enumerate() {
+    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut Batch) {
+        for (j, gj) in g.as_flattened_mut().iter_mut().enumerate() {
             *gj = gaussian4(key, row, b0 + j as u32);
         }
     }
 }
 
-/// 16 blocks in AVX-512 lanes (`kernels::avx512::gaussian16`); made only in [`NoiseRows::run_avx512`].
+/// [`CHAINS`] x 16 blocks in AVX-512 lanes (`kernels::avx512::gaussian16`); made only in
+/// [`NoiseRows::run_avx512`].
 #[cfg(target_arch = "x86_64")]
 struct Avx512Batch(kernels::avx512::NoiseColumns);
 
 #[cfg(target_arch = "x86_64")]
 impl NoiseBatch for Avx512Batch {
     #[inline(always)]
-    fn fill(&self, key: [u32; 2], row: u64, b0: u32, g: &mut [[f32; 4]; NOISE_BATCH]) {
+    fn fill(&self, _key: [u32; 2], row: u64, b0: u32, g: &mut Batch) {
         // SAFETY: an Avx512Batch exists only inside `run_avx512`, whose caller guarantees AVX-512F, AVX2 and FMA.
-        unsafe { kernels::avx512::gaussian16(&self.0, key, row, b0, g) }
+        // Its columns hold the round keys of the same key (`NoiseRows::key`).
+        unsafe { kernels::avx512::gaussian16(&self.0, row, b0, g) }
     }
 }

@@ -131,24 +131,35 @@ fn query_block<const MODE: u8, const R: usize>(
     res
 }
 
-/// The clip-and-noise tables (`recall-kernel-shared::math`'s `LN_TABLE` and `TURN_TABLE`) split into their
-/// columns, for lookups inside registers ([`gaussian16`]).
+/// What [`gaussian16`] reads besides the counters: the clip-and-noise tables (`recall-kernel-shared::math`'s
+/// `LN_TABLE` and `TURN_TABLE`) split into their columns, for lookups inside registers, and the key of each of
+/// Philox's ten rounds (in memory, so that each round's xor takes its key as a broadcast operand instead of a
+/// shuffle on the port the shuffles already load).
 pub(crate) struct NoiseColumns {
     invc: [f32; 64],
     logc: [f32; 64],
     sin: [f32; 64],
     cos: [f32; 64],
+    keys: [[u32; 2]; 10],
 }
 
 impl NoiseColumns {
-    pub(crate) fn new() -> NoiseColumns {
-        use recall_kernel_shared::math::{LN_TABLE, TURN_TABLE};
+    /// The tables and the round keys of `key` (`philox_key(seed)`).
+    pub(crate) fn new(key: [u32; 2]) -> NoiseColumns {
+        use recall_kernel_shared::math::{LN_TABLE, PHILOX_W0, PHILOX_W1, TURN_TABLE};
         let col = |t: &[[f32; 2]; 64], c: usize| core::array::from_fn(|j| t[j][c]);
         NoiseColumns {
             invc: col(&LN_TABLE.0, 0),
             logc: col(&LN_TABLE.0, 1),
             sin: col(&TURN_TABLE.0, 0),
             cos: col(&TURN_TABLE.0, 1),
+            keys: core::array::from_fn(|r| {
+                let r = r as u32;
+                [
+                    key[0].wrapping_add(PHILOX_W0.wrapping_mul(r)),
+                    key[1].wrapping_add(PHILOX_W1.wrapping_mul(r)),
+                ]
+            }),
         }
     }
 }
@@ -166,16 +177,29 @@ fn lookup64(t: &[f32; 64], idx: __m512i) -> __m512 {
 }
 
 /// `(hi, lo)` of `m * x` for 16 lanes of `x` (Philox's `mulhilo`): the even lanes' and the odd lanes' 64-bit
-/// products, their halves put back in place.
+/// products, their halves put back in place by two masked shuffles. Shuffles, not shifts and blends: Intel's
+/// cores run 512-bit multiplies and shifts on one port only (port 0), shuffles on another (port 5); with the
+/// shifts the round was bound by port 0.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn mulhilo16(m: __m512i, x: __m512i) -> (__m512i, __m512i) {
+    const EVEN: __mmask16 = 0x5555;
     const ODD: __mmask16 = 0xAAAA;
+    // Dword pairs (a, b) -> (b, b) and (a, b) -> (a, a).
+    const HIGHS: _MM_PERM_ENUM = 0b11_11_01_01;
+    const LOWS: _MM_PERM_ENUM = 0b10_10_00_00;
     let even = _mm512_mul_epu32(x, m);
     let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(x), m);
-    let hi = _mm512_mask_blend_epi32(ODD, _mm512_srli_epi64::<32>(even), odd);
-    let lo = _mm512_mask_blend_epi32(ODD, even, _mm512_slli_epi64::<32>(odd));
+    let hi = _mm512_mask_shuffle_epi32::<HIGHS>(odd, EVEN, even);
+    let lo = _mm512_mask_shuffle_epi32::<LOWS>(even, ODD, odd);
     (hi, lo)
+}
+
+/// `(hi, lo)` of `m * x` for one word (the rounds whose word is the same in every lane).
+#[inline(always)]
+fn mulhilo1(m: u32, x: u32) -> (u32, u32) {
+    let p = u64::from(m) * u64::from(x);
+    ((p >> 32) as u32, p as u32)
 }
 
 /// `box_muller(w0, w1)` for 16 lanes: `recall-kernel-shared::math`'s `box_muller_radius` and `sincos_turns`
@@ -236,77 +260,93 @@ fn box_muller16(t: &NoiseColumns, w0: __m512i, w1: __m512i) -> (__m512, __m512) 
     (_mm512_mul_ps(rad, c), _mm512_mul_ps(rad, s))
 }
 
-/// `gaussian4(key, row, b0 + j)` for `j < 16` into `out[j]`: the 16 blocks' Philox4x32-10 in the lanes, then
-/// both Box-Muller pairs, then the lanes' values put back in block order. The same bits as the scalar form
-/// (`recall-kernel-shared::math`), which the proptest checks at every level. Callers need the CPU to support
-/// AVX-512F, AVX2 and FMA (the target features make the call `unsafe` elsewhere).
+/// `gaussian4(key, row, b0 + j)` for `j < 16 * CH` into `out[j / 16][j % 16]` (`key` is `t`'s): `CH` chains
+/// of 16 blocks' Philox4x32-10 in the lanes, interleaved (independent chains for the out-of-order core: each
+/// round waits on the last one's multiplies), then both Box-Muller pairs, then the lanes' values put back in
+/// block order. The same bits as the scalar form (`recall-kernel-shared::math`), which the proptest checks at
+/// every level. Callers need the CPU to support AVX-512F, AVX2 and FMA (the target features make the call
+/// `unsafe` elsewhere).
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(crate) fn gaussian16(
+pub(crate) fn gaussian16<const CH: usize>(
     t: &NoiseColumns,
-    key: [u32; 2],
     row: u64,
     b0: u32,
-    out: &mut [[f32; 4]; 16],
+    out: &mut [[[f32; 4]; 16]; CH],
 ) {
-    use recall_kernel_shared::math::{DOMAIN_NOISE, PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1};
+    use recall_kernel_shared::math::{DOMAIN_NOISE, PHILOX_M0, PHILOX_M1};
     let i = |v: u32| _mm512_set1_epi32(v as i32);
+    let xor3 = |a, b, c| _mm512_ternarylogic_epi32::<0x96>(a, b, c);
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let mut c = [
-        _mm512_add_epi32(i(b0), lanes),
-        i(row as u32),
-        i((row >> 32) as u32),
-        i(DOMAIN_NOISE),
-    ];
-    let mut k = key;
+    let k = &t.keys;
     let (m0, m1) = (i(PHILOX_M0), i(PHILOX_M1));
-    for round in 0..10 {
-        let (hi0, lo0) = mulhilo16(m0, c[0]);
-        let (hi1, lo1) = mulhilo16(m1, c[2]);
-        c = [
-            _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), i(k[0])),
-            lo1,
-            _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), i(k[1])),
-            lo0,
-        ];
-        if round < 9 {
-            k = [k[0].wrapping_add(PHILOX_W0), k[1].wrapping_add(PHILOX_W1)];
+    // The counter is (b0 + lane, low row, high row, domain): only word 0 differs by lane. Round 0's second
+    // product and round 1's first are the same in every lane, so they are one scalar product each.
+    let (hi1, lo1) = mulhilo1(PHILOX_M1, (row >> 32) as u32);
+    let (w0, w1) = (hi1 ^ row as u32 ^ k[0][0], lo1);
+    let (hi0, lo0) = mulhilo1(PHILOX_M0, w0);
+    let mut c: [[__m512i; 4]; CH] = core::array::from_fn(|h| {
+        // Round 0.
+        let first = _mm512_add_epi32(i(b0.wrapping_add(16 * h as u32)), lanes);
+        let (hi0v, lo0v) = mulhilo16(m0, first);
+        let (w2, w3) = (_mm512_xor_si512(hi0v, i(DOMAIN_NOISE ^ k[0][1])), lo0v);
+        // Round 1.
+        let (hi1v, lo1v) = mulhilo16(m1, w2);
+        [
+            _mm512_xor_si512(hi1v, i(w1 ^ k[1][0])),
+            lo1v,
+            _mm512_xor_si512(w3, i(hi0 ^ k[1][1])),
+            i(lo0),
+        ]
+    });
+    for kr in &k[2..] {
+        for ch in c.iter_mut() {
+            let (hi0, lo0) = mulhilo16(m0, ch[0]);
+            let (hi1, lo1) = mulhilo16(m1, ch[2]);
+            *ch = [
+                xor3(hi1, ch[1], i(kr[0])),
+                lo1,
+                xor3(hi0, ch[3], i(kr[1])),
+                lo0,
+            ];
         }
     }
-    let (g0, g1) = box_muller16(t, c[0], c[1]);
-    let (g2, g3) = box_muller16(t, c[2], c[3]);
-    // Lanes to blocks: per 128-bit chunk, the four values of one block (blocks j, j + 4, j + 8, j + 12 in u_j),
-    // then the chunks transposed so that each store holds four blocks in order.
-    let t0 = _mm512_castps_pd(_mm512_unpacklo_ps(g0, g1));
-    let t1 = _mm512_castps_pd(_mm512_unpackhi_ps(g0, g1));
-    let t2 = _mm512_castps_pd(_mm512_unpacklo_ps(g2, g3));
-    let t3 = _mm512_castps_pd(_mm512_unpackhi_ps(g2, g3));
-    let u0 = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-    let u1 = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-    let u2 = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-    let u3 = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-    let a01 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u0, u1);
-    let a23 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u2, u3);
-    let b01 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u0, u1);
-    let b23 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u2, u3);
-    let o = out.as_flattened_mut();
-    // SAFETY: o holds 64 f32; each store writes 16 of them.
-    unsafe {
-        _mm512_storeu_ps(
-            o.as_mut_ptr(),
-            _mm512_shuffle_f32x4::<0b10_00_10_00>(a01, a23),
-        );
-        _mm512_storeu_ps(
-            o.as_mut_ptr().add(16),
-            _mm512_shuffle_f32x4::<0b11_01_11_01>(a01, a23),
-        );
-        _mm512_storeu_ps(
-            o.as_mut_ptr().add(32),
-            _mm512_shuffle_f32x4::<0b10_00_10_00>(b01, b23),
-        );
-        _mm512_storeu_ps(
-            o.as_mut_ptr().add(48),
-            _mm512_shuffle_f32x4::<0b11_01_11_01>(b01, b23),
-        );
+    for (ch, out) in c.iter().zip(out.iter_mut()) {
+        let (g0, g1) = box_muller16(t, ch[0], ch[1]);
+        let (g2, g3) = box_muller16(t, ch[2], ch[3]);
+        // Lanes to blocks: per 128-bit chunk, the four values of one block (blocks j, j + 4, j + 8, j + 12 in
+        // u_j), then the chunks transposed so that each store holds four blocks in order.
+        let t0 = _mm512_castps_pd(_mm512_unpacklo_ps(g0, g1));
+        let t1 = _mm512_castps_pd(_mm512_unpackhi_ps(g0, g1));
+        let t2 = _mm512_castps_pd(_mm512_unpacklo_ps(g2, g3));
+        let t3 = _mm512_castps_pd(_mm512_unpackhi_ps(g2, g3));
+        let u0 = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        let u1 = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        let u2 = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        let u3 = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+        let a01 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u0, u1);
+        let a23 = _mm512_shuffle_f32x4::<0b01_00_01_00>(u2, u3);
+        let b01 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u0, u1);
+        let b23 = _mm512_shuffle_f32x4::<0b11_10_11_10>(u2, u3);
+        let o = out.as_flattened_mut();
+        // SAFETY: o holds 64 f32; each store writes 16 of them.
+        unsafe {
+            _mm512_storeu_ps(
+                o.as_mut_ptr(),
+                _mm512_shuffle_f32x4::<0b10_00_10_00>(a01, a23),
+            );
+            _mm512_storeu_ps(
+                o.as_mut_ptr().add(16),
+                _mm512_shuffle_f32x4::<0b11_01_11_01>(a01, a23),
+            );
+            _mm512_storeu_ps(
+                o.as_mut_ptr().add(32),
+                _mm512_shuffle_f32x4::<0b10_00_10_00>(b01, b23),
+            );
+            _mm512_storeu_ps(
+                o.as_mut_ptr().add(48),
+                _mm512_shuffle_f32x4::<0b11_01_11_01>(b01, b23),
+            );
+        }
     }
 }
 
@@ -325,15 +365,15 @@ mod tests {
         ok
     }
 
-    /// The 16-lane noise against the scalar contract, bit for bit: whole batches for many keys, rows and first
-    /// blocks, and Box-Muller alone on words at the ends of both ranges (the smallest and largest radius, the
-    /// table's first and last entries, the angle's wrap).
+    /// The 16-lane noise against the scalar contract, bit for bit: whole batches (one chain and two) for many
+    /// keys, rows (high words included) and first blocks (wrapping past `u32::MAX`), and Box-Muller alone on
+    /// words at the ends of both ranges (the smallest and largest radius, the table's first and last entries,
+    /// the angle's wrap).
     #[test]
     fn gaussian16_is_the_scalar_noise_bit_for_bit() {
         if !avx512() {
             return;
         }
-        let t = NoiseColumns::new();
         let mut s = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = || {
             s = s
@@ -353,11 +393,17 @@ mod tests {
             } else {
                 (next() % 4096) as u32 * 16
             };
-            let mut got = [[0.0f32; 4]; 16];
+            let t = NoiseColumns::new(key);
+            let mut one = [[[0.0f32; 4]; 16]; 1];
+            let mut two = [[[0.0f32; 4]; 16]; 2];
             // SAFETY: the CPU supports AVX-512F, AVX2 and FMA (checked above).
-            unsafe { gaussian16(&t, key, row, b0, &mut got) };
-            for (j, g) in got.iter().enumerate() {
-                let want = gaussian4(key, row, b0.wrapping_add(j as u32));
+            unsafe {
+                gaussian16(&t, row, b0, &mut one);
+                gaussian16(&t, row, b0, &mut two);
+            }
+            let blocks = one.as_flattened().iter().chain(two.as_flattened());
+            for (j, g) in blocks.enumerate() {
+                let want = gaussian4(key, row, b0.wrapping_add((j % 16 + j / 32 * 16) as u32));
                 assert_eq!(
                     g.map(f32::to_bits),
                     want.map(f32::to_bits),
@@ -365,6 +411,7 @@ mod tests {
                 );
             }
         }
+        let t = NoiseColumns::new([0, 0]);
         let edges = [
             0u32,
             1,
