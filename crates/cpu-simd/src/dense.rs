@@ -419,7 +419,7 @@ impl Cpu {
         let dim = corpus.dim;
         let nq = self.check_matrix("queries", queries, dim)?;
         let qn = self.query_norms(queries, dim, nq, metric);
-        let mut out = vec![0.0f32; nq * n];
+        let mut out = crate::output_buffer(nq * n);
         self.scores_into(
             queries,
             &qn,

@@ -120,7 +120,7 @@ impl Cpu {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, CpuError> {
-        let mut out = vec![0.0f32; x.len()];
+        let mut out = crate::output_buffer(x.len());
         self.clip_and_noise_into(x, dim, clip, sigma, seed, &mut out)?;
         Ok(out)
     }

@@ -208,7 +208,7 @@ pub trait Backend: Send + Sync {
         sigma: f32,
         seed: u64,
     ) -> Result<Vec<f32>, BackendError> {
-        let mut out = vec![0.0f32; x.len()];
+        let mut out = recall_cpu_simd::output_buffer(x.len());
         self.clip_and_noise_into(x, dim, clip, sigma, seed, &mut out)?;
         Ok(out)
     }

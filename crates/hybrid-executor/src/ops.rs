@@ -368,7 +368,7 @@ impl Executor {
         sigma: f32,
         seed: u64,
     ) -> Result<Outcome<Vec<f32>>, ExecError> {
-        let mut out = vec![0.0f32; x.len()];
+        let mut out = recall_cpu_simd::output_buffer(x.len());
         let o = self.clip_and_noise_into(opts, x, dim, clip, sigma, seed, &mut out)?;
         Ok(Outcome {
             value: out,
