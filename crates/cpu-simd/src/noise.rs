@@ -109,6 +109,12 @@ const CHAINS: usize = 2;
 /// One batch's noise: `g[j / 16][j % 16]` is block `j`'s four values.
 type Batch = [[[f32; 4]; 16]; CHAINS];
 
+/// Outputs of at least this many bytes are written with non-temporal stores at the AVX-512 level
+/// ([`NoiseRows::run_avx512`]): more than most servers' last-level cache holds beside the input, so the output
+/// would leave the caches before anyone read it.
+#[cfg(target_arch = "x86_64")]
+const STREAM_MIN_BYTES: usize = 1 << 26;
+
 impl Cpu {
     /// Clip every row of `x` (`n * dim`, row-major) to L2 norm `clip` (finite, `> 0`), then add `sigma`
     /// (finite, `>= 0`) times standard normal noise drawn from the counter-based stream of `seed`.
@@ -143,6 +149,28 @@ impl Cpu {
         seed: u64,
         out: &mut [f32],
     ) -> Result<(), CpuError> {
+        #[cfg(target_arch = "x86_64")]
+        let stream = size_of_val(out) >= STREAM_MIN_BYTES;
+        #[cfg(not(target_arch = "x86_64"))]
+        let stream = false;
+        self.noise_into(x, dim, clip, sigma, seed, out, stream)
+    }
+
+    /// [`Cpu::clip_and_noise_into`], its output written by non-temporal stores where `stream` (x86-64 at the
+    /// AVX-512 level; the same bits).
+    #[allow(clippy::too_many_arguments)]
+    fn noise_into(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+        stream: bool,
+    ) -> Result<(), CpuError> {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = stream;
         check_clip_noise_shape(x, dim, clip, sigma)?;
         check_clip_noise_output(x.len(), out.len())?;
         let key = philox_key(seed);
@@ -172,7 +200,7 @@ impl Cpu {
             #[cfg(target_arch = "x86_64")]
             if level >= SimdLevel::Avx512 {
                 // SAFETY: the Avx512 level is chosen only where the CPU reports AVX-512F/VL, AVX2 and FMA.
-                unsafe { job.run_avx512(o) };
+                unsafe { job.run_avx512(o, stream) };
                 return None;
             }
             #[cfg(target_arch = "x86_64")]
@@ -223,6 +251,17 @@ impl NoiseRows<'_> {
         self.run_with(out, &ScalarBatch)
     }
 
+    /// The clip's factor for a row of squared norm `sq`: `Some(clip / norm)` where the norm is above `clip`.
+    #[inline(always)]
+    fn scale(&self, sq: f32) -> Option<f32> {
+        let nr = sq.sqrt();
+        if nr > self.clip {
+            Some(self.clip / nr)
+        } else {
+            None
+        }
+    }
+
     /// [`NoiseRows::run`] with the noise of each batch from `batch`.
     #[inline(always)]
     fn run_with(&self, out: &mut [f32], batch: &impl NoiseBatch) {
@@ -232,12 +271,7 @@ impl NoiseRows<'_> {
             .zip(self.sq)
             .enumerate()
         {
-            let nr = s.sqrt();
-            let scale = if nr > self.clip {
-                Some(self.clip / nr)
-            } else {
-                None
-            };
+            let scale = self.scale(*s);
             let row = (self.r0 + i) as u64;
             for (c, (ochunk, xchunk)) in orow
                 .chunks_mut(4 * NOISE_BATCH)
@@ -284,11 +318,31 @@ impl NoiseRows<'_> {
     /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    unsafe fn run_avx512(&self, out: &mut [f32]) {
-        self.run_with(
-            out,
-            &Avx512Batch(kernels::avx512::NoiseColumns::new(self.key)),
-        )
+    unsafe fn run_avx512(&self, out: &mut [f32], stream: bool) {
+        let batch = Avx512Batch(kernels::avx512::NoiseColumns::new(self.key));
+        if !stream {
+            self.run_with(out, &batch);
+            return;
+        }
+        // Each row's noise first, then the row written in one pass by `stream_row`.
+        let mut g: Vec<Batch> =
+            vec![[[[0.0f32; 4]; 16]; CHAINS]; self.dim.div_ceil(4 * NOISE_BATCH)];
+        for (i, ((orow, xrow), s)) in out
+            .chunks_exact_mut(self.dim)
+            .zip(self.rows.chunks_exact(self.dim))
+            .zip(self.sq)
+            .enumerate()
+        {
+            let row = (self.r0 + i) as u64;
+            for (c, gc) in g.iter_mut().enumerate() {
+                batch.fill(self.key, row, (c * NOISE_BATCH) as u32, gc);
+            }
+            let g = g.as_flattened().as_flattened().as_flattened();
+            let scale = self.scale(*s);
+            kernels::avx512::stream_row(orow, xrow, g, self.sigma, scale);
+        }
+        // Before the task is reported done: its non-temporal stores are weakly ordered.
+        kernels::avx512::store_fence();
     }
 }
 
@@ -326,5 +380,54 @@ impl NoiseBatch for Avx512Batch {
         // SAFETY: an Avx512Batch exists only inside `run_avx512`, whose caller guarantees AVX-512F, AVX2 and FMA.
         // Its columns hold the round keys of the same key (`NoiseRows::key`).
         unsafe { kernels::avx512::gaussian16(&self.0, row, b0, g) }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::available_levels;
+
+    /// The streamed output (each row's noise first, then non-temporal stores) is the direct output bit for bit,
+    /// at every level, for widths around the 16-lane vectors and the batches, rows clipped and not, and an
+    /// output slice starting anywhere against a 64-byte line; nothing outside the slice is written.
+    #[test]
+    fn streamed_rows_are_the_direct_rows_bit_for_bit() {
+        for level in available_levels() {
+            let cpu = Cpu::with_level(level);
+            for (n, dim) in [
+                (1, 1),
+                (5, 3),
+                (9, 33),
+                (3, 767),
+                (4, 768),
+                (3, 1025),
+                (700, 16),
+            ] {
+                let x: Vec<f32> = (0..n * dim)
+                    .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
+                    .collect();
+                let mut direct = vec![0.0f32; n * dim];
+                cpu.noise_into(&x, dim, 1.0, 0.25, 9, &mut direct, false)
+                    .expect("valid input");
+                for shift in 0..16 {
+                    let mut buf = vec![f32::NAN; n * dim + 32];
+                    let out = &mut buf[shift..shift + n * dim];
+                    cpu.noise_into(&x, dim, 1.0, 0.25, 9, out, true)
+                        .expect("valid input");
+                    let same = out
+                        .iter()
+                        .zip(&direct)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{level:?} n {n} dim {dim} shift {shift}");
+                    assert!(
+                        buf[..shift]
+                            .iter()
+                            .chain(&buf[shift + n * dim..])
+                            .all(|v| v.is_nan())
+                    );
+                }
+            }
+        }
     }
 }

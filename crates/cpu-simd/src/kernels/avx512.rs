@@ -350,6 +350,54 @@ pub(crate) fn gaussian16<const CH: usize>(
     }
 }
 
+/// One row of clip-and-noise from its noise `g` (at least `x.len()` values): `out[j] = sigma * g[j] + x[j] * s`
+/// (`+ x[j]` where `scale` is `None`), each rounded once as `f32::mul_add` rounds it, written with
+/// non-temporal stores (`vmovntps`) for every whole 64-byte line of `out` and plain stores at its two ends.
+/// A plain store first reads the line it writes (a read for ownership); these do not, so the op moves two
+/// streams through memory instead of three. The caller ends its task with [`store_fence`].
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) fn stream_row(out: &mut [f32], x: &[f32], g: &[f32], sigma: f32, scale: Option<f32>) {
+    let n = out.len().min(x.len()).min(g.len());
+    let one = |j: usize| match scale {
+        Some(s) => sigma.mul_add(g[j], x[j] * s),
+        None => sigma.mul_add(g[j], x[j]),
+    };
+    // f32 slices are 4-byte aligned: the head is the values before `out`'s first 64-byte boundary.
+    let head = (((64 - out.as_ptr() as usize % 64) % 64) / 4).min(n);
+    for (j, o) in out[..head].iter_mut().enumerate() {
+        *o = one(j);
+    }
+    let (sv, mv) = (_mm512_set1_ps(sigma), _mm512_set1_ps(scale.unwrap_or(1.0)));
+    let mut j = head;
+    while j + 16 <= n {
+        // SAFETY: `j + 16 <= n`, within all three slices; `out + j` is 64-byte aligned (the head ended on a line
+        // boundary and `j` moves by whole lines), as `vmovntps` needs.
+        unsafe {
+            let xv = _mm512_loadu_ps(x.as_ptr().add(j));
+            let xv = if scale.is_some() {
+                _mm512_mul_ps(xv, mv)
+            } else {
+                xv
+            };
+            let v = _mm512_fmadd_ps(sv, _mm512_loadu_ps(g.as_ptr().add(j)), xv);
+            _mm512_stream_ps(out.as_mut_ptr().add(j), v);
+        }
+        j += 16;
+    }
+    for (j, o) in out[..n].iter_mut().enumerate().skip(j) {
+        *o = one(j);
+    }
+}
+
+/// `sfence`: orders the calling thread's non-temporal stores before its later stores, so that a task that
+/// streamed its output is seen whole by whoever learns it is done.
+#[inline]
+pub(crate) fn store_fence() {
+    // SAFETY: `sfence` is SSE, part of x86-64's baseline; it has no operands.
+    unsafe { _mm_sfence() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
