@@ -399,23 +399,25 @@ impl Cpu {
             dim,
             Metric::Cosine,
             out,
-        );
-        Ok(())
+        )
+        .map_err(|index| CpuError::NonFinite {
+            what: "corpus",
+            index,
+        })
     }
 
     /// All `n_queries * n_rows` scores of `metric`, query-major. Meant for small corpora: large ones go
     /// through [`Cpu::knn`], which never materialises the matrix.
+    ///
+    /// The corpus's values are checked in the pass that scores them, as [`Cpu::knn`] checks them (on a
+    /// [`Cpu::prevalidated`] handle too): the first NaN or infinity is the same error an upfront scan gives.
     pub fn similarity(
         &self,
         queries: &[f32],
         corpus: &Corpus<'_>,
         metric: Metric,
     ) -> Result<Vec<f32>, CpuError> {
-        let n = if self.is_prevalidated() {
-            corpus.validate_shape()?
-        } else {
-            corpus.validate()?
-        };
+        let n = corpus.validate_shape()?;
         let dim = corpus.dim;
         let nq = self.check_matrix("queries", queries, dim)?;
         let qn = self.query_norms(queries, dim, nq, metric);
@@ -428,7 +430,11 @@ impl Cpu {
             dim,
             metric,
             &mut out,
-        );
+        )
+        .map_err(|index| CpuError::NonFinite {
+            what: "corpus",
+            index,
+        })?;
         Ok(out)
     }
 
@@ -500,6 +506,9 @@ impl Cpu {
         suspect
     }
 
+    /// Every score into `out` (query-major), the corpus's values checked block by block in the same pass
+    /// (see `block_scores`): `Err` holds the index of its first NaN or infinity (`out` is then
+    /// unspecified).
     #[allow(clippy::too_many_arguments)]
     fn scores_into(
         &self,
@@ -510,7 +519,7 @@ impl Cpu {
         dim: usize,
         metric: Metric,
         out: &mut [f32],
-    ) {
+    ) -> Result<(), usize> {
         let n = vectors.len() / dim;
         let nq = queries.len() / dim;
         let block = rows_per_block(dim);
@@ -520,7 +529,7 @@ impl Cpu {
             let rows = vectors.rows(r0, r1, dim, &mut scratch.rows);
             let nrm = norms.map(|x| &x[r0..r1]);
             let mut chains = std::mem::take(&mut scratch.chains);
-            self.block_scores(
+            let suspect = self.block_scores(
                 queries,
                 query_norms,
                 rows,
@@ -530,24 +539,32 @@ impl Cpu {
                 &mut chains,
                 &mut scratch.norms,
             );
-            chains
+            if suspect && let Some(bad) = vectors.first_non_finite(r0 * dim, r1 * dim) {
+                return Err(bad);
+            }
+            Ok(chains)
         };
-        let results: Vec<(usize, Vec<f32>)> = if nq * n * dim >= PAR_MIN_WORK {
+        let results: Vec<Result<Vec<f32>, usize>> = if nq * n * dim >= PAR_MIN_WORK {
             (0..n_blocks)
                 .into_par_iter()
-                .map_init(Scratch::default, |s, b| (b, run(b, s)))
+                .map_init(Scratch::default, |s, b| run(b, s))
                 .collect()
         } else {
             let mut s = Scratch::default();
-            (0..n_blocks).map(|b| (b, run(b, &mut s))).collect()
+            (0..n_blocks).map(|b| run(b, &mut s)).collect()
         };
-        for (b, chains) in results {
+        // Blocks are in order: the first error is the smallest bad index.
+        if let Some(Err(bad)) = results.iter().find(|r| r.is_err()) {
+            return Err(*bad);
+        }
+        for (b, chains) in results.into_iter().flatten().enumerate() {
             let r0 = b * block;
             let nb = chains.len() / nq;
             for q in 0..nq {
                 out[q * n + r0..q * n + r0 + nb].copy_from_slice(&chains[q * nb..(q + 1) * nb]);
             }
         }
+        Ok(())
     }
 
     /// Fused similarity + top-k: per query the best `k` (score, id) pairs of the whole corpus, best first,

@@ -295,6 +295,24 @@ impl<B: Backend> FaultInjecting<B> {
         self.successes.fetch_add(1, Ordering::SeqCst);
         Ok(out)
     }
+
+    /// [`FaultInjecting::call`] for an op whose values the executor promises a GPU backend are finite (its
+    /// kernels trust them): standing in for a GPU, a NaN or infinity among `values` is a failure of its own
+    /// (which the executor would count as a fallback), not the wrapped backend's answer. So a test that a bad
+    /// value is refused before the device, with no fallback, fails if the executor lets one through.
+    fn call_checked<T>(
+        &self,
+        units: usize,
+        values: [&[f32]; 2],
+        run: impl FnOnce() -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        if self.device != Device::Cpu && values.iter().any(|v| v.iter().any(|x| !x.is_finite())) {
+            return Err(BackendError::Gpu(
+                "a value the executor should have refused reached the device".into(),
+            ));
+        }
+        self.call(units, run)
+    }
 }
 
 impl<B: Backend> Backend for FaultInjecting<B> {
@@ -313,7 +331,9 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         dim: usize,
     ) -> Result<Vec<f32>, BackendError> {
         let units = queries.len().checked_div(dim).unwrap_or(0);
-        self.call(units, || self.inner.cosine_scores(queries, corpus, dim))
+        self.call_checked(units, [queries, corpus], || {
+            self.inner.cosine_scores(queries, corpus, dim)
+        })
     }
 
     fn similarity(
@@ -324,7 +344,7 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         metric: recall_cpu_simd::Metric,
     ) -> Result<Vec<f32>, BackendError> {
         let units = queries.len().checked_div(dim).unwrap_or(0);
-        self.call(units, || {
+        self.call_checked(units, [queries, corpus], || {
             self.inner.similarity(queries, corpus, dim, metric)
         })
     }
@@ -338,7 +358,9 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         k: usize,
     ) -> Result<recall_cpu_simd::TopK, BackendError> {
         let units = queries.len().checked_div(dim).unwrap_or(0);
-        self.call(units, || self.inner.knn(queries, corpus, dim, metric, k))
+        self.call_checked(units, [queries, corpus], || {
+            self.inner.knn(queries, corpus, dim, metric, k)
+        })
     }
 
     fn knn_shared(
@@ -412,7 +434,7 @@ impl<B: Backend> Backend for FaultInjecting<B> {
         format: crate::backend::FastFormat,
     ) -> Result<recall_cpu_simd::TopK, BackendError> {
         let units = queries.len().checked_div(dim).unwrap_or(0);
-        self.call(units, || {
+        self.call_checked(units, [queries, corpus], || {
             self.inner.knn_fast(queries, corpus, dim, metric, k, format)
         })
     }

@@ -22,9 +22,9 @@
 //! `recall-gpu-kernels` and `recall-gpu-sys`.
 //! Architecture invariant: input is validated here, before any backend runs; backends may assume it valid.
 //! Two exceptions, so that a call the CPU answers reads its largest input once: clip-and-noise's values (NaN,
-//! infinity) are checked by the backend that runs the op (`Backend::clip_and_noise_into`), and a knn corpus
-//! slice's values by the op before a GPU runs it (once per call), the CPU's knn checking them in its own pass
-//! with the same error.
+//! infinity) are checked by the backend that runs the op (`Backend::clip_and_noise_into`), and a knn or
+//! similarity corpus slice's values by the op before a GPU runs it (once per call), the CPU's knn and
+//! similarity checking them in their own pass with the same error.
 //! Architecture invariant: every op goes through `Executor::run_op`; no op method picks a backend itself.
 //! Architecture invariant: a GPU failure is never returned to the caller; only bad input, a required but
 //! missing GPU, back-pressure and queue timeouts are.

@@ -134,11 +134,16 @@ pub trait Op: Sync {
 }
 
 /// `cosine_scores` of validated inputs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct CosineOp<'a> {
     pub queries: &'a [f32],
     pub corpus: &'a [f32],
     pub dim: usize,
+    /// The corpus's value check, made once before a GPU runs the op; the CPU checks the corpus in its own
+    /// pass with the same error (as `KnnOp::corpus_check`). `None`: checked already (a [`CorpusRef`]).
+    ///
+    /// [`CorpusRef`]: crate::CorpusRef
+    pub corpus_check: Option<std::sync::OnceLock<Result<(), recall_cpu_simd::CpuError>>>,
 }
 
 impl CosineOp<'_> {
@@ -171,6 +176,13 @@ impl Op for CosineOp<'_> {
     }
 
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<Vec<f32>, BackendError> {
+        if let Some(check) = &self.corpus_check
+            && backend.device() != crate::device::Device::Cpu
+        {
+            check
+                .get_or_init(|| crate::executor::check_values("corpus", self.corpus))
+                .clone()?;
+        }
         let q = &self.queries[range.start * self.dim..range.end * self.dim];
         backend.cosine_scores(q, self.corpus, self.dim)
     }

@@ -81,6 +81,9 @@ struct SimilarityOp<'a> {
     corpus: &'a [f32],
     dim: usize,
     metric: Metric,
+    /// The corpus's value check, made once before a GPU runs the op; the CPU checks it in its own pass (as
+    /// for [`KnnOp::corpus_check`]).
+    corpus_check: std::sync::OnceLock<Result<(), CpuError>>,
 }
 
 impl Op for SimilarityOp<'_> {
@@ -103,6 +106,11 @@ impl Op for SimilarityOp<'_> {
         4 * (q * d + n * d + q + n + q * n)
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<Vec<f32>, BackendError> {
+        if backend.device() != Device::Cpu {
+            self.corpus_check
+                .get_or_init(|| check_values("corpus", self.corpus))
+                .clone()?;
+        }
         backend.similarity(
             &self.queries[range.start * self.dim..range.end * self.dim],
             self.corpus,
@@ -387,13 +395,15 @@ impl Executor {
         metric: Metric,
     ) -> Result<Outcome<Vec<f32>>, ExecError> {
         check_matrix("queries", queries, dim)?;
-        check_matrix("corpus", corpus, dim)?;
+        // The corpus's values are checked by the op: before a GPU runs it, or by the CPU in its own pass.
+        check_matrix_shape("corpus", corpus, dim)?;
         self.run_op(
             &SimilarityOp {
                 queries,
                 corpus,
                 dim,
                 metric,
+                corpus_check: std::sync::OnceLock::new(),
             },
             opts,
         )

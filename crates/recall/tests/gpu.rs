@@ -76,8 +76,8 @@ fn gpu_clip_and_noise_into_is_bit_identical_to_cpu() {
 }
 
 /// A value that is not finite is refused on the GPU as on the CPU, with the same error (the first bad index):
-/// the GPU path checks clip-and-noise's rows and knn's corpus on the host before it uploads them, where the CPU
-/// checks them in its own pass.
+/// the GPU path checks clip-and-noise's rows and the corpus of knn and similarity on the host before it uploads
+/// them, where the CPU checks them in its own pass.
 #[test]
 fn gpu_refuses_bad_values_as_the_cpu_does() {
     let Some(gpu) = gpu_engine() else { return };
@@ -109,6 +109,16 @@ fn gpu_refuses_bad_values_as_the_cpu_does() {
             index: 2100 * dim + 9,
         });
         assert_eq!(c.err(), Some(want.clone()), "the CPU's knn error");
-        assert_eq!(g.err(), Some(want), "knn {metric:?} on the GPU");
+        assert_eq!(g.err(), Some(want.clone()), "knn {metric:?} on the GPU");
+        let g = gpu.similarity(&q, &x, dim, metric);
+        let c = cpu.similarity(&q, &x, dim, metric);
+        assert_eq!(c.err(), Some(want.clone()), "the CPU's similarity error");
+        assert_eq!(g.err(), Some(want), "similarity {metric:?} on the GPU");
     }
+    let want = Error::InvalidInput(recall_cpu_simd::CpuError::NonFinite {
+        what: "corpus",
+        index: 2100 * dim + 9,
+    });
+    assert_eq!(cpu.cosine_similarity(&q, &x, dim).err(), Some(want.clone()));
+    assert_eq!(gpu.cosine_similarity(&q, &x, dim).err(), Some(want));
 }

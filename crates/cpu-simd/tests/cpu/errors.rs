@@ -248,6 +248,22 @@ fn streamed_finiteness_check_reports_the_first_bad_value() {
                     index: first
                 }
             );
+            // Similarity checks in its own pass too, on a prevalidated handle as well.
+            for cpu in [
+                Cpu::with_level(level),
+                Cpu::with_level(level).prevalidated(),
+            ] {
+                let e = cpu
+                    .similarity(&q, &Corpus::f32(&c, d), Metric::L2)
+                    .unwrap_err();
+                assert_eq!(
+                    e,
+                    CpuError::NonFinite {
+                        what: "corpus",
+                        index: first
+                    }
+                );
+            }
         }
         let bf: Vec<half::bf16> = c.iter().map(|v| half::bf16::from_f32(*v)).collect();
         let e = knn(&q, &Corpus::new(Vectors::Bf16(&bf), d), Metric::L2, 5).unwrap_err();
@@ -337,16 +353,13 @@ fn fused_finiteness_check_catches_every_bad_value() {
                                 corpus
                             };
                             for level in available_levels() {
-                                let e = Cpu::with_level(level)
-                                    .knn(&q, &corpus, metric, 3)
-                                    .unwrap_err();
-                                assert_eq!(
-                                    e,
-                                    CpuError::NonFinite {
-                                        what: "corpus",
-                                        index: bad_at
-                                    }
-                                );
+                                let want = CpuError::NonFinite {
+                                    what: "corpus",
+                                    index: bad_at,
+                                };
+                                let cpu = Cpu::with_level(level);
+                                assert_eq!(cpu.knn(&q, &corpus, metric, 3).unwrap_err(), want);
+                                assert_eq!(cpu.similarity(&q, &corpus, metric).unwrap_err(), want);
                             }
                         }
                     }
@@ -415,18 +428,16 @@ fn prevalidated_handle_keeps_shape_checks_and_answers() {
         pre.spread(&g, &[1.0, 0.0], &p),
         Err(CpuError::LengthMismatch { .. })
     ));
-    // Values: the checking handle refuses them; the prevalidated one does not look (its answer is
-    // unspecified, and it does not panic).
+    // Values: the checking handle refuses them. Similarity's corpus is checked in its own pass, as knn's,
+    // on the prevalidated handle too (the scan costs nothing extra there).
     let mut bad = c.clone();
     bad[5] = f32::NAN;
-    assert!(matches!(
-        full.similarity(&q, &Corpus::f32(&bad, 4), Metric::Dot),
-        Err(CpuError::NonFinite { .. })
-    ));
-    assert!(
-        pre.similarity(&q, &Corpus::f32(&bad, 4), Metric::Dot)
-            .is_ok()
-    );
+    for h in [&full, &pre] {
+        assert!(matches!(
+            h.similarity(&q, &Corpus::f32(&bad, 4), Metric::Dot),
+            Err(CpuError::NonFinite { .. })
+        ));
+    }
     assert!(matches!(
         full.spread(&g, &[1.0, -1.0, 0.0], &p),
         Err(CpuError::Negative { .. })

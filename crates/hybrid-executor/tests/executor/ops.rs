@@ -325,3 +325,46 @@ fn knn_refuses_a_bad_corpus_value_on_either_device() {
         assert_eq!(bits(&got.value.scores), bits(&want_top.scores));
     });
 }
+
+/// Similarity's and cosine scores' corpus slice, like knn's: checked by the op before a GPU runs it, by the
+/// CPU in its own pass, the same typed error either way (the first bad index), no fallback; a finite corpus
+/// gets the CPU's scores.
+#[test]
+fn similarity_refuses_a_bad_corpus_value_on_either_device() {
+    use recall_cpu_simd::CpuError;
+    use recall_hybrid_executor::ExecError;
+    let dim = 24;
+    let q = matrix(5, 3, dim);
+    let mut c = matrix(6, 4000, dim);
+    c[3500 * dim + 2] = f32::NEG_INFINITY;
+    c[2100 * dim + 9] = f32::NAN;
+    let want = CpuError::NonFinite {
+        what: "corpus",
+        index: 2100 * dim + 9,
+    };
+    on_each_device(|exec, ran| {
+        let o = CallOptions::default();
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            match exec.similarity(&o, &q, &c, dim, metric) {
+                Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{ran:?} {metric:?}"),
+                other => panic!("{ran:?} {metric:?}: {other:?}"),
+            }
+        }
+        match exec.cosine_scores_with(&o, &q, &c, dim) {
+            Err(ExecError::InvalidInput(e)) => assert_eq!(e, want, "{ran:?} cosine_scores"),
+            other => panic!("{ran:?} cosine_scores: {other:?}"),
+        }
+        let c = matrix(6, 4000, dim);
+        let corpus = recall_cpu_simd::Corpus::f32(&c, dim);
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            let got = exec.similarity(&o, &q, &c, dim, metric).unwrap();
+            assert_eq!(got.device, ran);
+            let want = recall_cpu_simd::similarity(&q, &corpus, metric).unwrap();
+            assert_eq!(bits(&got.value), bits(&want), "{ran:?} {metric:?}");
+        }
+        let got = exec.cosine_scores_with(&o, &q, &c, dim).unwrap();
+        assert_eq!(got.device, ran);
+        let want = recall_cpu_simd::similarity(&q, &corpus, Metric::Cosine).unwrap();
+        assert_eq!(bits(&got.value), bits(&want), "{ran:?} cosine_scores");
+    });
+}
