@@ -277,21 +277,27 @@ fn clip_and_noise_refuses_a_bad_value_on_either_device() {
     });
 }
 
+/// 5 queries and a 4,000-row corpus of 24 dimensions with a NaN and an infinity, and the error they must give
+/// (the first: `(dim, queries, corpus, error)`).
+fn bad_corpus() -> (usize, Vec<f32>, Vec<f32>, recall_cpu_simd::CpuError) {
+    let dim = 24;
+    let mut c = matrix(6, 4000, dim);
+    c[3500 * dim + 2] = f32::NEG_INFINITY;
+    c[2100 * dim + 9] = f32::NAN;
+    let want = recall_cpu_simd::CpuError::NonFinite {
+        what: "corpus",
+        index: 2100 * dim + 9,
+    };
+    (dim, matrix(5, 3, dim), c, want)
+}
+
 /// knn over a corpus slice: its values are checked before a GPU runs the op, or by the CPU's knn in its own
 /// pass; either way the same typed error with the first bad index, and never a fallback.
 #[test]
 fn knn_refuses_a_bad_corpus_value_on_either_device() {
     use recall_cpu_simd::CpuError;
     use recall_hybrid_executor::ExecError;
-    let dim = 24;
-    let q = matrix(5, 3, dim);
-    let mut c = matrix(6, 4000, dim);
-    c[3500 * dim + 2] = f32::NEG_INFINITY;
-    c[2100 * dim + 9] = f32::NAN;
-    let want = CpuError::NonFinite {
-        what: "corpus",
-        index: 2100 * dim + 9,
-    };
+    let (dim, q, c, want) = bad_corpus();
     on_each_device(|exec, ran| {
         let o = CallOptions::default();
         for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
@@ -331,17 +337,8 @@ fn knn_refuses_a_bad_corpus_value_on_either_device() {
 /// gets the CPU's scores.
 #[test]
 fn similarity_refuses_a_bad_corpus_value_on_either_device() {
-    use recall_cpu_simd::CpuError;
     use recall_hybrid_executor::ExecError;
-    let dim = 24;
-    let q = matrix(5, 3, dim);
-    let mut c = matrix(6, 4000, dim);
-    c[3500 * dim + 2] = f32::NEG_INFINITY;
-    c[2100 * dim + 9] = f32::NAN;
-    let want = CpuError::NonFinite {
-        what: "corpus",
-        index: 2100 * dim + 9,
-    };
+    let (dim, q, c, want) = bad_corpus();
     on_each_device(|exec, ran| {
         let o = CallOptions::default();
         for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
