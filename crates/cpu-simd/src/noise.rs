@@ -298,16 +298,16 @@ impl NoiseRows<'_> {
         }
     }
 
-    /// [`NoiseRows::run`] compiled with FMA: the contract's `fma` steps (`f32::mul_add`, inlined from
-    /// `recall-kernel-shared::math`) become single instructions instead of calls to the C library's
-    /// `fmaf`. The same bits: both round once.
+    /// [`NoiseRows::run`] compiled for AVX2 and FMA, each batch's noise by `kernels::avx2::gaussian8` (four
+    /// interleaved chains of 8 blocks, its tables read by gathers), the output loop with FMA instructions
+    /// (`f32::mul_add`: the same bits as the C library's `fmaf`, which the baseline build calls).
     ///
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run_fma(&self, out: &mut [f32]) {
-        self.run(out)
+        self.run_with(out, &Avx2Batch(kernels::NoiseColumns::new(self.key)))
     }
 
     /// [`NoiseRows::run`] compiled for AVX-512, each batch's noise by `kernels::avx512::gaussian16` (16 blocks
@@ -319,7 +319,7 @@ impl NoiseRows<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
     unsafe fn run_avx512(&self, out: &mut [f32], stream: bool) {
-        let batch = Avx512Batch(kernels::avx512::NoiseColumns::new(self.key));
+        let batch = Avx512Batch(kernels::NoiseColumns::new(self.key));
         if !stream {
             self.run_with(out, &batch);
             return;
@@ -368,10 +368,25 @@ impl NoiseBatch for ScalarBatch {
     }
 }
 
+/// 4 x 8 blocks in AVX2 lanes (`kernels::avx2::gaussian8`); made only in [`NoiseRows::run_fma`].
+#[cfg(target_arch = "x86_64")]
+struct Avx2Batch(kernels::NoiseColumns);
+
+#[cfg(target_arch = "x86_64")]
+impl NoiseBatch for Avx2Batch {
+    #[inline(always)]
+    fn fill(&self, _key: [u32; 2], row: u64, b0: u32, g: &mut Batch) {
+        let g = g.as_flattened_mut().as_flattened_mut();
+        // SAFETY: an Avx2Batch exists only inside `run_fma`, whose caller guarantees AVX2 and FMA. Its columns
+        // hold the round keys of the same key (`NoiseRows::key`); a batch is 32 blocks, 4 chains of 8.
+        unsafe { kernels::avx2::gaussian8::<{ NOISE_BATCH / 8 }>(&self.0, row, b0, g) }
+    }
+}
+
 /// [`CHAINS`] x 16 blocks in AVX-512 lanes (`kernels::avx512::gaussian16`); made only in
 /// [`NoiseRows::run_avx512`].
 #[cfg(target_arch = "x86_64")]
-struct Avx512Batch(kernels::avx512::NoiseColumns);
+struct Avx512Batch(kernels::NoiseColumns);
 
 #[cfg(target_arch = "x86_64")]
 impl NoiseBatch for Avx512Batch {

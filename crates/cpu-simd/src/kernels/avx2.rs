@@ -356,3 +356,271 @@ pub(super) mod v3 {
 pub(super) mod v4 {
     lanes8!("avx2,fma,avx512f,avx512vl", 2);
 }
+
+/// The clip-and-noise noise at the AVX2 level, 8 blocks a chain (`gaussian8`): `avx512::gaussian16`'s steps
+/// with 8 lanes, the tables read by gathers of whole entries. The compiler's form of the scalar loop read each
+/// table value with a byte extract, a scalar load and an insert, which took most of the op.
+mod noise {
+    use super::super::NoiseColumns;
+    use core::arch::x86_64::*;
+
+    /// `(hi, lo)` of `m * x` for 8 lanes of `x` (Philox's `mulhilo`): the even lanes' and the odd lanes' 64-bit
+    /// products, their halves put back in place by a shuffle and a blend each.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn mulhilo8(m: __m256i, x: __m256i) -> (__m256i, __m256i) {
+        // Dword pairs (a, b) -> (b, b) and (a, b) -> (a, a); blend the odd dwords.
+        const HIGHS: i32 = 0b11_11_01_01;
+        const LOWS: i32 = 0b10_10_00_00;
+        const ODD: i32 = 0b1010_1010;
+        let even = _mm256_mul_epu32(x, m);
+        let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(x), m);
+        let hi = _mm256_blend_epi32::<ODD>(_mm256_shuffle_epi32::<HIGHS>(even), odd);
+        let lo = _mm256_blend_epi32::<ODD>(even, _mm256_shuffle_epi32::<LOWS>(odd));
+        (hi, lo)
+    }
+
+    /// `(hi, lo)` of `m * x` for one word (the rounds whose word is the same in every lane).
+    #[inline(always)]
+    fn mulhilo1(m: u32, x: u32) -> (u32, u32) {
+        let p = u64::from(m) * u64::from(x);
+        ((p >> 32) as u32, p as u32)
+    }
+
+    /// `(t[idx][0], t[idx][1])` for 8 indices in `0 .. 64`: two gathers of four 8-byte entries (both columns
+    /// at once; a gather's cost goes by its elements), the lanes taken in the order (0, 1, 4, 5) and (2, 3,
+    /// 6, 7) so that one shuffle per column puts them back in order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn lookup_pairs8(t: &[[f32; 2]; 64], idx: __m256i) -> (__m256, __m256) {
+        let idx = _mm256_permutevar8x32_epi32(idx, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+        let base = t.as_ptr().cast::<f64>();
+        // SAFETY: every index is masked to 0 .. 63 by the callers: each 8-byte load is one entry of `t`.
+        let (a, b) = unsafe {
+            (
+                _mm256_castpd_ps(_mm256_i32gather_pd::<8>(base, _mm256_castsi256_si128(idx))),
+                _mm256_castpd_ps(_mm256_i32gather_pd::<8>(
+                    base,
+                    _mm256_extracti128_si256::<1>(idx),
+                )),
+            )
+        };
+        // a = entries of lanes 0, 1 | 4, 5 and b = lanes 2, 3 | 6, 7, two floats each.
+        (
+            _mm256_shuffle_ps::<0x88>(a, b),
+            _mm256_shuffle_ps::<0xDD>(a, b),
+        )
+    }
+
+    /// `box_muller(w0, w1)` for 8 lanes: `avx512::box_muller16`'s steps (the scalar form's, each rounded once
+    /// where it rounds), with 8 lanes, the tables read as pairs by [`lookup_pairs8`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn box_muller8(w0: __m256i, w1: __m256i) -> (__m256, __m256) {
+        use recall_kernel_shared::math::{LN_OFF, LN_TABLE, LN2_HI, LN2_LO, TURN_RAD, TURN_TABLE};
+        let f = _mm256_set1_ps;
+        let i = _mm256_set1_epi32;
+        // The radius: ln of the odd integer n = 2 (w0 >> 9) + 1 scaled by 2^-24 (its exponent lowered by 24).
+        let n = _mm256_or_si256(_mm256_slli_epi32::<1>(_mm256_srli_epi32::<9>(w0)), i(1));
+        let ix = _mm256_sub_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(n)), i(24 << 23));
+        let tmp = _mm256_sub_epi32(ix, i(LN_OFF as i32));
+        let j = _mm256_and_si256(_mm256_srli_epi32::<17>(tmp), i(63));
+        let (invc, logc) = lookup_pairs8(&LN_TABLE.0, j);
+        let z = _mm256_castsi256_ps(_mm256_sub_epi32(
+            ix,
+            _mm256_and_si256(tmp, i(0xff80_0000u32 as i32)),
+        ));
+        let kf = _mm256_cvtepi32_ps(_mm256_srai_epi32::<23>(tmp));
+        let r = _mm256_fmadd_ps(z, invc, f(-1.0));
+        let p = _mm256_fmadd_ps(r, f(-0.25), f(1.0 / 3.0));
+        let p = _mm256_fmadd_ps(r, p, f(-0.5));
+        let l1 = _mm256_fmadd_ps(_mm256_mul_ps(r, r), p, r);
+        let ln = _mm256_add_ps(
+            _mm256_fmadd_ps(kf, f(LN2_HI), logc),
+            _mm256_fmadd_ps(kf, f(LN2_LO), l1),
+        );
+        let rad = _mm256_sqrt_ps(_mm256_mul_ps(f(-2.0), ln));
+        // The angle: the table's nearest 64th of a turn and the rest b, |b| <= pi / 64.
+        let a = _mm256_add_epi32(_mm256_srli_epi32::<8>(w1), i(1 << 17));
+        let j = _mm256_and_si256(_mm256_srli_epi32::<18>(a), i(63));
+        let (sa, ca) = lookup_pairs8(&TURN_TABLE.0, j);
+        let d = _mm256_sub_ps(
+            _mm256_castsi256_ps(_mm256_or_si256(
+                i(0x4b00_0000),
+                _mm256_and_si256(a, i(0x0003_ffff)),
+            )),
+            f(8_519_680.0),
+        );
+        let b = _mm256_mul_ps(d, f(TURN_RAD));
+        let b2 = _mm256_mul_ps(b, b);
+        let sb = _mm256_fmadd_ps(
+            _mm256_mul_ps(b, b2),
+            _mm256_fmadd_ps(b2, f(1.0 / 120.0), f(-1.0 / 6.0)),
+            b,
+        );
+        let cb = _mm256_fmadd_ps(b2, _mm256_fmadd_ps(b2, f(1.0 / 24.0), f(-0.5)), f(1.0));
+        // -(sa * sb): the product rounded, then its sign flipped (exact).
+        let neg = _mm256_castsi256_ps(_mm256_xor_si256(
+            _mm256_castps_si256(_mm256_mul_ps(sa, sb)),
+            i(i32::MIN),
+        ));
+        let s = _mm256_fmadd_ps(sa, cb, _mm256_mul_ps(ca, sb));
+        let c = _mm256_fmadd_ps(ca, cb, neg);
+        (_mm256_mul_ps(rad, c), _mm256_mul_ps(rad, s))
+    }
+
+    /// `gaussian4(key, row, b0 + j)` for `j < 8 * CH` into `out[4 j .. 4 j + 4]` (`key` is `t`'s, whose round
+    /// keys are all it reads of `t`): `CH`
+    /// interleaved chains of 8 blocks' Philox4x32-10, then both Box-Muller pairs, then the lanes' values put back
+    /// in block order; `avx512::gaussian16`'s scheme with 8 lanes. The same bits as the scalar form, which the
+    /// proptest checks at every level. Callers need the CPU to support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) fn gaussian8<const CH: usize>(t: &NoiseColumns, row: u64, b0: u32, out: &mut [f32]) {
+        use recall_kernel_shared::math::{DOMAIN_NOISE, PHILOX_M0, PHILOX_M1};
+        let out = &mut out[..32 * CH];
+        let i = |v: u32| _mm256_set1_epi32(v as i32);
+        let x = _mm256_xor_si256;
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let k = &t.keys;
+        let (m0, m1) = (i(PHILOX_M0), i(PHILOX_M1));
+        // As in gaussian16: only word 0 of the counter differs by lane, so round 0's second product and round
+        // 1's first are one scalar product each.
+        let (hi1, lo1) = mulhilo1(PHILOX_M1, (row >> 32) as u32);
+        let (w0, w1) = (hi1 ^ row as u32 ^ k[0][0], lo1);
+        let (hi0, lo0) = mulhilo1(PHILOX_M0, w0);
+        let mut c: [[__m256i; 4]; CH] = core::array::from_fn(|h| {
+            let first = _mm256_add_epi32(i(b0.wrapping_add(8 * h as u32)), lanes);
+            let (hi0v, lo0v) = mulhilo8(m0, first);
+            let (w2, w3) = (x(hi0v, i(DOMAIN_NOISE ^ k[0][1])), lo0v);
+            let (hi1v, lo1v) = mulhilo8(m1, w2);
+            [
+                x(hi1v, i(w1 ^ k[1][0])),
+                lo1v,
+                x(w3, i(hi0 ^ k[1][1])),
+                i(lo0),
+            ]
+        });
+        for kr in &k[2..] {
+            for ch in c.iter_mut() {
+                let (hi0, lo0) = mulhilo8(m0, ch[0]);
+                let (hi1, lo1) = mulhilo8(m1, ch[2]);
+                *ch = [
+                    x(x(hi1, ch[1]), i(kr[0])),
+                    lo1,
+                    x(x(hi0, ch[3]), i(kr[1])),
+                    lo0,
+                ];
+            }
+        }
+        for (ch, o) in c.iter().zip(out.chunks_exact_mut(32)) {
+            let (g0, g1) = box_muller8(ch[0], ch[1]);
+            let (g2, g3) = box_muller8(ch[2], ch[3]);
+            // Lanes to blocks: per 128-bit half, blocks j and j + 4 in u_j; then the halves paired.
+            let t0 = _mm256_castps_pd(_mm256_unpacklo_ps(g0, g1));
+            let t1 = _mm256_castps_pd(_mm256_unpackhi_ps(g0, g1));
+            let t2 = _mm256_castps_pd(_mm256_unpacklo_ps(g2, g3));
+            let t3 = _mm256_castps_pd(_mm256_unpackhi_ps(g2, g3));
+            let u0 = _mm256_castpd_ps(_mm256_unpacklo_pd(t0, t2));
+            let u1 = _mm256_castpd_ps(_mm256_unpackhi_pd(t0, t2));
+            let u2 = _mm256_castpd_ps(_mm256_unpacklo_pd(t1, t3));
+            let u3 = _mm256_castpd_ps(_mm256_unpackhi_pd(t1, t3));
+            // SAFETY: `o` holds 32 f32; each store writes 8 of them.
+            unsafe {
+                _mm256_storeu_ps(o.as_mut_ptr(), _mm256_permute2f128_ps::<0x20>(u0, u1));
+                _mm256_storeu_ps(
+                    o.as_mut_ptr().add(8),
+                    _mm256_permute2f128_ps::<0x20>(u2, u3),
+                );
+                _mm256_storeu_ps(
+                    o.as_mut_ptr().add(16),
+                    _mm256_permute2f128_ps::<0x31>(u0, u1),
+                );
+                _mm256_storeu_ps(
+                    o.as_mut_ptr().add(24),
+                    _mm256_permute2f128_ps::<0x31>(u2, u3),
+                );
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use recall_kernel_shared::math::{box_muller, gaussian4};
+
+        /// The 8-lane noise against the scalar contract, bit for bit, over many keys, rows (high words included)
+        /// and first blocks (wrapping past `u32::MAX`), one chain and four; and Box-Muller alone on the words at
+        /// the ends of its ranges.
+        #[test]
+        fn gaussian8_is_the_scalar_noise_bit_for_bit() {
+            if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+                eprintln!("skipped: this CPU has no AVX2 and FMA");
+                return;
+            }
+            let mut s = 0x0123_4567_89AB_CDEFu64;
+            let mut next = || {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                s
+            };
+            for case in 0..4000 {
+                let key = [next() as u32, (next() >> 32) as u32];
+                let row = if case % 7 == 0 {
+                    next()
+                } else {
+                    next() % 1_000_000
+                };
+                let b0 = if case % 5 == 0 {
+                    u32::MAX - 5
+                } else {
+                    (next() % 4096) as u32 * 8
+                };
+                let t = NoiseColumns::new(key);
+                let mut one = [0.0f32; 32];
+                let mut four = [0.0f32; 128];
+                // SAFETY: the CPU supports AVX2 and FMA (checked above).
+                unsafe {
+                    gaussian8::<1>(&t, row, b0, &mut one);
+                    gaussian8::<4>(&t, row, b0, &mut four);
+                }
+                for (j, g) in one.chunks(4).chain(four.chunks(4)).enumerate() {
+                    let block = b0.wrapping_add((if j < 8 { j } else { j - 8 }) as u32);
+                    let want = gaussian4(key, row, block).map(f32::to_bits);
+                    let got: Vec<u32> = g.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "case {case}, block {j}");
+                }
+            }
+            // Box-Muller alone on the words at the ends of its ranges.
+            let (w0, w1) = super::super::super::noise_edge_words();
+            for (a, b) in w0.chunks(8).zip(w1.chunks(8)) {
+                let mut la = [0u32; 8];
+                let mut lb = [0u32; 8];
+                la[..a.len()].copy_from_slice(a);
+                lb[..b.len()].copy_from_slice(b);
+                let (mut o0, mut o1) = ([0.0f32; 8], [0.0f32; 8]);
+                // SAFETY: as above; the arrays hold 8 u32 or f32 each.
+                unsafe {
+                    let (g0, g1) = box_muller8(
+                        _mm256_loadu_si256(la.as_ptr().cast()),
+                        _mm256_loadu_si256(lb.as_ptr().cast()),
+                    );
+                    _mm256_storeu_ps(o0.as_mut_ptr(), g0);
+                    _mm256_storeu_ps(o1.as_mut_ptr(), g1);
+                }
+                for l in 0..8 {
+                    let (e0, e1) = box_muller(la[l], lb[l]);
+                    assert_eq!(
+                        (o0[l].to_bits(), o1[l].to_bits()),
+                        (e0.to_bits(), e1.to_bits()),
+                        "w0 {:#x}, w1 {:#x}",
+                        la[l],
+                        lb[l]
+                    );
+                }
+            }
+        }
+    }
+}
+
+pub(crate) use noise::gaussian8;

@@ -1,7 +1,7 @@
 //! AVX-512F, 16 lanes. Query lanes: 16 queries transposed once to `k`-major, a broadcast corpus value
 //! FMA'd against them. Row lanes (fewer than 8 queries, norms) use the AVX2 kernel.
 
-use super::{DOT, L2, SQ};
+use super::{DOT, L2, NoiseColumns, SQ};
 use core::arch::x86_64::*;
 
 const LANES: usize = 16;
@@ -129,39 +129,6 @@ fn query_block<const MODE: u8, const R: usize>(
         unsafe { _mm512_storeu_ps(r.as_mut_ptr(), a) };
     }
     res
-}
-
-/// What [`gaussian16`] reads besides the counters: the clip-and-noise tables (`recall-kernel-shared::math`'s
-/// `LN_TABLE` and `TURN_TABLE`) split into their columns, for lookups inside registers, and the key of each of
-/// Philox's ten rounds (in memory, so that each round's xor takes its key as a broadcast operand instead of a
-/// shuffle on the port the shuffles already load).
-pub(crate) struct NoiseColumns {
-    invc: [f32; 64],
-    logc: [f32; 64],
-    sin: [f32; 64],
-    cos: [f32; 64],
-    keys: [[u32; 2]; 10],
-}
-
-impl NoiseColumns {
-    /// The tables and the round keys of `key` (`philox_key(seed)`).
-    pub(crate) fn new(key: [u32; 2]) -> NoiseColumns {
-        use recall_kernel_shared::math::{LN_TABLE, PHILOX_W0, PHILOX_W1, TURN_TABLE};
-        let col = |t: &[[f32; 2]; 64], c: usize| core::array::from_fn(|j| t[j][c]);
-        NoiseColumns {
-            invc: col(&LN_TABLE.0, 0),
-            logc: col(&LN_TABLE.0, 1),
-            sin: col(&TURN_TABLE.0, 0),
-            cos: col(&TURN_TABLE.0, 1),
-            keys: core::array::from_fn(|r| {
-                let r = r as u32;
-                [
-                    key[0].wrapping_add(PHILOX_W0.wrapping_mul(r)),
-                    key[1].wrapping_add(PHILOX_W1.wrapping_mul(r)),
-                ]
-            }),
-        }
-    }
 }
 
 /// `t[idx & 63]` for 16 indices: two two-table permutes (32 entries each) and a blend on bit 5, instead of a
@@ -460,38 +427,7 @@ mod tests {
             }
         }
         let t = NoiseColumns::new([0, 0]);
-        let edges = [
-            0u32,
-            1,
-            0x1ff,
-            0x200,
-            0x3ff,
-            0xff,
-            0x100,
-            0x7fff_ffff,
-            0x8000_0000,
-            0xffff_fe00,
-            0xffff_ffff,
-            0x0001_ffff,
-            0x0002_0000,
-            0x00fd_ffff,
-            0x00fe_0000,
-            0xfffd_ff00,
-            0xfffe_0000,
-        ];
-        let mut w0 = Vec::new();
-        let mut w1 = Vec::new();
-        for &a in &edges {
-            for &b in &edges {
-                w0.push(a);
-                w1.push(b);
-            }
-        }
-        // Every 2^9-th radius word and angle word across the ranges.
-        for v in (0..1u64 << 32).step_by(1 << 21) {
-            w0.push(v as u32);
-            w1.push((v as u32).rotate_left(13));
-        }
+        let (w0, w1) = super::super::noise_edge_words();
         for (a, b) in w0.chunks(16).zip(w1.chunks(16)) {
             let mut la = [0u32; 16];
             let mut lb = [0u32; 16];

@@ -9,11 +9,87 @@ use crate::reference;
 use crate::simd::{SimdLevel, record};
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+
+/// What the SIMD noise kernels (`avx512::gaussian16`, `avx2::gaussian8`) read besides the counters: the
+/// clip-and-noise tables (`recall-kernel-shared::math`'s `LN_TABLE` and `TURN_TABLE`) split into their columns,
+/// for lookups inside registers (AVX-512) or gathers (AVX2), and the key of each of Philox's ten rounds (in
+/// memory, so that each round's xor takes its key as a broadcast operand instead of a shuffle on the port the
+/// shuffles already load).
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct NoiseColumns {
+    invc: [f32; 64],
+    logc: [f32; 64],
+    sin: [f32; 64],
+    cos: [f32; 64],
+    keys: [[u32; 2]; 10],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl NoiseColumns {
+    /// The tables and the round keys of `key` (`philox_key(seed)`).
+    pub(crate) fn new(key: [u32; 2]) -> NoiseColumns {
+        use recall_kernel_shared::math::{LN_TABLE, PHILOX_W0, PHILOX_W1, TURN_TABLE};
+        let col = |t: &[[f32; 2]; 64], c: usize| core::array::from_fn(|j| t[j][c]);
+        NoiseColumns {
+            invc: col(&LN_TABLE.0, 0),
+            logc: col(&LN_TABLE.0, 1),
+            sin: col(&TURN_TABLE.0, 0),
+            cos: col(&TURN_TABLE.0, 1),
+            keys: core::array::from_fn(|r| {
+                let r = r as u32;
+                [
+                    key[0].wrapping_add(PHILOX_W0.wrapping_mul(r)),
+                    key[1].wrapping_add(PHILOX_W1.wrapping_mul(r)),
+                ]
+            }),
+        }
+    }
+}
+
+/// Box-Muller's word pairs for the SIMD noise kernels' tests: every pair of words at the ends of both ranges (the
+/// smallest and largest radius, the tables' first and last entries, the angle's wrap), then 2,048 pairs across
+/// the ranges.
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) fn noise_edge_words() -> (Vec<u32>, Vec<u32>) {
+    let edges = [
+        0u32,
+        1,
+        0x1ff,
+        0x200,
+        0x3ff,
+        0xff,
+        0x100,
+        0x7fff_ffff,
+        0x8000_0000,
+        0xffff_fe00,
+        0xffff_ffff,
+        0x0001_ffff,
+        0x0002_0000,
+        0x00fd_ffff,
+        0x00fe_0000,
+        0xfffd_ff00,
+        0xfffe_0000,
+    ];
+    let mut w0 = Vec::new();
+    let mut w1 = Vec::new();
+    for &a in &edges {
+        for &b in &edges {
+            w0.push(a);
+            w1.push(b);
+        }
+    }
+    // 2,048 radius words and angle words evenly across the ranges.
+    for v in (0..1u64 << 32).step_by(1 << 21) {
+        w0.push(v as u32);
+        w1.push((v as u32).rotate_left(13));
+    }
+    (w0, w1)
+}
 
 /// Which chain a kernel computes.
 pub(crate) const DOT: u8 = 0;
