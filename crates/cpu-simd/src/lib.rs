@@ -54,12 +54,13 @@ pub(crate) const PAR_MIN_WORK: usize = 1 << 21;
 /// Outputs of at least this many bytes get transparent huge pages (see [`output_buffer`]).
 const HUGE_MIN_BYTES: usize = 1 << 25;
 
-/// `vec![0.0; len]`, for an op's fresh output (the ops' allocating forms, here and in the executor). On Linux, when it is at least [`HUGE_MIN_BYTES`], the kernel is asked
-/// (`madvise(MADV_HUGEPAGE)`) to back it with 2 MiB pages: a fresh output is first touched inside the op, and
-/// with 4 KiB pages its page faults cost more than the op (clip-and-noise 100,000 x 768: 70 of 96 ms on the
-/// development VM). The allocation is the global allocator's, untouched yet (a large `calloc` maps fresh pages);
-/// only its whole 2 MiB stretches are advised. Where the kernel allows no huge pages the advice is refused or
-/// ignored, and nothing else changes. NumPy does the same for its large arrays.
+/// `vec![0.0; len]`, for an op's fresh output (the ops' allocating forms, here and in the executor). On Linux,
+/// when it is at least 32 MiB (`HUGE_MIN_BYTES`), the kernel is asked (`madvise(MADV_HUGEPAGE)`) to back it with
+/// 2 MiB pages: a fresh output is first touched inside the op, and with 4 KiB pages its page faults cost more than
+/// the op (clip-and-noise 100,000 x 768: 70 of 96 ms on the development VM). The allocation is the global
+/// allocator's, untouched yet (a large `calloc` maps fresh pages); only its whole 2 MiB stretches are advised.
+/// Where the kernel allows no huge pages the advice is refused or ignored, and nothing else changes. NumPy does
+/// the same for its large arrays (ADR 0019).
 pub fn output_buffer(len: usize) -> Vec<f32> {
     let v = vec![0.0f32; len];
     #[cfg(target_os = "linux")]

@@ -311,8 +311,9 @@ impl NoiseRows<'_> {
     }
 
     /// [`NoiseRows::run`] compiled for AVX-512, each batch's noise by `kernels::avx512::gaussian16` (16 blocks
-    /// in the lanes, [`CHAINS`] such chains interleaved, its tables read by permutes: the compiler's form of the scalar loop gathered them, 16
-    /// loads each, and spent more on them than on Philox).
+    /// in the lanes, [`CHAINS`] such chains interleaved, its tables read by permutes: the compiler's form of the
+    /// scalar loop gathered them, 16 loads each, and spent more on them than on Philox). Outputs of
+    /// [`STREAM_MIN_BYTES`] or more (`stream`): each row's noise first, then the row by `stream_row`.
     ///
     /// # Safety
     /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA.
