@@ -968,7 +968,7 @@ mod gpu_fast {
         let mut t_staged = Vec::new();
         for _ in 0..iters.max(1) {
             let t = Instant::now();
-            let ok = crate::executor::all_finite(queries)
+            let ok = recall_cpu_simd::check_finite("queries", queries).is_ok()
                 && (bf16 || crate::executor::max_abs(queries) <= 65_504.0);
             t_check.push(t.elapsed().as_secs_f64() * 1e3);
             if !ok {

@@ -1120,9 +1120,7 @@ impl Executor {
             }
             .into());
         }
-        if !all_finite(query) {
-            check_finite("query", query)?;
-        }
+        check_finite("query", query)?;
         let key = BatchKey {
             corpus: corpus.identity(),
             dim,
@@ -1207,9 +1205,7 @@ impl Executor {
         if others == 0 || max_batch <= 1 || nq >= max_batch {
             return self.knn_shared(opts, queries, corpus, metric, k);
         }
-        if !all_finite(queries) {
-            check_finite("queries", queries)?;
-        }
+        check_finite("queries", queries)?;
         let metric_code = match metric {
             Metric::Dot => 0u64,
             Metric::Cosine => 1,
@@ -1292,13 +1288,10 @@ pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<
     Ok(n)
 }
 
-/// The value check of [`check_matrix`] (NaN, infinity), the first bad index named.
+/// The value check of [`check_matrix`] (NaN, infinity), the first bad index named: cpu-simd's scan, in
+/// parallel pieces from 2^18 values (thresholds this executor measured for its query batches, session 19).
 pub(crate) fn check_values(what: &'static str, x: &[f32]) -> Result<(), CpuError> {
-    if !all_finite(x) {
-        // Slow path only to name the first bad index.
-        check_finite(what, x)?;
-    }
-    Ok(())
+    check_finite(what, x)
 }
 
 /// [`check_matrix`] without the scan over values: returns the number of rows.
@@ -1323,36 +1316,16 @@ pub(crate) fn check_matrix_shape(
     Ok(x.len() / dim)
 }
 
-/// Inputs of at least this many values are checked ([`all_finite`], [`max_abs`]) in parallel pieces of
-/// [`PAR_CHECK_PIECE`] values: on the H200 hosts one core read a batch of 1,024 x 768 queries in ~200 us for
-/// the finite check alone, 5 % of a fast-mode knn call (session 19, run A).
+/// Inputs of at least this many values are scanned by [`max_abs`] in parallel pieces of [`PAR_CHECK_PIECE`]
+/// values: on the H200 hosts one core read a batch of 1,024 x 768 queries in ~200 us for the finite check
+/// alone, 5 % of a fast-mode knn call (session 19, run A). The finite check (cpu-simd's) uses the same.
 const PAR_CHECK_MIN: usize = 1 << 18;
 const PAR_CHECK_PIECE: usize = 1 << 15;
-
-/// True when no value is NaN or infinite. Branch-free integer sums per block, so it vectorises: input
-/// validation stays a small share of a call (see the executor bench). Large inputs in parallel pieces.
-pub(crate) fn all_finite(x: &[f32]) -> bool {
-    if x.len() >= PAR_CHECK_MIN {
-        return x.par_chunks(PAR_CHECK_PIECE).all(all_finite_serial);
-    }
-    all_finite_serial(x)
-}
-
-fn all_finite_serial(x: &[f32]) -> bool {
-    const EXP: u32 = 0x7f80_0000;
-    x.chunks(4096).all(|block| {
-        block
-            .iter()
-            .map(|v| u32::from(v.to_bits() & EXP == EXP))
-            .sum::<u32>()
-            == 0
-    })
-}
 
 /// The largest magnitude in `x` (0 for an empty slice; NaN is never the answer, so call it on checked
 /// input). Sixteen running maxima by compare and select, which vectorise to `maxps` on any x86-64: an
 /// unsigned integer maximum of the bits has no SSE2 instruction and ran 5x slower (191 against 36 us over
-/// 1,024 x 768 floats). Large inputs in parallel pieces, as [`all_finite`].
+/// 1,024 x 768 floats). Large inputs in parallel pieces ([`PAR_CHECK_MIN`]).
 pub(crate) fn max_abs(x: &[f32]) -> f32 {
     if x.len() >= PAR_CHECK_MIN {
         return x
@@ -1425,13 +1398,12 @@ mod tests {
     }
 
     #[test]
-    fn all_finite_agrees_with_check_finite() {
+    fn check_values_names_the_first_bad_value() {
         let mut x = vec![1.5f32; 10_000];
-        assert!(all_finite(&x));
+        assert_eq!(check_values("x", &x), Ok(()));
         for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN] {
             for i in [0, 4095, 4096, 9_999] {
                 x[i] = bad;
-                assert!(!all_finite(&x));
                 assert_eq!(
                     check_matrix("x", &x, 10),
                     Err(CpuError::NonFinite {
@@ -1443,21 +1415,30 @@ mod tests {
             }
         }
         x[17] = f32::MIN_POSITIVE / 4.0;
-        assert!(all_finite(&x));
+        assert_eq!(check_values("x", &x), Ok(()));
     }
 
+    /// Large inputs are scanned in parallel pieces; the first bad value is named whichever piece finds one
+    /// first (a second bad value after it, in another piece).
     #[test]
-    fn all_finite_in_parallel_pieces_finds_every_bad_value() {
+    fn check_values_in_parallel_pieces_names_the_first_bad_value() {
         let n = 3 * PAR_CHECK_MIN + 5;
         let mut x = vec![-2.5f32; n];
-        assert!(all_finite(&x));
+        assert_eq!(check_values("x", &x), Ok(()));
+        x[n - 1] = f32::NAN;
         for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-            for i in [0, PAR_CHECK_PIECE - 1, PAR_CHECK_PIECE, n / 2, n - 1] {
+            for i in [0, PAR_CHECK_PIECE - 1, PAR_CHECK_PIECE, n / 2, n - 2] {
                 x[i] = bad;
-                assert!(!all_finite(&x), "{bad} at {i}");
+                assert_eq!(
+                    check_values("x", &x),
+                    Err(CpuError::NonFinite {
+                        what: "x",
+                        index: i
+                    }),
+                    "{bad} at {i}"
+                );
                 x[i] = f32::MAX;
             }
         }
-        assert!(all_finite(&x));
     }
 }
