@@ -60,11 +60,12 @@ const HUGE_MIN_BYTES: usize = 1 << 25;
 /// the op (clip-and-noise 100,000 x 768: 70 of 96 ms on the development VM). The allocation is the global
 /// allocator's, untouched yet (a large `calloc` maps fresh pages); only its whole 2 MiB stretches are advised.
 /// Where the kernel allows no huge pages the advice is refused or ignored, and nothing else changes. NumPy does
-/// the same for its large arrays (ADR 0019).
+/// the same for its large arrays (ADR 0019). `RECALL_HUGE_PAGES=off` (or `0`) turns the advice off, as
+/// `NUMPY_MADVISE_HUGEPAGE=0` does NumPy's: for a host where a fault that compacts memory must not stall a call.
 pub fn output_buffer(len: usize) -> Vec<f32> {
     let v = vec![0.0f32; len];
     #[cfg(target_os = "linux")]
-    if size_of_val(v.as_slice()) >= HUGE_MIN_BYTES {
+    if size_of_val(v.as_slice()) >= HUGE_MIN_BYTES && huge_pages_on() {
         const HUGE: usize = 1 << 21;
         let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
         let end = (v.as_ptr() as usize + size_of_val(v.as_slice())) & !(HUGE - 1);
@@ -78,6 +79,20 @@ pub fn output_buffer(len: usize) -> Vec<f32> {
         }
     }
     v
+}
+
+/// Whether [`output_buffer`] advises huge pages: `RECALL_HUGE_PAGES`, read on first use.
+#[cfg(target_os = "linux")]
+fn huge_pages_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| huge_pages_setting(std::env::var("RECALL_HUGE_PAGES").ok().as_deref()))
+}
+
+/// `RECALL_HUGE_PAGES`'s value: `off` or `0` turns the advice off; unset or anything else leaves it on (an
+/// unknown value is ignored, as `RECALL_CPU_SIMD`'s is).
+#[cfg(target_os = "linux")]
+fn huge_pages_setting(value: Option<&str>) -> bool {
+    !matches!(value.map(str::trim), Some("off" | "0"))
 }
 
 /// Check that every value is finite (no NaN, no infinity): the contract's first step for every op.
@@ -150,7 +165,8 @@ mod tests {
     }
 
     /// On a Linux kernel with transparent huge pages, a large output's mapping carries the advice (`hg` in its
-    /// `VmFlags`, which the kernel sets on `MADV_HUGEPAGE` whatever the system's THP mode).
+    /// `VmFlags`, which the kernel sets on `MADV_HUGEPAGE` whatever the system's THP mode), unless
+    /// `RECALL_HUGE_PAGES` turns it off.
     #[cfg(target_os = "linux")]
     #[test]
     fn large_outputs_are_advised_to_huge_pages() {
@@ -174,6 +190,23 @@ mod tests {
             }
         }
         let flags = flags.expect("the buffer's mapping in /proc/self/smaps");
-        assert!(flags.iter().any(|f| f == "hg"), "VmFlags {flags:?}");
+        // With `RECALL_HUGE_PAGES=off` the mapping must not carry it.
+        assert_eq!(
+            flags.iter().any(|f| f == "hg"),
+            huge_pages_on(),
+            "VmFlags {flags:?}"
+        );
+    }
+
+    /// `RECALL_HUGE_PAGES`: off only when asked.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_huge_page_setting_is_off_only_when_asked() {
+        assert!(huge_pages_setting(None));
+        assert!(huge_pages_setting(Some("on")));
+        assert!(huge_pages_setting(Some("1")));
+        assert!(huge_pages_setting(Some("sometimes")));
+        assert!(!huge_pages_setting(Some("off")));
+        assert!(!huge_pages_setting(Some(" 0 ")));
     }
 }
