@@ -154,6 +154,30 @@ fn first_bits_where_serial(values: &[f32], bad: impl Fn(u32) -> bool) -> Option<
 mod tests {
     use super::*;
 
+    /// Large inputs are scanned in parallel pieces; the first bad value is named whichever piece finds one
+    /// first (a second bad value after it, in another piece).
+    #[test]
+    fn check_finite_in_parallel_pieces_names_the_first_bad_value() {
+        let n = 3 * PAR_SCAN_MIN + 5;
+        let mut x = vec![-2.5f32; n];
+        assert_eq!(check_finite("x", &x), Ok(()));
+        x[n - 1] = f32::NAN;
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for i in [0, PAR_SCAN_PIECE - 1, PAR_SCAN_PIECE, n / 2, n - 2] {
+                x[i] = bad;
+                assert_eq!(
+                    check_finite("x", &x),
+                    Err(CpuError::NonFinite {
+                        what: "x",
+                        index: i
+                    }),
+                    "{bad} at {i}"
+                );
+                x[i] = f32::MAX;
+            }
+        }
+    }
+
     /// An output buffer is `len` zeros, small or large.
     #[test]
     fn output_buffers_are_zeroed() {

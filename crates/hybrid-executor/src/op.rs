@@ -133,17 +133,15 @@ pub trait Op: Sync {
     fn append(&self, acc: &mut Self::Output, part: Self::Output);
 }
 
-/// `cosine_scores` of validated inputs.
-#[derive(Debug)]
+/// `cosine_scores` of validated inputs (the corpus's values left to where the op runs).
 pub(crate) struct CosineOp<'a> {
     pub queries: &'a [f32],
     pub corpus: &'a [f32],
     pub dim: usize,
-    /// The corpus's value check, made once before a GPU runs the op; the CPU checks the corpus in its own
-    /// pass with the same error (as `KnnOp::corpus_check`). `None`: checked already (a [`CorpusRef`]).
+    /// The corpus's value check (done for a [`CorpusRef`], when it was made).
     ///
     /// [`CorpusRef`]: crate::CorpusRef
-    pub corpus_check: Option<std::sync::OnceLock<Result<(), recall_cpu_simd::CpuError>>>,
+    pub corpus_check: crate::executor::CorpusCheck,
 }
 
 impl CosineOp<'_> {
@@ -176,13 +174,7 @@ impl Op for CosineOp<'_> {
     }
 
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<Vec<f32>, BackendError> {
-        if let Some(check) = &self.corpus_check
-            && backend.device() != crate::device::Device::Cpu
-        {
-            check
-                .get_or_init(|| crate::executor::check_values("corpus", self.corpus))
-                .clone()?;
-        }
+        self.corpus_check.before(backend, self.corpus)?;
         let q = &self.queries[range.start * self.dim..range.end * self.dim];
         backend.cosine_scores(q, self.corpus, self.dim)
     }

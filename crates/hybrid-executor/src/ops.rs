@@ -2,9 +2,8 @@
 //! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
 use crate::backend::{Backend, BackendError, FastFormat};
-use crate::device::Device;
 use crate::executor::{
-    CallOptions, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape, check_values,
+    CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape,
 };
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
@@ -81,9 +80,8 @@ struct SimilarityOp<'a> {
     corpus: &'a [f32],
     dim: usize,
     metric: Metric,
-    /// The corpus's value check, made once before a GPU runs the op; the CPU checks it in its own pass (as
-    /// for [`KnnOp::corpus_check`]).
-    corpus_check: std::sync::OnceLock<Result<(), CpuError>>,
+    /// The corpus's value check, left to where the op runs.
+    corpus_check: CorpusCheck,
 }
 
 impl Op for SimilarityOp<'_> {
@@ -106,11 +104,7 @@ impl Op for SimilarityOp<'_> {
         4 * (q * d + n * d + q + n + q * n)
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<Vec<f32>, BackendError> {
-        if backend.device() != Device::Cpu {
-            self.corpus_check
-                .get_or_init(|| check_values("corpus", self.corpus))
-                .clone()?;
-        }
+        self.corpus_check.before(backend, self.corpus)?;
         backend.similarity(
             &self.queries[range.start * self.dim..range.end * self.dim],
             self.corpus,
@@ -133,10 +127,8 @@ struct KnnOp<'a> {
     /// Set when the corpus is a shared one (the backend may keep it resident).
     shared: Option<&'a SharedCorpus>,
     mode: Mode,
-    /// A corpus slice's value check (NaN, infinity), made once before a GPU runs the op (its kernels trust
-    /// their input); the CPU's knn checks the corpus in its own pass and reports the same error, so a call the
-    /// CPU answers reads the corpus once. `None`: checked already (shared corpora, when they were made).
-    corpus_check: Option<std::sync::OnceLock<Result<(), CpuError>>>,
+    /// The corpus's value check, left to where the op runs (done for a shared corpus, when it was made).
+    corpus_check: CorpusCheck,
 }
 
 impl Op for KnnOp<'_> {
@@ -164,13 +156,7 @@ impl Op for KnnOp<'_> {
         4 * (q * d + n * d + q + n) + (4 * q * n).min(1 << 30)
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
-        if let Some(check) = &self.corpus_check
-            && backend.device() != Device::Cpu
-        {
-            check
-                .get_or_init(|| check_values("corpus", self.corpus))
-                .clone()?;
-        }
+        self.corpus_check.before(backend, self.corpus)?;
         let q = &self.queries[range.start * self.dim..range.end * self.dim];
         let fast = match self.mode {
             Mode::Exact => None,
@@ -403,7 +389,7 @@ impl Executor {
                 corpus,
                 dim,
                 metric,
-                corpus_check: std::sync::OnceLock::new(),
+                corpus_check: CorpusCheck::pending(),
             },
             opts,
         )
@@ -432,7 +418,7 @@ impl Executor {
                 k,
                 shared: None,
                 mode: opts.mode,
-                corpus_check: Some(std::sync::OnceLock::new()),
+                corpus_check: CorpusCheck::pending(),
             },
             opts,
         )
@@ -460,7 +446,7 @@ impl Executor {
                 k,
                 shared: Some(corpus),
                 mode: opts.mode,
-                corpus_check: None,
+                corpus_check: CorpusCheck::done(),
             },
             opts,
         )

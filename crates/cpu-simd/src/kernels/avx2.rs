@@ -361,7 +361,7 @@ pub(super) mod v4 {
 /// with 8 lanes, the tables read by gathers of whole entries. The compiler's form of the scalar loop read each
 /// table value with a byte extract, a scalar load and an insert, which took most of the op.
 mod noise {
-    use super::super::NoiseColumns;
+    use super::super::RoundKeys;
     use core::arch::x86_64::*;
 
     /// `(hi, lo)` of `m * x` for 8 lanes of `x` (Philox's `mulhilo`): the even lanes' and the odd lanes' 64-bit
@@ -469,19 +469,18 @@ mod noise {
         (_mm256_mul_ps(rad, c), _mm256_mul_ps(rad, s))
     }
 
-    /// `gaussian4(key, row, b0 + j)` for `j < 8 * CH` into `out[4 j .. 4 j + 4]` (`key` is `t`'s, whose round
-    /// keys are all it reads of `t`): `CH`
-    /// interleaved chains of 8 blocks' Philox4x32-10, then both Box-Muller pairs, then the lanes' values put back
-    /// in block order; `avx512::gaussian16`'s scheme with 8 lanes. The same bits as the scalar form, which the
+    /// `gaussian4(key, row, b0 + j)` for `j < 8 * CH` into `out[4 j .. 4 j + 4]` (`keys` are `key`'s round
+    /// keys): `CH` interleaved chains of 8 blocks' Philox4x32-10, then both Box-Muller pairs, then the lanes'
+    /// values put back in block order; `avx512::gaussian16`'s scheme with 8 lanes. The same bits as the scalar form, which the
     /// proptest checks at every level. Callers need the CPU to support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) fn gaussian8<const CH: usize>(t: &NoiseColumns, row: u64, b0: u32, out: &mut [f32]) {
+    pub(crate) fn gaussian8<const CH: usize>(keys: &RoundKeys, row: u64, b0: u32, out: &mut [f32]) {
         use recall_kernel_shared::math::{DOMAIN_NOISE, PHILOX_M0, PHILOX_M1};
         let out = &mut out[..32 * CH];
         let i = |v: u32| _mm256_set1_epi32(v as i32);
         let x = _mm256_xor_si256;
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let k = &t.keys;
+        let k = &keys.0;
         let (m0, m1) = (i(PHILOX_M0), i(PHILOX_M1));
         // As in gaussian16: only word 0 of the counter differs by lane, so round 0's second product and round
         // 1's first are one scalar product each.
@@ -576,7 +575,7 @@ mod noise {
                 } else {
                     (next() % 4096) as u32 * 8
                 };
-                let t = NoiseColumns::new(key);
+                let t = RoundKeys::new(key);
                 let mut one = [0.0f32; 32];
                 let mut four = [0.0f32; 128];
                 // SAFETY: the CPU supports AVX2 and FMA (checked above).

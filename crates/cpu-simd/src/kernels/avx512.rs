@@ -1,7 +1,7 @@
 //! AVX-512F, 16 lanes. Query lanes: 16 queries transposed once to `k`-major, a broadcast corpus value
 //! FMA'd against them. Row lanes (fewer than 8 queries, norms) use the AVX2 kernel.
 
-use super::{DOT, L2, NoiseColumns, SQ};
+use super::{DOT, L2, RoundKeys, SQ};
 use core::arch::x86_64::*;
 
 const LANES: usize = 16;
@@ -131,6 +131,32 @@ fn query_block<const MODE: u8, const R: usize>(
     res
 }
 
+/// What [`gaussian16`] reads besides the counters: the clip-and-noise tables (`recall-kernel-shared::math`'s
+/// `LN_TABLE` and `TURN_TABLE`) split into their columns, for lookups inside registers, and the seed's round
+/// keys.
+pub(crate) struct NoiseColumns {
+    invc: [f32; 64],
+    logc: [f32; 64],
+    sin: [f32; 64],
+    cos: [f32; 64],
+    keys: RoundKeys,
+}
+
+impl NoiseColumns {
+    /// The tables and the round keys of `key` (`philox_key(seed)`).
+    pub(crate) fn new(key: [u32; 2]) -> NoiseColumns {
+        use recall_kernel_shared::math::{LN_TABLE, TURN_TABLE};
+        let col = |t: &[[f32; 2]; 64], c: usize| core::array::from_fn(|j| t[j][c]);
+        NoiseColumns {
+            invc: col(&LN_TABLE.0, 0),
+            logc: col(&LN_TABLE.0, 1),
+            sin: col(&TURN_TABLE.0, 0),
+            cos: col(&TURN_TABLE.0, 1),
+            keys: RoundKeys::new(key),
+        }
+    }
+}
+
 /// `t[idx & 63]` for 16 indices: two two-table permutes (32 entries each) and a blend on bit 5, instead of a
 /// gather (16 loads).
 #[inline]
@@ -244,7 +270,7 @@ pub(crate) fn gaussian16<const CH: usize>(
     let i = |v: u32| _mm512_set1_epi32(v as i32);
     let xor3 = |a, b, c| _mm512_ternarylogic_epi32::<0x96>(a, b, c);
     let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let k = &t.keys;
+    let k = &t.keys.0;
     let (m0, m1) = (i(PHILOX_M0), i(PHILOX_M1));
     // The counter is (b0 + lane, low row, high row, domain): only word 0 differs by lane. Round 0's second
     // product and round 1's first are the same in every lane, so they are one scalar product each.

@@ -15,39 +15,24 @@ pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
-/// What the SIMD noise kernels (`avx512::gaussian16`, `avx2::gaussian8`) read besides the counters: the
-/// clip-and-noise tables (`recall-kernel-shared::math`'s `LN_TABLE` and `TURN_TABLE`) split into their columns,
-/// for lookups inside registers (AVX-512) or gathers (AVX2), and the key of each of Philox's ten rounds (in
-/// memory, so that each round's xor takes its key as a broadcast operand instead of a shuffle on the port the
-/// shuffles already load).
+/// The key of each of Philox's ten rounds for one seed, precomputed for the SIMD noise kernels
+/// (`avx512::gaussian16`, `avx2::gaussian8`): read from memory, each round's xor takes its key as a broadcast
+/// operand instead of a shuffle on the port the shuffles already load.
 #[cfg(target_arch = "x86_64")]
-pub(crate) struct NoiseColumns {
-    invc: [f32; 64],
-    logc: [f32; 64],
-    sin: [f32; 64],
-    cos: [f32; 64],
-    keys: [[u32; 2]; 10],
-}
+pub(crate) struct RoundKeys([[u32; 2]; 10]);
 
 #[cfg(target_arch = "x86_64")]
-impl NoiseColumns {
-    /// The tables and the round keys of `key` (`philox_key(seed)`).
-    pub(crate) fn new(key: [u32; 2]) -> NoiseColumns {
-        use recall_kernel_shared::math::{LN_TABLE, PHILOX_W0, PHILOX_W1, TURN_TABLE};
-        let col = |t: &[[f32; 2]; 64], c: usize| core::array::from_fn(|j| t[j][c]);
-        NoiseColumns {
-            invc: col(&LN_TABLE.0, 0),
-            logc: col(&LN_TABLE.0, 1),
-            sin: col(&TURN_TABLE.0, 0),
-            cos: col(&TURN_TABLE.0, 1),
-            keys: core::array::from_fn(|r| {
-                let r = r as u32;
-                [
-                    key[0].wrapping_add(PHILOX_W0.wrapping_mul(r)),
-                    key[1].wrapping_add(PHILOX_W1.wrapping_mul(r)),
-                ]
-            }),
-        }
+impl RoundKeys {
+    /// The round keys of `key` (`philox_key(seed)`).
+    pub(crate) fn new(key: [u32; 2]) -> RoundKeys {
+        use recall_kernel_shared::math::{PHILOX_W0, PHILOX_W1};
+        RoundKeys(core::array::from_fn(|r| {
+            let r = r as u32;
+            [
+                key[0].wrapping_add(PHILOX_W0.wrapping_mul(r)),
+                key[1].wrapping_add(PHILOX_W1.wrapping_mul(r)),
+            ]
+        }))
     }
 }
 
