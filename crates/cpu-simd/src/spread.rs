@@ -433,6 +433,14 @@ unsafe fn pull_block_fma(
     pull_block_with(graph, prev, p, v0, next, total, SpreadGraph::pull)
 }
 
+/// The pull of a block at the AVX-512 level. Targets of at most [`avx512::SHORT_MAX_DEGREE`] in-edges (one
+/// step of the 32 lanes: most targets of a power-law graph) are taken in runs of up to
+/// [`avx512::RUN_EDGES`] in-edges, in two passes: first every in-edge's source activation is gathered into
+/// a buffer by 16-wide gathers over the run's edges as one flat stream (no branch between targets, so many
+/// cache misses are in flight at once: a loop per target, with its exit mispredicted at every target, kept
+/// only a few), then each target's lanes `fma(w, a, +0.0)` are summed by the full tree from the buffer.
+/// Larger targets gather their own in-edges ([`avx512::pull_sum`]). Same order, same bits.
+///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA; every node id must be at most `i32::MAX`;
 /// `prev.len() == graph.n_nodes()`.
@@ -446,25 +454,128 @@ unsafe fn pull_block_avx512(
     next: &mut [f32],
     total: &mut [f32],
 ) -> HopStats {
-    pull_block_with(graph, prev, p, v0, next, total, |g, v, prev| {
-        let (a, b) = (g.in_ptr[v], g.in_ptr[v + 1]);
-        if b - a <= avx512::SCALAR_MAX_DEGREE {
-            // At most one step of the 32 lanes: scalar loads and the shortened tree cost less than
-            // 16-wide gathers (measured on Zen 5: the gathers won nothing below this).
-            return g.pull(v, prev);
+    let mut st = HopStats::default();
+    let ptr = &graph.in_ptr[v0..=v0 + next.len()];
+    let mut buf = vec![0.0f32; avx512::RUN_EDGES];
+    let mut i = 0;
+    while i < next.len() {
+        let a = ptr[i];
+        if ptr[i + 1] - a > avx512::SHORT_MAX_DEGREE {
+            let b = ptr[i + 1];
+            // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `a .. b`
+            // lies inside the edge arrays.
+            let s = unsafe { avx512::pull_sum(&graph.in_src[a..b], &graph.in_w[a..b], prev) };
+            finish_target(graph, v0 + i, s, p, &mut next[i], &mut total[i], &mut st);
+            i += 1;
+            continue;
         }
-        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `a .. b`
-        // lies inside the edge arrays.
-        unsafe { avx512::pull_sum(&g.in_src[a..b], &g.in_w[a..b], prev) }
-    })
+        // The run: targets i .. j, each short, their in-edges a .. ptr[j] fitting the buffer.
+        let mut j = i + 1;
+        while j < next.len()
+            && ptr[j + 1] - ptr[j] <= avx512::SHORT_MAX_DEGREE
+            && ptr[j + 1] - a <= avx512::RUN_EDGES
+        {
+            j += 1;
+        }
+        let e = ptr[j] - a;
+        // SAFETY: as above; `buf` holds RUN_EDGES >= e values.
+        unsafe { avx512::gather(&graph.in_src[a..a + e], prev, &mut buf[..e]) };
+        for t in i..j {
+            let (ta, tb) = (ptr[t] - a, ptr[t + 1] - a);
+            // SAFETY: AVX-512F (the caller's contract); at most 32 values each.
+            let s = unsafe { avx512::short_sum(&graph.in_w[a + ta..a + tb], &buf[ta..tb]) };
+            finish_target(graph, v0 + t, s, p, &mut next[t], &mut total[t], &mut st);
+        }
+        i = j;
+    }
+    st
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
-    /// Targets with at most this many in-edges are summed by the scalar loop (same order, same bits).
-    pub(super) const SCALAR_MAX_DEGREE: usize = 32;
+    /// Targets with at most this many in-edges (one step of the 32 lanes) are pulled in runs, in two passes
+    /// ([`gather`], then [`short_sum`]).
+    pub(super) const SHORT_MAX_DEGREE: usize = 32;
+
+    /// The most in-edges of a run of short targets (its gathered activations: 16 KiB, within the L1).
+    pub(super) const RUN_EDGES: usize = 4096;
+
+    /// `out[e] = prev[src[e]]`, 16 at a time (`vgatherdps`), the tail masked.
+    ///
+    /// # Safety
+    /// `out.len() == src.len()`; every `src[e] < prev.len()` and `<= i32::MAX`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub(super) unsafe fn gather(src: &[u32], prev: &[f32], out: &mut [f32]) {
+        let n = src.len().min(out.len());
+        let (sp, op, base) = (src.as_ptr().cast::<i32>(), out.as_mut_ptr(), prev.as_ptr());
+        let mut e = 0;
+        while e + 16 <= n {
+            // SAFETY: `e + 16 <= n`: `src[e .. e + 16]` and `out[e .. e + 16]`; the gather reads
+            // `prev[src[..]]`, in bounds by the contract.
+            unsafe {
+                let idx = _mm512_loadu_epi32(sp.add(e));
+                _mm512_storeu_ps(op.add(e), _mm512_i32gather_ps::<4>(idx, base));
+            }
+            e += 16;
+        }
+        if e < n {
+            let m = ((1u32 << (n - e)) - 1) as u16;
+            // SAFETY: masked: only `e .. n` of `src` and `out` are touched (masked-off elements are neither
+            // read nor written); gathers as above.
+            unsafe {
+                let idx = _mm512_maskz_loadu_epi32(m, sp.add(e));
+                let a = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, base);
+                _mm512_mask_storeu_ps(op.add(e), m, a);
+            }
+        }
+    }
+
+    /// The pulled sum of a target of at most 32 in-edges from its weights and gathered activations: lane
+    /// `l` is `fma(w[l], a[l], +0.0)` (`+0.0` past the degree), then the whole fixed tree.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F; `w.len() == a.len() <= 32`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub(super) unsafe fn short_sum(w: &[f32], a: &[f32]) -> f32 {
+        let d = w.len().min(a.len()).min(32);
+        let m = (((1u64 << d) - 1) & 0xffff_ffff) as u32;
+        let (m0, m1) = (m as u16, (m >> 16) as u16);
+        let zero = _mm512_setzero_ps();
+        // SAFETY: masked loads touch only `w[.. d]` and `a[.. d]` (masked-off elements are not read).
+        let (l0, l1) = unsafe {
+            (
+                _mm512_fmadd_ps(
+                    _mm512_maskz_loadu_ps(m0, w.as_ptr()),
+                    _mm512_maskz_loadu_ps(m0, a.as_ptr()),
+                    zero,
+                ),
+                _mm512_fmadd_ps(
+                    _mm512_maskz_loadu_ps(m1, w.as_ptr().wrapping_add(16)),
+                    _mm512_maskz_loadu_ps(m1, a.as_ptr().wrapping_add(16)),
+                    zero,
+                ),
+            )
+        };
+        tree2(l0, l1)
+    }
+
+    /// The fixed tree over 32 lanes held as two registers: off 16 (the two registers), 8, 4, 2, 1.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    fn tree2(acc0: __m512, acc1: __m512) -> f32 {
+        let s16 = _mm512_add_ps(acc0, acc1);
+        let lo8 = _mm512_castps512_ps256(s16);
+        let hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s16)));
+        let s8 = _mm256_add_ps(lo8, hi8);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2));
+        _mm_cvtss_f32(s1)
+    }
 
     /// The pulled sum of one target (`docs/numerics.md`, "Activation spreading"): lane `l` of the order
     /// is lane `l` of `acc0` (`l < 16`) or lane `l - 16` of `acc1`; positions `32c .. 32c + 32` are one
@@ -521,14 +632,7 @@ mod avx512 {
             }
         }
         // The tree: off 16 (the two registers), 8, 4, 2, 1; each step `lane[l] + lane[l + off]`.
-        let s16 = _mm512_add_ps(acc0, acc1);
-        let lo8 = _mm512_castps512_ps256(s16);
-        let hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s16)));
-        let s8 = _mm256_add_ps(lo8, hi8);
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        let s1 = _mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2));
-        _mm_cvtss_f32(s1)
+        tree2(acc0, acc1)
     }
 }
 
@@ -1163,6 +1267,45 @@ mod tests {
         assert!(want.3, "some target active");
         for threads in [1, 2, 3, 8, 64] {
             assert_eq!(run(threads, true), want, "{threads} threads");
+        }
+    }
+
+    /// The AVX-512 pull (short targets in runs of gathered activations, hubs gathering their own) gives the
+    /// plain pull's bits over a graph with hubs, runs cut by the buffer's size and inactive sources.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_pull_gives_the_plain_bits() {
+        if !crate::available_levels().contains(&crate::SimdLevel::Avx512) {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let n = 50_000;
+        let g = graph(n, 900_000);
+        assert!(
+            (0..n).any(|v| g.in_ptr[v + 1] - g.in_ptr[v] > super::avx512::SHORT_MAX_DEGREE),
+            "some hubs"
+        );
+        let p = (0.5, 0.01);
+        for every in [1, 3, 1000] {
+            let prev: Vec<f32> = (0..n)
+                .map(|u| {
+                    if u % every == 0 {
+                        ((u * 7919) % 97) as f32 / 13.0 + 0.5
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let run = |kind: PullKind| {
+                let hop = Hop { kind, threads: 4 };
+                let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
+                let st = hop.pull(&g, &prev, p, &mut next, &mut total);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                (bits(&next), bits(&total), st.active_edges, st.any_active)
+            };
+            let want = run(PullKind::Plain);
+            assert!(want.3, "some target active");
+            assert_eq!(run(PullKind::Avx512), want, "1 in {every} active");
         }
     }
 }
