@@ -108,11 +108,50 @@ pub(crate) fn first_non_finite(values: &[f32]) -> Option<usize> {
     first_bits_where(values, |b| (b & 0x7f80_0000) == 0x7f80_0000)
 }
 
-/// Scans of at least this many values run in parallel pieces of [`PAR_SCAN_PIECE`] values. The executor's
-/// thresholds, which it measured for its query batches (session 19: one H200 host core took ~200 us to check
-/// 1,024 x 768 queries, 5 % of a fast-mode knn call); since session 28 the executor's checks are these scans.
+/// Scans of at least this many values ([`check_finite`], [`max_abs`]) run in parallel pieces of
+/// [`PAR_SCAN_PIECE`] values: thresholds the executor measured for its query batches (session 19: one H200
+/// host core took ~200 us to check 1,024 x 768 queries, 5 % of a fast-mode knn call).
 const PAR_SCAN_MIN: usize = 1 << 18;
 const PAR_SCAN_PIECE: usize = 1 << 15;
+
+/// The largest magnitude in `x` (0 for an empty slice; NaN is never the answer, so call it on checked input):
+/// what the executor compares with the largest finite `f16` before it sends values to the tensor cores'
+/// half-precision path. Sixteen running maxima by compare and select, which vectorise to `maxps` on any
+/// x86-64 (an unsigned integer maximum of the bits has no SSE2 instruction and ran 5x slower: 191 against
+/// 36 us over 1,024 x 768 floats); large inputs in parallel pieces, as [`check_finite`]'s scan.
+///
+/// ```
+/// assert_eq!(recall_cpu_simd::max_abs(&[1.5, -70_000.0, 3.0]), 70_000.0);
+/// assert_eq!(recall_cpu_simd::max_abs(&[]), 0.0);
+/// ```
+pub fn max_abs(x: &[f32]) -> f32 {
+    use rayon::prelude::*;
+    if x.len() >= PAR_SCAN_MIN {
+        return x
+            .par_chunks(PAR_SCAN_PIECE)
+            .map(max_abs_serial)
+            .reduce(|| 0.0, f32::max);
+    }
+    max_abs_serial(x)
+}
+
+fn max_abs_serial(x: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut m = [0.0f32; LANES];
+    let mut blocks = x.chunks_exact(LANES);
+    for block in &mut blocks {
+        for (m, v) in m.iter_mut().zip(block) {
+            let a = v.abs();
+            *m = if a > *m { a } else { *m };
+        }
+    }
+    let mut r = m.iter().copied().fold(0.0f32, f32::max);
+    for v in blocks.remainder() {
+        let a = v.abs();
+        r = if a > r { a } else { r };
+    }
+    r
+}
 
 /// The index of the first value whose bits satisfy `bad`. Chunks are tested with a branch-free OR of
 /// `bad` (which the compiler vectorises), so the check runs at memory speed; only a chunk that holds a bad
@@ -153,6 +192,45 @@ fn first_bits_where_serial(values: &[f32], bad: impl Fn(u32) -> bool) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_abs_is_the_largest_magnitude() {
+        assert_eq!(max_abs(&[]), 0.0);
+        assert_eq!(max_abs(&[-0.0]), 0.0);
+        assert_eq!(max_abs(&[1.5, -70_000.0, 65_504.0, 3.0]), 70_000.0);
+        assert_eq!(max_abs(&[f32::MIN_POSITIVE, -1e-30]), 1e-30);
+        assert_eq!(max_abs(&[-f32::MIN_POSITIVE, 0.0]), f32::MIN_POSITIVE);
+        assert_eq!(max_abs(&[3.0, f32::NEG_INFINITY]), f32::INFINITY);
+    }
+
+    #[test]
+    fn max_abs_finds_the_largest_in_every_lane_and_the_tail() {
+        // The plain answer: the largest of the sign-cleared bits.
+        let plain = |x: &[f32]| {
+            f32::from_bits(
+                x.iter()
+                    .map(|v| v.to_bits() & 0x7fff_ffff)
+                    .max()
+                    .unwrap_or(0),
+            )
+        };
+        for n in (0usize..=40).chain([1_000, 786_432]) {
+            let base: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+                .collect();
+            assert_eq!(max_abs(&base).to_bits(), plain(&base).to_bits(), "n = {n}");
+            for at in [0, n / 3, n.saturating_sub(1)]
+                .into_iter()
+                .filter(|&at| at < n)
+            {
+                for big in [-70_000.0f32, 65_504.0, f32::MAX, f32::NEG_INFINITY] {
+                    let mut x = base.clone();
+                    x[at] = big;
+                    assert_eq!(max_abs(&x), big.abs(), "n = {n}, at = {at}");
+                }
+            }
+        }
+    }
 
     /// Large inputs are scanned in parallel pieces; the first bad value is named whichever piece finds one
     /// first (a second bad value after it, in another piece).

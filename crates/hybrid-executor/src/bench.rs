@@ -969,7 +969,7 @@ mod gpu_fast {
         for _ in 0..iters.max(1) {
             let t = Instant::now();
             let ok = recall_cpu_simd::check_finite("queries", queries).is_ok()
-                && (bf16 || crate::executor::max_abs(queries) <= 65_504.0);
+                && (bf16 || recall_cpu_simd::max_abs(queries) <= 65_504.0);
             t_check.push(t.elapsed().as_secs_f64() * 1e3);
             if !ok {
                 return Err("the bench's queries are not finite or outside f16's range".into());

@@ -12,7 +12,6 @@ use crate::shared_corpus::SharedCorpus;
 use crate::tenant::{
     AdmissionError, ContextGuard, Scheduler, TenantConfig, TenantId, TenantInfo, VramLedger, Wait,
 };
-use rayon::prelude::*;
 use recall_cpu_simd::{CpuError, Metric, TopK, check_finite};
 use std::fmt;
 use std::path::PathBuf;
@@ -1340,86 +1339,9 @@ pub(crate) fn check_matrix_shape(
     Ok(x.len() / dim)
 }
 
-/// Inputs of at least this many values are scanned by [`max_abs`] in parallel pieces of [`PAR_CHECK_PIECE`]
-/// values: on the H200 hosts one core read a batch of 1,024 x 768 queries in ~200 us for the finite check
-/// alone, 5 % of a fast-mode knn call (session 19, run A). The finite check (cpu-simd's) uses the same.
-const PAR_CHECK_MIN: usize = 1 << 18;
-const PAR_CHECK_PIECE: usize = 1 << 15;
-
-/// The largest magnitude in `x` (0 for an empty slice; NaN is never the answer, so call it on checked
-/// input). Sixteen running maxima by compare and select, which vectorise to `maxps` on any x86-64: an
-/// unsigned integer maximum of the bits has no SSE2 instruction and ran 5x slower (191 against 36 us over
-/// 1,024 x 768 floats). Large inputs in parallel pieces ([`PAR_CHECK_MIN`]).
-pub(crate) fn max_abs(x: &[f32]) -> f32 {
-    if x.len() >= PAR_CHECK_MIN {
-        return x
-            .par_chunks(PAR_CHECK_PIECE)
-            .map(max_abs_serial)
-            .reduce(|| 0.0, f32::max);
-    }
-    max_abs_serial(x)
-}
-
-fn max_abs_serial(x: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut m = [0.0f32; LANES];
-    let mut blocks = x.chunks_exact(LANES);
-    for block in &mut blocks {
-        for (m, v) in m.iter_mut().zip(block) {
-            let a = v.abs();
-            *m = if a > *m { a } else { *m };
-        }
-    }
-    let mut r = m.iter().copied().fold(0.0f32, f32::max);
-    for v in blocks.remainder() {
-        let a = v.abs();
-        r = if a > r { a } else { r };
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn max_abs_is_the_largest_magnitude() {
-        assert_eq!(max_abs(&[]), 0.0);
-        assert_eq!(max_abs(&[-0.0]), 0.0);
-        assert_eq!(max_abs(&[1.5, -70_000.0, 65_504.0, 3.0]), 70_000.0);
-        assert_eq!(max_abs(&[f32::MIN_POSITIVE, -1e-30]), 1e-30);
-        assert_eq!(max_abs(&[-f32::MIN_POSITIVE, 0.0]), f32::MIN_POSITIVE);
-        assert_eq!(max_abs(&[3.0, f32::NEG_INFINITY]), f32::INFINITY);
-    }
-
-    #[test]
-    fn max_abs_finds_the_largest_in_every_lane_and_the_tail() {
-        // The plain answer: the largest of the sign-cleared bits.
-        let plain = |x: &[f32]| {
-            f32::from_bits(
-                x.iter()
-                    .map(|v| v.to_bits() & 0x7fff_ffff)
-                    .max()
-                    .unwrap_or(0),
-            )
-        };
-        for n in (0usize..=40).chain([1_000, 786_432]) {
-            let base: Vec<f32> = (0..n)
-                .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-                .collect();
-            assert_eq!(max_abs(&base).to_bits(), plain(&base).to_bits(), "n = {n}");
-            for at in [0, n / 3, n.saturating_sub(1)]
-                .into_iter()
-                .filter(|&at| at < n)
-            {
-                for big in [-70_000.0f32, 65_504.0, f32::MAX, f32::NEG_INFINITY] {
-                    let mut x = base.clone();
-                    x[at] = big;
-                    assert_eq!(max_abs(&x), big.abs(), "n = {n}, at = {at}");
-                }
-            }
-        }
-    }
 
     #[test]
     fn check_matrix_names_the_first_bad_value() {

@@ -158,7 +158,7 @@ mod imp {
 
     /// Whether fast mode can take these values: f16 holds magnitudes up to 65504 (bf16 has f32's range).
     fn fits_format(x: &[f32], f: FastFormat) -> bool {
-        f == FastFormat::Bf16 || crate::executor::max_abs(x) <= F16_MAX
+        f == FastFormat::Bf16 || recall_cpu_simd::max_abs(x) <= F16_MAX
     }
 
     /// The largest finite f16.

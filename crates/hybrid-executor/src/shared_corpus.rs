@@ -96,7 +96,7 @@ impl SharedCorpus {
         *self
             .inner
             .max_abs
-            .get_or_init(|| crate::executor::max_abs(self.data()))
+            .get_or_init(|| recall_cpu_simd::max_abs(self.data()))
     }
 
     /// Unique per corpus created in this process.
