@@ -265,6 +265,9 @@ struct Hop {
 
 /// Work below which a hop runs on the calling thread (edges plus nodes).
 const HOP_PAR_MIN: usize = PAR_MIN_WORK;
+/// Nodes from which the passes over every node outside the hops (the activations' first copies, the first hop's
+/// statistics, a pushed hop's list of active sources) run in parallel.
+const SETUP_PAR_MIN: usize = 1 << 17;
 /// The smallest share of a hop one rayon task gets (edges plus `NODE_COST` per node).
 const MIN_TASK_COST: usize = 1 << 16;
 /// A target costs about this many edges of work besides its edges (offsets, tree, write, total).
@@ -658,12 +661,13 @@ fn push_hop(
     total: &mut [f32],
 ) -> HopStats {
     let n = graph.n;
-    let active: Vec<u32> = prev
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| **a != 0.0)
-        .map(|(u, _)| u as u32)
-        .collect();
+    let is_active = |(u, a): (usize, &f32)| (*a != 0.0).then_some(u as u32);
+    // The active sources in ascending order (rayon's collect keeps it).
+    let active: Vec<u32> = if hop.threads > 1 && n >= SETUP_PAR_MIN {
+        prev.par_iter().enumerate().filter_map(is_active).collect()
+    } else {
+        prev.iter().enumerate().filter_map(is_active).collect()
+    };
     let n_buckets = n.div_ceil(1 << PUSH_BUCKET_SHIFT);
     let parallel = hop.threads > 1 && active_edges >= MIN_TASK_COST;
     let parts = if parallel {
@@ -1095,20 +1099,44 @@ impl Cpu {
             hops,
             k,
         } = *params;
-        // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
-        let mut total: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
-        let mut prev = total.clone();
-        let mut next = vec![0.0f32; n];
         let hop_code = Hop::new(self.level(), graph);
+        // The setup's passes over the nodes run on every core for large graphs: on one core they took about
+        // as long as a pushed hop (session 29).
+        let par = hop_code.threads > 1 && n >= SETUP_PAR_MIN;
+        // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
+        let (mut total, mut prev): (Vec<f32>, Vec<f32>) = if par {
+            (
+                seeds.par_iter().map(|s| s + 0.0).collect(),
+                seeds.par_iter().map(|s| s + 0.0).collect(),
+            )
+        } else {
+            let t: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
+            (t.clone(), t)
+        };
+        let mut next = vec![0.0f32; n];
+        let out_edges = |(u, a): (usize, &f32)| {
+            if *a != 0.0 {
+                (graph.out_ptr[u + 1] - graph.out_ptr[u], true)
+            } else {
+                (0, false)
+            }
+        };
+        let join = |x: (usize, bool), y: (usize, bool)| (x.0 + y.0, x.1 | y.1);
+        let (active_edges, any_active) = if par {
+            prev.par_iter()
+                .enumerate()
+                .map(out_edges)
+                .reduce(|| (0, false), join)
+        } else {
+            prev.iter()
+                .enumerate()
+                .map(out_edges)
+                .fold((0, false), join)
+        };
         let mut stats = HopStats {
             overflow: false,
-            active_edges: prev
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| **a != 0.0)
-                .map(|(u, _)| graph.out_ptr[u + 1] - graph.out_ptr[u])
-                .sum(),
-            any_active: prev.iter().any(|a| *a != 0.0),
+            active_edges,
+            any_active,
         };
         for hop in 1..=hops {
             if stats.active_edges == 0 || !stats.any_active {
