@@ -415,10 +415,10 @@ fn finish_target(
     *o = a;
     *t += a;
     st.overflow |= a.is_infinite() | t.is_infinite();
-    if a != 0.0 {
-        st.any_active = true;
-        st.active_edges += graph.out_ptr[v + 1] - graph.out_ptr[v];
-    }
+    // Without a branch on the activation (active and inactive targets alternate at random).
+    let on = a != 0.0;
+    st.any_active |= on;
+    st.active_edges += (graph.out_ptr[v + 1] - graph.out_ptr[v]) * usize::from(on);
 }
 
 /// # Safety
@@ -482,7 +482,14 @@ unsafe fn pull_block_avx512(
         }
         let e = ptr[j] - a;
         // SAFETY: as above; `buf` holds RUN_EDGES >= e values.
-        unsafe { avx512::gather(&graph.in_src[a..a + e], prev, &mut buf[..e]) };
+        unsafe {
+            avx512::gather(
+                &graph.in_src[a..a + e],
+                &graph.in_w[a..a + e],
+                prev,
+                &mut buf[..e],
+            )
+        };
         for t in i..j {
             let (ta, tb) = (ptr[t] - a, ptr[t + 1] - a);
             // SAFETY: AVX-512F (the caller's contract); at most 32 values each.
@@ -511,11 +518,16 @@ mod avx512 {
     /// `out.len() == src.len()`; every `src[e] < prev.len()` and `<= i32::MAX`.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    pub(super) unsafe fn gather(src: &[u32], prev: &[f32], out: &mut [f32]) {
+    pub(super) unsafe fn gather(src: &[u32], w: &[f32], prev: &[f32], out: &mut [f32]) {
         let n = src.len().min(out.len());
         let (sp, op, base) = (src.as_ptr().cast::<i32>(), out.as_mut_ptr(), prev.as_ptr());
+        let wp = w.as_ptr().cast::<i8>();
         let mut e = 0;
         while e + 16 <= n {
+            // The weights the second pass reads, a line per step, and the ids a kilobyte ahead (hints: they
+            // never fault, and the addresses are never dereferenced).
+            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(4 * e));
+            _mm_prefetch::<_MM_HINT_T0>(sp.cast::<i8>().wrapping_add(4 * e + 1024));
             // SAFETY: `e + 16 <= n`: `src[e .. e + 16]` and `out[e .. e + 16]`; the gather reads
             // `prev[src[..]]`, in bounds by the contract.
             unsafe {
@@ -596,6 +608,11 @@ mod avx512 {
         let full = deg & !31;
         let mut j = 0;
         while j < full {
+            // The ids and weights a kilobyte ahead (hints, as in `gather`).
+            for k in [0, 64] {
+                _mm_prefetch::<_MM_HINT_T0>(sp.cast::<i8>().wrapping_add(4 * j + 1024 + k));
+                _mm_prefetch::<_MM_HINT_T0>(wp.cast::<i8>().wrapping_add(4 * j + 1024 + k));
+            }
             // SAFETY: `j + 32 <= full <= deg`: the loads read `src[j .. j + 32]` and `w[j .. j + 32]`;
             // the gathers read `prev[src[j]]`, in bounds by the contract.
             unsafe {
