@@ -421,6 +421,75 @@ fn finish_target(
     st.active_edges += (graph.out_ptr[v + 1] - graph.out_ptr[v]) * usize::from(on);
 }
 
+/// Targets of at most this many in-edges (one step of the 32 lanes: most targets of a power-law graph) are
+/// pulled in runs ([`pull_runs`]).
+#[cfg(target_arch = "x86_64")]
+const SHORT_MAX_DEGREE: usize = SPREAD_LANES;
+
+/// The most in-edges of a run (its gathered activations: 16 KiB, within the L1).
+#[cfg(target_arch = "x86_64")]
+const RUN_EDGES: usize = 4096;
+
+/// The pull of targets `v0 .. v0 + next.len()` with short targets in runs, in two passes: first every
+/// in-edge's source activation is read into a buffer (`gather(src, w, out)`: one flat stream over the run's
+/// edges, no branch between targets, so many cache misses are in flight at once; it may prefetch `w`, which the
+/// second pass reads), then each target's sum from its weights and the buffer (`short(w, a)`). Until session 29
+/// each short target ran its own loop, whose exit was mispredicted at every target, and only a few misses were
+/// in flight. Larger targets are summed by `long(v)`. Each form follows the documented order, so every level
+/// gives the same bits.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pull_runs(
+    graph: &SpreadGraph,
+    p: (f32, f32),
+    v0: usize,
+    next: &mut [f32],
+    total: &mut [f32],
+    gather: impl Fn(&[u32], &[f32], &mut [f32]),
+    short: impl Fn(&[f32], &[f32]) -> f32,
+    long: impl Fn(usize) -> f32,
+) -> HopStats {
+    let mut st = HopStats::default();
+    let ptr = &graph.in_ptr[v0..=v0 + next.len()];
+    let mut buf = vec![0.0f32; RUN_EDGES];
+    let mut i = 0;
+    while i < next.len() {
+        let a = ptr[i];
+        if ptr[i + 1] - a > SHORT_MAX_DEGREE {
+            let s = long(v0 + i);
+            finish_target(graph, v0 + i, s, p, &mut next[i], &mut total[i], &mut st);
+            i += 1;
+            continue;
+        }
+        // The run: targets i .. j, each short, their in-edges a .. ptr[j] fitting the buffer.
+        let mut j = i + 1;
+        while j < next.len()
+            && ptr[j + 1] - ptr[j] <= SHORT_MAX_DEGREE
+            && ptr[j + 1] - a <= RUN_EDGES
+        {
+            j += 1;
+        }
+        let e = ptr[j] - a;
+        gather(
+            &graph.in_src[a..a + e],
+            &graph.in_w[a..a + e],
+            &mut buf[..e],
+        );
+        for t in i..j {
+            let (ta, tb) = (ptr[t] - a, ptr[t + 1] - a);
+            let s = short(&graph.in_w[a + ta..a + tb], &buf[ta..tb]);
+            finish_target(graph, v0 + t, s, p, &mut next[t], &mut total[t], &mut st);
+        }
+        i = j;
+    }
+    st
+}
+
+/// The pull of a block at the AVX2 level: [`pull_runs`] with scalar loads of the run's activations (the weights
+/// prefetched a line per 16 edges), each short target's lanes `fma(w, a, +0.0)` and the tree over the lanes
+/// that can be non-zero; larger targets by the plain loop (one `vfmadd` a term).
+///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
@@ -433,16 +502,31 @@ unsafe fn pull_block_fma(
     next: &mut [f32],
     total: &mut [f32],
 ) -> HopStats {
-    pull_block_with(graph, prev, p, v0, next, total, SpreadGraph::pull)
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let gather = |src: &[u32], w: &[f32], out: &mut [f32]| {
+        for (k, (o, s)) in out.iter_mut().zip(src).enumerate() {
+            if k % 16 == 0 {
+                // A hint: it never faults, and the address is never dereferenced.
+                _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(k).cast::<i8>());
+            }
+            *o = prev[*s as usize];
+        }
+    };
+    let short = |w: &[f32], a: &[f32]| {
+        let mut lane = [0.0f32; SPREAD_LANES];
+        for ((l, w), a) in lane.iter_mut().zip(w).zip(a) {
+            *l = w.mul_add(*a, 0.0);
+        }
+        tree_prefix(&mut lane, w.len())
+    };
+    pull_runs(graph, p, v0, next, total, gather, short, |v| {
+        graph.pull(v, prev)
+    })
 }
 
-/// The pull of a block at the AVX-512 level. Targets of at most [`avx512::SHORT_MAX_DEGREE`] in-edges (one
-/// step of the 32 lanes: most targets of a power-law graph) are taken in runs of up to
-/// [`avx512::RUN_EDGES`] in-edges, in two passes: first every in-edge's source activation is gathered into
-/// a buffer by 16-wide gathers over the run's edges as one flat stream (no branch between targets, so many
-/// cache misses are in flight at once: a loop per target, with its exit mispredicted at every target, kept
-/// only a few), then each target's lanes `fma(w, a, +0.0)` are summed by the full tree from the buffer.
-/// Larger targets gather their own in-edges ([`avx512::pull_sum`]). Same order, same bits.
+/// The pull of a block at the AVX-512 level: [`pull_runs`] with 16-wide gathers ([`avx512::gather`]) and the
+/// lanes in two registers ([`avx512::short_sum`]); larger targets gather their own in-edges
+/// ([`avx512::pull_sum`]).
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA; every node id must be at most `i32::MAX`;
@@ -457,60 +541,26 @@ unsafe fn pull_block_avx512(
     next: &mut [f32],
     total: &mut [f32],
 ) -> HopStats {
-    let mut st = HopStats::default();
-    let ptr = &graph.in_ptr[v0..=v0 + next.len()];
-    let mut buf = vec![0.0f32; avx512::RUN_EDGES];
-    let mut i = 0;
-    while i < next.len() {
-        let a = ptr[i];
-        if ptr[i + 1] - a > avx512::SHORT_MAX_DEGREE {
-            let b = ptr[i + 1];
-            // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `a .. b`
-            // lies inside the edge arrays.
-            let s = unsafe { avx512::pull_sum(&graph.in_src[a..b], &graph.in_w[a..b], prev) };
-            finish_target(graph, v0 + i, s, p, &mut next[i], &mut total[i], &mut st);
-            i += 1;
-            continue;
-        }
-        // The run: targets i .. j, each short, their in-edges a .. ptr[j] fitting the buffer.
-        let mut j = i + 1;
-        while j < next.len()
-            && ptr[j + 1] - ptr[j] <= avx512::SHORT_MAX_DEGREE
-            && ptr[j + 1] - a <= avx512::RUN_EDGES
-        {
-            j += 1;
-        }
-        let e = ptr[j] - a;
-        // SAFETY: as above; `buf` holds RUN_EDGES >= e values.
-        unsafe {
-            avx512::gather(
-                &graph.in_src[a..a + e],
-                &graph.in_w[a..a + e],
-                prev,
-                &mut buf[..e],
-            )
-        };
-        for t in i..j {
-            let (ta, tb) = (ptr[t] - a, ptr[t + 1] - a);
-            // SAFETY: AVX-512F (the caller's contract); at most 32 values each.
-            let s = unsafe { avx512::short_sum(&graph.in_w[a + ta..a + tb], &buf[ta..tb]) };
-            finish_target(graph, v0 + t, s, p, &mut next[t], &mut total[t], &mut st);
-        }
-        i = j;
-    }
-    st
+    let gather = |src: &[u32], w: &[f32], out: &mut [f32]| {
+        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `pull_runs` passes
+        // `out.len() == src.len() == w.len()`.
+        unsafe { avx512::gather(src, w, prev, out) }
+    };
+    let short = |w: &[f32], a: &[f32]| {
+        // SAFETY: AVX-512F (the caller's contract); `pull_runs` passes a short target: at most 32 values.
+        unsafe { avx512::short_sum(w, a) }
+    };
+    let long = |v: usize| {
+        let (a, b) = (graph.in_ptr[v], graph.in_ptr[v + 1]);
+        // SAFETY: the caller's contract; `a .. b` lies inside the edge arrays.
+        unsafe { avx512::pull_sum(&graph.in_src[a..b], &graph.in_w[a..b], prev) }
+    };
+    pull_runs(graph, p, v0, next, total, gather, short, long)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
-
-    /// Targets with at most this many in-edges (one step of the 32 lanes) are pulled in runs, in two passes
-    /// ([`gather`], then [`short_sum`]).
-    pub(super) const SHORT_MAX_DEGREE: usize = 32;
-
-    /// The most in-edges of a run of short targets (its gathered activations: 16 KiB, within the L1).
-    pub(super) const RUN_EDGES: usize = 4096;
 
     /// `out[e] = prev[src[e]]`, 16 at a time (`vgatherdps`), the tail masked.
     ///
@@ -1315,19 +1365,27 @@ mod tests {
         }
     }
 
-    /// The AVX-512 pull (short targets in runs of gathered activations, hubs gathering their own) gives the
-    /// plain pull's bits over a graph with hubs, runs cut by the buffer's size and inactive sources.
+    /// The AVX2 and AVX-512 pulls (short targets in runs of gathered activations, hubs in their own loops)
+    /// give the plain pull's bits over a graph with hubs, runs cut by the buffer's size and inactive sources.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx512_pull_gives_the_plain_bits() {
-        if !crate::available_levels().contains(&crate::SimdLevel::Avx512) {
-            eprintln!("skipped: this CPU has no AVX-512");
+    fn simd_pulls_give_the_plain_bits() {
+        let levels = crate::available_levels();
+        let kinds: Vec<(PullKind, crate::SimdLevel)> = [
+            (PullKind::Fma, crate::SimdLevel::Avx2),
+            (PullKind::Avx512, crate::SimdLevel::Avx512),
+        ]
+        .into_iter()
+        .filter(|(_, level)| levels.contains(level))
+        .collect();
+        if kinds.is_empty() {
+            eprintln!("skipped: this CPU has neither AVX2 nor AVX-512");
             return;
         }
         let n = 50_000;
         let g = graph(n, 900_000);
         assert!(
-            (0..n).any(|v| g.in_ptr[v + 1] - g.in_ptr[v] > super::avx512::SHORT_MAX_DEGREE),
+            (0..n).any(|v| g.in_ptr[v + 1] - g.in_ptr[v] > super::SHORT_MAX_DEGREE),
             "some hubs"
         );
         let p = (0.5, 0.01);
@@ -1350,7 +1408,9 @@ mod tests {
             };
             let want = run(PullKind::Plain);
             assert!(want.3, "some target active");
-            assert_eq!(run(PullKind::Avx512), want, "1 in {every} active");
+            for (kind, _) in &kinds {
+                assert_eq!(run(*kind), want, "{kind:?}, 1 in {every} active");
+            }
         }
     }
 }
