@@ -1,0 +1,15 @@
+#!/bin/bash
+# Session 29, run K (CPU only): spreading at the AVX-512 level on the Xeon cores, 4db6a39 (c) against the tip
+# 48001b0 (f: the same AVX-512 pull through pull_runs), criterion 'spread_1M_nodes_3_hops', alternated four
+# rounds; read bandwidth beside them.
+N=${RUN:-s29K}
+B=$(mktemp -d); for v in c f; do xz -dc .device-carry/cpu-s29$v.xz > $B/cpu-bench-$v; chmod +x $B/cpu-bench-$v; done
+W=$(mktemp -d)/$N; mkdir -p $W
+trap 'tar -C $(dirname $W) -czf $OUT/$N.tgz $N' EXIT
+S0=$(date +%s)
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; } > $W/info.txt 2>&1; cat $W/info.txt
+for rep in 1 2 3 4; do for v in c f; do [ $(( $(date +%s) - S0 )) -lt 150 ] || break
+  T0=$(date +%s); timeout 60 $B/cpu-bench-$v --bench 'spread_1M_nodes_3_hops' --warm-up-time 1 --measurement-time 3 > $W/s-$v-$rep.txt 2>&1; echo "$v $rep: $(( $(date +%s) - T0 ))s $(grep -E 'time:' $W/s-$v-$rep.txt | grep -v '%' | sed 's/ \+/ /g' | tr '\n' ' ')"; done; done
+timeout 60 $B/cpu-bench-f --bench 'cpu/memory/read' --warm-up-time 1 --measurement-time 3 > $W/memory.txt 2>&1; grep -E "^cpu/memory|thrpt:" $W/memory.txt
+echo "total $(( $(date +%s) - S0 )) s"
+true
