@@ -1319,10 +1319,11 @@ mod tests {
     /// The push's chunks of sources and groups of buckets, however many tasks they are cut into (set here
     /// through the thread count, whatever the machine has), give the pull's bits: every target meets its terms
     /// in ascending source order across chunk and bucket boundaries (the last bucket cut by the node count).
+    /// The graph is large enough for the list of active sources to be made in parallel pieces.
     #[test]
     fn push_in_chunks_and_bucket_groups_gives_the_pulls_bits() {
-        let n = 4096 * 5 + 123;
-        let g = graph(n, 400_000);
+        let n = super::SETUP_PAR_MIN + 4096 * 5 + 123;
+        let g = graph(n, 1_200_000);
         // Every third node active: enough active edges for the parallel cut.
         let prev: Vec<f32> = (0..n)
             .map(|u| {
