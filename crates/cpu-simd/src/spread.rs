@@ -1172,10 +1172,8 @@ impl Cpu {
         let par = hop_code.threads > 1 && n >= SETUP_PAR_MIN;
         // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
         let (mut total, mut prev): (Vec<f32>, Vec<f32>) = if par {
-            (
-                seeds.par_iter().map(|s| s + 0.0).collect(),
-                seeds.par_iter().map(|s| s + 0.0).collect(),
-            )
+            let t: Vec<f32> = seeds.par_iter().map(|s| s + 0.0).collect();
+            (t.par_iter().copied().collect(), t)
         } else {
             let t: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
             (t.clone(), t)

@@ -471,8 +471,8 @@ mod noise {
 
     /// `gaussian4(key, row, b0 + j)` for `j < 8 * CH` into `out[4 j .. 4 j + 4]` (`keys` are `key`'s round
     /// keys): `CH` interleaved chains of 8 blocks' Philox4x32-10, then both Box-Muller pairs, then the lanes'
-    /// values put back in block order; `avx512::gaussian16`'s scheme with 8 lanes. The same bits as the scalar form, which the
-    /// proptest checks at every level. Callers need the CPU to support AVX2 and FMA.
+    /// values put back in block order; `avx512::gaussian16`'s scheme with 8 lanes. The same bits as the scalar
+    /// form, which the proptest checks at every level. Callers need the CPU to support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(crate) fn gaussian8<const CH: usize>(keys: &RoundKeys, row: u64, b0: u32, out: &mut [f32]) {
         use recall_kernel_shared::math::{DOMAIN_NOISE, PHILOX_M0, PHILOX_M1};
