@@ -13,26 +13,33 @@
 //!
 //! Ordering: a mailbox word is written by the host in one 8-byte store and read by the device in one 16-byte
 //! load (two words), each word whole, so a word carrying the new number holds the new value, whatever order the
-//! words land in. Block 0's threads store the values, fence and pass a barrier, and its first thread publishes
-//! with `st.release.gpu`; the other blocks' first threads read the number with `ld.acquire.gpu` and pass a
-//! barrier before their threads load the query (`ld.global.cg`: from the L2, never a line the L1 kept from an
-//! earlier query). A block that writes the answer (or, with the groups' lists for the host, its group's list)
-//! resets its tickets first (the body does) and then adds one to an answered count (release); block 0
-//! publishes the next query only after the count has reached every such block of the queries so far (acquire),
-//! so no block of the next query takes a ticket before the last merger has reset it, and the body's scratch
-//! (scores, lists) is never written by one query while the last one still reads it. The host rings the
-//! next query only after seeing every answer word, so the mailbox and the answer are never written by both
-//! sides at once.
+//! words land in. Block 0's threads store the values as they poll and pass the poll's last barrier; its first
+//! thread then publishes the number and the query's `k` as one 8-byte word with `st.release.gpu`, a release that
+//! is cumulative over every store the barrier ordered before it (the pattern of a cooperative grid barrier); the
+//! other blocks' first threads read that word with `ld.acquire.gpu` and pass a barrier before their threads load
+//! the query (`ld.global.cg`: from the L2, never a line the L1 kept from an earlier query). A block that writes
+//! the answer (or, with the groups' lists for the host, its group's list) resets its tickets first (the body
+//! does) and then adds one to an answered count (release); block 0's first thread waits for the count to reach
+//! every such block of the queries so far (acquire) before the block polls for the next query, and publishes that
+//! query after it, so no block of the next query takes a ticket before the last merger has reset it, and the
+//! body's scratch (scores, lists) is never written by one query while the last one still reads it. The host
+//! rings the next query only after seeing every answer word, so the mailbox and the answer are never written by
+//! both sides at once.
 //!
 //! Ending: block 0 ends on the host's exit (`k` = [`KNN1_SERVE_EXIT`] with the next number), after `idle_ns`
 //! without a new query, or at its first wait past `life_ns`, publishing [`KNN1_SERVE_EXIT`] so that the other
 //! blocks end too; the others also end on their own past `life_ns` plus [`STRAY_NS`], should block 0 never run.
-//! The host learns that the server ended from its stream (idle), never from a word the server writes, so an
-//! answer it still waits for when the server ends unanswered is an error it sees, not a hang.
+//! A query found complete is answered even in the round where either time passes. The host learns that the
+//! server ended from its stream (idle), never from a word the server writes, so an answer it still waits for
+//! when the server ends unanswered is an error it sees, not a hang.
+//!
+//! Between a complete mailbox and the number published lies nothing but the release (session 30). Until then
+//! every thread of block 0 fenced and passed another barrier, the first thread then waited for the answered count
+//! (a round trip to the L2) and stored `k` and statistics (which the release waited for), and the other blocks
+//! loaded `k` after the number: about 0.3 us more in block 0 and one L2 round trip more in every other block.
 //!
 //! Statistics for the benchmark (`sync`, device clock): per query, the time from a complete mailbox to its
-//! number published (block 0 waits there for the last answer's tickets) and, for the device's merge, from
-//! published to answered.
+//! number published and, for the device's merge, from a complete mailbox to answered.
 //!
 //! Every block must be resident at once (the launcher sizes the grid by the occupancy the driver reports): a
 //! block waiting for a number that block 0 cannot publish because it waits for an SM would otherwise hold that
@@ -42,8 +49,8 @@ use crate::knn1::{
     BulkSmem, RingPos, bulk_chains, bulk_finish, bulk_init_barriers, bulk_issue, knn1,
 };
 use crate::util::{
-    F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, dynamic_shared_f32, fence_gpu,
-    grid_dim_x, mbarrier_wait, stage_query, sync_threads, sync_threads_or, sync_warp, thread_x,
+    F4, block_dim_x, block_x, cp_async_commit, cp_async_wait, dynamic_shared_f32, grid_dim_x,
+    mbarrier_wait, stage_query, sync_threads, sync_threads_or, sync_warp, thread_x,
 };
 use core::arch::asm;
 use recall_kernel_shared::{
@@ -79,15 +86,29 @@ unsafe fn load_acquire_gpu(p: u64) -> u32 {
     v
 }
 
-/// `*p = v` with release semantics at GPU scope.
+/// `*p` as one 8-byte word with acquire semantics at GPU scope (a word another block writes).
 ///
 /// # Safety
-/// `p` is a valid, 4-byte aligned global address that no other thread writes meanwhile.
+/// `p` is a valid, 8-byte aligned global address.
 #[inline(always)]
-unsafe fn store_release_gpu(p: u64, v: u32) {
+unsafe fn load_acquire_gpu_u64(p: u64) -> u64 {
+    let v: u64;
     // SAFETY: caller.
     unsafe {
-        asm!("st.release.gpu.global.u32 [{p}], {v};", v = in(reg32) v, p = in(reg64) p, options(nostack))
+        asm!("ld.acquire.gpu.global.u64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p, options(nostack))
+    };
+    v
+}
+
+/// `*p = v` as one 8-byte word with release semantics at GPU scope.
+///
+/// # Safety
+/// `p` is a valid, 8-byte aligned global address that no other thread writes meanwhile.
+#[inline(always)]
+unsafe fn store_release_gpu_u64(p: u64, v: u64) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("st.release.gpu.global.u64 [{p}], {v};", v = in(reg64) v, p = in(reg64) p, options(nostack))
     };
 }
 
@@ -218,10 +239,14 @@ unsafe fn wait_for_query(
             let now = now_ns();
             now.wrapping_sub(since) > sf.idle_ns || now.wrapping_sub(start) > sf.life_ns
         };
-        if sync_threads_or(exit || late) {
+        // A query this round found complete is answered even where the idle or life time has just passed: the
+        // host rang it and waits for its answer (until session 30 the time was asked first, and a round slower
+        // than the host's margin, as under a sanitizer, could end the server on a query it had read).
+        let done = !sync_threads_or(!complete);
+        if sync_threads_or(exit || (late && !done)) {
             return (KNN1_SERVE_EXIT, 0);
         }
-        if !sync_threads_or(!complete) {
+        if done {
             // SAFETY: written by the k pair's thread before the barriers.
             return (expected, unsafe { *k_word });
         }
@@ -249,7 +274,6 @@ unsafe fn serve(
 ) {
     let t = thread_x() as usize;
     let leader = block_x() == 0;
-    let sync = sf.sync as *mut u32;
     let stats = sf.sync as *mut u64;
     let start = now_ns();
     // Block 0: the number last taken, and how many answering blocks (`body` true) the queries taken so far
@@ -258,40 +282,49 @@ unsafe fn serve(
     let mut answers = 0u32;
     let mut last = 0u32;
     // Block 0's first thread keeps its statistics (u64 words 3, 6 and 7, which only it writes) in registers and
-    // stores them, so that no read of device memory sits between a complete mailbox and the query's number.
-    // Every block's first thread: when the query it runs was published (u64 word 2, block 0's clock), for the
-    // answering block's sums (words 4 and 5), which it adds without reading them.
+    // stores them after the number, so that no read or store of device memory delays it; `published_at` is when it
+    // published the query it runs (block 0's part is timed from there).
     let mut published_at = 0u64;
     // The launcher zeroes the words at each launch, so the sums start at zero here too.
     let (mut wait_ns, mut taken, mut spent_ns) = (0u64, 0u64, 0u64);
     loop {
         let k = if leader {
+            if t == 0 {
+                // Every block that answered the queries so far has reset its tickets (the blocks' lists for the
+                // host use none, and every block wrote its list before the host rang the next query). Waited for
+                // before the mailbox is polled, not after, so that no round trip to the L2 lies between a complete
+                // mailbox and the number published: the answering blocks count themselves right after writing
+                // the answer, which the host must see before it rings the next query.
+                // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher); u32 word 2 is added to by the
+                // answering blocks only.
+                while unsafe { load_acquire_gpu(sf.sync + 8) } != answers {}
+            }
             // SAFETY: forwarded contract; k_word is this block's shared memory.
             let (number, k) =
                 unsafe { wait_for_query(sf, dim, knn1_serve_next(seen), start, k_word) };
+            // The relayed values: every thread of block 0 stored its part before the barrier that ended
+            // `wait_for_query`, and thread 0's release below is cumulative over what that barrier ordered before
+            // it, so no other fence or barrier is needed (until session 30 every thread fenced, then a barrier).
             let complete_at = now_ns();
-            // The relayed values visible device-wide before the number is.
-            fence_gpu();
-            sync_threads();
             if t == 0 {
-                // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher); only this thread writes u32
-                // words 0, 1 and u64 words 2, 3, 6, the answering block's first thread u32 word 2 and u64 words 4,
-                // 5, after acquiring word 0.
+                // SAFETY: sync as above: u32 words 0 and 1 (the number and its k, one 8-byte word) and u64 words
+                // 2, 3 and 6 are written by this thread only (the answering block reads word 2 after acquiring
+                // the number, which the release orders after the store).
                 unsafe {
-                    // Every block that answered the last query has reset its tickets (the blocks' lists for the
-                    // host use none, and every block wrote its list before the host rang this query).
-                    while load_acquire_gpu(sf.sync + 8) != answers {}
+                    if number != KNN1_SERVE_EXIT {
+                        stats.add(2).write_volatile(complete_at);
+                    }
+                    // The number and k in one store, so that the other blocks have both from one load.
+                    store_release_gpu_u64(sf.sync, (u64::from(k) << 32) | u64::from(number));
                     if number != KNN1_SERVE_EXIT {
                         let now = now_ns();
                         wait_ns += now - complete_at;
                         taken += 1;
                         published_at = now;
-                        stats.add(2).write_volatile(now);
+                        // After the number: these stores would delay its release.
                         stats.add(3).write_volatile(wait_ns);
                         stats.add(6).write_volatile(taken);
                     }
-                    sync.add(1).write_volatile(k);
-                    store_release_gpu(sf.sync, number);
                 }
             }
             seen = number;
@@ -300,8 +333,6 @@ unsafe fn serve(
                 LISTS_OUT_GROUPS => groups,
                 _ => 0,
             });
-            // Block 0 runs the query only after its first thread has seen the last answer's tickets reset.
-            sync_threads();
             // Every thread of block 0 has the number and k from `wait_for_query` (block-uniform).
             if number == KNN1_SERVE_EXIT {
                 return;
@@ -314,14 +345,12 @@ unsafe fn serve(
             let mut exit = false;
             if t == 0 {
                 let (number, k) = loop {
-                    // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher).
-                    let number = unsafe { load_acquire_gpu(sf.sync) };
+                    // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher), 8-byte aligned: the
+                    // number in the low half of u64 word 0, its k in the high half.
+                    let word = unsafe { load_acquire_gpu_u64(sf.sync) };
+                    let number = word as u32;
                     if number != last {
-                        // SAFETY: as above; k and the time written before the number (release).
-                        unsafe {
-                            published_at = stats.add(2).read_volatile();
-                            break (number, sync.add(1).read_volatile());
-                        }
+                        break (number, (word >> 32) as u32);
                     }
                     if now_ns().wrapping_sub(start) > sf.life_ns.saturating_add(STRAY_NS) {
                         break (KNN1_SERVE_EXIT, 0);
@@ -359,10 +388,13 @@ unsafe fn serve(
         }
         if answered && t == 0 {
             // SAFETY: sync as above; with the device's merge one block answers each query. The sums are added
-            // without being read (no round trip before the count), and ordered before it by its release.
+            // without being read, and ordered before the count by its release. u64 word 2 (when block 0 found
+            // this query complete) was stored before the number this block acquired, and block 0 stores the next
+            // query's only after this block's count (its acquire of the count precedes its poll).
             unsafe {
                 if k >> SERVE_LISTS_SHIFT == 0 {
-                    add_relaxed_gpu_u64(sf.sync + 32, now_ns().wrapping_sub(published_at));
+                    let from = stats.add(2).read_volatile();
+                    add_relaxed_gpu_u64(sf.sync + 32, now_ns().wrapping_sub(from));
                     add_relaxed_gpu_u64(sf.sync + 40, 1);
                 }
                 add_release_gpu(sf.sync + 8, 1);

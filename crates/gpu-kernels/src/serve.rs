@@ -576,13 +576,12 @@ fn launch(s: &mut Server, metric: SimMetric) -> Result<(), KernelError> {
 pub struct ServeStats {
     /// Queries published.
     pub queries: u64,
-    /// Mean microseconds from a complete mailbox to its number published (block 0's barrier and fence, and its
-    /// wait for the last answer's tickets).
+    /// Mean microseconds from a complete mailbox to its number published (block 0's fence and barrier).
     pub relay_us: f64,
     /// Queries whose blocks' lists the device merged (the others' lists went to the host).
     pub merged: u64,
-    /// Mean microseconds from a query's number published to its answer written, over the `merged` queries
-    /// (the other blocks see the number, stage the query, scan and merge).
+    /// Mean microseconds from a query's mailbox complete to its answer written, over the `merged` queries (block
+    /// 0 publishes the number; the other blocks see it, stage the query, scan and merge).
     pub answer_us: f64,
     /// Mean microseconds from a query's number published to block 0's part of it done (its list written, or
     /// its merges), over every query.

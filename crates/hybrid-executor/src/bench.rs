@@ -458,7 +458,7 @@ mod gpu_knn {
             ));
             if st.merged > 0 {
                 parts.push((
-                    "knn1 served, device clock: query published -> answer written (mean, merged on the device)",
+                    "knn1 served, device clock: mailbox complete -> answer written (mean, merged on the device)",
                     st.answer_us,
                 ));
             }

@@ -456,7 +456,7 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
 /// [`SERVE_LISTS_SHIFT`]). Numbers follow one another
 /// ([`knn1_serve_next`]) from `seen`. Block 0 polls the whole mailbox (each word is written and read whole, so a
 /// word with the new number holds the new value) until every word carries the next number, copies the query
-/// into `query` and publishes the number in `sync`'s word 0 (its `k` in word 1); every block then runs
+/// into `query` and publishes the number in `sync`'s word 0 with its `k` in word 1 (one 8-byte store); every block then runs
 /// `sm80_knn1_*`'s body on it, and the block that writes the answer records the number in word 2 once its
 /// tickets are reset. The host rings the next query only after it has seen every answer word of the last.
 #[repr(C)]
@@ -486,11 +486,12 @@ pub struct ServeFields {
     pub mailbox: u64,
     /// Device memory, `dim` f32 (16-byte aligned): the query as block 0 relays it.
     pub query: u64,
-    /// Device memory, [`KNN1_SERVE_SYNC_WORDS`] u32, zero at launch: the number published, its `k`, the number
-    /// answered, padding; then as u64 (words 2 ..): the published query's start on the device clock (ns), the sum
-    /// over queries of the nanoseconds from a complete mailbox to its number published, the sum from published
-    /// to answered (device merges only), the number of queries answered so, the number of queries published,
-    /// and the sum from published to block 0's part done.
+    /// Device memory, [`KNN1_SERVE_SYNC_WORDS`] u32, zero at launch: the number published and its `k` (one
+    /// 8-byte word, written and read whole), the number answered, padding; then as u64 (words 2 ..): when block 0
+    /// found the published query's mailbox complete (device clock, ns), the sum over queries of the nanoseconds
+    /// from a complete mailbox to its number published, the sum from a complete mailbox to answered (device
+    /// merges only), the number of queries answered so, the number of queries published, and the sum from
+    /// published to block 0's part done.
     pub sync: u64,
     /// Nanoseconds without a new query after which the server ends.
     pub idle_ns: u64,
