@@ -19,12 +19,13 @@
 //! other blocks' first threads read that word with `ld.acquire.gpu` and pass a barrier before their threads load
 //! the query (`ld.global.cg`: from the L2, never a line the L1 kept from an earlier query). A block that writes
 //! the answer (or, with the groups' lists for the host, its group's list) resets its tickets first (the body
-//! does) and then adds one to an answered count (release); block 0's first thread waits for the count to reach
-//! every such block of the queries so far (acquire) before the block polls for the next query, and publishes that
-//! query after it, so no block of the next query takes a ticket before the last merger has reset it, and the
-//! body's scratch (scores, lists) is never written by one query while the last one still reads it. The host
-//! rings the next query only after seeing every answer word, so the mailbox and the answer are never written by
-//! both sides at once.
+//! does) and then adds one to an answered count (release); with the blocks' lists for the host every block adds
+//! one after its list (relaxed: no tickets). Block 0's first thread waits for the count to reach every such block
+//! of the queries so far (acquire) before the block polls for the next query, and publishes that query after it,
+//! so no block of the next query takes a ticket before the last merger has reset it, the body's scratch (scores,
+//! lists) is never written by one query while the last one still reads it, and block 0's idle time starts only
+//! once the last answer is written. The host rings the next query only after seeing every answer word, so the
+//! mailbox and the answer are never written by both sides at once.
 //!
 //! Ending: block 0 ends on the host's exit (`k` = [`KNN1_SERVE_EXIT`] with the next number), after `idle_ns`
 //! without a new query, or at its first wait past `life_ns`, publishing [`KNN1_SERVE_EXIT`] so that the other
@@ -32,6 +33,9 @@
 //! A query found complete is answered even in the round where either time passes. The host learns that the
 //! server ended from its stream (idle), never from a word the server writes, so an answer it still waits for
 //! when the server ends unanswered is an error it sees, not a hang.
+//!
+//! Block 0 starts polling a delay after the count is complete, which follows the phase of a caller that rings
+//! each query a fixed time after the last answer (see [`serve`]).
 //!
 //! Between a complete mailbox and the number published lies nothing but the release (session 30). Until then
 //! every thread of block 0 fenced and passed another barrier, the first thread then waited for the answered count
@@ -54,8 +58,8 @@ use crate::util::{
 };
 use core::arch::asm;
 use recall_kernel_shared::{
-    KNN1_SERVE_EXIT, Knn1BulkServeParams, Knn1Params, Knn1ServeParams, LISTS_OUT_GROUPS,
-    METRIC_COSINE, METRIC_DOT, METRIC_L2, SERVE_LISTS_SHIFT, ServeFields,
+    KNN1_SERVE_EXIT, Knn1BulkServeParams, Knn1Params, Knn1ServeParams, LISTS_OUT_BLOCKS,
+    LISTS_OUT_GROUPS, METRIC_COSINE, METRIC_DOT, METRIC_L2, SERVE_LISTS_SHIFT, ServeFields,
     knn1_bulk_serve_shared_bytes, knn1_bulk_shared_bytes, knn1_serve_next, knn1_serve_shared_bytes,
 };
 
@@ -127,6 +131,18 @@ unsafe fn add_release_gpu(p: u64, v: u32) {
 /// `*p += v` atomically at GPU scope, relaxed, with no value returned (the thread does not wait for it).
 ///
 /// # Safety
+/// `p` is a valid, 4-byte aligned global address.
+#[inline(always)]
+unsafe fn add_relaxed_gpu(p: u64, v: u32) {
+    // SAFETY: caller.
+    unsafe {
+        asm!("red.relaxed.gpu.global.add.u32 [{p}], {v};", v = in(reg32) v, p = in(reg64) p, options(nostack))
+    };
+}
+
+/// `*p += v` atomically at GPU scope, relaxed, with no value returned (the thread does not wait for it).
+///
+/// # Safety
 /// `p` is a valid, 8-byte aligned global address.
 #[inline(always)]
 unsafe fn add_relaxed_gpu_u64(p: u64, v: u64) {
@@ -184,8 +200,8 @@ const POLL_DEPTH: usize = 8;
 /// Block 0's wait for the next query (`expected`): poll the mailbox until every word carries `expected`, copying
 /// the values into the relayed query as they come (until the host rings the next query, the mailbox holds the
 /// last one's values, so these stores rewrite what other blocks may still read with the same values). Returns
-/// `(expected, k)`, or `(KNN1_SERVE_EXIT, 0)` when the host rang the exit or the server idled or aged out.
-/// Block-uniform; every thread of block 0 calls it.
+/// `(expected, k, rounds)` (the polls it took), or `(KNN1_SERVE_EXIT, 0, rounds)` when the host rang the exit or
+/// the server idled or aged out. Block-uniform; every thread of block 0 calls it.
 ///
 /// # Safety
 /// As [`serve`]; `k_word` a u32 of this block's shared memory.
@@ -196,15 +212,17 @@ unsafe fn wait_for_query(
     expected: u32,
     start: u64,
     k_word: *mut u32,
-) -> (u32, u32) {
+) -> (u32, u32, u32) {
     let t = thread_x() as usize;
     let threads = block_dim_x() as usize;
     let pairs = dim / 2 + 1;
+    let mut rounds = 0u32;
     // Not before the block's last query is done: polling warps' loads over the bus would hold the SM's
     // outstanding-load slots that warp 0's copies and loads for that query need.
     sync_threads();
     let since = now_ns();
     loop {
+        rounds += 1;
         let mut complete = true;
         let mut exit = false;
         let mut j = t;
@@ -244,14 +262,19 @@ unsafe fn wait_for_query(
         // than the host's margin, as under a sanitizer, could end the server on a query it had read).
         let done = !sync_threads_or(!complete);
         if sync_threads_or(exit || (late && !done)) {
-            return (KNN1_SERVE_EXIT, 0);
+            return (KNN1_SERVE_EXIT, 0, rounds);
         }
         if done {
             // SAFETY: written by the k pair's thread before the barriers.
-            return (expected, unsafe { *k_word });
+            return (expected, unsafe { *k_word }, rounds);
         }
     }
 }
+
+/// The steps of block 0's poll delay ([`serve`]): down by `POLL_PHASE_STEP_NS` after a query found in no more polls
+/// than the last one, up by `POLL_PHASE_JUMP_NS` after one that took more.
+const POLL_PHASE_STEP_NS: u64 = 10;
+const POLL_PHASE_JUMP_NS: u64 = 100;
 
 /// The server's loop (see the module comment): wait for a query (block 0: the mailbox; the others: the number
 /// block 0 publishes), run `body(k)` on it (`true` in the threads of the block that wrote the answer), and
@@ -287,6 +310,9 @@ unsafe fn serve(
     let mut published_at = 0u64;
     // The launcher zeroes the words at each launch, so the sums start at zero here too.
     let (mut wait_ns, mut taken, mut spent_ns) = (0u64, 0u64, 0u64);
+    // Block 0's first thread: how long after the block is ready it starts polling (below one poll's round trip),
+    // and the last query's polls.
+    let (mut delay_ns, mut last_rounds) = (0u64, 0u32);
     loop {
         let k = if leader {
             if t == 0 {
@@ -298,9 +324,20 @@ unsafe fn serve(
                 // SAFETY: sync holds KNN1_SERVE_SYNC_WORDS device u32 (launcher); u32 word 2 is added to by the
                 // answering blocks only.
                 while unsafe { load_acquire_gpu(sf.sync + 8) } != answers {}
+                // The poll's phase. With polls one round trip apart, a query is seen one round trip after the
+                // first poll issued once it is in the mailbox: up to a round trip late, and a caller that rings
+                // each query a fixed time after the last answer meets the same phase every time (the median of
+                // such a stream of calls came out about 1.8 us apart from run to run, session 30). Starting the
+                // polls `delay_ns` late moves them; the delay creeps down while queries are found in no more
+                // polls than before, and jumps up when one takes a poll more, i.e. when its ring just missed a
+                // poll: so the polls settle just after where such a caller's ring lands. Delays stay below one
+                // round trip, which no poll schedule beats for a query that comes at an arbitrary time.
+                let ready = now_ns();
+                while now_ns().wrapping_sub(ready) < delay_ns {}
             }
+            let poll_at = now_ns();
             // SAFETY: forwarded contract; k_word is this block's shared memory.
-            let (number, k) =
+            let (number, k, rounds) =
                 unsafe { wait_for_query(sf, dim, knn1_serve_next(seen), start, k_word) };
             // The relayed values: every thread of block 0 stored its part before the barrier that ended
             // `wait_for_query`, and thread 0's release below is cumulative over what that barrier ordered before
@@ -324,6 +361,21 @@ unsafe fn serve(
                         // After the number: these stores would delay its release.
                         stats.add(3).write_volatile(wait_ns);
                         stats.add(6).write_volatile(taken);
+                        // The next query's poll delay (see above).
+                        let round_ns = (complete_at.wrapping_sub(poll_at)
+                            / u64::from(rounds.max(1)))
+                        .clamp(200, 4_000);
+                        delay_ns = if rounds > last_rounds {
+                            delay_ns + POLL_PHASE_JUMP_NS
+                        } else if delay_ns >= POLL_PHASE_STEP_NS {
+                            delay_ns - POLL_PHASE_STEP_NS
+                        } else {
+                            delay_ns + round_ns - POLL_PHASE_STEP_NS
+                        };
+                        if delay_ns >= round_ns {
+                            delay_ns -= round_ns;
+                        }
+                        last_rounds = rounds;
                     }
                 }
             }
@@ -331,6 +383,7 @@ unsafe fn serve(
             answers = answers.wrapping_add(match k >> SERVE_LISTS_SHIFT {
                 0 => 1,
                 LISTS_OUT_GROUPS => groups,
+                LISTS_OUT_BLOCKS => grid_dim_x(),
                 _ => 0,
             });
             // Every thread of block 0 has the number and k from `wait_for_query` (block-uniform).
@@ -399,6 +452,13 @@ unsafe fn serve(
                 }
                 add_release_gpu(sf.sync + 8, 1);
             }
+        } else if k >> SERVE_LISTS_SHIFT == LISTS_OUT_BLOCKS && t == 0 {
+            // Each block's list for the host: no ticket to reset, so no release, but the block counts itself, so
+            // that block 0 polls for the next query (and its idle time starts) only once every list is written.
+            // Until session 30 block 0 started at once, and where the other blocks ran far behind it (as under
+            // a sanitizer) it could idle out before the host had seen the answer and rung the next query.
+            // SAFETY: sync as above.
+            unsafe { add_relaxed_gpu(sf.sync + 8, 1) };
         }
         // No thread rewrites the word before every thread has read it: block 0's wait for the next query and the
         // other blocks' loop start with a barrier.
