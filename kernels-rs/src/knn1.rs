@@ -454,8 +454,8 @@ unsafe fn merge<const WIDE: bool>(
 /// <= slots <= KNN1_BULK_MAX_SLOTS`; `p.out` holds `2k` words per block with [`LISTS_OUT_BLOCKS`], per group
 /// with [`LISTS_OUT_GROUPS`]; sm_90; the rest as `knn1` (`warps == 1`, `group_blocks == 32`).
 ///
-/// Returns whether this thread's block wrote the answer or its group's list (warp 0; the other warps, and
-/// [`LISTS_OUT_BLOCKS`], `false`).
+/// Returns whether this thread's block wrote its part of the answer: the answer, its group's list, or with
+/// [`LISTS_OUT_BLOCKS`] its own list (warp 0; the other warps `false`).
 #[inline(always)]
 pub(crate) unsafe fn knn1_bulk<const METRIC: u32>(
     p: &Knn1Params,
@@ -870,7 +870,7 @@ pub(crate) unsafe fn bulk_finish<const METRIC: u32>(
                 *out.add(k + lane) = bits;
             }
         }
-        return false;
+        return true;
     }
     // SAFETY: forwarded contract.
     unsafe {

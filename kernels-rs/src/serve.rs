@@ -277,16 +277,17 @@ const POLL_PHASE_STEP_NS: u64 = 10;
 const POLL_PHASE_JUMP_NS: u64 = 100;
 
 /// The server's loop (see the module comment): wait for a query (block 0: the mailbox; the others: the number
-/// block 0 publishes), run `body(k)` on it (`true` in the threads of the block that wrote the answer), and
-/// record it answered; until the exit.
+/// block 0 publishes), run `body(k)` on it (`true` in the threads of a block that wrote its part of the answer),
+/// and record it answered; until the exit.
 ///
 /// # Safety
 /// The launch as the body's launcher requires, with every block resident at once and the rest as
 /// [`ServeFields`] documents for a query of `dim` values; `k_word` a u32 of this block's shared memory past the
 /// body's; the host rings a query only with `1 <= k <= min(SMALL_K_MAX, n_rows)` (or the exit), and only once
 /// every answer word of the last query has been seen; `body` runs one query with every thread of the block,
-/// reads the query from the relayed copy, and returns `true` in the blocks that write the answer (one) or, with
-/// [`LISTS_OUT_GROUPS`] in the `k` word, a group's list (`groups`), each after resetting the tickets it used.
+/// reads the query from the relayed copy, and returns `true` in the blocks that write the answer (one), with
+/// [`LISTS_OUT_GROUPS`] in the `k` word a group's list (`groups`), each after resetting the tickets it used, or
+/// with [`LISTS_OUT_BLOCKS`] their own list (every block).
 #[inline(always)]
 unsafe fn serve(
     sf: &ServeFields,
@@ -349,7 +350,9 @@ unsafe fn serve(
                 // 2, 3 and 6 are written by this thread only (the answering block reads word 2 after acquiring
                 // the number, which the release orders after the store).
                 unsafe {
-                    if number != KNN1_SERVE_EXIT {
+                    // Word 2 only for the device's merge, whose answering block reads it: the release waits for
+                    // every store before it.
+                    if number != KNN1_SERVE_EXIT && k >> SERVE_LISTS_SHIFT == 0 {
                         stats.add(2).write_volatile(complete_at);
                     }
                     // The number and k in one store, so that the other blocks have both from one load.
@@ -362,10 +365,12 @@ unsafe fn serve(
                         // After the number: these stores would delay its release.
                         stats.add(3).write_volatile(wait_ns);
                         stats.add(6).write_volatile(taken);
-                        // The next query's poll delay (see above).
-                        let round_ns = (complete_at.wrapping_sub(poll_at)
-                            / u64::from(rounds.max(1)))
-                        .clamp(200, 4_000);
+                        // The next query's poll delay (see above). A 32-bit division (a poll's nanoseconds,
+                        // saturated): the 64-bit one took about 0.1 us of block 0's part (session 30). Kept here,
+                        // not after the part, where its words would stay live through the body and spill.
+                        let polled =
+                            complete_at.wrapping_sub(poll_at).min(u64::from(u32::MAX)) as u32;
+                        let round_ns = u64::from((polled / rounds.max(1)).clamp(200, 4_000));
                         delay_ns = if rounds > last_rounds {
                             delay_ns + POLL_PHASE_JUMP_NS
                         } else if delay_ns >= POLL_PHASE_STEP_NS {
@@ -441,25 +446,30 @@ unsafe fn serve(
             }
         }
         if answered && t == 0 {
-            // SAFETY: sync as above; with the device's merge one block answers each query. The sums are added
-            // without being read, and ordered before the count by its release. u64 word 2 (when block 0 found
-            // this query complete) was stored before the number this block acquired, and block 0 stores the next
-            // query's only after this block's count (its acquire of the count precedes its poll).
+            // SAFETY: sync as above. The block wrote its part of the answer: the answer (the device's merge, one
+            // block a query), its group's list, or its own list for the host (every block).
             unsafe {
-                if k >> SERVE_LISTS_SHIFT == 0 {
-                    let from = stats.add(2).read_volatile();
-                    add_relaxed_gpu_u64(sf.sync + 32, now_ns().wrapping_sub(from));
-                    add_relaxed_gpu_u64(sf.sync + 40, 1);
+                match k >> SERVE_LISTS_SHIFT {
+                    0 => {
+                        // The sums are added without being read, and ordered before the count by its release.
+                        // u64 word 2 (when block 0 found this query complete) was stored before the number this
+                        // block acquired, and block 0 stores the next query's only after this block's count (its
+                        // acquire of the count precedes its poll).
+                        let from = stats.add(2).read_volatile();
+                        add_relaxed_gpu_u64(sf.sync + 32, now_ns().wrapping_sub(from));
+                        add_relaxed_gpu_u64(sf.sync + 40, 1);
+                        add_release_gpu(sf.sync + 8, 1);
+                    }
+                    // No ticket to reset, so nothing for a release to order: the count only holds block 0's
+                    // poll for the next query (and the start of its idle time) until every list is written. Until
+                    // session 30 block 0 started at once, and where the other blocks ran far behind it (as under
+                    // a sanitizer) it could idle out before the host had seen the answer and rung the next query.
+                    LISTS_OUT_BLOCKS => add_relaxed_gpu(sf.sync + 8, 1),
+                    // The group's tickets were reset before the list was written: the release orders them before
+                    // the count.
+                    _ => add_release_gpu(sf.sync + 8, 1),
                 }
-                add_release_gpu(sf.sync + 8, 1);
             }
-        } else if k >> SERVE_LISTS_SHIFT == LISTS_OUT_BLOCKS && t == 0 {
-            // Each block's list for the host: no ticket to reset, so no release, but the block counts itself, so
-            // that block 0 polls for the next query (and its idle time starts) only once every list is written.
-            // Until session 30 block 0 started at once, and where the other blocks ran far behind it (as under
-            // a sanitizer) it could idle out before the host had seen the answer and rung the next query.
-            // SAFETY: sync as above.
-            unsafe { add_relaxed_gpu(sf.sync + 8, 1) };
         }
         // No thread rewrites the word before every thread has read it: block 0's wait for the next query and the
         // other blocks' loop start with a barrier.

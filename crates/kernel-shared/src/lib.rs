@@ -489,7 +489,7 @@ pub struct ServeFields {
     /// Device memory, [`KNN1_SERVE_SYNC_WORDS`] u32, zero at launch: the number published and its `k` (one
     /// 8-byte word, written and read whole), the count of blocks that wrote an answer or a group's list (with the
     /// blocks' lists for the host, every block), padding; then as u64 (words 2 ..): when block 0
-    /// found the published query's mailbox complete (device clock, ns), the sum over queries of the nanoseconds
+    /// found the published query's mailbox complete (device clock, ns; written for device merges only), the sum over queries of the nanoseconds
     /// from a complete mailbox to its number published, the sum from a complete mailbox to answered (device
     /// merges only), the number of queries answered so, the number of queries published, and the sum from
     /// published to block 0's part done.
