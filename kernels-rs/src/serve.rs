@@ -300,9 +300,8 @@ unsafe fn serve(
     let leader = block_x() == 0;
     let stats = sf.sync as *mut u64;
     let start = now_ns();
-    // Block 0: the number last taken, and how many blocks count themselves for the queries taken so far (`body`
-    // true, or every block with the blocks' lists for the host; sync's u32 word 2 counts them). Others: the
-    // number last run.
+    // Block 0: the number last taken, and how many blocks count themselves for the queries taken so far (those
+    // whose `body` returned `true`; sync's u32 word 2 counts them). Others: the number last run.
     let mut seen = sf.seen;
     let mut answers = 0u32;
     let mut last = 0u32;

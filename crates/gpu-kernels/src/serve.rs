@@ -576,7 +576,7 @@ fn launch(s: &mut Server, metric: SimMetric) -> Result<(), KernelError> {
 pub struct ServeStats {
     /// Queries published.
     pub queries: u64,
-    /// Mean microseconds from a complete mailbox to its number published (block 0's fence and barrier).
+    /// Mean microseconds from a complete mailbox to its number published (block 0's release of the number).
     pub relay_us: f64,
     /// Queries whose blocks' lists the device merged (the others' lists went to the host).
     pub merged: u64,

@@ -453,12 +453,12 @@ pub const fn knn1_shared_bytes(dim: u32, warps: u32) -> u32 {
 /// The host rings a query by writing the mailbox: `dim + 2` u64 words in mapped memory, word `i < dim` the
 /// query's value `i` (f32 bits, low half), word `dim` its `k` ([`KNN1_SERVE_EXIT`] to end the server), word
 /// `dim + 1` padding, every word carrying the query's number in its high half (`k` may carry the lists' mode,
-/// [`SERVE_LISTS_SHIFT`]). Numbers follow one another
-/// ([`knn1_serve_next`]) from `seen`. Block 0 polls the whole mailbox (each word is written and read whole, so a
-/// word with the new number holds the new value) until every word carries the next number, copies the query
-/// into `query` and publishes the number in `sync`'s word 0 with its `k` in word 1 (one 8-byte store); every block then runs
-/// `sm80_knn1_*`'s body on it, and the block that writes the answer records the number in word 2 once its
-/// tickets are reset. The host rings the next query only after it has seen every answer word of the last.
+/// [`SERVE_LISTS_SHIFT`]). Numbers follow one another ([`knn1_serve_next`]) from `seen`. Block 0 polls the whole
+/// mailbox (each word is written and read whole, so a word with the new number holds the new value) until every
+/// word carries the next number, copies the query into `query` and publishes the number in `sync`'s word 0 with
+/// its `k` in word 1 (one 8-byte store); every block then runs `sm80_knn1_*`'s body on it, and each block that
+/// wrote its part of the answer (once its tickets are reset) adds one to the count in word 2. The host rings the
+/// next query only after it has seen every answer word of the last.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Knn1ServeParams {
@@ -488,11 +488,11 @@ pub struct ServeFields {
     pub query: u64,
     /// Device memory, [`KNN1_SERVE_SYNC_WORDS`] u32, zero at launch: the number published and its `k` (one
     /// 8-byte word, written and read whole), the count of blocks that wrote an answer or a group's list (with the
-    /// blocks' lists for the host, every block), padding; then as u64 (words 2 ..): when block 0
-    /// found the published query's mailbox complete (device clock, ns; written for device merges only), the sum over queries of the nanoseconds
-    /// from a complete mailbox to its number published, the sum from a complete mailbox to answered (device
-    /// merges only), the number of queries answered so, the number of queries published, and the sum from
-    /// published to block 0's part done.
+    /// blocks' lists for the host, every block), padding; then as u64 (words 2 ..): when block 0 found the
+    /// published query's mailbox complete (device clock, ns; written for device merges only), the sum over
+    /// queries of the nanoseconds from a complete mailbox to its number published, the sum from a complete
+    /// mailbox to answered (device merges only), the number of queries answered so, the number of queries
+    /// published, and the sum from published to block 0's part done.
     pub sync: u64,
     /// Nanoseconds without a new query after which the server ends.
     pub idle_ns: u64,
