@@ -474,13 +474,15 @@ fn ask(
         launch(s, metric)?;
     }
     s.bell = bell;
-    let asked = Instant::now();
-    let words = s
-        .gpu
-        .wait_mapped_filled(&mut s.answer, lists * 2 * k, UNSET, SERVE_SPIN)?;
-    if asked.elapsed() >= SERVE_SPIN {
-        // Past the spin the wait synchronised the server's stream: the server has ended (it idled out after
-        // answering, as under a sanitizer); the next query starts another.
+    let (words, ended) =
+        s.gpu
+            .wait_mapped_filled_or_done(&mut s.answer, lists * 2 * k, UNSET, SERVE_SPIN)?;
+    if ended {
+        // The wait found the server's stream finished (past the spin it synchronised it): the server has
+        // ended (it idled out after answering, as under a sanitizer); the next query starts another. Only the
+        // wait can tell: with a clock read after it, an answer that came just before the spin ended, or a
+        // host thread preempted after it, looked like an ended server, and the next query then queued a second
+        // server behind the running one (which could answer a later query from a stale mailbox).
         s.running = false;
     }
     let answer = merge_lists(words, lists, k).ok_or_else(|| KernelError::Shape {

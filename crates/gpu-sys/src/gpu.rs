@@ -370,14 +370,27 @@ impl Gpu {
         })
     }
 
-    /// Copy a device buffer into `dst`. `dst.len()` must equal the buffer's. Into pageable memory (a `Vec`)
-    /// the call returns once the copy is done; into page-locked memory (a pinned buffer's slice) the driver
-    /// copies asynchronously, so synchronise the stream before reading it ([`Gpu::download_pinned`] does).
+    /// Copy a device buffer into `dst`. `dst.len()` must equal the buffer's (an error otherwise). Into pageable
+    /// memory (a `Vec`) the call returns once the copy is done; into page-locked memory (a pinned buffer's
+    /// slice) the driver copies asynchronously, so synchronise the stream before reading it
+    /// ([`Gpu::download_pinned`] does).
     pub fn download_into<T: DeviceRepr>(
         &self,
         src: &CudaSlice<T>,
         dst: &mut [T],
     ) -> Result<(), GpuError> {
+        // Checked here: cudarc asserts it, and a panic in the binding reads as a lost device.
+        if dst.len() != src.len() {
+            return Err(GpuError::Driver {
+                call: "cuMemcpyDtoH",
+                code: 0,
+                name: format!(
+                    "a {}-element buffer into {} elements: the lengths must be equal",
+                    src.len(),
+                    dst.len()
+                ),
+            });
+        }
         guard("cuMemcpyDtoH", || {
             self.stream.memcpy_dtoh(src, dst).gpu("cuMemcpyDtoH")
         })
@@ -628,6 +641,22 @@ impl Gpu {
         unset: T,
         spin: std::time::Duration,
     ) -> Result<&'a [T], GpuError> {
+        self.wait_mapped_filled_or_done(buf, n, unset, spin)
+            .map(|(values, _)| values)
+    }
+
+    /// [`Gpu::wait_mapped_filled`], and whether the wait found the stream finished: `true` where it
+    /// synchronised the stream (past `spin`) or the driver reported it idle, `false` where the values came
+    /// while the stream ran, which may still be running. A caller that keeps a kernel running across calls
+    /// (the one-query server) learns from this, and from nothing else, that its kernel has ended: a clock read
+    /// after the wait cannot tell a value that came just before `spin` from a synchronise.
+    pub fn wait_mapped_filled_or_done<'a, T: DeviceRepr + ValidAsZeroBits + Copy + PartialEq>(
+        &self,
+        buf: &'a mut MappedReadback<T>,
+        n: usize,
+        unset: T,
+        spin: std::time::Duration,
+    ) -> Result<(&'a [T], bool), GpuError> {
         room("wait on mapped memory", buf.len, n)?;
         let base = buf.host.as_ptr().cast::<T>();
         // The first value from `from` on that is still unset.
@@ -641,9 +670,9 @@ impl Gpu {
         let start = std::time::Instant::now();
         let mut next_query = MAPPED_POLL_QUERY_EVERY;
         let mut first_unset = 0;
-        loop {
+        let done = loop {
             match unset_from(first_unset) {
-                None => break,
+                None => break false,
                 Some(i) => first_unset = i,
             }
             let waited = start.elapsed();
@@ -652,7 +681,7 @@ impl Gpu {
                 if unset_from(first_unset).is_some() {
                     return Err(unfilled());
                 }
-                break;
+                break true;
             }
             if waited >= next_query {
                 next_query = waited + MAPPED_POLL_QUERY_EVERY;
@@ -661,17 +690,17 @@ impl Gpu {
                     if unset_from(first_unset).is_some() {
                         return Err(unfilled());
                     }
-                    break;
+                    break true;
                 }
             }
             std::hint::spin_loop();
-        }
+        };
         // Order the reads of the values after the reads that saw them replaced.
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         // SAFETY: `host` holds `len >= n` values of `T` (page-locked, every bit pattern valid); the mutable
         // borrow keeps host writers out, and each of the first `n` has had its one device write (seen
         // above), so no device write to them is still to come.
-        Ok(unsafe { std::slice::from_raw_parts(base, n) })
+        Ok((unsafe { std::slice::from_raw_parts(base, n) }, done))
     }
 
     /// Copy the first `dst.len()` values of `src` into the pinned buffer `dst`, wait for the stream, and
