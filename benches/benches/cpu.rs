@@ -238,7 +238,11 @@ fn spreading(c: &mut Criterion) {
         graph.n_edges(),
         t.elapsed()
     );
-    drop((indices, weights));
+    // The same edges, every one from node 0 (see the last row).
+    let mut from_zero = vec![indices.len(); n + 1];
+    from_zero[0] = 0;
+    let one_source = SpreadGraph::from_csr(&from_zero, &indices, &weights).expect("valid graph");
+    drop((indices, weights, from_zero));
     let mut seeds = vec![0.0f32; n];
     for i in 0..1000 {
         seeds[(i * 7919) % n] = 1.0;
@@ -272,6 +276,26 @@ fn spreading(c: &mut Criterion) {
     g.throughput(Throughput::Elements((params.hops * graph.n_edges()) as u64));
     g.bench_function("cpu/spread", |b| {
         b.iter(|| black_box(spread(&graph, &seeds, &params).expect("valid")))
+    });
+    // The pull with its reads of the sources' activations taken out of the memory: the same targets, in-degrees,
+    // weights and bytes streamed, every edge's source node 0, so that every read hits the L1. The same code runs
+    // on the same shapes; what `cpu/spread_all_pull` takes beyond this is what its reads of activations at the
+    // graph's own places cost.
+    g.throughput(Throughput::Bytes(
+        recall_hybrid_executor::bench::spread_pull_bytes(n, graph.n_edges(), params.hops),
+    ));
+    g.bench_function("floor/spread_all_pull_reads_in_l1", |b| {
+        b.iter(|| {
+            black_box(
+                recall_cpu_simd::spread_with_mode(
+                    &one_source,
+                    &seeds,
+                    &params,
+                    recall_cpu_simd::SpreadMode::Pull,
+                )
+                .expect("valid"),
+            )
+        })
     });
     g.finish();
 }
@@ -322,6 +346,24 @@ fn clip_noise(c: &mut Criterion) {
         b.iter(|| {
             clip_and_noise_into(&x, D, 1.0, 0.1, 7, &mut out).expect("valid input");
             black_box(&out);
+        })
+    });
+    // The floor under it: the same work with the memory traffic taken away. Blocks of 32 rows (96 KiB in and
+    // 96 KiB out: in a core's L2) are clipped and noised again and again, each into its own core's buffer, until
+    // as many rows as above are done; what is left is the op's own arithmetic (the norms, the clip and the
+    // contract's Philox4x32-10 and Box-Muller). Counted with the same bytes as the rows above, so the two read
+    // as fractions of the copy side by side: the op at 80 % of the copy needs this floor well above 80 %.
+    let block_rows = 32;
+    let block = x[..block_rows * D].to_vec();
+    g.bench_function("floor/clip_and_noise_in_l2", |b| {
+        b.iter(|| {
+            (0..N / block_rows).into_par_iter().for_each_init(
+                || vec![0.0f32; block_rows * D],
+                |o, i| {
+                    clip_and_noise_into(&block, D, 1.0, 0.1, 7 + i as u64, o).expect("valid input");
+                    black_box(&o);
+                },
+            )
         })
     });
     // The AVX2+FMA level too, where the machine runs a higher one: the many servers without AVX-512 take this
