@@ -815,9 +815,11 @@ impl<A: Allocator> Inner<A> {
         tenant: TenantId,
         bytes: usize,
     ) -> Result<(), PoolError> {
+        // A sum past usize::MAX exceeds any limit (a saturating sum would pass a limit of usize::MAX).
+        let exceeds = |held: usize, limit: usize| held.checked_add(bytes).is_none_or(|s| s > limit);
         let t = st.tenants.entry(tenant).or_default();
         if let Some(quota) = t.quota_bytes
-            && t.in_use_bytes.saturating_add(bytes) > quota
+            && exceeds(t.in_use_bytes, quota)
         {
             t.failed_requests += 1;
             let err = PoolError::OutOfMemory {
@@ -830,7 +832,7 @@ impl<A: Allocator> Inner<A> {
             return Err(err);
         }
         let live = st.stats.in_use_bytes + st.stats.reserved_external_bytes;
-        if live.saturating_add(bytes) > st.stats.budget_bytes {
+        if exceeds(live, st.stats.budget_bytes) {
             t.failed_requests += 1;
             st.stats.failed_requests += 1;
             return Err(PoolError::OutOfMemory {
@@ -952,8 +954,16 @@ impl<A: Allocator> Inner<A> {
 
     /// Give back cached blocks until the held bytes plus `extra` fit the budget.
     fn make_room(&self, st: &mut State<A>, extra: usize) -> Result<(), PoolError> {
-        let over =
-            |st: &State<A>| (st.stats.held_bytes() + extra).saturating_sub(st.stats.budget_bytes);
+        // Held bytes plus `extra` past usize::MAX are over any budget: give back everything cached (the
+        // limits were checked, so live bytes plus `extra` fit).
+        let over = |st: &State<A>| {
+            st.stats
+                .held_bytes()
+                .checked_add(extra)
+                .map_or(usize::MAX, |held| {
+                    held.saturating_sub(st.stats.budget_bytes)
+                })
+        };
         if over(st) > 0 {
             let need = over(st);
             self.release(st, need, TrimWait::ReadyOnly);

@@ -107,6 +107,62 @@ fn over_budget_is_a_typed_error_before_the_driver() {
 }
 
 #[test]
+fn requests_past_usize_max_are_typed_errors_under_an_unbounded_budget() {
+    // A budget of usize::MAX ("no limit": `RECALL_GPU_VRAM_BUDGET_MIB` saturates to it) and quota usize::MAX:
+    // live or held bytes plus a request near usize::MAX overflow. That is out of memory, not a panic (debug)
+    // or a check that wraps and passes (release).
+    let p = pool(usize::MAX, 64 * MIB);
+    drop(p.allocate(8 * MIB, &S1).unwrap());
+    assert_eq!(p.stats().cached_bytes, 8 * MIB);
+    // Held (8 MiB cached) + the class of this request overflows; the live bytes alone do not.
+    let e = p.allocate(usize::MAX - 4 * MIB, &S0).unwrap_err();
+    assert!(e.is_out_of_memory(), "{e}");
+    let _live = p.allocate(4 * MIB, &S1).unwrap();
+    // Live bytes + the request overflow: refused before the driver is asked.
+    let allocs = p.allocator().allocations();
+    let e = p.allocate(usize::MAX - 2 * MIB, &S0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PoolError::OutOfMemory {
+                scope: OomScope::Pool,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(p.allocator().allocations(), allocs);
+    let e = p.reserve(TenantId::DEFAULT, usize::MAX).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PoolError::OutOfMemory {
+                scope: OomScope::Pool,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(p.stats().reserved_external_bytes, 0);
+    // A tenant quota of usize::MAX: the same.
+    let t = TenantId(3);
+    p.set_tenant_quota(t, Some(usize::MAX));
+    let _t_live = p.allocate_for(t, 4 * MIB, &S1).unwrap();
+    let e = p.reserve(t, usize::MAX - MIB).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PoolError::OutOfMemory {
+                scope: OomScope::Tenant(_),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(p.tenant_stats(t).in_use_bytes, 4 * MIB);
+}
+
+#[test]
 fn cached_blocks_are_trimmed_to_fit_the_budget() {
     let p = pool(8 * MIB, 64 * MIB);
     let a = p.allocate(6 * MIB, &S0).unwrap();
