@@ -228,7 +228,7 @@ pub(crate) struct Inner<A: Allocator> {
     /// be used (held bytes over the budget, or the pool closed). Changed only under the state lock.
     pub(crate) gate: AtomicU64,
     /// Live `CachingPool` handles.
-    handles: AtomicUsize,
+    pub(crate) handles: AtomicUsize,
     max_cached: Mutex<Option<usize>>,
     pub(crate) state: Mutex<State<A>>,
     errors: Mutex<Vec<PoolError>>,
@@ -598,11 +598,13 @@ impl<A: Allocator> CachingPool<A> {
         }
         let r = self.allocate_in(&mut guard, tenant, bytes, key);
         inner.update_gate(&guard);
-        if inner.fast {
-            thread_cache::enable(&self.inner, &mut guard, tenant, &mut handles);
-        }
+        let new_shard =
+            inner.fast && thread_cache::enable(&self.inner, &mut guard, tenant, &mut handles);
         drop(guard);
         drop(handles);
+        if new_shard {
+            thread_cache::flush_closed();
+        }
         r
     }
 
@@ -776,6 +778,7 @@ impl<A: Allocator> Inner<A> {
             addr,
         } = e;
         let mut handles = Vec::new();
+        let mut new_shard = false;
         {
             let mut st = pool.state.lock();
             if pool.fast {
@@ -796,11 +799,14 @@ impl<A: Allocator> Inner<A> {
             });
             pool.after_flush(&mut st);
             if pool.fast && class <= THREAD_CACHE_MAX_CLASS && !st.closed {
-                thread_cache::enable(&pool, &mut st, tenant, &mut handles);
+                new_shard = thread_cache::enable(&pool, &mut st, tenant, &mut handles);
             }
         }
         drop(handles);
         drop(pool);
+        if new_shard {
+            thread_cache::flush_closed();
+        }
     }
 
     fn record(&self, st: &mut State<A>, e: PoolError) {

@@ -32,6 +32,8 @@
 //!   are exact; under concurrency blocks parked by *other* threads count as in use for the budget and
 //!   quota checks and the peaks (conservative: at most [`THREAD_CACHE_MAX_BYTES`] per thread and pool,
 //!   until that thread next calls the pool, calls [`crate::CachingPool::flush_thread_cache`] or exits).
+//! - Closing: blocks a thread parked for a pool whose last handle is gone (that thread can no longer call
+//!   it) go back when the thread first calls another pool (`flush_closed`), or at its exit.
 //!
 //! [`Block`]: crate::Block
 //! [`ReusePolicy::StreamOrdered`]: crate::ReusePolicy::StreamOrdered
@@ -293,6 +295,39 @@ impl<A: Allocator> Drop for Shard<A> {
     }
 }
 
+impl<A: Allocator> Shard<A> {
+    /// If the pool has no `CachingPool` handle left, move the parked blocks to its shared free lists (a
+    /// closed pool gives them back to the allocator at once). Call with no pool lock held.
+    fn flush_if_closed(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let Some(pool) = self.pool.upgrade() else {
+            return;
+        };
+        if pool.handles.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let mut handles = Vec::new();
+        {
+            let mut st = pool.state.lock();
+            self.flush(&mut st, &mut handles);
+            pool.after_flush(&mut st);
+        }
+        drop(handles);
+        drop(pool);
+    }
+}
+
+/// [`Shard::flush_if_closed`] of the `Shard<A>` at `ptr`, for a type-erased slot.
+///
+/// # Safety
+/// `ptr` is a slot's pointer to its live `Shard<A>`, and no reference to that shard is live.
+unsafe fn flush_if_closed_erased<A: Allocator>(ptr: *mut ()) {
+    // SAFETY: forwarded to the caller (see `# Safety`).
+    unsafe { &mut *ptr.cast::<Shard<A>>() }.flush_if_closed();
+}
+
 trait AnyShard {
     /// The pool is gone and nothing is parked.
     fn is_dead(&self) -> bool;
@@ -309,6 +344,8 @@ struct Slot {
     pool_id: u64,
     /// The `Shard<A>` inside `owner`, for typed access without a downcast.
     ptr: *mut (),
+    /// [`flush_if_closed_erased`] for the shard's `A`.
+    flush_if_closed: unsafe fn(*mut ()),
     owner: Box<dyn AnyShard>,
 }
 
@@ -355,6 +392,7 @@ impl ThreadCaches {
         self.slots.push(Slot {
             pool_id,
             ptr,
+            flush_if_closed: flush_if_closed_erased::<A>,
             owner: b,
         });
         ptr
@@ -480,31 +518,35 @@ pub(crate) fn flush_own<A: Allocator>(
 /// Under the pool lock, at the end of a locked call by `tenant`: make sure this thread has a cache for
 /// `pool`, revalidate it against the gate, and admit `tenant` if it has no quota. Flushes first if the
 /// cache was validated against another gate value (adding the pool handles to drop later to `handles`).
+/// Returns whether it made this thread's cache for `pool` (then call [`flush_closed`] once the lock is
+/// released).
 pub(crate) fn enable<A: Allocator>(
     pool: &Arc<Inner<A>>,
     st: &mut State<A>,
     tenant: TenantId,
     handles: &mut Vec<Arc<Inner<A>>>,
-) {
+) -> bool {
     let Some(cell) = caches() else {
-        return;
+        return false;
     };
     let Ok(mut c) = cell.try_borrow_mut() else {
-        return;
+        return false;
     };
+    let mut made = false;
     let ptr = match c.find_ptr(pool.id) {
         Some(ptr) => ptr,
         None => {
             c.retain_live();
             let counters = Arc::new(ShardCounters::default());
             st.shards.push(counters.clone());
+            made = true;
             c.insert(pool.id, Shard::<A>::new(pool, counters))
         }
     };
     // This pool is the one the thread uses now: its shard is the one the hit path tries first.
     HOT.set((pool.id, ptr));
     let Some(shard) = c.find::<A>(pool.id) else {
-        return;
+        return made;
     };
     let gate = pool.gate.load(Ordering::Relaxed);
     if shard.epoch != gate {
@@ -525,5 +567,27 @@ pub(crate) fn enable<A: Allocator>(
         shard.counters.tenant_ids[slot].store(tenant.0, Ordering::Release);
         shard.counters.parked[slot].store(0, Ordering::Release);
         shard.n_tenants += 1;
+    }
+    made
+}
+
+/// With no pool lock held: give back the blocks this thread parked for pools whose last `CachingPool`
+/// handle is gone. Such a pool can no longer be called, so without this its parked blocks (and the pool,
+/// with its allocator) would stay until the thread exits. Run when the thread starts using a new pool (an
+/// engine made after another was dropped), so they never pile up.
+pub(crate) fn flush_closed() {
+    let Some(cell) = caches() else {
+        return;
+    };
+    let Ok(c) = cell.try_borrow_mut() else {
+        return;
+    };
+    // No shard is freed here (`HOT` stays valid); the emptied shards of pools that are gone go at the next
+    // `retain_live`.
+    for slot in &c.slots {
+        // SAFETY: `ptr` is this slot's live `Shard` of the type `flush_if_closed` was made for (`insert`);
+        // no reference to it is live: the `CACHES` borrow held here excludes the locked paths' borrows, and
+        // the hit path's (`take`, `park`) never spans a call of this.
+        unsafe { (slot.flush_if_closed)(slot.ptr) };
     }
 }

@@ -481,3 +481,37 @@ fn dropping_the_last_pool_handle_gives_the_cache_back() {
     assert_eq!(fake.outstanding_bytes(), 0);
     assert!(fake.violations().is_empty());
 }
+
+#[test]
+fn blocks_another_thread_parked_go_back_once_the_pool_is_closed() {
+    // A worker parks a small block of pool A in its thread cache, then the last handle of A goes (an engine
+    // dropped). The worker can no longer call A, so A's parked block (device memory, and A itself with its
+    // context) must go back the next time the worker's cache meets a new pool, not only at thread exit.
+    let fake_a = std::sync::Arc::new(FakeAllocator::new(64 * MIB));
+    let a = CachingPool::new(fake_a.clone(), PoolConfig::with_budget(64 * MIB));
+    let (parked_tx, parked_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<CachingPool<FakeAllocator>>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let q = a.clone();
+    let worker = std::thread::spawn(move || {
+        drop(q.allocate(4096, &S0).unwrap());
+        drop(q.allocate(4096, &S0).unwrap());
+        assert_eq!(q.stats().thread_cached_bytes, 4096);
+        drop(q);
+        parked_tx.send(()).unwrap();
+        // The next engine's pool: this thread's first call of it.
+        let b = go_rx.recv().unwrap();
+        drop(b.allocate(4096, &S0).unwrap());
+        done_tx.send(()).unwrap();
+        // Stay alive: a thread of a pool that outlives engines.
+        let _ = go_rx.recv();
+    });
+    parked_rx.recv().unwrap();
+    drop(a);
+    go_tx.send(pool(64 * MIB, 64 * MIB)).unwrap();
+    done_rx.recv().unwrap();
+    assert_eq!(fake_a.outstanding_bytes(), 0);
+    assert!(fake_a.violations().is_empty());
+    drop(go_tx);
+    worker.join().unwrap();
+}
