@@ -119,7 +119,7 @@ impl MappedReadback<u64> {
         words: impl ExactSizeIterator<Item = u64>,
     ) -> Result<(), GpuError> {
         let n = words.len();
-        room("host store to mapped memory", self.len, at + n)?;
+        room_from("host store to mapped memory", self.len, at, n)?;
         let base = self.host.as_ptr().cast::<u64>();
         // `take(n)`: an iterator that yields more than it said stops at the room checked.
         for (i, w) in words.take(n).enumerate() {
@@ -182,6 +182,19 @@ fn room(call: &'static str, have: usize, need: usize) -> Result<(), GpuError> {
         });
     }
     Ok(())
+}
+
+/// `Ok` when elements `at .. at + n` lie inside a buffer of `have` elements (an end past `usize::MAX` does
+/// not: a wrapped `at + n` would pass [`room`] and index outside the buffer).
+fn room_from(call: &'static str, have: usize, at: usize, n: usize) -> Result<(), GpuError> {
+    match at.checked_add(n) {
+        Some(end) => room(call, have, end),
+        None => Err(GpuError::Driver {
+            call,
+            code: 0,
+            name: format!("{n} elements from position {at} do not fit a {have}-element buffer"),
+        }),
+    }
 }
 
 impl Gpu {
@@ -775,5 +788,20 @@ impl Gpu {
     /// The primary context this handle holds, for the driver memory calls in [`crate::memory`].
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::room_from;
+
+    #[test]
+    fn a_store_past_the_end_is_an_error_even_when_its_end_wraps() {
+        // `MappedReadback::store_words`'s check: `at + n` must not wrap (release builds) past the bound.
+        assert!(room_from("store", 4, 0, 4).is_ok());
+        assert!(room_from("store", 4, 2, 2).is_ok());
+        assert!(room_from("store", 4, 3, 2).is_err());
+        assert!(room_from("store", 4, usize::MAX, 1).is_err());
+        assert!(room_from("store", 4, usize::MAX - 1, 3).is_err());
     }
 }
