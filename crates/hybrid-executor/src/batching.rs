@@ -53,8 +53,9 @@ pub(crate) struct BatchKey {
     /// Address and length of the corpus (see the module doc), or an explicit corpus id.
     pub corpus: (usize, usize),
     pub dim: usize,
-    /// Op parameters that must match (k for top-k, …).
-    pub params: u64,
+    /// Op parameters that must match (k for top-k, …): each in bits of its own, so that no value of one can
+    /// read as another's.
+    pub params: u128,
     pub tenant: Option<u32>,
 }
 

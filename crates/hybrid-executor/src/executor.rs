@@ -1205,13 +1205,15 @@ impl Executor {
             return self.knn_shared(opts, queries, corpus, metric, k);
         }
         check_finite("queries", queries)?;
+        // k before any batch: a caller's k out of range is its own error, never its batch-mates'.
+        crate::ops::check_k(k, corpus.n_rows())?;
         let metric_code = match metric {
-            Metric::Dot => 0u64,
+            Metric::Dot => 0u128,
             Metric::Cosine => 1,
             Metric::L2 => 2,
         };
         let mode_code = match opts.mode {
-            Mode::Exact => 0u64,
+            Mode::Exact => 0u128,
             Mode::FastF16 => 1,
             Mode::FastBf16 => 2,
         };
@@ -1220,7 +1222,8 @@ impl Executor {
             // An explicit corpus id (never an address: this batcher only sees shared corpora).
             corpus: (corpus.id() as usize, usize::MAX),
             dim,
-            params: (k as u64) | (metric_code << 40) | (mode_code << 48),
+            // k in the low 64 bits, the metric and the mode above them.
+            params: (k as u128) | (metric_code << 64) | (mode_code << 72),
             tenant: if across {
                 None
             } else {

@@ -61,7 +61,7 @@ impl DupTable {
     }
 }
 
-fn check_k(k: usize, n: usize) -> Result<(), CpuError> {
+pub(crate) fn check_k(k: usize, n: usize) -> Result<(), CpuError> {
     if k == 0 || k > n {
         Err(CpuError::KOutOfRange { k, n })
     } else {

@@ -240,3 +240,70 @@ fn multi_query_calls_join_single_query_batches_and_get_their_own_answers() {
         .unwrap();
     assert_eq!(out.value, expected(&q, &corpus));
 }
+
+/// Two concurrent calls whose (k, metric) differ never share a batch, even when k is out of range and large
+/// enough to reach the bits the batch key gave the metric: each caller gets its own answer or its own error.
+#[test]
+fn a_batch_mates_out_of_range_k_neither_poisons_nor_borrows_an_answer() {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let gate = Arc::new(Gate {
+        sizes: parking_lot::Mutex::new(Vec::new()),
+        entered: parking_lot::Mutex::new(Some(entered_tx)),
+        release: parking_lot::Mutex::new(Some(release_rx)),
+    });
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        batching: BatchConfig {
+            max_batch: 2,
+            max_wait: Duration::from_millis(500),
+            ..BatchConfig::default()
+        },
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
+    // Cosine's code sat at bit 40 of the key, beside k: this k (Dot) read as K (Cosine).
+    let huge_k = K + (1 << 40);
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        let (exec, corpus, barrier) = (&exec, &corpus, &barrier);
+        // A lone call holds the device, so the next two are batched.
+        let lone = s.spawn(move || {
+            let q = matrix(100, 1, DIM);
+            exec.knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Cosine, K)
+                .unwrap();
+        });
+        entered_rx.recv().unwrap();
+        let good = s.spawn(move || {
+            let q = matrix(200, 1, DIM);
+            barrier.wait();
+            let out =
+                exec.knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Cosine, K);
+            (q, out)
+        });
+        let bad = s.spawn(move || {
+            let q = matrix(300, 1, DIM);
+            barrier.wait();
+            exec.knn_shared_single(&CallOptions::default(), &q, corpus, Metric::Dot, huge_k)
+        });
+        let (q, good) = good.join().unwrap();
+        let bad = bad.join().unwrap();
+        release_tx.send(()).unwrap();
+        lone.join().unwrap();
+        assert_eq!(
+            good.map(|o| o.value),
+            Ok(expected(&q, corpus)),
+            "the valid call's own answer"
+        );
+        assert!(
+            matches!(
+                bad,
+                Err(recall_hybrid_executor::ExecError::InvalidInput(
+                    recall_cpu_simd::CpuError::KOutOfRange { k, n: 200 }
+                )) if k == huge_k
+            ),
+            "the out-of-range k's own error: {bad:?}"
+        );
+    });
+}
