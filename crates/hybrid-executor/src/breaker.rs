@@ -208,8 +208,9 @@ impl CircuitBreaker {
             Inner::Closed { failures } => {
                 let failures = failures + 1;
                 if fatal || failures >= self.config.failure_threshold.max(1) {
+                    // Saturating: a back-off of `Duration::MAX` keeps the GPU out for good.
                     s.inner = Inner::Open {
-                        until: now + s.backoff,
+                        until: now.saturating_add(s.backoff),
                     };
                     Some(Transition::Opened)
                 } else {
@@ -218,9 +219,9 @@ impl CircuitBreaker {
                 }
             }
             Inner::HalfOpen { .. } => {
-                s.backoff = (s.backoff * 2).min(self.config.max_backoff);
+                s.backoff = s.backoff.saturating_mul(2).min(self.config.max_backoff);
                 s.inner = Inner::Open {
-                    until: now + s.backoff,
+                    until: now.saturating_add(s.backoff),
                 };
                 Some(Transition::Opened)
             }

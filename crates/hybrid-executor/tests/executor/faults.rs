@@ -343,3 +343,52 @@ fn oom_gives_cached_memory_back_before_the_retry() {
     assert_eq!(gpu.released.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(exec.metrics().oom_events(), 1);
 }
+
+/// A breaker told to keep a failed GPU out for good (`Duration::MAX` back-off): the call that loses the device
+/// is still answered on the CPU (the back-off's end saturates instead of overflowing), and the GPU stays out.
+#[test]
+fn a_back_off_without_end_still_answers_on_the_cpu() {
+    let plan = FaultPlan::new().lose_device_after(0);
+    let (exec, gpu, clock) = faulty(plan, |c| {
+        c.breaker.backoff = Duration::MAX;
+        c.breaker.max_backoff = Duration::MAX;
+    });
+    clock.advance(Duration::from_secs(1));
+    let (q, c) = inputs(4);
+    let want = bits(&cpu(&q, &c, DIM));
+    let out = exec.cosine_scores(&q, &c, DIM).unwrap();
+    assert_eq!((out.device, bits(&out.value)), (Device::Cpu, want.clone()));
+    assert!(matches!(exec.breaker_state(), BreakerState::Open { .. }));
+    let calls = gpu.stats().calls;
+    clock.advance(Duration::from_secs(1 << 40));
+    let out = exec.cosine_scores(&q, &c, DIM).unwrap();
+    assert_eq!((out.device, bits(&out.value)), (Device::Cpu, want));
+    assert_eq!(gpu.stats().calls, calls, "the GPU stays out");
+}
+
+/// A failed probe doubles a back-off that cannot double (more than half of `Duration::MAX`): it stays at the
+/// most, and the call is answered on the CPU.
+#[test]
+fn a_back_off_that_cannot_double_still_answers_on_the_cpu() {
+    let huge = Duration::MAX / 2 + Duration::from_secs(1);
+    let plan = FaultPlan::new().lose_device_after(0);
+    let (exec, _gpu, clock) = faulty(plan, |c| {
+        c.breaker.backoff = Duration::from_secs(1);
+        c.breaker.max_backoff = Duration::MAX;
+    });
+    let (q, c) = inputs(4);
+    let want = bits(&cpu(&q, &c, DIM));
+    // Open (1 s), probe and fail: 2 s, 4 s, ... until the doubling would pass Duration::MAX.
+    let mut backoff = Duration::from_secs(1);
+    for _ in 0..80 {
+        let out = exec.cosine_scores(&q, &c, DIM).unwrap();
+        assert_eq!((out.device, bits(&out.value)), (Device::Cpu, want.clone()));
+        clock.advance(backoff);
+        backoff = backoff.saturating_mul(2);
+        if backoff > huge {
+            break;
+        }
+    }
+    let out = exec.cosine_scores(&q, &c, DIM).unwrap();
+    assert_eq!((out.device, bits(&out.value)), (Device::Cpu, want));
+}
