@@ -299,12 +299,18 @@ impl<R: Send> Batcher<R> {
     ) -> Result<Outcome<R>, ExecError> {
         let mut guard = LeaderGuard { batch, done: false };
         let opened = Instant::now();
-        let deadline = opened + config.max_wait;
+        // No deadline where `max_wait` reaches past what an `Instant` can hold: wait for a full batch.
+        let deadline = opened.checked_add(config.max_wait);
         {
             let mut s = batch.state.lock();
             while !s.closed {
-                if batch.cv.wait_until(&mut s, deadline).timed_out() {
-                    break;
+                match deadline {
+                    Some(d) => {
+                        if batch.cv.wait_until(&mut s, d).timed_out() {
+                            break;
+                        }
+                    }
+                    None => batch.cv.wait(&mut s),
                 }
             }
         }

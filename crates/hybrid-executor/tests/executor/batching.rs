@@ -155,3 +155,33 @@ fn a_bad_query_fails_alone() {
         .unwrap();
     assert_eq!(bits(&out.value), bits(&cpu(&q, &data, DIM)));
 }
+
+/// A batch told to wait for its members without a time limit (`max_wait: Duration::MAX`): the leader waits
+/// until the batch is full (its deadline saturates instead of overflowing), and every caller gets its answer.
+#[test]
+fn a_wait_without_end_waits_for_a_full_batch() {
+    let gpu = Arc::new(Recording::default());
+    let exec = exec_with(
+        gpu.clone(),
+        BatchConfig {
+            max_batch: 2,
+            max_wait: Duration::MAX,
+            ..BatchConfig::default()
+        },
+    );
+    let data = matrix(6, 30, DIM);
+    let corpus = CorpusRef::new(&data, DIM).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (exec, corpus, data) = (&exec, &corpus, &data);
+            s.spawn(move || {
+                let q = matrix(200 + t, 1, DIM);
+                let out = exec
+                    .cosine_scores_single(&CallOptions::default(), &q, corpus)
+                    .unwrap();
+                assert_eq!(bits(&out.value), bits(&cpu(&q, data, DIM)));
+            });
+        }
+    });
+    assert_eq!(*gpu.units.lock(), vec![2]);
+}
