@@ -395,8 +395,14 @@ impl Scheduler {
                 waited: start.elapsed(),
             }
         };
-        // Room in the queue.
-        while s.slots[id.index()].queue.len() >= capacity {
+        // Room in the queue, unless the call runs at once: a free permit means no other call is ready (`grant`
+        // runs whenever a permit is freed or a call queued), so one of this tenant under its cap takes it. A
+        // capacity counts calls that wait, not those that run: a capacity of 0 still runs calls on free permits.
+        let runs_now = |s: &State| {
+            let slot = &s.slots[id.index()];
+            s.free > 0 && slot.running < info.config.max_running.unwrap_or(usize::MAX)
+        };
+        while s.slots[id.index()].queue.len() >= capacity && !runs_now(&s) {
             match deadline {
                 None => {
                     info.counters.rejected.fetch_add(1, Ordering::Relaxed);
@@ -409,6 +415,7 @@ impl Scheduler {
                 Some(d) => {
                     if self.cv.wait_until(&mut s, d).timed_out()
                         && s.slots[id.index()].queue.len() >= capacity
+                        && !runs_now(&s)
                     {
                         return Err(timeout(&info));
                     }

@@ -269,3 +269,41 @@ fn many_threads_and_tenants_under_faults() {
         assert_eq!(exec.queued(t), 0);
     }
 }
+
+/// A tenant whose calls may not wait at all (`queue_capacity(0)`): a call runs when a permit is free, and is
+/// back-pressure only when it would have to wait.
+#[test]
+fn a_tenant_without_a_queue_runs_when_a_permit_is_free() {
+    let gate = Arc::new(Gate::default());
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        max_in_flight: 1,
+        ..config(&clock)
+    };
+    let exec = Executor::with_backends(cfg, gate.clone(), None).unwrap();
+    let t = exec.add_tenant(TenantConfig::new("now").queue_capacity(0));
+    let c = matrix(9, 11, DIM);
+    let q = matrix(10, 2, DIM);
+    std::thread::scope(|s| {
+        let running = s.spawn(|| exec.cosine_scores_with(&CallOptions::tenant(t), &q, &c, DIM));
+        spin_until("the call running", || {
+            gate.entered.load(Ordering::SeqCst) == 1
+        });
+        // The only permit is taken: this one would have to wait.
+        let err = exec
+            .cosine_scores_with(&CallOptions::tenant(t), &q, &c, DIM)
+            .unwrap_err();
+        assert!(
+            matches!(err, ExecError::BackPressure { capacity: 0, .. }),
+            "{err}"
+        );
+        gate.open();
+        let out = running.join().unwrap().unwrap();
+        assert_eq!(bits(&out.value), bits(&cpu(&q, &c, DIM)));
+    });
+    // Idle again: a call runs at once.
+    let out = exec
+        .cosine_scores_with(&CallOptions::tenant(t), &q, &c, DIM)
+        .unwrap();
+    assert_eq!(bits(&out.value), bits(&cpu(&q, &c, DIM)));
+}
