@@ -247,25 +247,25 @@ impl<'a> Corpus<'a> {
                     got: norms.len(),
                 });
             }
-            // +inf is a valid norm (the norm of finite values can overflow); NaN and negatives are not.
-            if let Some(index) = norms
-                .iter()
-                .position(|x| x.is_nan() || *x == f32::NEG_INFINITY)
-            {
-                return Err(CpuError::NonFinite {
-                    what: "corpus norms",
-                    index,
-                });
-            }
-            if let Some(index) = norms.iter().position(|x| *x < 0.0) {
-                return Err(CpuError::Negative {
-                    what: "corpus norms",
-                    index,
-                });
-            }
+            check_norms("corpus norms", norms)?;
         }
         Ok(n)
     }
+}
+
+/// Norms handed in by a caller: `+inf` is a valid norm (the norm of finite values can overflow); NaN, `-inf` and
+/// negatives are not.
+fn check_norms(what: &'static str, norms: &[f32]) -> Result<(), CpuError> {
+    if let Some(index) = norms
+        .iter()
+        .position(|x| x.is_nan() || *x == f32::NEG_INFINITY)
+    {
+        return Err(CpuError::NonFinite { what, index });
+    }
+    if let Some(index) = norms.iter().position(|x| *x < 0.0) {
+        return Err(CpuError::Negative { what, index });
+    }
+    Ok(())
 }
 
 /// The L2 norm of every row of the row-major matrix `x` (`n_rows * dim` values).
@@ -366,7 +366,8 @@ impl Cpu {
     }
 
     /// Cosine similarity of every query against every corpus row, written query-major into `out`
-    /// (`n_queries * n_rows`). Norms are the values [`Cpu::row_norms`] returns for the same matrices.
+    /// (`n_queries * n_rows`). Norms are the values [`Cpu::row_norms`] returns for the same matrices (a NaN, `-inf`
+    /// or negative norm is an error, as for [`Corpus::with_norms`]).
     pub fn cosine_scores(
         &self,
         queries: &[f32],
@@ -391,6 +392,8 @@ impl Cpu {
                 });
             }
         }
+        check_norms("query norms", query_norms)?;
+        check_norms("corpus norms", corpus_norms)?;
         self.scores_into(
             queries,
             query_norms,

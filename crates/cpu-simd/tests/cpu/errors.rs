@@ -602,3 +602,35 @@ fn clip_and_noise_reports_its_first_non_finite_value_from_its_own_pass() {
         );
     }
 }
+
+/// `cosine_scores` takes the norms from the caller: a NaN, `-inf` or negative norm is refused as a corpus's
+/// attached norms are (`Corpus::with_norms`), never turned into NaN or sign-flipped scores; `+inf` (the norm of
+/// finite values can overflow) is a norm.
+#[test]
+fn cosine_scores_checks_the_norms_it_is_given() {
+    let (q, c) = (vec![1.0f32, 2.0, 3.0, 4.0], vec![1.0f32; 8]);
+    let (qn, cn) = (row_norms(&q, 4).unwrap(), row_norms(&c, 4).unwrap());
+    let mut out = [0.0f32; 2];
+    for (bad, want) in [
+        (f32::NAN, "non-finite"),
+        (f32::NEG_INFINITY, "non-finite"),
+        (-1.0, "negative"),
+    ] {
+        let err = cosine_scores(&q, &[bad], &c, &cn, 4, &mut out).unwrap_err();
+        let is = |what| match (&err, want) {
+            (CpuError::NonFinite { what: w, index: 0 }, "non-finite") => *w == what,
+            (CpuError::Negative { what: w, index: 0 }, "negative") => *w == what,
+            _ => false,
+        };
+        assert!(is("query norms"), "query norm {bad}: {err:?}");
+        let err = cosine_scores(&q, &qn, &c, &[cn[0], bad], 4, &mut out).unwrap_err();
+        let is = |what, index| match (&err, want) {
+            (CpuError::NonFinite { what: w, index: i }, "non-finite") => *w == what && *i == index,
+            (CpuError::Negative { what: w, index: i }, "negative") => *w == what && *i == index,
+            _ => false,
+        };
+        assert!(is("corpus norms", 1), "corpus norm {bad}: {err:?}");
+    }
+    cosine_scores(&q, &[f32::INFINITY], &c, &cn, 4, &mut out).unwrap();
+    cosine_scores(&q, &qn, &c, &cn, 4, &mut out).unwrap();
+}
