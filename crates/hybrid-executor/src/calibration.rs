@@ -495,7 +495,15 @@ impl Probe {
             OpKind::KMeans => (max_work / ps::KM_CLUSTERS as u64).min(1 << 25) as usize,
             OpKind::Spread | OpKind::SpreadResident => 0,
             _ => (dense_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
-        } + ps::QUERIES * ps::DIM;
+        }
+        // At least the op's smallest probe, whatever `max_work` says: the probes clamp their sizes up to it
+        // (k-means' clusters, candidate scoring's `K` rows, a row of clip-and-noise) and index the data so.
+        .max(match op {
+            OpKind::KMeans => ps::KM_CLUSTERS * ps::KM_DIM,
+            OpKind::ScoreCandidates | OpKind::ScoreCandidatesResident => ps::K * ps::DIM,
+            OpKind::Spread | OpKind::SpreadResident => 0,
+            _ => ps::DIM,
+        }) + ps::QUERIES * ps::DIM;
         let mut s = 0x243F_6A88_85A3_08D3u64;
         let data = (0..floats)
             .map(|_| {

@@ -2,6 +2,7 @@
 //! cache, overrides, live throughput, explain.
 
 use super::*;
+use recall_cpu_simd::Metric;
 use recall_hybrid_executor::calibration::{self, model_crossover};
 use recall_hybrid_executor::{CalibrationConfig, LinearModel, OpKind, Reason, ThresholdSource};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -255,4 +256,54 @@ fn forced_devices() {
     ));
     assert!(calibration::parse_overrides("cosine_scores=12").is_ok());
     let _ = model_crossover;
+}
+
+/// Calibration limited to small sizes (a short first call): a probe too small for an op's smallest shape
+/// (k-means' 16 clusters, one clip-and-noise row) is a failed calibration, answered with the default
+/// break-even, never a panic in the caller's call (candidate scoring's probe read past its rows).
+#[test]
+fn calibration_below_an_ops_smallest_probe_uses_the_default() {
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        use_cache: false,
+        calibration: CalibrationConfig {
+            min_work: 16,
+            max_work: 100,
+            reps: 1,
+        },
+        ..config(&clock)
+    };
+    let gpu = Arc::new(FaultInjecting::new(CpuBackend, FaultPlan::new()));
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gpu)).unwrap();
+    let (q, c) = (matrix(5, 2, 4), matrix(6, 20, 4));
+    let (offsets, ids) = ([0, 3, 6], [1, 5, 9, 0, 2, 19]);
+    let want = CpuBackend
+        .score_candidates(&q, &c, 4, Metric::Dot, &offsets, &ids, 2)
+        .unwrap();
+    let out = exec
+        .score_candidates(
+            &Default::default(),
+            &q,
+            &c,
+            4,
+            Metric::Dot,
+            &offsets,
+            &ids,
+            2,
+        )
+        .unwrap();
+    assert_eq!(out.value, want);
+    let points = matrix(3, 40, 4);
+    let want = CpuBackend.kmeans(&points, 4, 3, 2, 7).unwrap();
+    let out = exec
+        .kmeans(&Default::default(), &points, 4, 3, 2, 7)
+        .unwrap();
+    assert_eq!(out.value, want);
+    let x = matrix(4, 5, 8);
+    let want = CpuBackend.clip_and_noise(&x, 8, 1.0, 0.5, 9).unwrap();
+    let out = exec
+        .clip_and_noise(&Default::default(), &x, 8, 1.0, 0.5, 9)
+        .unwrap();
+    assert_eq!(bits(&out.value), bits(&want));
 }
