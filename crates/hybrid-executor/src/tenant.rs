@@ -342,7 +342,10 @@ impl Scheduler {
         }
     }
 
-    pub(crate) fn add(&self, config: TenantConfig, counters: Arc<TenantCounters>) -> TenantId {
+    pub(crate) fn add(&self, mut config: TenantConfig, counters: Arc<TenantCounters>) -> TenantId {
+        // A cap of 0 (the field set directly) is taken as 1, as `TenantConfig::max_running` does: under a
+        // cap of 0 no call of the tenant ever got a turn, and one with `Wait::Reject` waited forever.
+        config.max_running = config.max_running.map(|c| c.max(1));
         let mut s = self.state.lock();
         let id = TenantId(u32::try_from(s.slots.len()).unwrap_or(u32::MAX));
         let info = Arc::new(TenantInfo {

@@ -275,3 +275,21 @@ fn a_corpus_handle_gives_the_same_neighbours() {
         Err(Error::InvalidInput(_))
     ));
 }
+
+#[test]
+fn a_tenant_whose_running_cap_field_is_zero_still_gets_turns() {
+    // `TenantConfig::max_running(0)` is taken as 1; the public field set to `Some(0)` made every call of the
+    // tenant wait forever (here: time out) for a turn it could never get.
+    let engine = cpu_engine();
+    let mut config = recall::TenantConfig::new("capped");
+    config.max_running = Some(0);
+    let tenant = engine.add_tenant(config);
+    let view = engine.for_tenant(
+        tenant,
+        recall::Wait::Timeout(std::time::Duration::from_secs(10)),
+    );
+    let hits = view
+        .knn(&[1.0], &[1.0, 2.0], 1, recall::Metric::Dot, 1)
+        .unwrap();
+    assert_eq!(hits.ids, [1]);
+}
