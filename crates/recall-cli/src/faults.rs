@@ -520,8 +520,12 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
     if a.rows == 0 || a.dim == 0 || a.threads == 0 {
         return Err("--rows, --dim and --threads must be at least 1".into());
     }
-    if !(a.seconds.is_finite() && a.seconds > 0.0) {
-        return Err(format!("--seconds {}: expected seconds above 0", a.seconds));
+    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= crate::util::MAX_SECONDS) {
+        return Err(format!(
+            "--seconds {}: expected seconds above 0 and at most {:e}",
+            a.seconds,
+            crate::util::MAX_SECONDS
+        ));
     }
     if a.rows < K {
         return Err(format!("--rows {}: at least {K}", a.rows));
@@ -1052,7 +1056,13 @@ pub fn hog(a: HogArgs) -> Result<ExitCode, String> {
     let leave = a.leave_mib << 20;
     let mut held = Vec::new();
     let mut held_bytes = 0u64;
-    let end = Instant::now() + Duration::from_secs_f64(a.seconds.max(0.0));
+    // (NaN is taken as 0, infinity as the longest run.)
+    let seconds = if a.seconds > 0.0 {
+        a.seconds.min(crate::util::MAX_SECONDS)
+    } else {
+        0.0
+    };
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut reported = false;
     let mut chunk: u64 = 1 << 30;
     loop {

@@ -59,6 +59,11 @@ pub fn gib(bytes: usize) -> String {
 
 pub const COMMIT: &str = env!("RECALL_GIT_COMMIT");
 
+/// The longest run a `--seconds`/`--duration` flag may ask for (about 31 years). Longer values do not fit the
+/// clock's arithmetic (`Instant + Duration` panics, or `Duration::from_secs_f64` does), and a panic inside the
+/// scope of the caller threads left them running: the run hung instead of ending.
+pub const MAX_SECONDS: f64 = 1e9;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -268,3 +268,82 @@ fn bad_files_are_one_line() {
     assert!(!out.exists(), "no output folder for failed calls");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `recall args` that must end within a minute (killed after it): (exit code, stderr).
+fn recall_within_a_minute(args: &[&str], stderr_file: &Path) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_recall"))
+        .args(args)
+        .env("RECALL_DEVICE", "cpu")
+        .env("RUST_BACKTRACE", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(stderr_file).unwrap())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let err = std::fs::read_to_string(stderr_file).unwrap_or_default();
+    assert!(
+        status.is_some(),
+        "{args:?} still ran after a minute; stderr:\n{err}"
+    );
+    (status.and_then(|s| s.code()), err)
+}
+
+#[test]
+fn run_lengths_past_the_clocks_range_are_refused() {
+    // `--duration 1e20` panicked in `Duration::from_secs_f64`/`Instant + Duration` inside the scope of the
+    // caller threads, which then never stopped: the run hung after the panic.
+    let d = tmp("seconds");
+    let runs: [&[&str]; 2] = [
+        &[
+            "load",
+            "--rows",
+            "200",
+            "--dim",
+            "4",
+            "--tenants",
+            "1",
+            "--threads-per-tenant",
+            "1",
+            "--candidates",
+            "20",
+            "--verify",
+            "0",
+            "--duration",
+            "1e20",
+        ],
+        &[
+            "faults",
+            "kernel-failure",
+            "--simulate",
+            "--rows",
+            "100",
+            "--dim",
+            "4",
+            "--threads",
+            "1",
+            "--big",
+            "4",
+            "--seconds",
+            "1e300",
+        ],
+    ];
+    for args in runs {
+        let (code, err) = recall_within_a_minute(args, &d.join("stderr"));
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("at most"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
