@@ -37,6 +37,10 @@ impl From<ExecError> for Error {
             ExecError::InvalidInput(e) => Error::InvalidInput(e),
             ExecError::GpuRequired(why) => Error::GpuRequired(why),
             ExecError::Config(why) => Error::Config(why),
+            // A caller's mistake (an id from another engine), not a bug in recall.
+            ExecError::UnknownTenant(id) => {
+                Error::Config(format!("{id} was not added to this engine"))
+            }
             e @ (ExecError::BackPressure { .. } | ExecError::QueueTimeout { .. }) => {
                 Error::Overloaded(e.to_string())
             }

@@ -293,3 +293,16 @@ fn a_tenant_whose_running_cap_field_is_zero_still_gets_turns() {
         .unwrap();
     assert_eq!(hits.ids, [1]);
 }
+
+#[test]
+fn a_tenant_of_another_engine_is_a_configuration_error() {
+    // It was reported as `Error::Internal`, which says "a bug in recall".
+    let (a, b) = (cpu_engine(), cpu_engine());
+    a.add_tenant(recall::TenantConfig::new("first"));
+    let foreign = a.add_tenant(recall::TenantConfig::new("second"));
+    let err = b
+        .for_tenant(foreign, recall::Wait::Reject)
+        .knn(&[1.0], &[1.0, 2.0], 1, recall::Metric::Dot, 1)
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+}
