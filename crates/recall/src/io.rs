@@ -1730,7 +1730,7 @@ pub fn npz_csr_to_bytes(
         path: MEMORY.into(),
         reason,
     };
-    if indptr.len() != n_nodes + 1 || indices.len() != weights.len() {
+    if n_nodes.checked_add(1) != Some(indptr.len()) || indices.len() != weights.len() {
         return Err(bad(format!(
             "indptr has {} entries for {n_nodes} nodes, indices {} and weights {}",
             indptr.len(),

@@ -171,6 +171,15 @@ fn shape_mismatch_on_write_is_an_error() {
     ));
 }
 
+#[test]
+fn a_csr_write_for_usize_max_nodes_is_an_error() {
+    // `n_nodes + 1` overflowed: a panic where overflow is checked (tests, debug builds).
+    assert!(matches!(
+        io::npz_csr_to_bytes(&[], &[], &[], usize::MAX),
+        Err(IoError::BadWrite { .. })
+    ));
+}
+
 /// When python3 with NumPy is installed, NumPy itself reads what we wrote.
 #[test]
 fn numpy_reads_our_files_when_installed() {
