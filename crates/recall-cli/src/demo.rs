@@ -119,6 +119,9 @@ pub fn run(a: DemoArgs) -> Result<ExitCode, String> {
                 .into(),
         );
     }
+    crate::util::check_size("--rows x --dim", &[a.rows, a.dim])?;
+    crate::util::check_size("--queries x --dim", &[a.queries, a.dim])?;
+    crate::util::check_size("--rows x 10 links", &[a.rows, 10, 4])?;
     let engine = Engine::new().map_err(|e| e.to_string())?;
     let gpu = matches!(engine.gpu_status(), GpuStatus::Ready(_));
     match engine.gpu_status() {

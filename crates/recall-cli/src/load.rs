@@ -702,8 +702,15 @@ fn parse_mix(s: &str) -> Result<[u64; 4], String> {
     for (slot, p) in w.iter_mut().zip([a, b, c, d]) {
         *slot = p.parse().map_err(|_| bad())?;
     }
-    if w.iter().sum::<u64>() == 0 {
-        return Err(format!("--mix {s:?}: at least one weight must be above 0"));
+    match w.iter().try_fold(0u64, |a, &x| a.checked_add(x)) {
+        Some(0) => return Err(format!("--mix {s:?}: at least one weight must be above 0")),
+        // (`pick` draws below the sum: one that wrapped skewed the mix)
+        None => {
+            return Err(format!(
+                "--mix {s:?}: the weights' sum does not fit 64 bits"
+            ));
+        }
+        Some(_) => {}
     }
     Ok(w)
 }
@@ -966,6 +973,23 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     if a.batch == 0 || a.cand_queries == 0 || a.hops == 0 {
         return Err("--batch, --cand-queries and --hops must be at least 1".into());
     }
+    use crate::util::check_size;
+    check_size("--rows x --dim", &[a.rows, a.dim])?;
+    check_size("--batch x --dim", &[a.batch, a.dim])?;
+    check_size("--cand-queries x --dim", &[a.cand_queries, a.dim])?;
+    check_size(
+        "--cand-queries x --candidates",
+        &[a.cand_queries, a.candidates],
+    )?;
+    // (edges of 16 bytes as the graph is built)
+    check_size(
+        "graph nodes x --graph-degree",
+        &[graph_nodes, a.graph_degree, 4],
+    )?;
+    check_size(
+        "--tenants x --threads-per-tenant",
+        &[a.tenants, a.threads_per_tenant],
+    )?;
     let mut builder = Engine::builder();
     if let Some(d) = a.device {
         builder = builder.device(match d {

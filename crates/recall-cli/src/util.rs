@@ -53,6 +53,17 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// `Err` naming `flags` when `counts` multiplied together, as 4-byte values, would not fit one allocation: the
+/// product overflowed (a wrong size in a release build, a panic in a debug one) or `Vec` panicked with "capacity
+/// overflow", where a one-line error is due.
+pub fn check_size(flags: &str, counts: &[usize]) -> Result<(), String> {
+    let bytes = counts.iter().try_fold(4usize, |a, &c| a.checked_mul(c));
+    match bytes {
+        Some(b) if b <= isize::MAX as usize => Ok(()),
+        _ => Err(format!("{flags}: {counts:?} is too large")),
+    }
+}
+
 pub fn gib(bytes: usize) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }

@@ -347,3 +347,56 @@ fn run_lengths_past_the_clocks_range_are_refused() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn sizes_past_what_memory_can_address_are_refused() {
+    // Each panicked ("capacity overflow", an overflowing multiply or sum) or, for the tenants, spent minutes
+    // adding four billion of them before the thread count overflowed.
+    let d = tmp("sizes");
+    let load = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut v = vec![
+            "load",
+            "--rows",
+            "10",
+            "--dim",
+            "2",
+            "--candidates",
+            "5",
+            "-k",
+            "1",
+            "--duration",
+            "0.1",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let runs: Vec<Vec<&str>> = vec![
+        vec![
+            "demo",
+            "--rows",
+            "2",
+            "--dim",
+            "9223372036854775807",
+            "--anchors",
+            "1",
+            "-k",
+            "1",
+        ],
+        load(&["--batch", "18446744073709551615"]),
+        load(&["--graph-degree", "18446744073709551615"]),
+        load(&["--mix", "18446744073709551615,1,1,1"]),
+        load(&[
+            "--tenants",
+            "4294967297",
+            "--threads-per-tenant",
+            "4294967297",
+        ]),
+    ];
+    for args in &runs {
+        let (code, err) = recall_within_a_minute(args, &d.join("stderr"));
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
