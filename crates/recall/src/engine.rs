@@ -499,7 +499,9 @@ impl Engine {
         corpus: &[f32],
         dim: usize,
     ) -> Result<Scores, Error> {
-        let out = self.exec.cosine_scores(queries, corpus, dim)?;
+        let out = self
+            .exec
+            .cosine_scores_with(&self.call_options(), queries, corpus, dim)?;
         Ok(Scores {
             n_queries: queries.len() / dim,
             n_rows: corpus.len() / dim,

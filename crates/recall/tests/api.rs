@@ -306,3 +306,30 @@ fn a_tenant_of_another_engine_is_a_configuration_error() {
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err:?}");
 }
+
+#[test]
+fn cosine_similarity_through_a_tenant_view_runs_as_the_tenant() {
+    // It ran with the engine's default options: outside the tenant's queue (and its VRAM quota and metrics),
+    // while every other call of the view ran as the tenant.
+    let engine = cpu_engine();
+    let tenant = engine.add_tenant(recall::TenantConfig::new("cos"));
+    let view = engine.for_tenant(tenant, recall::Wait::Reject);
+    let (q, c) = ([1.0, 0.0], [1.0, 0.0, 0.0, 1.0]);
+    let admitted = |engine: &Engine| {
+        engine
+            .metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix("recall_tenant_admitted_total{tenant=\"cos\"} "))
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        view.cosine_similarity(&q, &c, 2).unwrap().values,
+        [1.0, 0.0]
+    );
+    assert_eq!(admitted(&engine).as_deref(), Some("1"));
+    view.similarity(&q, &c, 2, recall::Metric::Dot).unwrap();
+    assert_eq!(admitted(&engine).as_deref(), Some("2"));
+    // The engine itself still runs outside any tenant.
+    engine.cosine_similarity(&q, &c, 2).unwrap();
+    assert_eq!(admitted(&engine).as_deref(), Some("2"));
+}
