@@ -45,7 +45,9 @@ impl fmt::Display for TenantId {
 pub struct TenantConfig {
     /// Name in metrics and errors.
     pub name: String,
-    /// Calls that may wait in the tenant's queue (not counting those running).
+    /// Calls that may wait in the tenant's queue (not counting those running). A call that finds a free permit
+    /// (and the tenant under its `max_running`) runs at once without waiting, so a capacity of 0 still runs calls;
+    /// it only refuses (or times out) the calls that would have to wait.
     pub queue_capacity: usize,
     /// Device memory the tenant's calls may hold at once, in bytes; `None` for no limit.
     pub vram_quota: Option<u64>,
