@@ -41,6 +41,33 @@ impl Backend for Gate {
     }
 }
 
+/// An executor whose "GPU" is a [`Gate`] holding its first call until released, batching up to `max_batch`
+/// calls for at most `max_wait`: the executor, the gate, the receiver told when the first call is held, and the
+/// sender that releases it.
+fn gated(
+    clock: &Arc<ManualClock>,
+    max_batch: usize,
+    max_wait: Duration,
+) -> (Executor, Arc<Gate>, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let gate = Arc::new(Gate {
+        sizes: parking_lot::Mutex::new(Vec::new()),
+        entered: parking_lot::Mutex::new(Some(entered_tx)),
+        release: parking_lot::Mutex::new(Some(release_rx)),
+    });
+    let cfg = ExecutorConfig {
+        batching: BatchConfig {
+            max_batch,
+            max_wait,
+            ..BatchConfig::default()
+        },
+        ..config(clock)
+    };
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    (exec, gate, entered_rx, release_tx)
+}
+
 fn expected(q: &[f32], corpus: &SharedCorpus) -> TopK {
     CpuBackend
         .knn(q, corpus.data(), DIM, Metric::Cosine, K)
@@ -49,23 +76,8 @@ fn expected(q: &[f32], corpus: &SharedCorpus) -> TopK {
 
 #[test]
 fn single_knn_calls_in_flight_together_share_a_batch() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let gate = Arc::new(Gate {
-        sizes: parking_lot::Mutex::new(Vec::new()),
-        entered: parking_lot::Mutex::new(Some(entered_tx)),
-        release: parking_lot::Mutex::new(Some(release_rx)),
-    });
     let clock = ManualClock::new();
-    let cfg = ExecutorConfig {
-        batching: BatchConfig {
-            max_batch: 3,
-            max_wait: Duration::from_secs(600),
-            ..BatchConfig::default()
-        },
-        ..config(&clock)
-    };
-    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    let (exec, gate, entered_rx, release_tx) = gated(&clock, 3, Duration::from_secs(600));
     let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
     let barrier = Barrier::new(3);
     std::thread::scope(|s| {
@@ -170,23 +182,8 @@ fn a_wrong_length_query_is_a_typed_error() {
 
 #[test]
 fn multi_query_calls_join_single_query_batches_and_get_their_own_answers() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let gate = Arc::new(Gate {
-        sizes: parking_lot::Mutex::new(Vec::new()),
-        entered: parking_lot::Mutex::new(Some(entered_tx)),
-        release: parking_lot::Mutex::new(Some(release_rx)),
-    });
     let clock = ManualClock::new();
-    let cfg = ExecutorConfig {
-        batching: BatchConfig {
-            max_batch: 8,
-            max_wait: Duration::from_secs(5),
-            ..BatchConfig::default()
-        },
-        ..config(&clock)
-    };
-    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    let (exec, gate, entered_rx, release_tx) = gated(&clock, 8, Duration::from_secs(5));
     let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
     std::thread::scope(|s| {
         let (exec, corpus) = (&exec, &corpus);
@@ -245,23 +242,8 @@ fn multi_query_calls_join_single_query_batches_and_get_their_own_answers() {
 /// enough to reach the bits the batch key gave the metric: each caller gets its own answer or its own error.
 #[test]
 fn a_batch_mates_out_of_range_k_neither_poisons_nor_borrows_an_answer() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let gate = Arc::new(Gate {
-        sizes: parking_lot::Mutex::new(Vec::new()),
-        entered: parking_lot::Mutex::new(Some(entered_tx)),
-        release: parking_lot::Mutex::new(Some(release_rx)),
-    });
     let clock = ManualClock::new();
-    let cfg = ExecutorConfig {
-        batching: BatchConfig {
-            max_batch: 2,
-            max_wait: Duration::from_millis(500),
-            ..BatchConfig::default()
-        },
-        ..config(&clock)
-    };
-    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gate.clone())).unwrap();
+    let (exec, _gate, entered_rx, release_tx) = gated(&clock, 2, Duration::from_millis(500));
     let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
     // Cosine's code sat at bit 40 of the key, beside k: this k (Dot) read as K (Cosine).
     let huge_k = K + (1 << 40);
