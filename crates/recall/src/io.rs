@@ -934,6 +934,16 @@ fn read_npy_stream<R: Read>(
     path: &str,
 ) -> Result<NpyArray, IoError> {
     let h = read_header(r, path)?;
+    read_npy_body(r, h, total_len, path)
+}
+
+/// The elements of a `.npy` whose header `h` was just read from `r` ([`read_npy_stream`]).
+fn read_npy_body<R: Read>(
+    r: &mut R,
+    h: Header,
+    total_len: Option<u64>,
+    path: &str,
+) -> Result<NpyArray, IoError> {
     let overflow = || IoError::ShapeOverflow {
         path: path.to_string(),
         shape: h.shape.clone(),
@@ -1531,10 +1541,14 @@ fn zip_err(path: &str, e: impl std::fmt::Display) -> IoError {
     }
 }
 
+/// The member `name` of the archive as a `.npy`, `None` where there is no such member. With `expect`, a member
+/// whose header declares another number of elements is refused before any element is read: a small deflated
+/// member can stand for gigabytes of real data, and the other members already say how many there must be.
 fn npz_member<R: Read + Seek>(
     archive: &mut zip::ZipArchive<R>,
     name: &'static str,
     path: &str,
+    expect: Option<u64>,
 ) -> Result<Option<NpyArray>, IoError> {
     let mut file = match archive.by_name(name) {
         Ok(f) => f,
@@ -1542,15 +1556,29 @@ fn npz_member<R: Read + Seek>(
         Err(e) => return Err(zip_err(path, format!("{name}: {e}"))),
     };
     let label = format!("{path}:{name}");
-    // The declared size may lie: the member is read as a stream that grows only with real data (and
-    // the zip reader checks the CRC at its end).
-    let arr = read_npy_stream(&mut file, None, &label).map_err(|e| match e {
+    let zip_os = |e| match e {
         IoError::Os { path, source } => IoError::Zip {
             path,
             reason: source.to_string(),
         },
         other => other,
-    })?;
+    };
+    let h = read_header(&mut file, &label).map_err(zip_os)?;
+    if let Some(want) = expect {
+        let count = h.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+        if count != Some(want) {
+            return Err(IoError::NotCsr {
+                path: path.to_string(),
+                reason: format!(
+                    "{name} has shape {:?}; the other members call for {want} entries",
+                    h.shape
+                ),
+            });
+        }
+    }
+    // The declared size may lie: the member is read as a stream that grows only with real data (and
+    // the zip reader checks the CRC at its end).
+    let arr = read_npy_body(&mut file, h, None, &label).map_err(zip_os)?;
     Ok(Some(arr))
 }
 
@@ -1566,13 +1594,17 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
         path: path.to_string(),
         reason,
     };
-    if let Some(fmt) = npz_member(&mut archive, "format.npy", path)? {
+    if let Some(fmt) = npz_member(&mut archive, "format.npy", path, None)? {
         let f = fmt.to_text()?;
         if f != "csr" {
             return Err(not_csr(format!("format is {f:?}, expected \"csr\"")));
         }
     }
-    let shape = need(npz_member(&mut archive, "shape.npy", path)?, "shape.npy")?.into_indices()?;
+    let shape = need(
+        npz_member(&mut archive, "shape.npy", path, Some(2))?,
+        "shape.npy",
+    )?
+    .into_indices()?;
     let [n_rows, n_cols] = shape[..] else {
         return Err(not_csr(format!(
             "shape.npy holds {} values, expected 2",
@@ -1585,7 +1617,16 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
         )));
     }
     let n_nodes = usize::try_from(n_rows).map_err(|_| not_csr("too many nodes".into()))?;
-    let indptr_raw = need(npz_member(&mut archive, "indptr.npy", path)?, "indptr.npy")?;
+    // Every member's length is known before it is read: indptr's from the shape, indices' and data's from
+    // indptr's last entry (the number of edges; `CsrGraph::to_spread_graph` asks the same).
+    let n_indptr = u64::try_from(n_nodes)
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| not_csr("too many nodes".into()))?;
+    let indptr_raw = need(
+        npz_member(&mut archive, "indptr.npy", path, Some(n_indptr))?,
+        "indptr.npy",
+    )?;
     let indptr_label = indptr_raw.source.clone();
     let indptr = indptr_raw
         .into_indices()?
@@ -1607,13 +1648,17 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
             n_nodes.saturating_add(1)
         )));
     }
+    let n_edges = indptr.last().map(|&e| e as u64);
     let indices = need(
-        npz_member(&mut archive, "indices.npy", path)?,
+        npz_member(&mut archive, "indices.npy", path, n_edges)?,
         "indices.npy",
     )?
     .into_u32_indices()?;
-    let weights =
-        need(npz_member(&mut archive, "data.npy", path)?, "data.npy")?.into_f32_lossy()?;
+    let weights = need(
+        npz_member(&mut archive, "data.npy", path, n_edges)?,
+        "data.npy",
+    )?
+    .into_f32_lossy()?;
     if indices.len() != weights.len() {
         return Err(not_csr(format!(
             "indices has {} entries, data {}",
@@ -1632,8 +1677,10 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
 
 /// Read a SciPy `scipy.sparse.save_npz` CSR matrix (a zip, stored or deflated, of `indptr.npy`,
 /// `indices.npy`, `data.npy`, `shape.npy` and `format.npy`): int32/int64 `indptr` and `indices`,
-/// float32/float64 `data` (converted `as f32`). The matrix must be square (an adjacency matrix).
-/// Graph validity is checked by [`CsrGraph::to_spread_graph`].
+/// float32/float64 `data` (converted `as f32`). The matrix must be square (an adjacency matrix). Each member's
+/// length is checked from its header before its elements are read (`indptr` n + 1 entries, `indices` and `data`
+/// as many as `indptr`'s last entry), so a small deflated member cannot make the reader take gigabytes it then
+/// refuses; the rest of graph validity is checked by [`CsrGraph::to_spread_graph`].
 ///
 /// ```
 /// # let dir = std::env::temp_dir().join(format!("recall-doc-{}-{}", std::process::id(), line!()));

@@ -786,5 +786,71 @@ fn npz_member_with_a_huge_declared_shape() {
         ),
     ];
     let err = io::npz_csr_from_bytes(&zip_of(&members, CompressionMethod::Deflated)).unwrap_err();
-    assert!(matches!(err, IoError::Truncated { .. }), "{err}");
+    // Refused at the header: the shape says 4 entries.
+    assert!(matches!(err, IoError::NotCsr { .. }), "{err}");
+}
+
+/// A member whose header declares more entries than the other members call for is refused before its
+/// elements are read: deflated, 10 M zeros are 40 MB of real data in a few tens of KB of file.
+#[test]
+fn npz_members_longer_than_indptr_says_are_refused_before_they_are_read() {
+    let many = 10_000_000;
+    let zeros = vec![0u8; 4 * many];
+    let members = vec![
+        (
+            "indptr.npy",
+            npy_raw(
+                1,
+                &dict("<i4", "(3,)"),
+                &le(&[0i32, 1, 1], i32::to_le_bytes),
+            ),
+        ),
+        (
+            "indices.npy",
+            npy_raw(1, &dict("<i4", &format!("({many},)")), &zeros),
+        ),
+        (
+            "data.npy",
+            npy_raw(1, &dict("<f4", &format!("({many},)")), &zeros),
+        ),
+        (
+            "shape.npy",
+            npy_raw(1, &dict("<i8", "(2,)"), &le(&[2i64, 2], i64::to_le_bytes)),
+        ),
+    ];
+    let bytes = zip_of(&members, CompressionMethod::Deflated);
+    assert!(bytes.len() < 1 << 20, "{} bytes", bytes.len());
+    let err = io::npz_csr_from_bytes(&bytes).unwrap_err();
+    match err {
+        IoError::NotCsr { reason, .. } => assert!(reason.contains("indices.npy"), "{reason}"),
+        other => panic!("{other}"),
+    }
+    // The same members with the one edge indptr names are read.
+    let members = vec![
+        (
+            "indptr.npy",
+            npy_raw(
+                1,
+                &dict("<i4", "(3,)"),
+                &le(&[0i32, 1, 1], i32::to_le_bytes),
+            ),
+        ),
+        (
+            "indices.npy",
+            npy_raw(1, &dict("<i4", "(1,)"), &[1, 0, 0, 0]),
+        ),
+        (
+            "data.npy",
+            npy_raw(1, &dict("<f4", "(1,)"), &le(&[0.5f32], f32::to_le_bytes)),
+        ),
+        (
+            "shape.npy",
+            npy_raw(1, &dict("<i8", "(2,)"), &le(&[2i64, 2], i64::to_le_bytes)),
+        ),
+    ];
+    let csr = io::npz_csr_from_bytes(&zip_of(&members, CompressionMethod::Deflated)).unwrap();
+    assert_eq!(
+        (csr.indptr, csr.indices, csr.weights),
+        (vec![0, 1, 1], vec![1], vec![0.5])
+    );
 }
