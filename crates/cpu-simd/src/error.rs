@@ -1,7 +1,8 @@
 use thiserror::Error;
 
 /// Why a CPU op refused its input. Every variant is raised before any work is done, except
-/// [`CpuError::ActivationOverflow`], which spreading raises after the hop that overflowed.
+/// [`CpuError::ActivationOverflow`], which spreading raises after the hop that overflowed, and
+/// [`CpuError::KMeansOverflow`], which k-means raises on its result.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CpuError {
@@ -59,6 +60,13 @@ pub enum CpuError {
     BadIndptr { index: usize, reason: &'static str },
     #[error("activation overflowed to infinity in hop {hop}")]
     ActivationOverflow { hop: usize },
+    /// Finite points whose squared distances, or a cluster's sum of members, pass `f32::MAX`: the inertia of
+    /// `iteration` (1-based) is infinite, or (`iteration` = the last) a final centroid is.
+    #[error(
+        "k-means overflowed to infinity in iteration {iteration} (squared distances or a cluster's sum past \
+         f32::MAX: scale the points down)"
+    )]
+    KMeansOverflow { iteration: usize },
     #[error("unknown simd level {name:?}: expected scalar, neon, avx2 or avx512")]
     UnknownSimdLevel { name: String },
 }

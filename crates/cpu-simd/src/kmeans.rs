@@ -25,6 +25,21 @@ pub struct KMeans {
     pub inertia: Vec<f64>,
 }
 
+/// The overflow rule of `docs/numerics.md` ("k-means"), on a finished result, so that every device applies it to
+/// the same bits: [`CpuError::KMeansOverflow`] at the first iteration whose inertia is not finite, else at the last
+/// iteration where a final centroid value is not.
+pub fn check_kmeans_result(r: &KMeans) -> Result<(), CpuError> {
+    if let Some(i) = r.inertia.iter().position(|x| !x.is_finite()) {
+        return Err(CpuError::KMeansOverflow { iteration: i + 1 });
+    }
+    if r.centroids.iter().any(|x| !x.is_finite()) {
+        return Err(CpuError::KMeansOverflow {
+            iteration: r.inertia.len(),
+        });
+    }
+    Ok(())
+}
+
 /// k-means of `points` (`n * dim`, row-major) into `k` clusters for `iters` Lloyd iterations.
 pub fn kmeans(
     points: &[f32],
@@ -140,11 +155,13 @@ impl Cpu {
             inertia.push(inertia_of(&dists));
             update(points, dim, &assignments, &mut centroids);
         }
-        Ok(KMeans {
+        let r = KMeans {
             centroids,
             assignments,
             inertia,
-        })
+        };
+        check_kmeans_result(&r)?;
+        Ok(r)
     }
 
     /// Assignment step: per point the centroid of smallest `l2sq`, ties to the lower index.

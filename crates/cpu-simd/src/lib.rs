@@ -36,7 +36,9 @@ pub use dense::{
     Corpus, Metric, Vectors, cosine_scores, knn, row_norms, score_candidates, similarity,
 };
 pub use error::CpuError;
-pub use kmeans::{INERTIA_BLOCK, KMeans, check_kmeans_inputs, kmeans, kmeans_seed_indices};
+pub use kmeans::{
+    INERTIA_BLOCK, KMeans, check_kmeans_inputs, check_kmeans_result, kmeans, kmeans_seed_indices,
+};
 pub use noise::{
     check_clip_noise_inputs, check_clip_noise_output, check_clip_noise_shape, clip_and_noise,
     clip_and_noise_into, noise_radii,

@@ -1593,11 +1593,14 @@ mod imp {
                 inertia.push(it);
             }
             let centroids = g.download(&centroids).map_err(map_gpu_error)?;
-            Ok(KMeans {
+            let r = KMeans {
                 centroids,
                 assignments,
                 inertia,
-            })
+            };
+            // The same rule on the same bits as the CPU: an overflow is the caller's input, not a GPU failure.
+            recall_cpu_simd::check_kmeans_result(&r)?;
+            Ok(r)
         }
 
         fn clip_and_noise_into(

@@ -888,7 +888,9 @@ impl Engine {
     }
 
     /// k-means of `points` (`n x dim`) into `k` clusters, `iters` Lloyd iterations, seeded from `seed`:
-    /// the anchors (centroids), each point's anchor, and the inertia of every iteration.
+    /// the anchors (centroids), each point's anchor, and the inertia of every iteration. Points so large that
+    /// their squared distances (or a cluster's sum) pass `f32::MAX` are an error (`KMeansOverflow`), on every
+    /// device, not infinite anchors.
     ///
     /// ```
     /// let engine = recall::Engine::new()?;

@@ -121,4 +121,25 @@ fn gpu_refuses_bad_values_as_the_cpu_does() {
     });
     assert_eq!(cpu.cosine_similarity(&q, &x, dim).err(), Some(want.clone()));
     assert_eq!(gpu.cosine_similarity(&q, &x, dim).err(), Some(want));
+    // k-means over finite points whose squared distances, or a cluster's sum, pass f32::MAX: the same typed
+    // error, at the same iteration, from both devices (the rule runs on the same bits).
+    let far: Vec<f32> = (0..600 * dim)
+        .map(|i| if (i / dim) % 2 == 0 { 0.0 } else { 2e19 })
+        .collect();
+    let huge = vec![3e38f32; 600 * dim];
+    for (what, points, k, iters, iteration) in [
+        ("distances", &far, 1, 3, 1),
+        ("a centroid", &huge, 1, 1, 1),
+        ("a centroid, then distances", &huge, 1, 2, 2),
+    ] {
+        let want = Error::InvalidInput(recall_cpu_simd::CpuError::KMeansOverflow { iteration });
+        let c = cpu.kmeans(points, dim, k, iters, 5);
+        let g = gpu.kmeans(points, dim, k, iters, 5);
+        assert_eq!(
+            c.err(),
+            Some(want.clone()),
+            "the CPU's k-means error: {what}"
+        );
+        assert_eq!(g.err(), Some(want), "k-means on the GPU: {what}");
+    }
 }

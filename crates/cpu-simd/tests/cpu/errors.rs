@@ -203,6 +203,18 @@ fn every_bad_input_is_a_typed_error() {
         ("kmeans k = 0", kmeans(&c, 4, 0, 1, 0).unwrap_err()),
         ("kmeans iters", kmeans(&c, 4, 1, 0, 0).unwrap_err()),
         ("kmeans nan", kmeans(&nan, 2, 1, 1, 0).unwrap_err()),
+        (
+            "kmeans distance overflow",
+            kmeans(&[0.0, 0.0, 2e19, 2e19], 2, 1, 3, 0).unwrap_err(),
+        ),
+        (
+            "kmeans centroid overflow",
+            kmeans(&[3e38; 4], 1, 1, 1, 0).unwrap_err(),
+        ),
+        (
+            "kmeans centroid overflow, then distances",
+            kmeans(&[3e38; 4], 1, 1, 2, 0).unwrap_err(),
+        ),
         ("clip 0", clip_and_noise(&c, 4, 0.0, 1.0, 0).unwrap_err()),
         (
             "sigma < 0",
