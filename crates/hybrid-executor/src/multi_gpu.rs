@@ -22,6 +22,7 @@ use crate::backend::{Backend, BackendError, FastFormat, merge_topk};
 use crate::device::Device;
 use crate::shared_corpus::{Inner, SharedCorpus};
 use crate::shared_graph::SharedGraph;
+use crate::tenant::ContextGuard;
 use parking_lot::Mutex;
 use recall_cpu_simd::{KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK};
 use std::fmt;
@@ -317,7 +318,11 @@ impl MultiGpu {
             return self.independent(&|b| run(b, corpus, k));
         }
         let start = std::time::Instant::now();
+        // The caller's tenant, for the shards that run on other threads: a GPU backend charges a call's
+        // buffers to the tenant of the thread that runs it (its VRAM quota in the memory pool).
+        let tenant = crate::tenant::current_tenant();
         let work = |i: usize| {
+            let _tenant = ContextGuard::enter(tenant);
             let (_, part) = &parts[i];
             let kk = k.min(part.n_rows());
             self.run_anywhere(Some(i), &|b| run(b, part, kk))

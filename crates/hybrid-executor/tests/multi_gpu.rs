@@ -435,3 +435,94 @@ fn spreading_from_a_seed_list_goes_to_a_gpu_and_moves_on_failure() {
     assert!(gpus.iter().all(|g| g.stats().injected >= 1));
     assert!(m.moved_to_cpu() >= 1);
 }
+
+/// A stand-in GPU that answers like the CPU and records the tenant context its calls ran under.
+struct TenantSeen {
+    device: Device,
+    seen: std::sync::Mutex<Vec<Option<recall_hybrid_executor::TenantContext>>>,
+}
+
+impl Backend for TenantSeen {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn knn(
+        &self,
+        queries: &[f32],
+        corpus: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<TopK, BackendError> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(recall_hybrid_executor::current_tenant());
+        CpuBackend.knn(queries, corpus, dim, metric, k)
+    }
+}
+
+/// A tenant's sharded call runs under the tenant's context on every GPU, not only on the one whose shard runs on
+/// the caller's thread: the GPU backend charges a call's buffers to `current_tenant()` in its memory pool (the
+/// tenant's VRAM quota there), so a shard run without it would escape the quota on GPUs 1...
+#[test]
+fn every_shard_of_a_tenant_call_runs_under_the_tenant() {
+    use recall_hybrid_executor::TenantConfig;
+    let dim = 8;
+    let data = matrix(31, 300, dim);
+    let corpus = SharedCorpus::new(data.clone(), dim).unwrap();
+    let stand_ins: Vec<Arc<TenantSeen>> = (0..3)
+        .map(|ordinal| {
+            Arc::new(TenantSeen {
+                device: Device::Gpu { ordinal },
+                seen: std::sync::Mutex::new(Vec::new()),
+            })
+        })
+        .collect();
+    let m = Arc::new(MultiGpu::new(
+        stand_ins
+            .iter()
+            .map(|g| g.clone() as Arc<dyn Backend>)
+            .collect(),
+        Arc::new(CpuBackend),
+    ));
+    let exec = Executor::with_multi_gpu(
+        ExecutorConfig {
+            policy: DevicePolicy::Gpu,
+            calibrate: false,
+            use_cache: false,
+            ..ExecutorConfig::default()
+        },
+        Arc::new(CpuBackend),
+        m,
+    )
+    .unwrap();
+    let mut config = TenantConfig::new("capped");
+    config.vram_quota = Some(1 << 30);
+    let tenant = exec.add_tenant(config);
+    let queries = matrix(32, 4, dim);
+    let got = exec
+        .knn_shared(
+            &CallOptions::tenant(tenant),
+            &queries,
+            &corpus,
+            Metric::Dot,
+            5,
+        )
+        .unwrap();
+    let want = CpuBackend
+        .knn(&queries, &data, dim, Metric::Dot, 5)
+        .unwrap();
+    assert_eq!(bits(&got.value), bits(&want));
+    for g in &stand_ins {
+        let seen = g.seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{:?} ran {} shards", g.device, seen.len());
+        assert_eq!(
+            seen[0].map(|c| (c.id, c.vram_quota)),
+            Some((tenant, Some(1 << 30))),
+            "{:?} ran its shard outside the tenant's context",
+            g.device
+        );
+    }
+}
