@@ -1343,6 +1343,20 @@ impl CorpusCheck {
     }
 }
 
+/// A corpus's rows are named by `u32` ids: more than `u32::MAX` rows is refused (`TooLarge`, as the CPU's ops
+/// refuse it) before any device runs a call. A GPU that streams or shards a corpus merges per-part ids offset by
+/// the part's first row, which would wrap past `u32::MAX` instead.
+pub(crate) fn check_corpus_rows(n: usize) -> Result<(), CpuError> {
+    if n > u32::MAX as usize {
+        return Err(CpuError::TooLarge {
+            what: "corpus rows",
+            len: n,
+            max: u32::MAX as usize,
+        });
+    }
+    Ok(())
+}
+
 /// [`check_matrix`] without the scan over values: returns the number of rows.
 pub(crate) fn check_matrix_shape(
     what: &'static str,

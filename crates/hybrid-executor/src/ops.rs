@@ -3,7 +3,8 @@
 
 use crate::backend::{Backend, BackendError, FastFormat};
 use crate::executor::{
-    CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape,
+    CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_corpus_rows, check_matrix,
+    check_matrix_shape,
 };
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
@@ -408,6 +409,7 @@ impl Executor {
         check_matrix("queries", queries, dim)?;
         // The corpus's values are checked by the op: before a GPU runs it, or by the CPU in its own pass.
         let n = check_matrix_shape("corpus", corpus, dim)?;
+        check_corpus_rows(n)?;
         check_k(k, n)?;
         self.run_op(
             &KnnOp {
@@ -679,5 +681,66 @@ mod dup_tests {
         // Generation wraps to 0, the table is cleared and the stamps of generation 1 are gone.
         assert!(!t.has_duplicate(&[1, 2, 3]));
         assert!(t.has_duplicate(&[4, 5, 4]));
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use crate::backend::{Backend, BackendError, CpuBackend};
+    use crate::device::{Device, DevicePolicy};
+    use crate::executor::{CallOptions, ExecError, Executor, ExecutorConfig};
+    use recall_cpu_simd::{CpuError, Metric, TopK};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A stand-in GPU that records whether it was asked.
+    #[derive(Default)]
+    struct Asked(AtomicBool);
+
+    impl Backend for Asked {
+        fn device(&self) -> Device {
+            Device::Gpu { ordinal: 0 }
+        }
+        fn knn(
+            &self,
+            _: &[f32],
+            _: &[f32],
+            _: usize,
+            _: Metric,
+            _: usize,
+        ) -> Result<TopK, BackendError> {
+            self.0.store(true, Ordering::Relaxed);
+            Err(BackendError::Gpu("stand-in".into()))
+        }
+    }
+
+    /// knn of a corpus slice of more rows than `u32` ids is refused before any device runs it, as the CPU's
+    /// knn refuses it: a GPU that streams the corpus merges per-chunk ids offset by the chunk's first row, which
+    /// wrap past `u32::MAX`.
+    #[test]
+    #[ignore = "reserves 16 GiB of virtual memory (zero pages, never written)"]
+    fn knn_over_more_rows_than_u32_ids_is_refused_before_a_device_runs() {
+        let gpu = Arc::new(Asked::default());
+        let exec = Executor::with_backends(
+            ExecutorConfig {
+                policy: DevicePolicy::Gpu,
+                calibrate: false,
+                use_cache: false,
+                ..ExecutorConfig::default()
+            },
+            Arc::new(CpuBackend),
+            Some(gpu.clone() as Arc<dyn Backend>),
+        )
+        .unwrap();
+        let rows = u32::MAX as usize + 2;
+        let corpus = vec![0.0f32; rows];
+        let r = exec
+            .knn(&CallOptions::default(), &[1.0], &corpus, 1, Metric::Dot, 1)
+            .map(|o| o.value);
+        assert!(
+            matches!(r, Err(ExecError::InvalidInput(CpuError::TooLarge { len, .. })) if len == rows),
+            "{r:?}"
+        );
+        assert!(!gpu.0.load(Ordering::Relaxed), "the GPU was asked");
     }
 }

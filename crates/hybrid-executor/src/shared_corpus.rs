@@ -1,6 +1,6 @@
 //! A corpus validated once and shared between calls, so that a GPU backend can keep it on the device.
 
-use crate::executor::{ExecError, check_matrix};
+use crate::executor::{ExecError, check_corpus_rows, check_matrix_shape};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -38,9 +38,12 @@ pub(crate) struct Inner {
 }
 
 impl SharedCorpus {
-    /// Validate `data` as `n_rows x dim` row-major values (no NaN or infinity, at least one row).
+    /// Validate `data` as `n_rows x dim` row-major values (no NaN or infinity, at least one row, at most
+    /// `u32::MAX` rows: row ids are `u32`).
     pub fn new(data: Vec<f32>, dim: usize) -> Result<SharedCorpus, ExecError> {
-        let n = check_matrix("corpus", &data, dim)?;
+        let n = check_matrix_shape("corpus", &data, dim)?;
+        check_corpus_rows(n)?;
+        recall_cpu_simd::check_finite("corpus", &data)?;
         let block = Block {
             #[cfg(feature = "gpu")]
             pinned: OnceLock::new(),
@@ -160,5 +163,22 @@ mod tests {
         // The shard keeps the rows alive after its parent is gone.
         drop(c);
         assert_eq!(s.data(), &data[2..8]);
+    }
+
+    /// Row ids are `u32`: a corpus of more rows is refused when it is made (`docs/numerics.md`), as the CPU's knn
+    /// refuses it, instead of reaching a GPU that streams or shards it and merges per-part ids offset by the
+    /// part's first row, which wrap past `u32::MAX` (row `2^32 + 1` answered as id 1).
+    #[test]
+    #[ignore = "reserves 16 GiB of virtual memory (zero pages, never written)"]
+    fn a_corpus_of_more_rows_than_u32_ids_is_refused() {
+        let rows = u32::MAX as usize + 2;
+        let r = SharedCorpus::new(vec![0.0f32; rows], 1).map(|c| c.n_rows());
+        assert!(
+            matches!(
+                r,
+                Err(ExecError::InvalidInput(recall_cpu_simd::CpuError::TooLarge { len, .. })) if len == rows
+            ),
+            "{r:?}"
+        );
     }
 }
