@@ -2222,13 +2222,16 @@ impl Kernels {
         let inertia = self.kmeans_inertia(gpu, keys, n_points)?;
         scratch.keys.resize(n_points, 0);
         gpu.download_prefix(keys, &mut scratch.keys)?;
-        group_by_cluster(
-            &scratch.keys,
-            k,
-            assignments,
-            &mut scratch.offsets,
-            &mut scratch.members,
-        )
+        // On the host pool: this call holds the device, and rayon's global workers may all be waiting for it.
+        crate::on_host_pool(|| {
+            group_by_cluster(
+                &scratch.keys,
+                k,
+                assignments,
+                &mut scratch.offsets,
+                &mut scratch.members,
+            )
+        })
         .map_err(|a| {
             shape(
                 K,

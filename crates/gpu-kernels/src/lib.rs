@@ -13,6 +13,7 @@
 mod bundle;
 mod cand;
 mod env;
+mod host;
 mod knn1;
 mod launch;
 mod scan1;
@@ -24,6 +25,7 @@ mod wgmma;
 
 pub use bundle::{ARCHES, BundleImage, ImageKind, MANIFEST, Selection, image, select_image};
 pub use cand::{CAND_MAX_DIM, CandidateBatch};
+pub use host::on_host_pool;
 pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS, OneQuery, one_query_readback_mapped};
 pub use launch::{
     CLIP_NOISE_TWO_PASS, DeviceGraph, FILTER_MIN_LEN, HalfKind, HalfSource, INERTIA_BLOCK,

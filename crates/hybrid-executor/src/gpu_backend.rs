@@ -253,37 +253,6 @@ mod imp {
             .clamp(1, n.max(1))
     }
 
-    /// Values per piece of [`staging_copy`].
-    const STAGING_PIECE: usize = 1 << 18;
-
-    /// Copy `src` into `dst` (of the same length) in pieces, on this thread and threads of its own (at most one
-    /// per core, up to 8). Not on rayon's pool: the copy runs while its call holds the device, and every worker
-    /// of that pool may then be a caller blocked on the device (`queries.par_iter()` over GPU calls), so a copy
-    /// that waited for a worker would never finish. Threads that cannot be started leave their pieces to this one.
-    fn staging_copy(dst: &mut [f32], src: &[f32]) {
-        let threads = std::thread::available_parallelism().map_or(1, |t| t.get().min(8));
-        let piece = src.len().div_ceil(threads).max(STAGING_PIECE);
-        if src.len() <= piece {
-            dst.copy_from_slice(src);
-            return;
-        }
-        let pieces: Mutex<Vec<(&mut [f32], &[f32])>> =
-            Mutex::new(dst.chunks_mut(piece).zip(src.chunks(piece)).collect());
-        let work = || loop {
-            let next = pieces.lock().pop();
-            let Some((d, from)) = next else { break };
-            d.copy_from_slice(from);
-        };
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                if std::thread::Builder::new().spawn_scoped(s, work).is_err() {
-                    break;
-                }
-            }
-            work();
-        });
-    }
-
     /// The device buffers of a streamed call besides the corpus chunks: a chunk's norms and scores.
     struct StreamBuffers {
         norms: CudaSlice<f32>,
@@ -936,7 +905,14 @@ mod imp {
                         "staging buffer shorter than a chunk".into(),
                     ));
                 };
-                staging_copy(dst, src);
+                // On the host pool, not rayon's global one: this call holds the device, and every global worker
+                // may be a caller waiting for it (`recall_gpu_kernels::on_host_pool`).
+                recall_gpu_kernels::on_host_pool(|| {
+                    use rayon::prelude::*;
+                    dst.par_chunks_mut(1 << 18)
+                        .zip(src.par_chunks(1 << 18))
+                        .for_each(|(d, s)| d.copy_from_slice(s));
+                });
                 Ok(())
             };
             fill(&mut staging[0], 0)?;
@@ -1658,29 +1634,6 @@ mod imp {
             // Into page-locked memory the copy runs on after the call returns: done before `out` is the
             // caller's again.
             g.synchronize().map_err(map_gpu_error)
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::{STAGING_PIECE, staging_copy};
-
-        #[test]
-        fn the_staging_copy_copies_every_value() {
-            for len in [
-                0,
-                1,
-                STAGING_PIECE - 1,
-                STAGING_PIECE,
-                STAGING_PIECE + 1,
-                3 * STAGING_PIECE + 7,
-                17 * STAGING_PIECE + 5,
-            ] {
-                let src: Vec<f32> = (0..len).map(|i| i as f32).collect();
-                let mut dst = vec![-1.0f32; len];
-                staging_copy(&mut dst, &src);
-                assert!(dst == src, "{len} values");
-            }
         }
     }
 }
