@@ -416,18 +416,19 @@ fn merge(
             pool.sort_unstable_by_key(|p| p.0);
         }
         if pool.len() != k {
-            return Err(shape(format!(
-                "list {q} gave {} pairs, expected {k}",
-                pool.len()
-            )));
+            return Err(crate::launch::bad_answer(
+                "score_candidates",
+                format!("list {q} gave {} pairs, expected {k}", pool.len()),
+            ));
         }
         for &(key, i) in &pool {
             // Every selected key names a candidate id; a key that cannot is a device fault, reported
             // instead of returned as an answer.
             if key == u64::MAX || key as u32 as usize >= batch.n_rows {
-                return Err(shape(format!(
-                    "the device selected an invalid key {key:#x}"
-                )));
+                return Err(crate::launch::bad_answer(
+                    "score_candidates",
+                    format!("the device selected an invalid key {key:#x}"),
+                ));
             }
             ids.push(key as u32);
             scores.push(score_at(i));

@@ -574,7 +574,7 @@ pub(crate) fn one_query_round_trip(
         };
         out.get(..words)
             .and_then(|words| merge_lists(words, needs.lists, k))
-            .ok_or_else(|| KernelError::Shape {
+            .ok_or_else(|| KernelError::Answer {
                 kernel,
                 reason: format!("the answer lists hold fewer than k = {k} rows"),
             })

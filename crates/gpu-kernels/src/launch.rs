@@ -30,6 +30,13 @@ pub enum KernelError {
         kernel: &'static str,
         reason: String,
     },
+    /// The device's answer failed a check after the launch (an id or a count no correct run gives): a fault of
+    /// the device, never of the caller's input.
+    #[error("invalid answer from {kernel}: {reason}")]
+    Answer {
+        kernel: &'static str,
+        reason: String,
+    },
     /// No image of the bundle loads on this device (or the forced arch cannot run here).
     #[error("no kernel image for this device: {0}")]
     NoImage(String),
@@ -273,6 +280,14 @@ pub struct TopKResult {
     pub k: usize,
     pub ids: Vec<u32>,
     pub scores: Vec<f32>,
+}
+
+/// [`KernelError::Answer`]: the device's answer failed a check after the launch.
+pub(crate) fn bad_answer(kernel: &'static str, reason: impl Into<String>) -> KernelError {
+    KernelError::Answer {
+        kernel,
+        reason: reason.into(),
+    }
 }
 
 pub(crate) fn shape(kernel: &'static str, reason: impl Into<String>) -> KernelError {
@@ -1679,7 +1694,7 @@ impl PendingTopK<'_> {
                 // Every selected key names a position of its segment (dense) or a candidate id; a key that
                 // does not is a device fault, reported instead of returned as an answer.
                 if keys[i] == 0 || u64::from(keys[i] as u32) >= seg_len {
-                    return Err(shape(
+                    return Err(bad_answer(
                         K,
                         format!("the device selected an invalid key {:#x}", keys[i]),
                     ));
@@ -2233,7 +2248,7 @@ impl Kernels {
             )
         })
         .map_err(|a| {
-            shape(
+            bad_answer(
                 K,
                 format!("the device assigned a point to cluster {a} of {k}"),
             )

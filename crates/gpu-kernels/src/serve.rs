@@ -485,7 +485,7 @@ fn ask(
         // server behind the running one (which could answer a later query from a stale mailbox).
         s.running = false;
     }
-    let answer = merge_lists(words, lists, k).ok_or_else(|| KernelError::Shape {
+    let answer = merge_lists(words, lists, k).ok_or_else(|| KernelError::Answer {
         kernel: "sm80_knn1s",
         reason: format!("the answer holds fewer than k = {k} rows"),
     })?;

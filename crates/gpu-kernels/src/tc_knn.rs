@@ -340,7 +340,7 @@ impl Kernels {
         for &key in &keys {
             // Every merged key names a row; one that does not is a device fault, reported, not returned.
             if key == u64::MAX || (key as u32) >= n_rows32 {
-                return Err(shape(
+                return Err(crate::launch::bad_answer(
                     K,
                     format!("the device selected an invalid key {key:#x}"),
                 ));

@@ -27,12 +27,18 @@ pub enum BackendError {
     /// The device is gone or its context is poisoned: stop using it.
     #[error("gpu device lost: {0}")]
     DeviceLost(String),
-    /// Any other GPU failure (load, launch, copy).
+    /// Any other GPU failure (load, launch, copy, an answer that fails its check).
     #[error("gpu failure: {0}")]
     Gpu(String),
-    /// This backend does not implement the op (test doubles); the executor answers on the CPU.
+    /// This backend does not implement the op (test doubles); the executor answers on the CPU, and the breaker
+    /// does not count it.
     #[error("{op} is not implemented by this backend")]
     Unsupported { op: &'static str },
+    /// The device's kernels do not take this call's shape (a size past what one launch carries, a count the
+    /// kernels' limits refuse); not a fault of the device: the executor answers on the CPU, and the breaker
+    /// does not count it, so a caller's unusual shapes cannot keep everyone else off the GPU.
+    #[error("the gpu's kernels do not take this call: {0}")]
+    Unfit(String),
 }
 
 /// One device's implementation of every op. Input arrives validated (see the crate's invariants).

@@ -1057,6 +1057,9 @@ impl Executor {
                     return GpuAttempt::Failed(FallbackReason::OutOfMemory, e.to_string());
                 }
                 Err(BackendError::Input(e)) => return GpuAttempt::Input(e),
+                Err(e @ (BackendError::Unfit(_) | BackendError::Unsupported { .. })) => {
+                    return GpuAttempt::Failed(FallbackReason::Unsupported, e.to_string());
+                }
                 Err(e @ BackendError::DeviceLost(_)) => {
                     return GpuAttempt::Failed(FallbackReason::DeviceLost, e.to_string());
                 }

@@ -314,6 +314,8 @@ mod imp {
     pub(crate) fn map_kernel_error(e: KernelError) -> BackendError {
         match e {
             KernelError::Gpu(g) => map_gpu_error(g),
+            // Refused before anything was queued: the call's shape, not the device.
+            e @ KernelError::Shape { .. } => BackendError::Unfit(e.to_string()),
             other => BackendError::Gpu(other.to_string()),
         }
     }

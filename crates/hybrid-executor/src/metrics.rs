@@ -22,15 +22,18 @@ pub enum FallbackReason {
     DeviceLost,
     /// Any other GPU failure (launch, copy, synchronise, load).
     GpuError,
+    /// The GPU's kernels do not take the call's shape (not a fault of the device; the breaker does not count it).
+    Unsupported,
 }
 
 impl FallbackReason {
     /// Every reason, in index order.
-    pub const ALL: [FallbackReason; 4] = [
+    pub const ALL: [FallbackReason; 5] = [
         FallbackReason::OutOfMemory,
         FallbackReason::Quota,
         FallbackReason::DeviceLost,
         FallbackReason::GpuError,
+        FallbackReason::Unsupported,
     ];
 
     /// The metric label.
@@ -40,6 +43,7 @@ impl FallbackReason {
             FallbackReason::Quota => "quota",
             FallbackReason::DeviceLost => "device_lost",
             FallbackReason::GpuError => "gpu_error",
+            FallbackReason::Unsupported => "unsupported",
         }
     }
 }

@@ -231,7 +231,9 @@ impl MultiGpu {
                 slot.calls.fetch_add(1, Ordering::Relaxed);
                 Ok(Ok(v))
             }
-            Err(BackendError::Input(e)) => Ok(Err(BackendError::Input(e))),
+            // Bad input, or a shape the kernels refuse (every GPU's the same): not this GPU's fault, and no other
+            // GPU would take it either.
+            Err(e @ (BackendError::Input(_) | BackendError::Unfit(_))) => Ok(Err(e)),
             Err(e) => {
                 slot.moved_away.fetch_add(1, Ordering::Relaxed);
                 if matches!(e, BackendError::DeviceLost(_)) {

@@ -392,3 +392,51 @@ fn a_back_off_that_cannot_double_still_answers_on_the_cpu() {
     let out = exec.cosine_scores(&q, &c, DIM).unwrap();
     assert_eq!((out.device, bits(&out.value)), (Device::Cpu, want));
 }
+
+/// A GPU whose kernels do not take a call's shape (`BackendError::Unfit`: a size past what one launch carries)
+/// is not a faulty GPU: each such call is answered on the CPU with the reason `unsupported`, and the breaker,
+/// which counts device faults, stays closed however many come; a GPU failure still counts.
+#[test]
+fn shapes_the_kernels_refuse_never_open_the_breaker() {
+    struct Refuses(std::sync::atomic::AtomicBool);
+    impl Backend for Refuses {
+        fn device(&self) -> Device {
+            GPU
+        }
+        fn similarity(
+            &self,
+            _: &[f32],
+            _: &[f32],
+            _: usize,
+            _: recall_cpu_simd::Metric,
+        ) -> Result<Vec<f32>, BackendError> {
+            if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+                Err(BackendError::Gpu("launch failed".into()))
+            } else {
+                Err(BackendError::Unfit("too many rows for one launch".into()))
+            }
+        }
+    }
+    let clock = ManualClock::new();
+    let gpu = Arc::new(Refuses(std::sync::atomic::AtomicBool::new(false)));
+    let exec =
+        Executor::with_backends(config(&clock), Arc::new(CpuBackend), Some(gpu.clone())).unwrap();
+    let (q, c) = inputs(8);
+    let want = bits(&cpu(&q, &c, DIM));
+    for _ in 0..10 {
+        let out = exec.cosine_scores(&q, &c, DIM).unwrap();
+        assert_eq!(out.device, Device::Cpu);
+        assert_eq!(bits(&out.value), want);
+        assert!(out.fallback.is_some_and(|m| m.contains("too many rows")));
+    }
+    let m = exec.metrics();
+    assert_eq!(m.fallbacks(FallbackReason::Unsupported), 10);
+    assert_eq!(m.fallbacks(FallbackReason::GpuError), 0);
+    assert_eq!(exec.breaker_state(), BreakerState::Closed);
+    // Three GPU failures in a row still open it.
+    gpu.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..3 {
+        exec.cosine_scores(&q, &c, DIM).unwrap();
+    }
+    assert_ne!(exec.breaker_state(), BreakerState::Closed);
+}
