@@ -143,3 +143,45 @@ fn gpu_refuses_bad_values_as_the_cpu_does() {
         assert_eq!(g.err(), Some(want), "k-means on the GPU: {what}");
     }
 }
+
+/// A call whose shape the GPU's kernels refuse before a launch (spreading's hops are a u32 on the device) is
+/// answered on the CPU, and it is not a GPU failure: after more of them than the breaker's threshold, the next
+/// call still runs on the GPU.
+#[test]
+fn gpu_refusing_a_shape_is_not_a_gpu_failure() {
+    let Some(gpu) = gpu_engine() else { return };
+    // A ring of 64 nodes: the activation halves every hop and is dropped below the threshold after a few.
+    let n = 64u32;
+    let indptr: Vec<usize> = (0..=n as usize).collect();
+    let indices: Vec<u32> = (0..n).map(|u| (u + 1) % n).collect();
+    let weights = vec![1.0f32; n as usize];
+    let graph = recall::SpreadGraph::from_csr(&indptr, &indices, &weights).unwrap();
+    let mut seeds = vec![0.0f32; n as usize];
+    seeds[0] = 1.0;
+    let params = |hops: usize| recall::SpreadParams {
+        decay: 0.5,
+        threshold: 0.01,
+        hops,
+        k: 4,
+    };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let many = u32::MAX as usize + 1;
+    let want = cpu.spread(&graph, &seeds, &params(many)).unwrap();
+    for _ in 0..5 {
+        let got = gpu.spread(&graph, &seeds, &params(many)).unwrap();
+        assert_eq!(got.device, Device::Cpu);
+        assert!(
+            got.fallback.as_deref().is_some_and(|m| m.contains("hops")),
+            "{:?}",
+            got.fallback
+        );
+        assert_eq!(got.activation, want.activation);
+    }
+    let got = gpu.spread(&graph, &seeds, &params(8)).unwrap();
+    assert_eq!(got.fallback, None, "the breaker opened");
+    assert!(matches!(got.device, Device::Gpu { .. }), "{:?}", got.device);
+    assert_eq!(
+        got.activation,
+        cpu.spread(&graph, &seeds, &params(8)).unwrap().activation
+    );
+}
