@@ -2,6 +2,12 @@
 //! Without the `gpu` feature the same names exist and report the GPU as compiled out (as candle's
 //! `dummy_cuda_backend` does), so callers compile unchanged.
 
+/// The most corpus bytes per chunk of the GPU's staged out-of-core path (`GpuBackend::knn_streamed`: a plain slice
+/// over the corpus budget). Each call page-locks its two staging buffers (`cuMemHostAlloc`), which costs about 0.4 s
+/// a GiB on an H200 host: over 1 M x 768 the staged call took 121 ms with 16 MiB chunks, 130 with 64, 321 with 256
+/// and 968 with 1,024 (session 32, run E), while the registered path took 56-57 ms with any of them.
+pub const STAGED_CHUNK_BYTES: usize = 32 << 20;
+
 #[cfg(feature = "gpu")]
 mod imp {
     use crate::backend::FastFormat;
@@ -864,7 +870,9 @@ mod imp {
         /// host by pair key. Scores are computed exactly as in memory, so the answer is the same.
         ///
         /// This is the path for a plain slice; a corpus handle is page-locked once and DMA'd from directly
-        /// ([`GpuBackend::knn_streamed_shared`]), without the host copy that bounds this path.
+        /// ([`GpuBackend::knn_streamed_shared`]), without the host copy that bounds this path. Chunks hold at most
+        /// [`super::STAGED_CHUNK_BYTES`] of corpus, whatever `chunk_rows` asks: the staging buffers are page-locked per
+        /// call, at a cost that grows with their size.
         #[allow(clippy::too_many_arguments)]
         pub fn knn_streamed(
             &self,
@@ -879,7 +887,8 @@ mod imp {
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Knn)?;
             let g = &self.gpu;
             let (nq, n) = (queries.len() / dim, corpus.len() / dim);
-            let chunk_rows = stream_chunk_rows(chunk_rows, nq, n);
+            let staged_rows = (super::STAGED_CHUNK_BYTES / (4 * dim)).max(1);
+            let chunk_rows = stream_chunk_rows(chunk_rows.min(staged_rows), nq, n);
             let (q, qn) = self.upload_rows(queries, dim, metric)?;
             let mut dev = g
                 .alloc_zeros::<f32>(chunk_rows * dim)

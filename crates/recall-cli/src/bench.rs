@@ -1593,7 +1593,9 @@ fn run_stream(a: BenchArgs) -> Result<ExitCode, String> {
     );
     let _ = writeln!(
         r,
-        "| the same through the plain slice (staged: host copy into pinned buffers, then DMA) | {:.1} ms, {:.1} GB/s = {:.0} % of the measured bandwidth |",
+        "| the same through the plain slice (staged: host copy into pinned buffers, then DMA; chunks of at most {} MiB) | {:.1} ms, {:.1} GB/s = {:.0} % of the measured bandwidth |",
+        a.chunk_mib
+            .min(recall::diagnostics::STAGED_CHUNK_BYTES >> 20),
         f.staged_ms,
         gbps(f.staged_ms),
         100.0 * gbps(f.staged_ms) / h2d

@@ -247,6 +247,7 @@ pub fn cpu_simd_level() -> String {
 /// ```
 pub mod diagnostics {
     pub use recall_hybrid_executor::GpuBackend;
+    pub use recall_hybrid_executor::STAGED_CHUNK_BYTES;
     pub use recall_hybrid_executor::bench;
     pub use recall_hybrid_executor::bundle_arches;
     pub use recall_hybrid_executor::difftest::{
