@@ -3,9 +3,10 @@
 //! `dummy_cuda_backend` does), so callers compile unchanged.
 
 /// The most corpus bytes per chunk of the GPU's staged out-of-core path (`GpuBackend::knn_streamed`: a plain slice
-/// over the corpus budget). Each call page-locks its two staging buffers (`cuMemHostAlloc`), which costs about 0.4 s
-/// a GiB on an H200 host: over 1 M x 768 the staged call took 121 ms with 16 MiB chunks, 130 with 64, 321 with 256
-/// and 968 with 1,024 (session 32, run E), while the registered path took 56-57 ms with any of them.
+/// over the corpus budget). Page-locking its two staging buffers (`cuMemHostAlloc`) costs about 0.4 s a GiB on an
+/// H200 host: over 1 M x 768, with the buffers page-locked on every call, the staged call took 121 ms with 16 MiB
+/// chunks, 130 with 64, 321 with 256 and 968 with 1,024 (session 32, run E), while the registered path took 56-57 ms
+/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small.
 pub const STAGED_CHUNK_BYTES: usize = 32 << 20;
 
 #[cfg(feature = "gpu")]
@@ -72,6 +73,10 @@ mod imp {
         resident: Mutex<Vec<Resident>>,
         /// knn's query, norm and score buffers, reused between calls (no allocation or free per call).
         scratch: Mutex<Scratch>,
+        /// The staged out-of-core path's two pinned staging buffers, kept from one call to the next of the same
+        /// chunk length: page-locking them costs about 0.4 s a GiB, some 25 ms a call at their most
+        /// ([`super::STAGED_CHUNK_BYTES`] each). Given back by `release_cached`.
+        staging: Mutex<Option<[recall_gpu_sys::driver::PinnedHostSlice<f32>; 2]>>,
         /// A corpus larger than this many bytes is not made resident: knn streams it through the device
         /// in chunks instead (`RECALL_GPU_CORPUS_BUDGET_MIB`, else 80 % of the memory free at start).
         corpus_budget: std::sync::atomic::AtomicUsize,
@@ -447,6 +452,7 @@ mod imp {
                 lock: Mutex::new(()),
                 resident: Mutex::new(Vec::new()),
                 scratch: Mutex::new(Scratch::default()),
+                staging: Mutex::new(None),
                 corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
                 lanes: Mutex::new(Vec::new()),
@@ -831,6 +837,7 @@ mod imp {
         /// yet: out-of-core chunks, k-means, clip-and-noise, graphs, the kernels' own scratch). The two never
         /// hold the same bytes: each allocation comes from one of them.
         fn release_cached(&self) -> Result<(), BackendError> {
+            self.staging.lock().take();
             self.mem.device_pool().trim_all();
             self.gpu.release_cached_memory().map_err(map_gpu_error)
         }
@@ -871,8 +878,9 @@ mod imp {
         ///
         /// This is the path for a plain slice; a corpus handle is page-locked once and DMA'd from directly
         /// ([`GpuBackend::knn_streamed_shared`]), without the host copy that bounds this path. Chunks hold at most
-        /// [`super::STAGED_CHUNK_BYTES`] of corpus, whatever `chunk_rows` asks: the staging buffers are page-locked per
-        /// call, at a cost that grows with their size.
+        /// [`super::STAGED_CHUNK_BYTES`] of corpus, whatever `chunk_rows` asks: page-locking the staging buffers costs
+        /// time in proportion to their size. They are kept for the next call of the same chunk length (until
+        /// `release_cached_memory`).
         #[allow(clippy::too_many_arguments)]
         pub fn knn_streamed(
             &self,
@@ -894,12 +902,22 @@ mod imp {
                 .alloc_zeros::<f32>(chunk_rows * dim)
                 .map_err(map_gpu_error)?;
             let mut bufs = StreamBuffers::new(g, nq, chunk_rows)?;
-            let mut staging = [
-                g.alloc_pinned::<f32>(chunk_rows * dim)
-                    .map_err(map_gpu_error)?,
-                g.alloc_pinned::<f32>(chunk_rows * dim)
-                    .map_err(map_gpu_error)?,
-            ];
+            // The last call's staging buffers where they have this call's chunk length (an upload copies a whole
+            // buffer); their copies have finished: that call waited for its last chunk's result.
+            let kept = self
+                .staging
+                .lock()
+                .take()
+                .filter(|s| s.iter().all(|b| b.len() == chunk_rows * dim));
+            let mut staging = match kept {
+                Some(s) => s,
+                None => [
+                    g.alloc_pinned::<f32>(chunk_rows * dim)
+                        .map_err(map_gpu_error)?,
+                    g.alloc_pinned::<f32>(chunk_rows * dim)
+                        .map_err(map_gpu_error)?,
+                ],
+            };
             let n_chunks = n.div_ceil(chunk_rows);
             // Every chunk's top k (ids relative to its first row), merged exactly at the end.
             let mut parts = Vec::with_capacity(n_chunks);
@@ -963,6 +981,7 @@ mod imp {
                 })?;
                 parts.push((c * chunk_rows, device_part));
             }
+            *self.staging.lock() = Some(staging);
             Ok(crate::backend::merge_topk(&parts, nq, k, metric))
         }
 
