@@ -92,7 +92,8 @@ impl EngineBuilder {
 
     /// Corpora larger than this many bytes are never made resident on the GPU: knn streams them through
     /// the device in chunks (out-of-core, the same answer). Overrides `RECALL_GPU_CORPUS_BUDGET_MIB`;
-    /// the default is 80 % of the device memory free when the engine starts.
+    /// the default is 80 % of the device memory free when the engine starts, at most three quarters of the
+    /// GPU memory pool's budget (`RECALL_GPU_VRAM_BUDGET_MIB`, default 80 % of the device memory).
     ///
     /// ```
     /// let engine = recall::Engine::builder().gpu_corpus_budget(8 << 30).build()?;
