@@ -79,13 +79,14 @@ pub use recall_cpu_simd::SpreadParams;
 #[doc(inline)]
 pub use recall_cpu_simd::TopK;
 
-/// Where a call ran: `Device::Cpu` or `Device::Gpu { ordinal }` (printed as `cpu`, `gpu0`, ...).
+/// Where a call ran: `Device::Cpu` or `Device::Gpu { ordinal }` (printed as `cpu`, `gpu:0`, ...).
 ///
 /// ```
 /// let engine = recall::Engine::builder().device(recall::DevicePolicy::Cpu).build()?;
 /// let s = engine.cosine_similarity(&[1.0], &[1.0], 1)?;
 /// assert_eq!(s.device, recall::Device::Cpu);
 /// assert_eq!(s.device.to_string(), "cpu");
+/// assert_eq!(recall::Device::Gpu { ordinal: 0 }.to_string(), "gpu:0");
 /// # Ok::<(), recall::Error>(())
 /// ```
 #[doc(inline)]
