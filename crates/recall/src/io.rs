@@ -1,4 +1,4 @@
-//! File formats: NumPy `.npy` (read and write), `.fvecs` (read) and SciPy CSR `.npz` (read).
+//! File formats: NumPy `.npy` (read and write), `.fvecs` (read) and SciPy CSR `.npz` (read and write).
 //!
 //! The readers are strict and hostile-input safe: every malformed file is an [`IoError`], never a panic,
 //! and nothing is allocated for data the input does not hold. A header's declared shape is checked for
