@@ -173,6 +173,14 @@ pub(crate) mod serde_free {
 
 pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // Sizes no allocation can hold are one-line errors, not a "capacity overflow" panic (or an overflowing
+    // multiply) in the generators: the corpus, the queries, a score matrix, the graph's edges, the centroids.
+    use crate::util::check_size;
+    check_size("--rows x --dim", &[a.rows, a.dim])?;
+    check_size("--queries x --dim", &[a.queries, a.dim])?;
+    check_size("--queries x --rows", &[a.queries, a.rows])?;
+    check_size("--edges", &[a.edges, 4])?;
+    check_size("--clusters x --dim", &[a.clusters, a.dim])?;
     if a.op == "break-even" {
         let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.reps, &command)?;
         emit(&r, &a.out)?;

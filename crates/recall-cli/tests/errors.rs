@@ -391,6 +391,15 @@ fn sizes_past_what_memory_can_address_are_refused() {
             "--threads-per-tenant",
             "4294967297",
         ]),
+        vec!["bench", "cosine", "--rows", "9223372036854775807"],
+        vec![
+            "bench",
+            "knn",
+            "--rows",
+            "4",
+            "--dim",
+            "9223372036854775807",
+        ],
     ];
     for args in &runs {
         let (code, err) = recall_within_a_minute(args, &d.join("stderr"));
