@@ -232,13 +232,7 @@ impl<'a> Corpus<'a> {
             });
         }
         let n = len / self.dim;
-        if n > u32::MAX as usize {
-            return Err(CpuError::TooLarge {
-                what: "corpus rows",
-                len: n,
-                max: u32::MAX as usize,
-            });
-        }
+        crate::check_corpus_rows(n)?;
         if let Some(norms) = self.norms {
             if norms.len() != n {
                 return Err(CpuError::LengthMismatch {

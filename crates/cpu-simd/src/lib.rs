@@ -105,6 +105,25 @@ pub fn check_finite(what: &'static str, values: &[f32]) -> Result<(), CpuError> 
     }
 }
 
+/// Check that a corpus of `n` rows can be named by `u32` row ids (`TooLarge` past `u32::MAX`): the CPU's corpus
+/// checks, and the executor's before any device runs a call (a GPU that streams or shards a corpus merges
+/// per-part ids offset by the part's first row, which would wrap instead).
+///
+/// ```
+/// assert!(recall_cpu_simd::check_corpus_rows(u32::MAX as usize).is_ok());
+/// assert!(recall_cpu_simd::check_corpus_rows(u32::MAX as usize + 1).is_err());
+/// ```
+pub fn check_corpus_rows(n: usize) -> Result<(), CpuError> {
+    if n > u32::MAX as usize {
+        return Err(CpuError::TooLarge {
+            what: "corpus rows",
+            len: n,
+            max: u32::MAX as usize,
+        });
+    }
+    Ok(())
+}
+
 /// The index of the first NaN or infinity (see [`first_bits_where`]).
 pub(crate) fn first_non_finite(values: &[f32]) -> Option<usize> {
     first_bits_where(values, |b| (b & 0x7f80_0000) == 0x7f80_0000)

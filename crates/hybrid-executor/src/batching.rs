@@ -196,6 +196,13 @@ impl<R: Send> Batcher<R> {
     /// Join (or open and lead) the batch for `key` with `queries` (`n` queries, row-major); `run` runs a
     /// closed batch (all its queries, row-major, and each member's count) and is called by the leader only,
     /// which records the batch's size and phases in `metrics`. Returns this caller's answer.
+    ///
+    /// A caller on a rayon worker thread (`queries.par_iter().map(|q| exec.knn_shared_single(..))`) runs its
+    /// queries alone, as a batch of one, and never waits on a batch: a worker parked on a batch's answer stops
+    /// its pool, and the batch's run may need that pool (the CPU's knn, the value scans), so the leader would wait
+    /// for the worker that waits for it; a worker that leads may, while its run waits for a part of the work,
+    /// take another caller's call off the pool and then wait, on top of its own run, for the batch slot that run
+    /// holds (a deadlock until session 32).
     pub(crate) fn submit(
         &self,
         metrics: &Metrics,
@@ -205,6 +212,19 @@ impl<R: Send> Batcher<R> {
         config: BatchConfig,
         run: impl FnOnce(&[f32], &[usize]) -> BatchResult<R>,
     ) -> Result<Outcome<R>, ExecError> {
+        if rayon::current_thread_index().is_some() {
+            let (mut answers, device, fallback) = run(queries, &[n])?;
+            return match (answers.pop(), answers.is_empty()) {
+                (Some(value), true) => Ok(Outcome {
+                    value,
+                    device,
+                    fallback,
+                }),
+                _ => Err(ExecError::Internal(
+                    "a batch of one gave other than one answer".into(),
+                )),
+            };
+        }
         let max_batch = config.max_batch.max(1);
         let (batch, index) = {
             let mut open = self.open.lock();

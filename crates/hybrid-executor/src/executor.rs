@@ -1107,7 +1107,7 @@ impl Executor {
     /// Cosine scores of one query (`dim` values) against every corpus row. Concurrent calls against the
     /// same corpus (same tenant) are coalesced into one batched call ([`BatchConfig`]); each caller gets
     /// its own row of scores. The batch runs with the options of the call that opened it. A call made on a
-    /// rayon worker thread runs on its own (see `on_rayon_worker`).
+    /// rayon worker thread runs on its own (see `Batcher::submit`).
     pub fn cosine_scores_single(
         &self,
         opts: &CallOptions,
@@ -1124,17 +1124,6 @@ impl Executor {
             .into());
         }
         check_finite("query", query)?;
-        if on_rayon_worker() {
-            return self.run_op(
-                &CosineOp {
-                    queries: query,
-                    corpus: corpus.data(),
-                    dim,
-                    corpus_check: CorpusCheck::done(),
-                },
-                opts,
-            );
-        }
         let key = BatchKey {
             corpus: corpus.identity(),
             dim,
@@ -1196,7 +1185,7 @@ impl Executor {
     /// corpus (on a GPU, one GEMM tile holds 128 queries, whether 9 or 128 use it). Each caller gets the k
     /// neighbours of each of its own queries, the same answer as [`Executor::knn_shared`]. A call of
     /// `max_batch` queries or more, with no other such call in flight, or made on a rayon worker thread (see
-    /// `on_rayon_worker`), runs at once.
+    /// `Batcher::submit`), runs at once.
     pub fn knn_shared_coalesced(
         &self,
         opts: &CallOptions,
@@ -1217,7 +1206,7 @@ impl Executor {
         let others = self.knn_single_in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.knn_single_in_flight);
         let max_batch = self.config.batching.max_batch;
-        if others == 0 || max_batch <= 1 || nq >= max_batch || on_rayon_worker() {
+        if others == 0 || max_batch <= 1 || nq >= max_batch {
             return self.knn_shared(opts, queries, corpus, metric, k);
         }
         check_finite("queries", queries)?;
@@ -1292,16 +1281,6 @@ impl Executor {
     }
 }
 
-/// Whether this thread is one of a rayon pool's workers (`queries.par_iter().map(|q| exec.knn_shared_single(..))`).
-/// Such a call runs on its own instead of joining a batch: a worker waiting for a batch's answer would stop its
-/// pool, and the batch's run may need that pool (the CPU's knn, the value scans) to finish, so the leader would
-/// wait for the worker that waits for it; a worker that leads may, while its run waits for a part of the work,
-/// take another caller's call off the pool and then wait, on top of its own run, for the batch slot that run
-/// holds.
-fn on_rayon_worker() -> bool {
-    rayon::current_thread_index().is_some()
-}
-
 fn cpu_error(e: BackendError) -> ExecError {
     match e {
         BackendError::Input(e) => ExecError::InvalidInput(e),
@@ -1344,20 +1323,6 @@ impl CorpusCheck {
             _ => Ok(()),
         }
     }
-}
-
-/// A corpus's rows are named by `u32` ids: more than `u32::MAX` rows is refused (`TooLarge`, as the CPU's ops
-/// refuse it) before any device runs a call. A GPU that streams or shards a corpus merges per-part ids offset by
-/// the part's first row, which would wrap past `u32::MAX` instead.
-pub(crate) fn check_corpus_rows(n: usize) -> Result<(), CpuError> {
-    if n > u32::MAX as usize {
-        return Err(CpuError::TooLarge {
-            what: "corpus rows",
-            len: n,
-            max: u32::MAX as usize,
-        });
-    }
-    Ok(())
 }
 
 /// [`check_matrix`] without the scan over values: returns the number of rows.

@@ -3,8 +3,7 @@
 
 use crate::backend::{Backend, BackendError, FastFormat};
 use crate::executor::{
-    CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_corpus_rows, check_matrix,
-    check_matrix_shape,
+    CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape,
 };
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
@@ -409,7 +408,7 @@ impl Executor {
         check_matrix("queries", queries, dim)?;
         // The corpus's values are checked by the op: before a GPU runs it, or by the CPU in its own pass.
         let n = check_matrix_shape("corpus", corpus, dim)?;
-        check_corpus_rows(n)?;
+        recall_cpu_simd::check_corpus_rows(n)?;
         check_k(k, n)?;
         self.run_op(
             &KnnOp {
