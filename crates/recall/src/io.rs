@@ -1641,13 +1641,8 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
             })
         })
         .collect::<Result<Vec<usize>, IoError>>()?;
-    if indptr.len() != n_nodes.saturating_add(1) {
-        return Err(not_csr(format!(
-            "indptr has {} entries for {n_nodes} rows (expected {})",
-            indptr.len(),
-            n_nodes.saturating_add(1)
-        )));
-    }
+    // Each length below was checked from its member's header (`npz_member`'s `expect`): indptr n + 1 entries,
+    // indices and data one per edge.
     let n_edges = indptr.last().map(|&e| e as u64);
     let indices = need(
         npz_member(&mut archive, "indices.npy", path, n_edges)?,
@@ -1659,13 +1654,6 @@ fn read_npz_stream<R: Read + Seek>(reader: R, path: &str) -> Result<CsrGraph, Io
         "data.npy",
     )?
     .into_f32_lossy()?;
-    if indices.len() != weights.len() {
-        return Err(not_csr(format!(
-            "indices has {} entries, data {}",
-            indices.len(),
-            weights.len()
-        )));
-    }
     Ok(CsrGraph {
         indptr,
         indices,
