@@ -520,13 +520,7 @@ pub fn run(a: FaultArgs) -> Result<ExitCode, String> {
     if a.rows == 0 || a.dim == 0 || a.threads == 0 {
         return Err("--rows, --dim and --threads must be at least 1".into());
     }
-    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= crate::util::MAX_SECONDS) {
-        return Err(format!(
-            "--seconds {}: expected seconds above 0 and at most {:e}",
-            a.seconds,
-            crate::util::MAX_SECONDS
-        ));
-    }
+    crate::util::check_seconds("--seconds", a.seconds)?;
     if a.rows < K {
         return Err(format!("--rows {}: at least {K}", a.rows));
     }

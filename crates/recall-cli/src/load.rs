@@ -950,13 +950,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     if a.tenants == 0 || a.threads_per_tenant == 0 {
         return Err("--tenants and --threads-per-tenant must be at least 1".into());
     }
-    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= crate::util::MAX_SECONDS) {
-        return Err(format!(
-            "--duration {}: expected seconds above 0 and at most {:e}",
-            a.duration,
-            crate::util::MAX_SECONDS
-        ));
-    }
+    crate::util::check_seconds("--duration", a.duration)?;
     let graph_nodes = a.graph_nodes.unwrap_or(a.rows);
     if a.k == 0 || a.k > a.rows || a.k > a.candidates || a.k > graph_nodes {
         return Err(format!(

@@ -75,6 +75,17 @@ pub const COMMIT: &str = env!("RECALL_GIT_COMMIT");
 /// scope of the caller threads left them running: the run hung instead of ending.
 pub const MAX_SECONDS: f64 = 1e9;
 
+/// `Err` naming `flag` unless `seconds` is a run length above 0 and at most [`MAX_SECONDS`].
+pub fn check_seconds(flag: &str, seconds: f64) -> Result<(), String> {
+    if seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS {
+        Ok(())
+    } else {
+        Err(format!(
+            "{flag} {seconds}: expected seconds above 0 and at most {MAX_SECONDS:e}"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
