@@ -456,7 +456,6 @@ impl Executor {
         let multi = (gpus.len() > 1).then(|| {
             Arc::new(MultiGpu::new(
                 gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect(),
-                cpu.clone(),
             ))
         });
         let dyn_gpu = match &multi {
@@ -706,7 +705,7 @@ impl Executor {
             );
             let _ = writeln!(
                 text,
-                "# HELP recall_multi_gpu_moved_to_cpu_total Calls or shards no GPU could answer, answered on the CPU.\n# TYPE recall_multi_gpu_moved_to_cpu_total counter\nrecall_multi_gpu_moved_to_cpu_total {}",
+                "# HELP recall_multi_gpu_moved_to_cpu_total Calls no GPU could answer (the whole call or a shard of it), answered on the CPU by the executor.\n# TYPE recall_multi_gpu_moved_to_cpu_total counter\nrecall_multi_gpu_moved_to_cpu_total {}",
                 m.moved_to_cpu()
             );
             let (calls, ns) = m.sharded();

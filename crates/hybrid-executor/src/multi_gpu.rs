@@ -12,8 +12,10 @@
 //! - Every other call (slices, graphs, k-means, clip-and-noise) runs whole on the least-loaded GPU (fewest
 //!   calls in flight; ties rotate).
 //! - A GPU whose call fails (any error but bad input) has that call's work moved to the least-loaded other
-//!   GPU, then to the CPU; a GPU that reports itself lost is not used again. Input errors are returned as
-//!   they are (every device would say the same).
+//!   GPU; a GPU that reports itself lost is not used again. Input errors are returned as they are (every
+//!   device would say the same). Work no GPU could answer fails the whole call with the last GPU's error, and
+//!   the executor answers it on the CPU as it does any failed GPU call: reported as the CPU's with its
+//!   fallback reason, its time kept out of the GPU's calibration, and counted by the circuit breaker.
 //!
 //! Architecture invariant: nothing here knows about the driver; the GPUs are `Arc<dyn Backend>`, so CI
 //! tests this file with CPU and fault-injecting backends standing in for GPUs.
@@ -61,23 +63,15 @@ struct Slot {
     busy_ns: AtomicU64,
 }
 
-/// The shards of one corpus handle: one sub-handle per GPU (fewer when the corpus has fewer rows).
-struct ShardSet {
-    id: u64,
-    alive: Weak<Inner>,
-    /// (first row, the shard's handle); shard `i` belongs to GPU `i`.
-    parts: Vec<(usize, SharedCorpus)>,
-}
-
 /// Several GPUs as one backend (see the module docs).
 pub struct MultiGpu {
     slots: Vec<Slot>,
-    /// Where work goes when no GPU can take it (the CPU).
-    last_resort: Arc<dyn Backend>,
     /// Rotates ties between equally loaded GPUs.
     next: AtomicUsize,
-    shards: Mutex<Vec<ShardSet>>,
-    /// Work moved to the last resort.
+    /// The handles this layer sharded (the shards themselves are kept by each handle: `SharedCorpus::shards`),
+    /// for [`MultiGpu::sharded_corpora`].
+    sharded_handles: Mutex<Vec<Weak<Inner>>>,
+    /// Calls no GPU could answer (failed back to the executor, which answers them on the CPU).
     to_cpu: AtomicU64,
     /// Sharded calls, and their nanoseconds from the call to the merged answer (with the per-GPU
     /// `busy_ns`, what the fan-out and merge cost beside the shards themselves).
@@ -123,8 +117,9 @@ impl Drop for Busy<'_> {
 }
 
 impl MultiGpu {
-    /// `gpus` (at least one) in shard order; `last_resort` answers work no GPU could (the CPU backend).
-    pub fn new(gpus: Vec<Arc<dyn Backend>>, last_resort: Arc<dyn Backend>) -> MultiGpu {
+    /// `gpus` (at least one) in shard order. Work none of them can answer fails with the last GPU's error (the
+    /// executor then answers it on the CPU).
+    pub fn new(gpus: Vec<Arc<dyn Backend>>) -> MultiGpu {
         let shard_pool = shard_pool(gpus.len());
         MultiGpu {
             slots: gpus
@@ -138,9 +133,8 @@ impl MultiGpu {
                     busy_ns: AtomicU64::new(0),
                 })
                 .collect(),
-            last_resort,
             next: AtomicUsize::new(0),
-            shards: Mutex::new(Vec::new()),
+            sharded_handles: Mutex::new(Vec::new()),
             to_cpu: AtomicU64::new(0),
             sharded_calls: AtomicU64::new(0),
             sharded_ns: AtomicU64::new(0),
@@ -186,16 +180,17 @@ impl MultiGpu {
         )
     }
 
-    /// Calls or shards that no GPU could answer and the CPU did.
+    /// Calls that no GPU could answer (one of their shards, or the whole call): each failed back to the
+    /// executor, which answered it on the CPU.
     pub fn moved_to_cpu(&self) -> u64 {
         self.to_cpu.load(Ordering::Relaxed)
     }
 
-    /// How many corpus handles have shards now (after forgetting those whose handle is gone).
+    /// How many live corpus handles this layer has sharded.
     pub fn sharded_corpora(&self) -> usize {
-        let mut sets = self.shards.lock();
-        sets.retain(|s| s.alive.strong_count() > 0);
-        sets.len()
+        let mut handles = self.sharded_handles.lock();
+        handles.retain(|h| h.strong_count() > 0);
+        handles.len()
     }
 
     /// Healthy GPUs other than `except`, least loaded first (ties rotate from call to call).
@@ -247,31 +242,35 @@ impl MultiGpu {
     }
 
     /// Run `f` on GPU `first` if given and healthy, else (or when it fails) on the other GPUs least loaded
-    /// first, finally on the last resort.
+    /// first; when every GPU failed, the last one's error (`DeviceLost` when none is left to try).
     fn run_anywhere<T>(
         &self,
         first: Option<usize>,
         f: &(dyn Fn(&dyn Backend) -> Result<T, BackendError> + Sync),
     ) -> Result<T, BackendError> {
         let mut tried = None;
+        let mut failure = None;
         if let Some(i) = first
             && !self.slots[i].lost.load(Ordering::Relaxed)
         {
             match self.try_on(i, f) {
                 Ok(r) => return r,
-                Err(_) => tried = Some(i),
+                Err(e) => {
+                    tried = Some(i);
+                    failure = Some(e);
+                }
             }
         }
         for i in self.by_load(tried) {
-            if Some(i) == first {
-                continue;
-            }
-            if let Ok(r) = self.try_on(i, f) {
-                return r;
+            match self.try_on(i, f) {
+                Ok(r) => return r,
+                Err(e) => failure = Some(e),
             }
         }
         self.to_cpu.fetch_add(1, Ordering::Relaxed);
-        f(self.last_resort.as_ref())
+        Err(failure.unwrap_or_else(|| {
+            BackendError::DeviceLost("every GPU of the multi-GPU layer is lost".into())
+        }))
     }
 
     /// An independent call: the least-loaded GPU, moved on failure.
@@ -282,26 +281,15 @@ impl MultiGpu {
         self.run_anywhere(None, f)
     }
 
-    /// The shards of `corpus`, made on first use (forgetting those of dropped handles).
+    /// The shards of `corpus`, one per GPU (fewer for fewer rows): shard `i` belongs to GPU `i`. Made on first
+    /// use and kept by the handle, so they go when it does.
     fn shards_of(&self, corpus: &SharedCorpus) -> Vec<(usize, SharedCorpus)> {
-        let mut sets = self.shards.lock();
-        sets.retain(|s| s.alive.strong_count() > 0);
-        if let Some(s) = sets.iter().find(|s| s.id == corpus.id()) {
-            return s.parts.clone();
+        let (parts, made) = corpus.shards(self.slots.len());
+        if made {
+            let mut handles = self.sharded_handles.lock();
+            handles.retain(|h| h.strong_count() > 0);
+            handles.push(corpus.weak());
         }
-        let n = corpus.n_rows();
-        let g = self.slots.len().clamp(1, n.max(1));
-        let parts: Vec<(usize, SharedCorpus)> = (0..g)
-            .filter_map(|i| {
-                let (r0, r1) = (i * n / g, (i + 1) * n / g);
-                corpus.shard(r0..r1).map(|s| (r0, s))
-            })
-            .collect();
-        sets.push(ShardSet {
-            id: corpus.id(),
-            alive: corpus.weak(),
-            parts: parts.clone(),
-        });
         parts
     }
 
@@ -566,5 +554,67 @@ impl Backend for MultiGpu {
         seed: u64,
     ) -> Result<KMeans, BackendError> {
         self.independent(&|b| b.kmeans(points, dim, k, iters, seed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::CpuBackend;
+
+    /// A stand-in GPU that answers like the CPU and remembers the shards it was given, without keeping them.
+    struct Remembers {
+        ordinal: usize,
+        seen: Mutex<Vec<Weak<Inner>>>,
+    }
+
+    impl Backend for Remembers {
+        fn device(&self) -> Device {
+            Device::Gpu {
+                ordinal: self.ordinal,
+            }
+        }
+
+        fn knn_shared(
+            &self,
+            queries: &[f32],
+            corpus: &SharedCorpus,
+            metric: Metric,
+            k: usize,
+        ) -> Result<TopK, BackendError> {
+            self.seen.lock().push(corpus.weak());
+            CpuBackend.knn(queries, corpus.data(), corpus.dim(), metric, k)
+        }
+    }
+
+    /// A GPU frees its copy of a shard once no handle of the shard lives: the shards must go with their
+    /// handle, not wait in this layer for its next sharded call (which a process that dropped its last corpus
+    /// never makes).
+    #[test]
+    fn the_shards_go_when_their_handle_goes() {
+        let gpus: Vec<Arc<Remembers>> = (0..2)
+            .map(|ordinal| {
+                Arc::new(Remembers {
+                    ordinal,
+                    seen: Mutex::new(Vec::new()),
+                })
+            })
+            .collect();
+        let m = MultiGpu::new(gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect());
+        let corpus = SharedCorpus::new((0..40).map(|x| x as f32).collect(), 4).unwrap();
+        for _ in 0..2 {
+            m.knn_shared(&[1.0, 0.0, 0.0, 0.0], &corpus, Metric::Dot, 3)
+                .unwrap();
+        }
+        let seen: Vec<Weak<Inner>> = gpus.iter().flat_map(|g| g.seen.lock().clone()).collect();
+        assert_eq!(seen.len(), 4, "each GPU ran its shard twice");
+        assert!(seen.iter().all(|w| w.strong_count() > 0));
+        assert_eq!(m.sharded_corpora(), 1);
+        drop(corpus);
+        assert!(
+            seen.iter().all(|w| w.strong_count() == 0),
+            "a shard outlived its handle"
+        );
+        assert_eq!(m.sharded_corpora(), 0);
     }
 }

@@ -1,6 +1,7 @@
 //! A corpus validated once and shared between calls, so that a GPU backend can keep it on the device.
 
 use crate::executor::{ExecError, check_matrix_shape};
+use parking_lot::Mutex;
 use recall_cpu_simd::check_corpus_rows;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +37,13 @@ pub(crate) struct Inner {
     dim: usize,
     /// The largest magnitude, computed on first use (fast mode's f16 range check).
     max_abs: OnceLock<f32>,
+    /// The shards the multi-GPU layer cut this handle into, per number of parts asked for: held by the handle
+    /// so that they go with it (a GPU frees a shard's device copy once no handle of the shard lives).
+    shards: Mutex<Vec<Shards>>,
 }
+
+/// A handle cut into parts: `(parts asked for, [(first row, the part's handle)])`.
+type Shards = (usize, Vec<(usize, SharedCorpus)>);
 
 impl SharedCorpus {
     /// Validate `data` as `n_rows x dim` row-major values (no NaN or infinity, at least one row, at most
@@ -62,6 +69,7 @@ impl SharedCorpus {
                 rows,
                 dim,
                 max_abs: OnceLock::new(),
+                shards: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -79,6 +87,27 @@ impl SharedCorpus {
             base + rows.start..base + rows.end,
             self.inner.dim,
         ))
+    }
+
+    /// This handle cut into `parts` contiguous row ranges of nearly equal size (fewer when it has fewer
+    /// rows), each `(first row, its shard)`: made on the first call for `parts` and kept by the handle, so
+    /// later calls get the same shards (the same ids, which devices cache by) and the shards are dropped with
+    /// the handle. The second value is whether this call made them.
+    pub(crate) fn shards(&self, parts: usize) -> (Vec<(usize, SharedCorpus)>, bool) {
+        let mut sets = self.inner.shards.lock();
+        if let Some((_, set)) = sets.iter().find(|(p, _)| *p == parts) {
+            return (set.clone(), false);
+        }
+        let n = self.n_rows();
+        let g = parts.clamp(1, n.max(1));
+        let set: Vec<(usize, SharedCorpus)> = (0..g)
+            .filter_map(|i| {
+                let (r0, r1) = (i * n / g, (i + 1) * n / g);
+                self.shard(r0..r1).map(|s| (r0, s))
+            })
+            .collect();
+        sets.push((parts, set.clone()));
+        (set, true)
     }
 
     /// The rows, row-major.
@@ -109,7 +138,6 @@ impl SharedCorpus {
     }
 
     /// A handle that does not keep the corpus alive (for device caches).
-    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
     pub(crate) fn weak(&self) -> Weak<Inner> {
         Arc::downgrade(&self.inner)
     }
@@ -164,6 +192,31 @@ mod tests {
         // The shard keeps the rows alive after its parent is gone.
         drop(c);
         assert_eq!(s.data(), &data[2..8]);
+    }
+
+    /// The multi-GPU layer's shards: equal cuts covering every row, the same handles on every call for the
+    /// same count, and gone with the handle (nothing else keeps them, so the devices free their copies).
+    #[test]
+    fn shards_cover_the_rows_are_kept_and_go_with_the_handle() {
+        let data: Vec<f32> = (0..14).map(|x| x as f32).collect();
+        let c = SharedCorpus::new(data.clone(), 2).unwrap();
+        let (three, made) = c.shards(3);
+        assert!(made);
+        let firsts: Vec<usize> = three.iter().map(|(r0, _)| *r0).collect();
+        assert_eq!(firsts, [0, 2, 4]);
+        let rows: Vec<f32> = three.iter().flat_map(|(_, s)| s.data().to_vec()).collect();
+        assert_eq!(rows, data);
+        let (again, made) = c.shards(3);
+        assert!(!made);
+        let ids = |v: &[(usize, SharedCorpus)]| v.iter().map(|(_, s)| s.id()).collect::<Vec<_>>();
+        assert_eq!(ids(&again), ids(&three));
+        // More parts than rows: one row each.
+        assert_eq!(c.shards(9).0.len(), 7);
+        let weak: Vec<_> = three.iter().map(|(_, s)| s.weak()).collect();
+        drop((three, again));
+        assert!(weak.iter().all(|w| w.strong_count() == 1));
+        drop(c);
+        assert!(weak.iter().all(|w| w.strong_count() == 0));
     }
 
     /// Row ids are `u32`: a corpus of more rows is refused when it is made (`docs/numerics.md`), as the CPU's knn

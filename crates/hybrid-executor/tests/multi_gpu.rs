@@ -5,9 +5,9 @@
 
 use recall_cpu_simd::{Metric, TopK};
 use recall_hybrid_executor::{
-    Backend, BackendError, BatchConfig, CallOptions, CpuBackend, Device, DevicePolicy, Executor,
-    ExecutorConfig, FaultInjecting, FaultKind, FaultPlan, FaultStep, MultiGpu, SharedCorpus,
-    Trigger,
+    Backend, BackendError, BatchConfig, BreakerState, CallOptions, CpuBackend, Device,
+    DevicePolicy, Executor, ExecutorConfig, FaultInjecting, FaultKind, FaultPlan, FaultStep,
+    MultiGpu, SharedCorpus, Trigger,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,10 +40,7 @@ fn gpu(ordinal: usize, plan: FaultPlan) -> Arc<FaultInjecting<CpuBackend>> {
 }
 
 fn multi(gpus: &[Arc<FaultInjecting<CpuBackend>>]) -> MultiGpu {
-    MultiGpu::new(
-        gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect(),
-        Arc::new(CpuBackend),
-    )
+    MultiGpu::new(gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect())
 }
 
 #[test]
@@ -163,25 +160,68 @@ fn a_failing_gpu_moves_its_shard_and_the_answer_stays_exact() {
     }
 }
 
+/// Work no GPU can answer fails back to the executor, which answers it on the CPU as it does any failed GPU
+/// call: reported as the CPU's, with the GPU's error as the fallback, not as GPU 0's.
 #[test]
-fn when_every_gpu_fails_the_cpu_answers() {
+fn when_every_gpu_fails_the_executor_answers_on_the_cpu_and_says_so() {
     let dim = 6;
     let data = matrix(8, 40, dim);
     let queries = matrix(9, 3, dim);
     let plan = FaultPlan::new().fail(FaultStep::Launch, Trigger::Always);
     let gpus: Vec<_> = (0..2).map(|i| gpu(i, plan.clone())).collect();
-    let m = multi(&gpus);
+    let m = Arc::new(multi(&gpus));
     let corpus = SharedCorpus::new(data.clone(), dim).unwrap();
     let want = CpuBackend.knn(&queries, &data, dim, Metric::L2, 5).unwrap();
-    assert_eq!(
-        bits(&m.knn_shared(&queries, &corpus, Metric::L2, 5).unwrap()),
-        bits(&want)
+    // The layer itself: both GPUs tried, then the last one's error.
+    let e = m.knn_shared(&queries, &corpus, Metric::L2, 5).unwrap_err();
+    assert!(matches!(e, BackendError::Gpu(_)), "{e:?}");
+    let e = m.knn(&queries, &data, dim, Metric::L2, 5).unwrap_err();
+    assert!(matches!(e, BackendError::Gpu(_)), "{e:?}");
+    assert!(m.moved_to_cpu() >= 2);
+    assert!(m.loads().iter().all(|l| l.moved_away >= 2 && l.calls == 0));
+    // Through the executor: the CPU's answer, said to be the CPU's.
+    let exec = Executor::with_multi_gpu(
+        ExecutorConfig {
+            policy: DevicePolicy::Gpu,
+            calibrate: false,
+            use_cache: false,
+            ..ExecutorConfig::default()
+        },
+        Arc::new(CpuBackend),
+        m,
+    )
+    .unwrap();
+    let opts = CallOptions::default();
+    let got = exec
+        .knn_shared(&opts, &queries, &corpus, Metric::L2, 5)
+        .unwrap();
+    assert_eq!(bits(&got.value), bits(&want));
+    assert_eq!(got.device, Device::Cpu);
+    assert!(got.fallback.is_some(), "the GPUs' failure was not reported");
+    let got = exec
+        .knn(&opts, &queries, &data, dim, Metric::L2, 5)
+        .unwrap();
+    assert_eq!(bits(&got.value), bits(&want));
+    assert_eq!(got.device, Device::Cpu);
+    let (cpu_calls, gpu_calls, fallbacks) = exec.counters();
+    assert_eq!((cpu_calls, gpu_calls, fallbacks), (2, 0, 2));
+    // The breaker counts these failures: the third opens it, and the next call does not try the GPUs.
+    exec.knn(&opts, &queries, &data, dim, Metric::L2, 5)
+        .unwrap();
+    assert!(
+        matches!(exec.breaker_state(), BreakerState::Open { .. }),
+        "{:?}",
+        exec.breaker_state()
     );
+    let tried: Vec<u64> = gpus.iter().map(|g| g.stats().injected).collect();
+    let got = exec
+        .knn(&opts, &queries, &data, dim, Metric::L2, 5)
+        .unwrap();
+    assert_eq!(bits(&got.value), bits(&want));
     assert_eq!(
-        bits(&m.knn(&queries, &data, dim, Metric::L2, 5).unwrap()),
-        bits(&want)
+        gpus.iter().map(|g| g.stats().injected).collect::<Vec<_>>(),
+        tried
     );
-    assert!(m.moved_to_cpu() >= 3, "shards and the call went to the CPU");
 }
 
 #[test]
@@ -275,7 +315,7 @@ fn an_independent_call_goes_to_the_least_loaded_gpu() {
             }) as Arc<dyn Backend>
         })
         .collect();
-    let m = Arc::new(MultiGpu::new(gpus, Arc::new(CpuBackend)));
+    let m = Arc::new(MultiGpu::new(gpus));
     let data = matrix(13, 30, 4);
     let call = |m: Arc<MultiGpu>, data: Vec<f32>| {
         std::thread::spawn(move || m.knn(&data[..4], &data, 4, Metric::Dot, 2).unwrap())
@@ -427,13 +467,25 @@ fn spreading_from_a_seed_list_goes_to_a_gpu_and_moves_on_failure() {
     let m = multi(&gpus);
     assert!(same(&m.spread_shared_from(&graph, &list, &params).unwrap()));
     assert_eq!(gpus.iter().map(|g| g.stats().successes).sum::<u64>(), 1);
-    // Every GPU fails at launch: the faults are injected on the list path and the CPU answers.
+    // GPU 0 fails at launch: the faults are injected on the list path and GPU 1 answers.
     let plan = FaultPlan::new().fail(FaultStep::Launch, Trigger::Always);
+    let gpus = vec![gpu(0, plan.clone()), gpu(1, FaultPlan::new())];
+    let m = multi(&gpus);
+    for _ in 0..2 {
+        assert!(same(&m.spread_shared_from(&graph, &list, &params).unwrap()));
+    }
+    assert!(gpus[0].stats().injected >= 1);
+    assert_eq!(gpus[1].stats().successes, 2);
+    // Every GPU fails: the call fails back (the executor answers it on the CPU).
     let gpus: Vec<_> = (0..2).map(|i| gpu(i, plan.clone())).collect();
     let m = multi(&gpus);
-    assert!(same(&m.spread_shared_from(&graph, &list, &params).unwrap()));
+    let e = m
+        .spread_shared_from(&graph, &list, &params)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(e, BackendError::Gpu(_)), "{e:?}");
     assert!(gpus.iter().all(|g| g.stats().injected >= 1));
-    assert!(m.moved_to_cpu() >= 1);
+    assert_eq!(m.moved_to_cpu(), 1);
 }
 
 /// A stand-in GPU that answers like the CPU and records the tenant context its calls ran under.
@@ -485,7 +537,6 @@ fn every_shard_of_a_tenant_call_runs_under_the_tenant() {
             .iter()
             .map(|g| g.clone() as Arc<dyn Backend>)
             .collect(),
-        Arc::new(CpuBackend),
     ));
     let exec = Executor::with_multi_gpu(
         ExecutorConfig {
