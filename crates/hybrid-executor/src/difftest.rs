@@ -270,7 +270,7 @@ fn gcd(a: usize, b: usize) -> usize {
 #[cfg(feature = "gpu")]
 mod run_gpu {
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::{Backend, FastFormat};
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Corpus, Metric, TopK};
     use recall_gpu_kernels::{
@@ -2236,8 +2236,18 @@ mod run_gpu {
                 let shared =
                     crate::shared_corpus::SharedCorpus::new(corpus.clone(), dim).map_err(e)?;
                 let auto = gpu.knn_shared(&queries, &shared, metric, kk);
+                // Fast mode over the budget streams the exact answer too, for a slice and for a handle.
+                let fast = gpu.knn_fast(&queries, &corpus, dim, metric, kk, FastFormat::Bf16);
+                let fast_shared =
+                    gpu.knn_shared_fast(&queries, &shared, metric, kk, FastFormat::Bf16);
                 gpu.set_corpus_budget(budget);
                 compare_topk(diff_of(diffs, "knn streamed"), &a, &auto.map_err(e)?);
+                compare_topk(diff_of(diffs, "knn fast streamed"), &a, &fast.map_err(e)?);
+                compare_topk(
+                    diff_of(diffs, "knn fast streamed"),
+                    &a,
+                    &fast_shared.map_err(e)?,
+                );
                 // Through the handle: page-locked once, chunks DMA'd from it on a copy stream (or staged
                 // if page-locking failed), in uneven chunks; then a shard of it (rows at an offset of the
                 // shared, already registered memory) against the CPU on the same rows.

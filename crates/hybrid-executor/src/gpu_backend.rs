@@ -1413,7 +1413,11 @@ mod imp {
             k: usize,
             format: FastFormat,
         ) -> Result<TopK, BackendError> {
-            if !self.runs_fast(queries.len() / dim)
+            // Over the corpus budget: the exact path, which streams it (as `knn_shared_fast` does). Uploading it
+            // whole with its 16-bit copy could not fit, and halving the queries on out-of-memory would upload it
+            // again each time before the CPU answered.
+            if self.streams(corpus.len())
+                || !self.runs_fast(queries.len() / dim)
                 || !fits_format(queries, format)
                 || !fits_format(corpus, format)
             {
