@@ -185,3 +185,43 @@ fn gpu_refusing_a_shape_is_not_a_gpu_failure() {
         cpu.spread(&graph, &seeds, &params(8)).unwrap().activation
     );
 }
+
+/// With several GPUs a corpus handle is sharded over them; its shards must go with the handle, so that each GPU
+/// frees its copy once the handle is dropped (until session 33 the multi-GPU layer kept them until its next
+/// sharded call). Skips with one GPU.
+#[test]
+fn gpu_shards_of_a_dropped_handle_leave_every_gpu() {
+    let Some(gpu) = gpu_engine() else { return };
+    let gpus = gpu.executor().gpu_backends();
+    if gpus.len() < 2 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: {} GPU here, the layer that shards needs two",
+            gpus.len()
+        );
+        return;
+    }
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let mut rng = recall::diagnostics::SplitMix::new(33);
+    let (n, dim) = (5000, 96);
+    let rows = recall::diagnostics::awkward_matrix(&mut rng, n, dim);
+    let queries = recall::diagnostics::awkward_matrix(&mut rng, 40, dim);
+    let corpus = gpu.corpus(rows.clone(), dim).unwrap();
+    let got = gpu.knn_in(&queries, &corpus, Metric::Cosine, 10).unwrap();
+    assert!(got.fallback.is_none(), "fell back: {:?}", got.fallback);
+    let want = cpu.knn(&queries, &rows, dim, Metric::Cosine, 10).unwrap();
+    assert_eq!(got.ids, want.ids);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got.scores), bits(&want.scores));
+    let held: Vec<usize> = gpus.iter().map(|g| g.resident_corpora()).collect();
+    assert!(
+        held.iter().all(|&r| r == 1),
+        "each GPU holds its shard: {held:?}"
+    );
+    drop(corpus);
+    let held: Vec<usize> = gpus.iter().map(|g| g.resident_corpora()).collect();
+    assert!(
+        held.iter().all(|&r| r == 0),
+        "shards outlived their handle: {held:?}"
+    );
+}
