@@ -2,7 +2,8 @@ use thiserror::Error;
 
 /// Why a CPU op refused its input. Every variant is raised before any work is done, except
 /// [`CpuError::ActivationOverflow`], which spreading raises after the hop that overflowed, and
-/// [`CpuError::KMeansOverflow`], which k-means raises on its result.
+/// [`CpuError::KMeansOverflow`], which k-means raises on its result (at the first iteration whose inertia is not
+/// finite, without running the rest).
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CpuError {

@@ -149,10 +149,19 @@ impl Cpu {
         }
         let mut assignments = vec![0u32; n];
         let mut dists = vec![0f32; n];
-        let mut inertia = Vec::with_capacity(iters);
+        // Grown as the iterations run: `iters` is the caller's, and reserving it up front panicked (capacity
+        // overflow) or aborted (a failed allocation) for a huge count.
+        let mut inertia = Vec::new();
         for _ in 0..iters {
             self.assign(points, dim, &centroids, &mut assignments, &mut dists);
-            inertia.push(inertia_of(&dists));
+            let it = inertia_of(&dists);
+            inertia.push(it);
+            if !it.is_finite() {
+                // `check_kmeans_result` names this iteration whatever the later ones do: stop here.
+                return Err(CpuError::KMeansOverflow {
+                    iteration: inertia.len(),
+                });
+            }
             update(points, dim, &assignments, &mut centroids);
         }
         let r = KMeans {

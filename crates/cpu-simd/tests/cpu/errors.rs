@@ -646,3 +646,22 @@ fn cosine_scores_checks_the_norms_it_is_given() {
     cosine_scores(&q, &[f32::INFINITY], &c, &cn, 4, &mut out).unwrap();
     cosine_scores(&q, &qn, &c, &cn, 4, &mut out).unwrap();
 }
+
+/// `iters` is the caller's: it bounds the loop, and sizes no allocation made before the loop runs (an inertia
+/// vector reserved for `usize::MAX` iterations panicked with "capacity overflow"; for 2^40 the allocation failed
+/// and aborted the process). An overflow ends the run at its first non-finite inertia, whatever `iters` asked.
+#[test]
+fn kmeans_with_a_huge_iteration_count_neither_panics_nor_reserves_it() {
+    // k = 1: the seed centroid is one of the points, the other is at distance (2 * f32::MAX)^2 = +inf.
+    let points = [f32::MAX, -f32::MAX];
+    for iters in [usize::MAX, 1 << 40, 3] {
+        for level in available_levels() {
+            let got = Cpu::with_level(level).kmeans(&points, 1, 1, iters, 0);
+            assert_eq!(
+                got,
+                Err(CpuError::KMeansOverflow { iteration: 1 }),
+                "{level:?}, iters {iters}"
+            );
+        }
+    }
+}
