@@ -1616,7 +1616,9 @@ mod imp {
             let mut centroids = g.upload(&init).map_err(map_gpu_error)?;
             let mut keys = g.alloc_zeros::<u64>(n).map_err(map_gpu_error)?;
             let mut assignments = vec![0u32; n];
-            let mut inertia = Vec::with_capacity(iters);
+            // Grown as the iterations run: `iters` is the caller's, and reserving it up front panicked (capacity
+            // overflow) or aborted the process (a failed allocation) for a huge count.
+            let mut inertia = Vec::new();
             let mut scratch = KMeansScratch::default();
             for _ in 0..iters {
                 let it = kern
@@ -1633,6 +1635,10 @@ mod imp {
                     )
                     .map_err(map_kernel_error)?;
                 inertia.push(it);
+                if !it.is_finite() {
+                    // `check_kmeans_result` below names this iteration whatever later ones do (as the CPU stops).
+                    break;
+                }
             }
             let centroids = g.download(&centroids).map_err(map_gpu_error)?;
             let r = KMeans {

@@ -131,6 +131,15 @@ fn gpu_refuses_bad_values_as_the_cpu_does() {
         ("distances", &far, 1, 3, 1),
         ("a centroid", &huge, 1, 1, 1),
         ("a centroid, then distances", &huge, 1, 2, 2),
+        // A huge iteration count: nothing reserved by it, and the run stops at the first overflow.
+        ("distances, usize::MAX iterations", &far, 1, usize::MAX, 1),
+        (
+            "a centroid, then distances, 2^40 iterations",
+            &huge,
+            1,
+            1 << 40,
+            2,
+        ),
     ] {
         let want = Error::InvalidInput(recall_cpu_simd::CpuError::KMeansOverflow { iteration });
         let c = cpu.kmeans(points, dim, k, iters, 5);
