@@ -789,14 +789,25 @@ impl Executor {
         let clock = &self.config.clock;
         let probe = Probe::new(op, self.config.calibration.max_work);
         let started = clock.now();
-        match calibration::calibrate_with_probe(
-            op,
-            &probe,
-            self.cpu.as_ref(),
-            gpu,
-            &self.config.calibration,
-            clock.as_ref(),
-        ) {
+        // The probes run the GPU backend outside `try_gpu`'s `catch_unwind`: a panic below it (a driver binding,
+        // a bug) must not reach the caller here either (nor every later call of the op, which would calibrate
+        // again): calibration failed, the default holds.
+        let calibrated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            calibration::calibrate_with_probe(
+                op,
+                &probe,
+                self.cpu.as_ref(),
+                gpu,
+                &self.config.calibration,
+                clock.as_ref(),
+            )
+        }))
+        .unwrap_or_else(|_| {
+            Err(BackendError::DeviceLost(
+                "the GPU backend panicked while calibrating".into(),
+            ))
+        });
+        match calibrated {
             Ok(cal) => {
                 tracing::info!(op = %op, break_even = cal.break_even, took = ?clock.now().saturating_sub(started),
                     "recall: calibrated the break-even size");

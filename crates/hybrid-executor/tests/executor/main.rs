@@ -7,6 +7,7 @@ mod break_even;
 mod calibrate;
 mod faults;
 mod knn_batching;
+mod lifecycle;
 mod ops;
 mod tenants;
 
