@@ -398,6 +398,8 @@ pub struct Executor {
     device_key: Option<String>,
     cache_dir: Option<PathBuf>,
     thresholds: [OnceLock<Threshold>; OpKind::COUNT],
+    /// Held by the call that calibrates an op ([`Executor::threshold`]).
+    calibrating: [parking_lot::Mutex<()>; OpKind::COUNT],
     live: LiveRates,
     breaker: CircuitBreaker,
     metrics: Metrics,
@@ -583,6 +585,7 @@ impl Executor {
             device_key,
             cache_dir,
             thresholds,
+            calibrating: std::array::from_fn(|_| parking_lot::Mutex::new(())),
             live: LiveRates::default(),
             breaker,
             metrics: Metrics::default(),
@@ -765,15 +768,30 @@ impl Executor {
 
     fn threshold(&self, op: OpKind, calibrate: bool) -> Threshold {
         let slot = &self.thresholds[op.index()];
-        if calibrate {
-            *slot.get_or_init(|| self.resolve_threshold(op))
-        } else {
-            slot.get().copied().unwrap_or(Threshold {
-                break_even: op.default_break_even(self.config.gpu_min_work),
-                source: ThresholdSource::Default,
-                calibration: None,
-            })
+        let default = Threshold {
+            break_even: op.default_break_even(self.config.gpu_min_work),
+            source: ThresholdSource::Default,
+            calibration: None,
+        };
+        if let Some(t) = slot.get() {
+            return *t;
         }
+        if !calibrate {
+            return default;
+        }
+        // One call calibrates; a call on a rayon worker thread never waits for it and runs with the default
+        // meanwhile: calibration's CPU probes need rayon's pool, so workers parked on it would stop the pool it
+        // waits for (a deadlock), and a worker that calibrates may, while its probe waits for a stolen part,
+        // pick up another call of the op on the same thread. Other threads wait, and then find it set.
+        let _calibrating = if rayon::current_thread_index().is_some() {
+            match self.calibrating[op.index()].try_lock() {
+                Some(g) => g,
+                None => return default,
+            }
+        } else {
+            self.calibrating[op.index()].lock()
+        };
+        *slot.get_or_init(|| self.resolve_threshold(op))
     }
 
     /// First use of `op` with a GPU and nothing preset: calibrate (and cache), or the default.
