@@ -126,10 +126,15 @@ impl SharedCorpus {
 
     /// The largest magnitude of any value (computed once, on first use).
     pub fn max_abs(&self) -> f32 {
-        *self
-            .inner
-            .max_abs
-            .get_or_init(|| recall_cpu_simd::max_abs(self.data()))
+        if let Some(&m) = self.inner.max_abs.get() {
+            return m;
+        }
+        // Computed outside the cell's initialisation, so that no caller waits on another's: the scan runs on
+        // rayon's pool, and callers on its workers parked on the cell would stop the pool the scan waits for (a
+        // deadlock), as would a worker that, while its scan waits for a stolen piece, picks up a call that asks
+        // for the value on the same thread. Callers that race compute the same value.
+        let m = recall_cpu_simd::max_abs(self.data());
+        *self.inner.max_abs.get_or_init(|| m)
     }
 
     /// Unique per corpus created in this process.
