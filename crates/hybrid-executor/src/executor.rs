@@ -1071,8 +1071,18 @@ impl Executor {
                 }
                 Err(BackendError::OutOfMemory(msg)) => {
                     self.metrics.record_oom();
-                    // Cached memory (the pool's or the driver's) may be what the call was missing.
-                    gpu.release_cached_memory();
+                    // Cached memory (the pool's or the driver's) may be what the call was missing. A panic
+                    // here is a lost device, as one in the op's run is: it must not reach the caller, nor leave
+                    // the breaker's probe (when this call is it) taken for good.
+                    let released = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        gpu.release_cached_memory()
+                    }));
+                    if released.is_err() {
+                        return GpuAttempt::Failed(
+                            FallbackReason::DeviceLost,
+                            "the GPU backend panicked giving cached memory back".into(),
+                        );
+                    }
                     if chunk > floor {
                         let next = halve(chunk);
                         tracing::info!(op = %op.kind(), from = chunk, to = next, error = %msg,
