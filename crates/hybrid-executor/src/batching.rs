@@ -266,10 +266,14 @@ impl<R: Send> Batcher<R> {
                         cv: Condvar::new(),
                         done: OnceLock::new(),
                     });
-                    if n < max_batch {
-                        // (An open batch with too little room for these queries is replaced: its leader
-                        // still runs it, but nobody else joins it.)
-                        open.insert(key, b.clone());
+                    if n < max_batch
+                        && let Some(old) = open.insert(key, b.clone())
+                    {
+                        // An open batch with too little room for these queries is replaced: nobody can join
+                        // it any more, so it is closed and its leader runs it now, instead of waiting out
+                        // `max_wait` (for good, where that has no end) for members that cannot come.
+                        old.state.lock().closed = true;
+                        old.cv.notify_all();
                     }
                     (b, 0)
                 }

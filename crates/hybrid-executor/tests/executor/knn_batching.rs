@@ -289,3 +289,43 @@ fn a_batch_mates_out_of_range_k_neither_poisons_nor_borrows_an_answer() {
         );
     });
 }
+
+/// A batch that a larger call could not join is replaced as the open batch of its key, so nobody can join it any
+/// more: it runs at once, even with a `max_wait` past what the clock can hold (a leader that waits for its batch
+/// to fill), instead of waiting for members that can never come.
+#[test]
+fn a_batch_nobody_can_join_any_more_runs_without_waiting_to_fill() {
+    let clock = ManualClock::new();
+    let (exec, _gate, entered_rx, release_tx) = gated(&clock, 4, Duration::MAX);
+    let exec = Arc::new(exec);
+    let corpus = SharedCorpus::new(matrix(1, 200, DIM), DIM).unwrap();
+    let (done_tx, done_rx) = mpsc::channel();
+    let call = |seed: u64, n: usize| {
+        let (exec, corpus, done_tx) = (exec.clone(), corpus.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let q = matrix(seed, n, DIM);
+            let out =
+                exec.knn_shared_coalesced(&CallOptions::default(), &q, &corpus, Metric::Cosine, K);
+            let ok = out.map(|o| o.value) == Ok(expected(&q, &corpus));
+            done_tx.send((n, ok)).unwrap();
+        })
+    };
+    // A call of max_batch queries runs at once and is held in the backend: the next ones are batched.
+    call(100, 4);
+    entered_rx.recv().unwrap();
+    // 2 queries open a batch; 3 do not fit in it and open another, which 1 more fills.
+    for (seed, n) in [(200, 2), (300, 3), (400, 1)] {
+        call(seed, n);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    release_tx.send(()).unwrap();
+    let mut answered: Vec<(usize, bool)> = (0..4)
+        .map(|_| {
+            done_rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("every call answered (none waits for members that cannot join)")
+        })
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, vec![(1, true), (2, true), (3, true), (4, true)]);
+}
