@@ -4,7 +4,7 @@
 use crate::kernels::{self, DOT, L2};
 use crate::simd::Cpu;
 use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
-use crate::{CpuError, PAR_MIN_WORK, check_finite, reference};
+use crate::{CpuError, PAR_MIN_WORK, check_finite, in_pool, pool_threads, reference};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -352,7 +352,7 @@ impl Cpu {
             }
         };
         if x.len() >= PAR_MIN_WORK {
-            out.par_chunks_mut(block).enumerate().for_each(work);
+            in_pool(|| out.par_chunks_mut(block).enumerate().for_each(work));
         } else {
             out.chunks_mut(block).enumerate().for_each(work);
         }
@@ -542,10 +542,12 @@ impl Cpu {
             Ok(chains)
         };
         let results: Vec<Result<Vec<f32>, usize>> = if nq * n * dim >= PAR_MIN_WORK {
-            (0..n_blocks)
-                .into_par_iter()
-                .map_init(Scratch::default, |s, b| run(b, s))
-                .collect()
+            in_pool(|| {
+                (0..n_blocks)
+                    .into_par_iter()
+                    .map_init(Scratch::default, |s, b| run(b, s))
+                    .collect()
+            })
         } else {
             let mut s = Scratch::default();
             (0..n_blocks).map(|b| run(b, &mut s)).collect()
@@ -584,7 +586,7 @@ impl Cpu {
         let block = rows_per_block(dim);
         let n_blocks = n.div_ceil(block);
         let order = metric.order();
-        let threads = rayon::current_num_threads().max(1);
+        let threads = pool_threads().max(1);
 
         // Stream blocks `b0 .. b1` of the corpus for the queries `q0 .. q1`.
         // The corpus's finiteness is checked block by block in the same pass (see `block_scores`): a
@@ -624,10 +626,12 @@ impl Cpu {
             // Many queries with a large k: split the queries, so each query has one selector.
             let groups = threads.min(nq.div_ceil(16));
             let per = nq.div_ceil(groups).div_ceil(16) * 16;
-            let parts: Vec<Result<Vec<Selector>, usize>> = (0..nq.div_ceil(per))
-                .into_par_iter()
-                .map(|g| stream(g * per, ((g + 1) * per).min(nq), 0, n_blocks))
-                .collect();
+            let parts: Vec<Result<Vec<Selector>, usize>> = in_pool(|| {
+                (0..nq.div_ceil(per))
+                    .into_par_iter()
+                    .map(|g| stream(g * per, ((g + 1) * per).min(nq), 0, n_blocks))
+                    .collect()
+            });
             first_error(&parts).map_err(non_finite)?;
             parts.into_iter().flatten().flatten().collect()
         } else {
@@ -635,10 +639,12 @@ impl Cpu {
             // thread: rayon hands a thread that finishes early another range, so a slow core (or a vCPU
             // the host schedules away) does not hold the whole call.
             let tasks = (TASKS_PER_THREAD * threads).min(n_blocks);
-            let parts: Vec<Result<Vec<Selector>, usize>> = (0..tasks)
-                .into_par_iter()
-                .map(|t| stream(0, nq, t * n_blocks / tasks, (t + 1) * n_blocks / tasks))
-                .collect();
+            let parts: Vec<Result<Vec<Selector>, usize>> = in_pool(|| {
+                (0..tasks)
+                    .into_par_iter()
+                    .map(|t| stream(0, nq, t * n_blocks / tasks, (t + 1) * n_blocks / tasks))
+                    .collect()
+            });
             first_error(&parts).map_err(non_finite)?;
             let mut it = parts.into_iter().flatten();
             let mut acc = it.next().unwrap_or_default();
@@ -726,10 +732,12 @@ impl Cpu {
             let mut s = Scratch::default();
             (0..nq).map(|q| one(q, &mut s)).collect()
         } else {
-            (0..nq)
-                .into_par_iter()
-                .map_init(Scratch::default, |s, q| one(q, s))
-                .collect()
+            in_pool(|| {
+                (0..nq)
+                    .into_par_iter()
+                    .map_init(Scratch::default, |s, q| one(q, s))
+                    .collect()
+            })
         };
         Ok(collect_topk(selectors, k))
     }

@@ -4,7 +4,7 @@ use crate::dense::{check_matrix, check_shape};
 use crate::kernels::{self, L2};
 use crate::simd::Cpu;
 use crate::topk::{Order, pair_key};
-use crate::{CpuError, PAR_MIN_WORK};
+use crate::{CpuError, PAR_MIN_WORK, in_pool};
 use rayon::prelude::*;
 use recall_kernel_shared::math::{DOMAIN_KMEANS, philox_key, philox_word, uniform_below};
 use std::collections::HashMap;
@@ -200,11 +200,13 @@ impl Cpu {
             }
         };
         if points.len() * k >= PAR_MIN_WORK {
-            assign
-                .par_chunks_mut(ASSIGN_BLOCK)
-                .zip(dists.par_chunks_mut(ASSIGN_BLOCK))
-                .enumerate()
-                .for_each_init(Vec::new, |buf, x| work(x, buf));
+            in_pool(|| {
+                assign
+                    .par_chunks_mut(ASSIGN_BLOCK)
+                    .zip(dists.par_chunks_mut(ASSIGN_BLOCK))
+                    .enumerate()
+                    .for_each_init(Vec::new, |buf, x| work(x, buf))
+            });
         } else {
             let mut buf = Vec::new();
             let blocks = assign
@@ -265,7 +267,7 @@ fn update(points: &[f32], dim: usize, assign: &[u32], centroids: &mut [f32]) {
         }
     };
     if points.len() >= PAR_MIN_WORK {
-        centroids.par_chunks_mut(dim).enumerate().for_each(work);
+        in_pool(|| centroids.par_chunks_mut(dim).enumerate().for_each(work));
     } else {
         centroids.chunks_mut(dim).enumerate().for_each(work);
     }

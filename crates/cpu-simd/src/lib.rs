@@ -53,6 +53,53 @@ pub use topk::{Order, TopK, pair_key, score_key, topk};
 /// Below this many multiply-adds (or values) an op runs on the calling thread: no rayon overhead.
 pub(crate) const PAR_MIN_WORK: usize = 1 << 21;
 
+/// recall's own rayon pool (`recall-cpu-*` threads, as many as rayon would give its global pool: `RAYON_NUM_THREADS`
+/// or the CPUs), made on first use; `None` if it cannot start (then [`in_pool`] runs work in place).
+fn own_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("recall-cpu-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Run `f`, whose parallel iterators then run where recall's callers cannot starve them. Called on a rayon
+/// worker (of any pool): in place, on that pool, as rayon nests. Called from any other thread: on recall's own
+/// pool, which no caller's thread ever waits in, so the work finishes even while every worker of rayon's global
+/// pool is blocked in a call of recall's (waiting for a tenant permit, a batch, the device) behind this one. With
+/// the global pool the calling thread's work waited for those workers, and every call hung
+/// (`tests/tenant_rayon.rs` in the executor). It costs nothing extra: a parallel iterator started from such a
+/// thread hands its work to a pool's workers in the same way. Every parallel section of this crate runs
+/// through it, and so do the executor's.
+///
+/// ```
+/// use rayon::prelude::*;
+/// let sum: u64 = recall_cpu_simd::in_pool(|| (0..1000u64).into_par_iter().sum());
+/// assert_eq!(sum, 499_500);
+/// ```
+pub fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    match own_pool() {
+        Some(pool) => pool.install(f),
+        None => f(),
+    }
+}
+
+/// The number of threads work passed to [`in_pool`] from this thread runs on.
+pub fn pool_threads() -> usize {
+    if rayon::current_thread_index().is_none()
+        && let Some(pool) = own_pool()
+    {
+        return pool.current_num_threads();
+    }
+    rayon::current_num_threads()
+}
+
 /// Outputs of at least this many bytes get transparent huge pages (see [`output_buffer`]).
 const HUGE_MIN_BYTES: usize = 1 << 25;
 
@@ -148,10 +195,11 @@ const PAR_SCAN_PIECE: usize = 1 << 15;
 pub fn max_abs(x: &[f32]) -> f32 {
     use rayon::prelude::*;
     if x.len() >= PAR_SCAN_MIN {
-        return x
-            .par_chunks(PAR_SCAN_PIECE)
-            .map(max_abs_serial)
-            .reduce(|| 0.0, f32::max);
+        return in_pool(|| {
+            x.par_chunks(PAR_SCAN_PIECE)
+                .map(max_abs_serial)
+                .reduce(|| 0.0, f32::max)
+        });
     }
     max_abs_serial(x)
 }
@@ -182,12 +230,14 @@ fn max_abs_serial(x: &[f32]) -> f32 {
 pub(crate) fn first_bits_where(values: &[f32], bad: impl Fn(u32) -> bool + Sync) -> Option<usize> {
     use rayon::prelude::*;
     if values.len() >= PAR_SCAN_MIN {
-        return values
-            .par_chunks(PAR_SCAN_PIECE)
-            .enumerate()
-            .find_map_first(|(p, piece)| {
-                first_bits_where_serial(piece, &bad).map(|i| p * PAR_SCAN_PIECE + i)
-            });
+        return in_pool(|| {
+            values
+                .par_chunks(PAR_SCAN_PIECE)
+                .enumerate()
+                .find_map_first(|(p, piece)| {
+                    first_bits_where_serial(piece, &bad).map(|i| p * PAR_SCAN_PIECE + i)
+                })
+        });
     }
     first_bits_where_serial(values, bad)
 }

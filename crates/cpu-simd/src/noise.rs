@@ -6,7 +6,7 @@ use crate::kernels;
 use crate::simd::Cpu;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::SimdLevel;
-use crate::{CpuError, PAR_MIN_WORK, first_non_finite};
+use crate::{CpuError, PAR_MIN_WORK, first_non_finite, in_pool};
 use rayon::prelude::*;
 use recall_kernel_shared::NOISE_RADII;
 use recall_kernel_shared::math::{box_muller_radius, gaussian4, philox_key};
@@ -53,10 +53,12 @@ pub fn check_clip_noise_output(x_len: usize, out_len: usize) -> Result<(), CpuEr
 /// Every Box-Muller radius clip-and-noise can produce: `box_muller_radius(i << 9)` for `i < 2^23` (the
 /// reference the diff-test holds the device's radii to; `uniform_open` reads 23 bits of its word).
 pub fn noise_radii() -> Vec<f32> {
-    (0..NOISE_RADII)
-        .into_par_iter()
-        .map(|i| box_muller_radius(i << 9))
-        .collect()
+    in_pool(|| {
+        (0..NOISE_RADII)
+            .into_par_iter()
+            .map(|i| box_muller_radius(i << 9))
+            .collect()
+    })
 }
 
 /// The input checks of [`clip_and_noise`] (returns the number of rows), for callers that validate before
@@ -213,10 +215,12 @@ impl Cpu {
             None
         };
         let first_bad = if x.len() >= PAR_MIN_WORK / 8 {
-            out.par_chunks_mut(ROWS_PER_TASK * dim)
-                .enumerate()
-                .filter_map(work)
-                .min()
+            in_pool(|| {
+                out.par_chunks_mut(ROWS_PER_TASK * dim)
+                    .enumerate()
+                    .filter_map(work)
+                    .min()
+            })
         } else {
             out.chunks_mut(ROWS_PER_TASK * dim)
                 .enumerate()

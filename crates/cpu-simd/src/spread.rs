@@ -2,7 +2,7 @@
 
 use crate::simd::{Cpu, SimdLevel};
 use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
-use crate::{CpuError, PAR_MIN_WORK, check_finite};
+use crate::{CpuError, PAR_MIN_WORK, check_finite, in_pool, pool_threads};
 use rayon::prelude::*;
 
 /// Lanes of the pull order: position `j` of a target's in-edge list goes to lane `j % 32`.
@@ -313,7 +313,7 @@ impl Hop {
         };
         Hop {
             kind,
-            threads: rayon::current_num_threads().max(1),
+            threads: pool_threads().max(1),
         }
     }
 
@@ -731,7 +731,7 @@ fn push_hop(
     let is_active = |(u, a): (usize, &f32)| (*a != 0.0).then_some(u as u32);
     // The active sources in ascending order (rayon's collect keeps it).
     let active: Vec<u32> = if hop.threads > 1 && n >= SETUP_PAR_MIN {
-        prev.par_iter().enumerate().filter_map(is_active).collect()
+        in_pool(|| prev.par_iter().enumerate().filter_map(is_active).collect())
     } else {
         prev.iter().enumerate().filter_map(is_active).collect()
     };
@@ -753,10 +753,12 @@ fn push_hop(
         .collect();
     let chunk_bounds = balanced_bounds(active.len(), parts, |i| cum[i]);
     let chunks: Vec<PushChunk> = if chunk_bounds.len() > 2 {
-        chunk_bounds
-            .par_windows(2)
-            .map(|w| push_chunk(graph, prev, &active[w[0]..w[1]], n_buckets))
-            .collect()
+        in_pool(|| {
+            chunk_bounds
+                .par_windows(2)
+                .map(|w| push_chunk(graph, prev, &active[w[0]..w[1]], n_buckets))
+                .collect()
+        })
     } else {
         vec![push_chunk(graph, prev, &active, n_buckets)]
     };
@@ -964,10 +966,12 @@ fn over_ranges(
             .map(run)
             .fold(HopStats::default(), HopStats::join)
     } else {
-        parts
-            .into_par_iter()
-            .map(run)
-            .reduce(HopStats::default, HopStats::join)
+        in_pool(|| {
+            parts
+                .into_par_iter()
+                .map(run)
+                .reduce(HopStats::default, HopStats::join)
+        })
     }
 }
 
@@ -1172,8 +1176,10 @@ impl Cpu {
         let par = hop_code.threads > 1 && n >= SETUP_PAR_MIN;
         // A seed of -0.0 is read as +0.0 (`s + 0.0`), so no -0.0 is ever in play.
         let (mut total, mut prev): (Vec<f32>, Vec<f32>) = if par {
-            let t: Vec<f32> = seeds.par_iter().map(|s| s + 0.0).collect();
-            (t.par_iter().copied().collect(), t)
+            in_pool(|| {
+                let t: Vec<f32> = seeds.par_iter().map(|s| s + 0.0).collect();
+                (t.par_iter().copied().collect(), t)
+            })
         } else {
             let t: Vec<f32> = seeds.iter().map(|s| s + 0.0).collect();
             (t.clone(), t)
@@ -1188,10 +1194,12 @@ impl Cpu {
         };
         let join = |x: (usize, bool), y: (usize, bool)| (x.0 + y.0, x.1 | y.1);
         let (active_edges, any_active) = if par {
-            prev.par_iter()
-                .enumerate()
-                .map(out_edges)
-                .reduce(|| (0, false), join)
+            in_pool(|| {
+                prev.par_iter()
+                    .enumerate()
+                    .map(out_edges)
+                    .reduce(|| (0, false), join)
+            })
         } else {
             prev.iter()
                 .enumerate()
@@ -1248,14 +1256,16 @@ fn top_of(total: &[f32], k: usize, threads: usize) -> TopK {
         sel
     };
     let sel = if threads > 1 && total.len() >= 4 * CHUNK {
-        total
-            .par_chunks(CHUNK)
-            .enumerate()
-            .map(select)
-            .reduce_with(|mut a, b| {
-                a.merge(b);
-                a
-            })
+        in_pool(|| {
+            total
+                .par_chunks(CHUNK)
+                .enumerate()
+                .map(select)
+                .reduce_with(|mut a, b| {
+                    a.merge(b);
+                    a
+                })
+        })
     } else {
         total
             .chunks(CHUNK)

@@ -165,11 +165,13 @@ pub fn topk(scores: &[f32], n_cols: usize, k: usize, order: Order) -> Result<Top
         write_entries(&sel.finish(), ids, out);
     };
     if scores.len() >= crate::PAR_MIN_WORK {
-        scores
-            .par_chunks_exact(n_cols)
-            .zip(ids.par_chunks_exact_mut(k))
-            .zip(out.par_chunks_exact_mut(k))
-            .for_each(work);
+        crate::in_pool(|| {
+            scores
+                .par_chunks_exact(n_cols)
+                .zip(ids.par_chunks_exact_mut(k))
+                .zip(out.par_chunks_exact_mut(k))
+                .for_each(work)
+        });
     } else {
         scores
             .chunks_exact(n_cols)

@@ -586,11 +586,12 @@ fn check_candidates(
     }
     // The largest id first (chunks in parallel, each a vectorised maximum); the position of a bad one is
     // looked for only when there is one.
-    let max_id = ids
-        .par_chunks(1 << 16)
-        .map(|c| c.iter().copied().max().unwrap_or(0))
-        .max()
-        .unwrap_or(0);
+    let max_id = recall_cpu_simd::in_pool(|| {
+        ids.par_chunks(1 << 16)
+            .map(|c| c.iter().copied().max().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    });
     if !ids.is_empty()
         && max_id as usize >= n
         && let Some((index, &id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n)
@@ -607,13 +608,15 @@ fn check_candidates(
     check_k(k, shortest)?;
     // Duplicates: every list through a hash set in parallel; the first list with one reports its smallest
     // repeated id (found by sorting that list alone).
-    let bad = (0..nq)
-        .into_par_iter()
-        .with_min_len(8)
-        .map_init(DupTable::default, |t, q| {
-            t.has_duplicate(&ids[offsets[q]..offsets[q + 1]])
-        })
-        .position_first(|dup| dup);
+    let bad = recall_cpu_simd::in_pool(|| {
+        (0..nq)
+            .into_par_iter()
+            .with_min_len(8)
+            .map_init(DupTable::default, |t, q| {
+                t.has_duplicate(&ids[offsets[q]..offsets[q + 1]])
+            })
+            .position_first(|dup| dup)
+    });
     if let Some(q) = bad {
         let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
         list.sort_unstable();

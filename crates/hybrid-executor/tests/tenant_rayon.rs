@@ -41,9 +41,9 @@ impl Backend for Gate {
 /// The permit holder (off the pool) runs a CPU op that splits over rayon's threads; every worker waits in the
 /// tenant's queue (a parked thread, not one that runs the pool's jobs), so the holder's parts never run and no
 /// permit is ever freed: every call hangs for good (with `Wait::Reject`). The same calls from plain threads
-/// finish. Not fixed (see /work/briefs/audit-e-report.md): ignored until it is.
+/// finish. Fixed by running recall's parallel CPU work from threads off rayon's pools on recall's own pool
+/// (`recall_cpu_simd::in_pool`): the holder's parts no longer wait for the global pool's workers.
 #[test]
-#[ignore = "deadlocks on main: tenant calls on rayon workers stop the pool a permit holder needs"]
 fn tenant_calls_queued_on_every_rayon_worker_let_the_permit_holder_finish() {
     let (entered_tx, entered_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel();
