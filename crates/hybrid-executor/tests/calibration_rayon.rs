@@ -5,52 +5,25 @@
 #![allow(clippy::unwrap_used)] // a test crate
 
 use recall_hybrid_executor::{
-    Backend, BackendError, CalibrationConfig, CpuBackend, Device, DevicePolicy, Executor,
-    ExecutorConfig,
+    Backend, CalibrationConfig, CpuBackend, DevicePolicy, Executor, ExecutorConfig,
 };
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A stand-in GPU that answers like the CPU; its first call is held until released.
-struct Gate {
-    entered: Mutex<Option<mpsc::Sender<()>>>,
-    release: Mutex<Option<mpsc::Receiver<()>>>,
-}
+#[path = "common/gate.rs"]
+mod gate;
 
-impl Backend for Gate {
-    fn device(&self) -> Device {
-        Device::Gpu { ordinal: 0 }
-    }
-    fn cosine_scores(
-        &self,
-        queries: &[f32],
-        corpus: &[f32],
-        dim: usize,
-    ) -> Result<Vec<f32>, BackendError> {
-        let first = self.entered.lock().unwrap().take();
-        if let Some(tx) = first {
-            tx.send(()).unwrap();
-            let rx = self.release.lock().unwrap().take().unwrap();
-            rx.recv().unwrap();
-        }
-        // Slower than the CPU, so that calibration climbs its whole ladder (to sizes the CPU splits over
-        // rayon's threads).
-        std::thread::sleep(Duration::from_millis(1));
-        CpuBackend.cosine_scores(queries, corpus, dim)
-    }
-}
+use gate::Gate;
 
 /// A call off the pool calibrates (its GPU probe held); meanwhile every rayon worker makes a call of the same op.
 /// Once released, the calibration's CPU probes need the pool: the workers must not be waiting for it.
 #[test]
 fn calls_on_every_rayon_worker_during_a_calibration_still_finish() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let gate = Arc::new(Gate {
-        entered: Mutex::new(Some(entered_tx)),
-        release: Mutex::new(Some(release_rx)),
-    });
+    // Slower than the CPU (1 ms a call), so that calibration climbs its whole ladder (to sizes the CPU splits
+    // over threads).
+    let (gate, handles) = Gate::new(Duration::from_millis(1));
+    let gate = Arc::new(gate);
     let cfg = ExecutorConfig {
         policy: DevicePolicy::Auto,
         calibrate: true,
@@ -72,7 +45,8 @@ fn calls_on_every_rayon_worker_during_a_calibration_still_finish() {
             done_tx.send(("calibrating caller", r)).unwrap();
         });
     }
-    entered_rx
+    handles
+        .entered
         .recv_timeout(Duration::from_secs(60))
         .expect("calibration reached the GPU");
     let workers = rayon::current_num_threads();
@@ -87,7 +61,7 @@ fn calls_on_every_rayon_worker_during_a_calibration_still_finish() {
     }
     // Let every worker reach its call, then let the calibration go on.
     std::thread::sleep(Duration::from_millis(300));
-    release_tx.send(()).unwrap();
+    handles.release.send(()).unwrap();
     let want = CpuBackend.cosine_scores(&q, &c, 8).unwrap();
     for _ in 0..1 + workers {
         let (who, r) = done_rx

@@ -43,6 +43,23 @@ fn multi(gpus: &[Arc<FaultInjecting<CpuBackend>>]) -> MultiGpu {
     MultiGpu::new(gpus.iter().map(|g| g.clone() as Arc<dyn Backend>).collect())
 }
 
+/// An executor whose GPU slot is `m`, every call sent to it (no calibration, no cache).
+#[allow(clippy::unwrap_used)] // a test helper
+fn gpu_executor(m: Arc<MultiGpu>, batching: BatchConfig) -> Executor {
+    Executor::with_multi_gpu(
+        ExecutorConfig {
+            policy: DevicePolicy::Gpu,
+            calibrate: false,
+            use_cache: false,
+            batching,
+            ..ExecutorConfig::default()
+        },
+        Arc::new(CpuBackend),
+        m,
+    )
+    .unwrap()
+}
+
 #[test]
 fn sharded_knn_is_the_cpu_answer_for_every_metric_k_and_gpu_count() {
     let dim = 13;
@@ -180,17 +197,7 @@ fn when_every_gpu_fails_the_executor_answers_on_the_cpu_and_says_so() {
     assert!(m.moved_to_cpu() >= 2);
     assert!(m.loads().iter().all(|l| l.moved_away >= 2 && l.calls == 0));
     // Through the executor: the CPU's answer, said to be the CPU's.
-    let exec = Executor::with_multi_gpu(
-        ExecutorConfig {
-            policy: DevicePolicy::Gpu,
-            calibrate: false,
-            use_cache: false,
-            ..ExecutorConfig::default()
-        },
-        Arc::new(CpuBackend),
-        m,
-    )
-    .unwrap();
+    let exec = gpu_executor(m, BatchConfig::default());
     let opts = CallOptions::default();
     let got = exec
         .knn_shared(&opts, &queries, &corpus, Metric::L2, 5)
@@ -360,24 +367,14 @@ fn through_the_executor_batch_and_single_queries_match_the_cpu() {
         })
         .collect();
     let m = Arc::new(multi(&gpus));
-    let exec = Arc::new(
-        Executor::with_multi_gpu(
-            ExecutorConfig {
-                policy: DevicePolicy::Gpu,
-                calibrate: false,
-                use_cache: false,
-                batching: BatchConfig {
-                    max_batch: 8,
-                    max_wait: Duration::from_micros(200),
-                    ..BatchConfig::default()
-                },
-                ..ExecutorConfig::default()
-            },
-            Arc::new(CpuBackend),
-            m.clone(),
-        )
-        .unwrap(),
-    );
+    let exec = Arc::new(gpu_executor(
+        m.clone(),
+        BatchConfig {
+            max_batch: 8,
+            max_wait: Duration::from_micros(200),
+            ..BatchConfig::default()
+        },
+    ));
     let queries = matrix(15, 64, dim);
     let want = CpuBackend
         .knn(&queries, &data, dim, Metric::Cosine, 10)
@@ -538,17 +535,7 @@ fn every_shard_of_a_tenant_call_runs_under_the_tenant() {
             .map(|g| g.clone() as Arc<dyn Backend>)
             .collect(),
     ));
-    let exec = Executor::with_multi_gpu(
-        ExecutorConfig {
-            policy: DevicePolicy::Gpu,
-            calibrate: false,
-            use_cache: false,
-            ..ExecutorConfig::default()
-        },
-        Arc::new(CpuBackend),
-        m,
-    )
-    .unwrap();
+    let exec = gpu_executor(m, BatchConfig::default());
     let mut config = TenantConfig::new("capped");
     config.vram_quota = Some(1 << 30);
     let tenant = exec.add_tenant(config);

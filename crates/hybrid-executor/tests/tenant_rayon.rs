@@ -4,39 +4,16 @@
 #![allow(clippy::unwrap_used)] // a test crate
 
 use recall_hybrid_executor::{
-    Backend, BackendError, CallOptions, CpuBackend, Device, DevicePolicy, Executor, ExecutorConfig,
-    TenantConfig,
+    CallOptions, CpuBackend, DevicePolicy, Executor, ExecutorConfig, TenantConfig,
 };
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A stand-in GPU that answers like the CPU (on rayon's pool for a large call); its first call is held until
-/// released.
-struct Gate {
-    entered: Mutex<Option<mpsc::Sender<()>>>,
-    release: Mutex<Option<mpsc::Receiver<()>>>,
-}
+#[path = "common/gate.rs"]
+mod gate;
 
-impl Backend for Gate {
-    fn device(&self) -> Device {
-        Device::Gpu { ordinal: 0 }
-    }
-    fn cosine_scores(
-        &self,
-        queries: &[f32],
-        corpus: &[f32],
-        dim: usize,
-    ) -> Result<Vec<f32>, BackendError> {
-        let first = self.entered.lock().unwrap().take();
-        if let Some(tx) = first {
-            tx.send(()).unwrap();
-            let rx = self.release.lock().unwrap().take().unwrap();
-            rx.recv().unwrap();
-        }
-        CpuBackend.cosine_scores(queries, corpus, dim)
-    }
-}
+use gate::Gate;
 
 /// The permit holder (off the pool) runs a CPU op that splits over rayon's threads; every worker waits in the
 /// tenant's queue (a parked thread, not one that runs the pool's jobs), so the holder's parts never run and no
@@ -45,12 +22,8 @@ impl Backend for Gate {
 /// (`recall_cpu_simd::in_pool`): the holder's parts no longer wait for the global pool's workers.
 #[test]
 fn tenant_calls_queued_on_every_rayon_worker_let_the_permit_holder_finish() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let gate = Arc::new(Gate {
-        entered: Mutex::new(Some(entered_tx)),
-        release: Mutex::new(Some(release_rx)),
-    });
+    let (gate, handles) = Gate::new(Duration::ZERO);
+    let gate = Arc::new(gate);
     let cfg = ExecutorConfig {
         policy: DevicePolicy::Auto,
         gpu_min_work: 0,
@@ -75,7 +48,10 @@ fn tenant_calls_queued_on_every_rayon_worker_let_the_permit_holder_finish() {
             done_tx.send(("permit holder", r)).unwrap();
         });
     }
-    entered_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    handles
+        .entered
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap();
     let workers = rayon::current_num_threads();
     {
         let (exec, done_tx) = (exec.clone(), done_tx.clone());
@@ -91,7 +67,7 @@ fn tenant_calls_queued_on_every_rayon_worker_let_the_permit_holder_finish() {
     }
     // Let every worker queue its call, then let the permit holder's work go on.
     std::thread::sleep(Duration::from_millis(300));
-    release_tx.send(()).unwrap();
+    handles.release.send(()).unwrap();
     for _ in 0..1 + workers {
         let (who, r) = done_rx.recv_timeout(Duration::from_secs(60)).expect(
             "every call finished (no deadlock between the tenant queue and rayon's workers)",
