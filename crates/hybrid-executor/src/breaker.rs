@@ -137,7 +137,10 @@ impl CircuitBreaker {
     }
 
     /// Ask to run one call on the GPU. `Probe` must be followed by [`record_success`] or
-    /// [`record_failure`] (or [`record_neutral`]), or the breaker stays half-open with its probe taken.
+    /// [`record_failure`] (or [`record_neutral`]), or the breaker stays half-open with its probe taken. Each
+    /// is given the call's admission: while the breaker is half-open only the probe's result counts (a call let
+    /// through before the breaker opened says nothing about the device now, and must neither close the breaker
+    /// nor hand the probe back while the probe runs).
     ///
     /// [`record_success`]: CircuitBreaker::record_success
     /// [`record_failure`]: CircuitBreaker::record_failure
@@ -173,35 +176,37 @@ impl CircuitBreaker {
         }
     }
 
-    /// A GPU call succeeded.
-    pub fn record_success(&self) -> Option<Transition> {
+    /// A GPU call admitted as `admission` succeeded.
+    pub fn record_success(&self, admission: Admission) -> Option<Transition> {
         let mut s = self.state.lock();
         match s.inner {
             Inner::Closed { .. } => {
                 s.inner = Inner::Closed { failures: 0 };
                 None
             }
-            Inner::HalfOpen { .. } => {
+            Inner::HalfOpen { .. } if admission == Admission::Probe => {
                 s.inner = Inner::Closed { failures: 0 };
                 s.backoff = self.config.backoff;
                 Some(Transition::Closed)
             }
-            // A call admitted before the breaker opened: it says nothing about the probe to come.
-            Inner::Open { .. } => None,
+            // A call admitted before the breaker opened: it says nothing about the probe (to come, or running).
+            Inner::HalfOpen { .. } | Inner::Open { .. } => None,
         }
     }
 
-    /// A GPU call failed for a reason that says nothing about the GPU's health (out of memory): a
-    /// probe is handed back so that another call can probe.
-    pub fn record_neutral(&self) {
+    /// A GPU call admitted as `admission` failed for a reason that says nothing about the GPU's health (out of
+    /// memory): the probe, if it was one, is handed back so that another call can probe.
+    pub fn record_neutral(&self, admission: Admission) {
         let mut s = self.state.lock();
-        if let Inner::HalfOpen { probing: true } = s.inner {
+        if let Inner::HalfOpen { probing: true } = s.inner
+            && admission == Admission::Probe
+        {
             s.inner = Inner::HalfOpen { probing: false };
         }
     }
 
-    /// A GPU call failed. `fatal` (a lost device) opens the breaker at once.
-    pub fn record_failure(&self, fatal: bool) -> Option<Transition> {
+    /// A GPU call admitted as `admission` failed. `fatal` (a lost device) opens the breaker at once.
+    pub fn record_failure(&self, fatal: bool, admission: Admission) -> Option<Transition> {
         let mut s = self.state.lock();
         let now = self.clock.now();
         match s.inner {
@@ -218,14 +223,57 @@ impl CircuitBreaker {
                     None
                 }
             }
-            Inner::HalfOpen { .. } => {
+            Inner::HalfOpen { .. } if admission == Admission::Probe => {
                 s.backoff = s.backoff.saturating_mul(2).min(self.config.max_backoff);
                 s.inner = Inner::Open {
                     until: now.saturating_add(s.backoff),
                 };
                 Some(Transition::Opened)
             }
-            Inner::Open { .. } => None,
+            // A call admitted before the breaker opened: the probe decides.
+            Inner::HalfOpen { .. } | Inner::Open { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// While the breaker is half-open only the probe's result counts: a call let through before the breaker
+    /// opened, ending while the probe runs, neither hands the probe back (two probes would run), nor closes the
+    /// breaker, nor opens it again.
+    #[test]
+    fn only_the_probe_decides_a_half_open_breaker() {
+        let clock = ManualClock::new();
+        let config = BreakerConfig {
+            failure_threshold: 1,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(8),
+        };
+        let b = CircuitBreaker::new(config, clock.clone());
+        let (early, _) = b.admit();
+        assert_eq!(early, Admission::Allowed);
+        let (failing, _) = b.admit();
+        assert_eq!(b.record_failure(false, failing), Some(Transition::Opened));
+        clock.advance(Duration::from_secs(1));
+        let (probe, t) = b.admit();
+        assert_eq!((probe, t), (Admission::Probe, Some(Transition::HalfOpened)));
+        let taken = Admission::Rejected {
+            retry_in: Duration::ZERO,
+        };
+        b.record_neutral(early);
+        assert_eq!(b.admit().0, taken, "the probe was handed back");
+        assert_eq!(b.record_success(early), None);
+        assert_eq!(b.record_failure(true, early), None);
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        assert_eq!(b.admit().0, taken);
+        // The probe's own results: out of memory hands it back, then the next probe closes the breaker.
+        b.record_neutral(probe);
+        let (probe, _) = b.admit();
+        assert_eq!(probe, Admission::Probe);
+        assert_eq!(b.record_success(probe), Some(Transition::Closed));
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 }

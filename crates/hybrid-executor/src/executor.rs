@@ -662,7 +662,9 @@ impl Executor {
 
     /// Every metric in the Prometheus text format.
     pub fn prometheus_text(&self) -> String {
-        let mut text = self.metrics.prometheus_text();
+        let mut text = self
+            .metrics
+            .prometheus_text_with(self.breaker.state().code());
         if let Some(m) = &self.multi {
             use std::fmt::Write as _;
             let loads = m.loads();
@@ -939,7 +941,7 @@ impl Executor {
                 let t0 = clock.now();
                 match self.try_gpu(gpu, op, tenant) {
                     GpuAttempt::Done(value) => {
-                        let t = self.breaker.record_success();
+                        let t = self.breaker.record_success(admission);
                         self.note_transition(t);
                         let now = clock.now();
                         let model = self.calibration(kind).map(|c| c.gpu);
@@ -959,15 +961,19 @@ impl Executor {
                         });
                     }
                     GpuAttempt::Input(e) => {
-                        self.breaker.record_neutral();
+                        self.breaker.record_neutral(admission);
                         return Err(e.into());
                     }
                     GpuAttempt::Failed(reason, msg) => {
                         let t = match reason {
-                            FallbackReason::DeviceLost => self.breaker.record_failure(true),
-                            FallbackReason::GpuError => self.breaker.record_failure(false),
+                            FallbackReason::DeviceLost => {
+                                self.breaker.record_failure(true, admission)
+                            }
+                            FallbackReason::GpuError => {
+                                self.breaker.record_failure(false, admission)
+                            }
                             _ => {
-                                self.breaker.record_neutral();
+                                self.breaker.record_neutral(admission);
                                 None
                             }
                         };
@@ -1051,7 +1057,7 @@ impl Executor {
                     ),
                 );
             };
-            self.metrics.set_gpu_memory_in_use(self.ledger.in_use());
+            self.metrics.add_gpu_memory_in_use(bytes);
             // A panic below the GPU backend (a driver binding, a bug) must not reach the caller: it becomes a
             // lost device, so the call is answered on the CPU and the GPU is taken out of use.
             let result =
@@ -1060,7 +1066,7 @@ impl Executor {
                         Err(BackendError::DeviceLost("the GPU backend panicked".into()))
                     });
             drop(reservation);
-            self.metrics.set_gpu_memory_in_use(self.ledger.in_use());
+            self.metrics.sub_gpu_memory_in_use(bytes);
             match result {
                 Ok(part) => {
                     match acc.as_mut() {

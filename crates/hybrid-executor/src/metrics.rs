@@ -351,8 +351,20 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn set_gpu_memory_in_use(&self, bytes: u64) {
-        self.gpu_memory_in_use.store(bytes, Ordering::Relaxed);
+    /// A call's device memory reserved (`+bytes`) or given back (`-bytes`): one atomic step each, so the gauge is
+    /// the sum of the reservations held (a read of the ledger stored after it could be overtaken by another
+    /// thread's older read and leave a stale value).
+    pub(crate) fn add_gpu_memory_in_use(&self, bytes: u64) {
+        self.gpu_memory_in_use.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sub_gpu_memory_in_use(&self, bytes: u64) {
+        // Saturating: never below zero whatever the order of two threads' steps.
+        let _ = self
+            .gpu_memory_in_use
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(bytes))
+            });
     }
 
     pub(crate) fn register_tenant(&self, name: &str) -> Arc<TenantCounters> {
@@ -422,15 +434,22 @@ impl Metrics {
         self.gpu_memory_in_use.load(Ordering::Relaxed)
     }
 
-    /// Every metric in the Prometheus text exposition format (version 0.0.4).
+    /// Every metric in the Prometheus text exposition format (version 0.0.4). The breaker's gauge is its state
+    /// at its last transition; [`Executor::prometheus_text`](crate::Executor::prometheus_text) gives its state
+    /// now (an open breaker whose back-off has passed is half-open before any call records it).
     pub fn prometheus_text(&self) -> String {
+        self.prometheus_text_with(self.breaker_state.load(Ordering::Relaxed))
+    }
+
+    /// [`Metrics::prometheus_text`] with the breaker's gauge given (`BreakerState::code`).
+    pub(crate) fn prometheus_text_with(&self, breaker_state: u8) -> String {
         let mut o = String::new();
         // Writing to a String cannot fail.
-        let _ = self.write_prometheus(&mut o);
+        let _ = self.write_prometheus(&mut o, breaker_state);
         o
     }
 
-    fn write_prometheus(&self, o: &mut String) -> fmt::Result {
+    fn write_prometheus(&self, o: &mut String, breaker_state: u8) -> fmt::Result {
         writeln!(
             o,
             "# HELP recall_calls_total Calls answered, by op and device."
@@ -468,11 +487,7 @@ impl Metrics {
             "# HELP recall_breaker_state GPU circuit breaker: 0 closed, 1 half-open, 2 open."
         )?;
         writeln!(o, "# TYPE recall_breaker_state gauge")?;
-        writeln!(
-            o,
-            "recall_breaker_state {}",
-            self.breaker_state.load(Ordering::Relaxed)
-        )?;
+        writeln!(o, "recall_breaker_state {breaker_state}")?;
         writeln!(
             o,
             "# HELP recall_breaker_transitions_total Circuit breaker state changes."

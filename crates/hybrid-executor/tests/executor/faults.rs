@@ -155,8 +155,13 @@ fn a_device_lost_mid_batch_is_survived() {
     }
     assert_eq!(gpu.stats().calls, calls_before);
     assert_eq!(m.breaker_rejections(), 3);
-    // The probe after the back-off finds the device still lost: open again, longer.
+    assert!(exec.prometheus_text().contains("recall_breaker_state 2\n"));
+    // The probe after the back-off finds the device still lost: open again, longer. Before it, the breaker is
+    // half-open, and its gauge says so (no call has recorded the change yet).
     clock.advance(Duration::from_secs(10));
+    assert_eq!(exec.breaker_state(), BreakerState::HalfOpen);
+    let text = exec.prometheus_text();
+    assert!(text.contains("recall_breaker_state 1\n"), "{text}");
     let out = exec.cosine_scores(&q, &c, DIM).unwrap();
     assert_eq!((out.device, bits(&out.value)), (Device::Cpu, want.clone()));
     assert_eq!(
