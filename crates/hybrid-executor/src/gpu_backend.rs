@@ -1162,11 +1162,27 @@ mod imp {
                 ));
             };
             if metric == Metric::Cosine && entry.norms.is_none() {
-                let mut norms = DeviceSlice::try_zeroed(&self.mem, n).map_err(map_pool_error)?;
-                kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
-                    .map_err(map_kernel_error)?;
-                entry.norms = Some(Arc::new(norms));
-                made = true;
+                let norms = DeviceSlice::try_zeroed(&self.mem, n)
+                    .map_err(map_pool_error)
+                    .and_then(|mut norms| {
+                        kern.row_norms_f32(g, &entry.rows, n, dim, &mut norms)
+                            .map_err(map_kernel_error)
+                            .map(|()| norms)
+                    });
+                match norms {
+                    Ok(norms) => {
+                        entry.norms = Some(Arc::new(norms));
+                        made = true;
+                    }
+                    Err(e) => {
+                        // The rows' upload just made stays cached: complete it before any call (a lane, on
+                        // another stream) can find it, as below (the norms' error is the one to report).
+                        if made {
+                            let _ = g.synchronize();
+                        }
+                        return Err(e);
+                    }
+                }
             }
             if made {
                 // Complete before any call reads it, on whichever stream (lanes run outside `lock`).
