@@ -157,6 +157,24 @@ impl SpreadSlots {
     }
 }
 
+/// The place of a slot taken for one call, given back if the call unwinds (a panic below the launch: the executor
+/// answers it on the CPU and goes on using the GPU). The slot itself is dropped then, its buffers freed on its
+/// stream; without this its place would be gone from the graph's [`MAX_SLOTS`], and after as many panics every
+/// spread over the graph would wait for good. A call that returns gives its slot back itself.
+struct SlotLease<'a> {
+    slots: &'a SpreadSlots,
+    armed: bool,
+}
+
+impl Drop for SlotLease<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.slots.state.lock().made -= 1;
+            self.slots.freed.notify_one();
+        }
+    }
+}
+
 impl Drop for SpreadSlots {
     /// The slots' buffers are freed on their streams: wait for that, so that a trim of the driver's pool
     /// right after the graph is dropped gives their memory back.
@@ -434,10 +452,15 @@ impl Kernels {
         let hops32 = to_u32(K, "hops", hops)?;
         to_u32(K, "n_nodes", n)?;
         let mut slot = graph.slots.take(gpu, n, graph.n_class[0] as usize)?;
+        let mut lease = SlotLease {
+            slots: &graph.slots,
+            armed: true,
+        };
         let SpreadSlot { bufs, gpu } = &mut slot;
         let out = self.spread_in_slot(
             gpu, bufs, graph, seeds, decay, threshold, hops32, k, download, frontier,
         );
+        lease.armed = false;
         graph.slots.give_back(slot, out.is_ok());
         out
     }
