@@ -73,7 +73,8 @@ fn own_pool() -> Option<&'static rayon::ThreadPool> {
 /// the global pool the calling thread's work waited for those workers, and every call hung
 /// (`tests/tenant_rayon.rs` in the executor). It costs nothing extra: a parallel iterator started from such a
 /// thread hands its work to a pool's workers in the same way. Every parallel section of this crate runs
-/// through it, and so do the executor's.
+/// through it, and so do the executor's value checks; the GPU backend's host work has a pool of its own
+/// (`recall_gpu_kernels::on_host_pool`).
 ///
 /// ```
 /// use rayon::prelude::*;
