@@ -559,6 +559,9 @@ impl Executor {
     }
 }
 
+/// Ids per parallel piece of [`check_candidates`]' scans.
+const CANDIDATE_PIECE: usize = 1 << 16;
+
 /// Candidate lists for `nq` queries over `n` rows: offsets from 0 to `ids.len()`, non-decreasing; ids below
 /// `n`, no duplicate within a list; `1 <= k <=` the shortest list.
 fn check_candidates(
@@ -584,14 +587,22 @@ fn check_candidates(
         }
         .into());
     }
-    // The largest id first (chunks in parallel, each a vectorised maximum); the position of a bad one is
+    // Lists of more than one piece are checked in parallel on recall's pool; smaller ones on the calling thread,
+    // with no hand-over (a candidate-scoring call is often a few hundred ids, and a hand-over costs tens of us).
+    let parallel = ids.len() > CANDIDATE_PIECE;
+    // The largest id first (pieces in parallel, each a vectorised maximum); the position of a bad one is
     // looked for only when there is one.
-    let max_id = recall_cpu_simd::in_pool(|| {
-        ids.par_chunks(1 << 16)
-            .map(|c| c.iter().copied().max().unwrap_or(0))
-            .max()
-            .unwrap_or(0)
-    });
+    let max_in = |c: &[u32]| c.iter().copied().max().unwrap_or(0);
+    let max_id = if parallel {
+        recall_cpu_simd::in_pool(|| {
+            ids.par_chunks(CANDIDATE_PIECE)
+                .map(max_in)
+                .max()
+                .unwrap_or(0)
+        })
+    } else {
+        max_in(ids)
+    };
     if !ids.is_empty()
         && max_id as usize >= n
         && let Some((index, &id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n)
@@ -608,15 +619,19 @@ fn check_candidates(
     check_k(k, shortest)?;
     // Duplicates: every list through a hash set in parallel; the first list with one reports its smallest
     // repeated id (found by sorting that list alone).
-    let bad = recall_cpu_simd::in_pool(|| {
-        (0..nq)
-            .into_par_iter()
-            .with_min_len(8)
-            .map_init(DupTable::default, |t, q| {
-                t.has_duplicate(&ids[offsets[q]..offsets[q + 1]])
-            })
-            .position_first(|dup| dup)
-    });
+    let dup = |t: &mut DupTable, q: usize| t.has_duplicate(&ids[offsets[q]..offsets[q + 1]]);
+    let bad = if parallel {
+        recall_cpu_simd::in_pool(|| {
+            (0..nq)
+                .into_par_iter()
+                .with_min_len(8)
+                .map_init(DupTable::default, dup)
+                .position_first(|d| d)
+        })
+    } else {
+        let mut t = DupTable::default();
+        (0..nq).position(|q| dup(&mut t, q))
+    };
     if let Some(q) = bad {
         let mut list = ids[offsets[q]..offsets[q + 1]].to_vec();
         list.sort_unstable();
