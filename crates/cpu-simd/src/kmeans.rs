@@ -157,10 +157,8 @@ impl Cpu {
             let it = inertia_of(&dists);
             inertia.push(it);
             if !it.is_finite() {
-                // `check_kmeans_result` names this iteration whatever the later ones do: stop here.
-                return Err(CpuError::KMeansOverflow {
-                    iteration: inertia.len(),
-                });
+                // `check_kmeans_result` below names this iteration whatever the later ones do: stop here.
+                break;
             }
             update(points, dim, &assignments, &mut centroids);
         }
