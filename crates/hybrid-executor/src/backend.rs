@@ -341,6 +341,17 @@ impl Backend for CpuBackend {
     }
 }
 
+/// `f`, a call into a GPU backend, with a panic below it (a driver binding, a bug) turned into
+/// [`BackendError::DeviceLost`] with `message`: a panic there must never reach the caller, who is answered on the
+/// CPU instead, and the device is taken out of use.
+pub(crate) fn panic_is_lost<T>(
+    message: &str,
+    f: impl FnOnce() -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(BackendError::DeviceLost(message.into())))
+}
+
 /// The dense seed vector of `n` nodes that a validated seed list stands for (`seed[node] = value`, `0.0`
 /// elsewhere; ids below `n`, as the executor checked).
 pub(crate) fn densify_seeds(n: usize, seeds: &[(u32, f32)]) -> Vec<f32> {

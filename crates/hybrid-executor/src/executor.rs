@@ -1,4 +1,4 @@
-use crate::backend::{Backend, BackendError, CpuBackend};
+use crate::backend::{Backend, BackendError, CpuBackend, panic_is_lost};
 use crate::batching::{BatchConfig, BatchKey, Batcher};
 use crate::breaker::{Admission, BreakerConfig, BreakerState, CircuitBreaker, Transition};
 use crate::calibration::{self, Calibration, CalibrationConfig, LiveRates, Probe, ThresholdSource};
@@ -812,7 +812,7 @@ impl Executor {
         // The probes run the GPU backend outside `try_gpu`'s `catch_unwind`: a panic below it (a driver binding,
         // a bug) must not reach the caller here either (nor every later call of the op, which would calibrate
         // again): calibration failed, the default holds.
-        let calibrated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let calibrated = panic_is_lost("the GPU backend panicked while calibrating", || {
             calibration::calibrate_with_probe(
                 op,
                 &probe,
@@ -821,11 +821,6 @@ impl Executor {
                 &self.config.calibration,
                 clock.as_ref(),
             )
-        }))
-        .unwrap_or_else(|_| {
-            Err(BackendError::DeviceLost(
-                "the GPU backend panicked while calibrating".into(),
-            ))
         });
         match calibrated {
             Ok(cal) => {
@@ -1060,11 +1055,7 @@ impl Executor {
             self.metrics.add_gpu_memory_in_use(bytes);
             // A panic below the GPU backend (a driver binding, a bug) must not reach the caller: it becomes a
             // lost device, so the call is answered on the CPU and the GPU is taken out of use.
-            let result =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.run(gpu, start..end)))
-                    .unwrap_or_else(|_| {
-                        Err(BackendError::DeviceLost("the GPU backend panicked".into()))
-                    });
+            let result = panic_is_lost("the GPU backend panicked", || op.run(gpu, start..end));
             drop(reservation);
             self.metrics.sub_gpu_memory_in_use(bytes);
             match result {
@@ -1080,14 +1071,13 @@ impl Executor {
                     // Cached memory (the pool's or the driver's) may be what the call was missing. A panic
                     // here is a lost device, as one in the op's run is: it must not reach the caller, nor leave
                     // the breaker's probe (when this call is it) taken for good.
-                    let released = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        gpu.release_cached_memory()
-                    }));
-                    if released.is_err() {
-                        return GpuAttempt::Failed(
-                            FallbackReason::DeviceLost,
-                            "the GPU backend panicked giving cached memory back".into(),
-                        );
+                    let released =
+                        panic_is_lost("the GPU backend panicked giving cached memory back", || {
+                            gpu.release_cached_memory();
+                            Ok(())
+                        });
+                    if let Err(e) = released {
+                        return GpuAttempt::Failed(FallbackReason::DeviceLost, e.to_string());
                     }
                     if chunk > floor {
                         let next = halve(chunk);

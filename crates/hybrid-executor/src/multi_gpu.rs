@@ -20,7 +20,7 @@
 //! Architecture invariant: nothing here knows about the driver; the GPUs are `Arc<dyn Backend>`, so CI
 //! tests this file with CPU and fault-injecting backends standing in for GPUs.
 
-use crate::backend::{Backend, BackendError, FastFormat, merge_topk};
+use crate::backend::{Backend, BackendError, FastFormat, merge_topk, panic_is_lost};
 use crate::device::Device;
 use crate::shared_corpus::{Inner, SharedCorpus};
 use crate::shared_graph::SharedGraph;
@@ -217,8 +217,7 @@ impl MultiGpu {
         slot.in_flight.fetch_add(1, Ordering::Relaxed);
         let _busy = Busy(&slot.in_flight);
         let start = std::time::Instant::now();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(slot.backend.as_ref())))
-            .unwrap_or_else(|_| Err(BackendError::DeviceLost("the GPU backend panicked".into())));
+        let r = panic_is_lost("the GPU backend panicked", || f(slot.backend.as_ref()));
         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         slot.busy_ns.fetch_add(ns, Ordering::Relaxed);
         match r {
