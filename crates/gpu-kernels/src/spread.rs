@@ -134,10 +134,15 @@ impl SpreadSlots {
                 })
             });
         if made.is_err() {
-            self.state.lock().made -= 1;
-            self.freed.notify_one();
+            self.forget_one();
         }
         made
+    }
+
+    /// A slot that was counted as made is gone (never made, or dropped): its place is free for another.
+    fn forget_one(&self) {
+        self.state.lock().made -= 1;
+        self.freed.notify_one();
     }
 
     /// Return a slot after a call. After a failed call its streams may still hold work: the slot is kept only
@@ -149,11 +154,11 @@ impl SpreadSlots {
                 && slot.bufs.hubs.synchronize().is_ok());
         if idle {
             self.state.lock().idle.push(slot);
+            self.freed.notify_one();
         } else {
             drop(slot);
-            self.state.lock().made -= 1;
+            self.forget_one();
         }
-        self.freed.notify_one();
     }
 }
 
@@ -169,8 +174,7 @@ struct SlotLease<'a> {
 impl Drop for SlotLease<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.slots.state.lock().made -= 1;
-            self.slots.freed.notify_one();
+            self.slots.forget_one();
         }
     }
 }
