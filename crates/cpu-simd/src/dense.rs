@@ -1,7 +1,7 @@
 //! Dense similarity, fused top-k and candidate scoring (`docs/numerics.md`, "Dot product, norms and the
 //! dense metrics" and "Top-k").
 
-use crate::kernels::{self, DOT, L2};
+use crate::kernels::{self, DOT, L2, Queries};
 use crate::simd::Cpu;
 use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
 use crate::{CpuError, PAR_MIN_WORK, check_finite, in_pool, pool_threads, reference};
@@ -451,7 +451,7 @@ impl Cpu {
     #[allow(clippy::too_many_arguments)]
     fn block_scores(
         &self,
-        queries: &[f32],
+        queries: &Queries<'_>,
         query_norms: &[f32],
         rows: &[f32],
         norms: Option<&[f32]>,
@@ -461,7 +461,7 @@ impl Cpu {
         norm_buf: &mut Vec<f32>,
     ) -> bool {
         let nb = rows.len() / dim;
-        let nq = queries.len() / dim;
+        let nq = queries.values().len() / dim;
         if metric == Metric::Cosine && norms.is_none() && nq == 1 {
             // One query: the dot chains and the rows' norm chains in one pass over the block.
             chains.clear();
@@ -521,13 +521,14 @@ impl Cpu {
         let nq = queries.len() / dim;
         let block = rows_per_block(dim);
         let n_blocks = n.div_ceil(block);
+        let packed = Queries::prepared(self.level(), metric.mode(), queries, dim);
         let run = |b: usize, scratch: &mut Scratch| {
             let (r0, r1) = (b * block, ((b + 1) * block).min(n));
             let rows = vectors.rows(r0, r1, dim, &mut scratch.rows);
             let nrm = norms.map(|x| &x[r0..r1]);
             let mut chains = std::mem::take(&mut scratch.chains);
             let suspect = self.block_scores(
-                queries,
+                &packed,
                 query_norms,
                 rows,
                 nrm,
@@ -592,8 +593,20 @@ impl Cpu {
         // The corpus's finiteness is checked block by block in the same pass (see `block_scores`): a
         // task stops at its first bad value and the smallest index over all tasks is reported, exactly
         // as an upfront scan would.
-        let stream = |q0: usize, q1: usize, b0: usize, b1: usize| -> Result<Vec<Selector>, usize> {
-            let qs = &queries[q0 * dim..q1 * dim];
+        let prepare = |q0: usize, q1: usize| {
+            Queries::prepared(
+                self.level(),
+                metric.mode(),
+                &queries[q0 * dim..q1 * dim],
+                dim,
+            )
+        };
+        let stream = |qs: &Queries<'_>,
+                      q0: usize,
+                      q1: usize,
+                      b0: usize,
+                      b1: usize|
+         -> Result<Vec<Selector>, usize> {
             let qns = if qn.is_empty() { &qn[..] } else { &qn[q0..q1] };
             let mut sel: Vec<Selector> = (q0..q1).map(|_| Selector::new(k)).collect();
             let mut s = Scratch::default();
@@ -621,7 +634,7 @@ impl Cpu {
         };
 
         let selectors: Vec<Selector> = if nq * n * dim < PAR_MIN_WORK || threads == 1 {
-            stream(0, nq, 0, n_blocks).map_err(non_finite)?
+            stream(&prepare(0, nq), 0, nq, 0, n_blocks).map_err(non_finite)?
         } else if nq >= 16 * threads && nq.saturating_mul(k) > (1 << 20) {
             // Many queries with a large k: split the queries, so each query has one selector.
             let groups = threads.min(nq.div_ceil(16));
@@ -629,7 +642,10 @@ impl Cpu {
             let parts: Vec<Result<Vec<Selector>, usize>> = in_pool(|| {
                 (0..nq.div_ceil(per))
                     .into_par_iter()
-                    .map(|g| stream(g * per, ((g + 1) * per).min(nq), 0, n_blocks))
+                    .map(|g| {
+                        let (q0, q1) = (g * per, ((g + 1) * per).min(nq));
+                        stream(&prepare(q0, q1), q0, q1, 0, n_blocks)
+                    })
                     .collect()
             });
             first_error(&parts).map_err(non_finite)?;
@@ -639,10 +655,19 @@ impl Cpu {
             // thread: rayon hands a thread that finishes early another range, so a slow core (or a vCPU
             // the host schedules away) does not hold the whole call.
             let tasks = (TASKS_PER_THREAD * threads).min(n_blocks);
+            let all = prepare(0, nq);
             let parts: Vec<Result<Vec<Selector>, usize>> = in_pool(|| {
                 (0..tasks)
                     .into_par_iter()
-                    .map(|t| stream(0, nq, t * n_blocks / tasks, (t + 1) * n_blocks / tasks))
+                    .map(|t| {
+                        stream(
+                            &all,
+                            0,
+                            nq,
+                            t * n_blocks / tasks,
+                            (t + 1) * n_blocks / tasks,
+                        )
+                    })
                     .collect()
             });
             first_error(&parts).map_err(non_finite)?;
@@ -713,7 +738,7 @@ impl Cpu {
                 });
                 let mut norm_buf = Vec::new();
                 self.block_scores(
-                    query,
+                    &Queries::plain(query),
                     qns,
                     rows,
                     nrm.as_deref(),

@@ -187,7 +187,15 @@ impl Cpu {
             let pts = &points[p0 * dim..(p0 + a.len()) * dim];
             buf.clear();
             buf.resize(a.len() * k, 0.0);
-            kernels::chains(level, L2, pts, centroids, dim, buf, k);
+            kernels::chains(
+                level,
+                L2,
+                &kernels::Queries::plain(pts),
+                centroids,
+                dim,
+                buf,
+                k,
+            );
             for ((row, a), d) in buf.chunks_exact(k).zip(a.iter_mut()).zip(d.iter_mut()) {
                 let mut best = u64::MAX;
                 for (c, v) in row.iter().enumerate() {

@@ -2,6 +2,11 @@
 //! against the vector of 8 rows' values at the same `k`. Query lanes: 8 queries transposed once to
 //! `k`-major, a broadcast corpus value FMA'd against them.
 
+/// Queries per query-lane group.
+pub(super) const QUERY_LANES: usize = 8;
+/// The fewest queries that run query lanes (fewer run row lanes).
+pub(super) const QUERY_LANES_MIN: usize = 4;
+
 /// The kernels, generated twice: `v3` for AVX2 + FMA (16 vector registers), `v4` for the same code with
 /// AVX-512VL enabled (32 registers). Same instructions on the values, same order, same bits. `$nt` is
 /// the number of 8-row tiles the one-query passes keep in flight: two in both. Four (32 rows, which
@@ -10,10 +15,10 @@
 /// ratio 1.27 to 1.67 with four tiles, 1.08 to 1.27 with two).
 macro_rules! lanes8 {
     ($feat:literal, $nt:literal) => {
-        use super::super::{DOT, DOTSQ, L2, SQ};
+        use super::super::{DOT, DOTSQ, L2, Queries, SQ};
         use core::arch::x86_64::*;
 
-        const LANES: usize = 8;
+        const LANES: usize = super::QUERY_LANES;
 
         /// # Safety
         /// The CPU must support AVX2 and FMA. `queries` and `rows` hold whole rows of `dim` values; `out` holds
@@ -21,15 +26,15 @@ macro_rules! lanes8 {
         #[target_feature(enable = $feat)]
         pub(in crate::kernels) unsafe fn chains(
             mode: u8,
-            queries: &[f32],
+            queries: &Queries<'_>,
             rows: &[f32],
             dim: usize,
             out: &mut [f32],
             out_stride: usize,
         ) {
-            let nq = queries.len() / dim;
-            if mode == SQ || nq < 4 {
-                row_lanes(mode, queries, rows, dim, out, out_stride);
+            let nq = queries.values.len() / dim;
+            if mode == SQ || nq < super::QUERY_LANES_MIN {
+                row_lanes(mode, queries.values, rows, dim, out, out_stride);
             } else {
                 query_lanes(mode, queries, rows, dim, out, out_stride);
             }
@@ -261,88 +266,115 @@ macro_rules! lanes8 {
         #[target_feature(enable = $feat)]
         fn query_lanes(
             mode: u8,
-            queries: &[f32],
+            queries: &Queries<'_>,
             rows: &[f32],
             dim: usize,
             out: &mut [f32],
             out_stride: usize,
         ) {
-            let nq = queries.len() / dim;
-            let nr = rows.len() / dim;
-            let mut qt = vec![0.0f32; dim * LANES];
+            let nq = queries.values.len() / dim;
+            // Unused lanes hold zero queries; their results are discarded.
+            let groups = queries.lanes(LANES, dim);
+            let mut pairs = groups.chunks_exact(2 * dim * LANES);
             let mut qb = 0;
-            while qb < nq {
-                let nl = (nq - qb).min(LANES);
-                // Unused lanes hold zero queries; their results are discarded.
-                qt.fill(0.0);
-                for l in 0..nl {
-                    let q = &queries[(qb + l) * dim..(qb + l + 1) * dim];
-                    for (k, v) in q.iter().enumerate() {
-                        qt[k * LANES + l] = *v;
-                    }
+            for pair in pairs.by_ref() {
+                let (q0, q1) = pair.split_at(dim * LANES);
+                if mode == L2 {
+                    group_rows::<L2, 2, 4>([q0, q1], rows, dim, out, out_stride, qb, nq);
+                } else {
+                    group_rows::<DOT, 2, 4>([q0, q1], rows, dim, out, out_stride, qb, nq);
                 }
-                let mut r = 0;
-                while r + 8 <= nr {
-                    let res = if mode == L2 {
-                        query_block::<L2, 8>(&qt, &rows[r * dim..(r + 8) * dim], dim)
-                    } else {
-                        query_block::<DOT, 8>(&qt, &rows[r * dim..(r + 8) * dim], dim)
-                    };
-                    scatter(&res, out, out_stride, qb, nl, r);
-                    r += 8;
+                qb += 2 * LANES;
+            }
+            let last = pairs.remainder();
+            if !last.is_empty() {
+                if mode == L2 {
+                    group_rows::<L2, 1, 8>([last], rows, dim, out, out_stride, qb, nq);
+                } else {
+                    group_rows::<DOT, 1, 8>([last], rows, dim, out, out_stride, qb, nq);
                 }
-                while r < nr {
-                    let res = if mode == L2 {
-                        query_block::<L2, 1>(&qt, &rows[r * dim..(r + 1) * dim], dim)
-                    } else {
-                        query_block::<DOT, 1>(&qt, &rows[r * dim..(r + 1) * dim], dim)
-                    };
-                    scatter(&res, out, out_stride, qb, nl, r);
-                    r += 1;
-                }
-                qb += nl;
             }
         }
 
-        fn scatter<const R: usize>(
-            res: &[[f32; LANES]; R],
+        /// The chains of the `G` query groups `qts` (queries `qb ..`) against every row, `R` rows at a
+        /// time.
+        #[target_feature(enable = $feat)]
+        fn group_rows<const MODE: u8, const G: usize, const R: usize>(
+            qts: [&[f32]; G],
+            rows: &[f32],
+            dim: usize,
             out: &mut [f32],
             out_stride: usize,
             qb: usize,
-            nl: usize,
+            nq: usize,
+        ) {
+            let nr = rows.len() / dim;
+            let mut r = 0;
+            while r + R <= nr {
+                let res = query_block::<MODE, G, R>(qts, &rows[r * dim..(r + R) * dim], dim);
+                scatter(&res, out, out_stride, qb, nq, r);
+                r += R;
+            }
+            while r < nr {
+                let res = query_block::<MODE, G, 1>(qts, &rows[r * dim..(r + 1) * dim], dim);
+                scatter(&res, out, out_stride, qb, nq, r);
+                r += 1;
+            }
+        }
+
+        /// `res[g][ri][l]` is query `qb + 8 g + l`'s chain with row `r + ri`; lanes past `nq` are
+        /// dropped.
+        fn scatter<const G: usize, const R: usize>(
+            res: &[[[f32; LANES]; R]; G],
+            out: &mut [f32],
+            out_stride: usize,
+            qb: usize,
+            nq: usize,
             r: usize,
         ) {
-            for (ri, lanes) in res.iter().enumerate() {
-                for (l, v) in lanes.iter().enumerate().take(nl) {
-                    out[(qb + l) * out_stride + r + ri] = *v;
+            for (g, rg) in res.iter().enumerate() {
+                let q0 = qb + g * LANES;
+                for l in 0..nq.saturating_sub(q0).min(LANES) {
+                    // One bounds check per query, then its `R` consecutive scores.
+                    let dst = &mut out[(q0 + l) * out_stride + r..][..R];
+                    for (d, lanes) in dst.iter_mut().zip(rg) {
+                        *d = lanes[l];
+                    }
                 }
             }
         }
 
-        /// Chains of the 8 queries in `qt` (`k`-major, 8 per `k`) against `R` rows.
+        /// Chains of the `G` groups of 8 queries in `qts` (each `k`-major, 8 per `k`) against `R` rows:
+        /// `G * R` accumulators, each corpus value broadcast once for the `G` groups (two groups of four
+        /// rows: six loads for eight FMAs a step, where one group of eight rows needs nine).
         #[target_feature(enable = $feat)]
-        fn query_block<const MODE: u8, const R: usize>(
-            qt: &[f32],
+        fn query_block<const MODE: u8, const G: usize, const R: usize>(
+            qts: [&[f32]; G],
             rows: &[f32],
             dim: usize,
-        ) -> [[f32; LANES]; R] {
-            assert!(qt.len() == dim * LANES && rows.len() == R * dim);
-            let qp = qt.as_ptr();
+        ) -> [[[f32; LANES]; R]; G] {
+            assert!(qts.iter().all(|q| q.len() == dim * LANES) && rows.len() == R * dim);
             let rp = rows.as_ptr();
-            let mut acc = [_mm256_setzero_ps(); R];
+            let mut acc = [[_mm256_setzero_ps(); G]; R];
             for k in 0..dim {
-                // SAFETY: `k < dim`, so `qt[k * 8 .. k * 8 + 8]` is inside `qt` (length `8 * dim`).
-                let qv = unsafe { _mm256_loadu_ps(qp.add(k * LANES)) };
-                for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `k < dim`, so `qt[k * 8 .. k * 8 + 8]` is inside each `qt` (length `8 * dim`).
+                let qv: [__m256; G] = core::array::from_fn(|g| unsafe {
+                    _mm256_loadu_ps(qts[g].as_ptr().add(k * LANES))
+                });
+                for (i, ar) in acc.iter_mut().enumerate() {
                     // SAFETY: `i < R` and `k < dim`, inside `rows` (length `R * dim`).
                     let c = _mm256_set1_ps(unsafe { *rp.add(i * dim + k) });
-                    *a = step::<MODE>(qv, c, *a);
+                    for (a, q) in ar.iter_mut().zip(&qv) {
+                        *a = step::<MODE>(*q, c, *a);
+                    }
                 }
             }
-            let mut res = [[0.0f32; LANES]; R];
-            for (r, a) in res.iter_mut().zip(acc) {
-                // SAFETY: `r` holds 8 f32.
-                unsafe { _mm256_storeu_ps(r.as_mut_ptr(), a) };
+            let mut res = [[[0.0f32; LANES]; R]; G];
+            for (ri, ar) in acc.iter().enumerate() {
+                for (rg, a) in res.iter_mut().zip(ar) {
+                    // SAFETY: `rg[ri]` holds 8 f32.
+                    unsafe { _mm256_storeu_ps(rg[ri].as_mut_ptr(), *a) };
+                }
             }
             res
         }

@@ -85,19 +85,135 @@ pub(crate) const SQ: u8 = 2;
 /// `out[out_stride..out_stride + n_rows]`, in one pass.
 pub(crate) const DOTSQ: u8 = 3;
 
+/// The queries of a [`chains`] call. Query lanes read them transposed, `width` queries at a time, each
+/// group `k`-major; [`Queries::prepared`] makes that layout once for a call's many corpus blocks (a 64-row
+/// block against 64 queries at dim 768 spent as long transposing the queries as multiplying: session 34).
+/// Without it each [`chains`] call transposes them itself. Either way the same chains, the same bits.
+pub(crate) struct Queries<'a> {
+    values: &'a [f32],
+    /// `(width, groups)`: `values` transposed as a query-lane kernel of `width` lanes reads them.
+    packed: Option<(usize, Groups)>,
+}
+
+impl<'a> Queries<'a> {
+    /// Row-major queries, transposed by each call that needs them so.
+    pub(crate) fn plain(values: &'a [f32]) -> Queries<'a> {
+        Queries {
+            values,
+            packed: None,
+        }
+    }
+
+    /// Row-major queries, with the transposed layout `level`'s kernel reads for `mode` made once here where
+    /// that kernel runs query lanes for this many queries.
+    pub(crate) fn prepared(
+        level: SimdLevel,
+        mode: u8,
+        values: &'a [f32],
+        dim: usize,
+    ) -> Queries<'a> {
+        let nq = values.len().checked_div(dim).unwrap_or(0);
+        let width = match level {
+            _ if mode != DOT && mode != L2 => None,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 if nq >= avx512::QUERY_LANES_MIN => Some(avx512::QUERY_LANES),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 | SimdLevel::Avx2 if nq >= avx2::QUERY_LANES_MIN => {
+                Some(avx2::QUERY_LANES)
+            }
+            #[cfg(target_arch = "aarch64")]
+            SimdLevel::Neon if nq >= neon::QUERY_LANES_MIN => Some(neon::QUERY_LANES),
+            _ => None,
+        };
+        Queries {
+            values,
+            packed: width.map(|w| (w, transpose_groups(values, dim, w))),
+        }
+    }
+
+    /// The queries, row-major.
+    pub(crate) fn values(&self) -> &'a [f32] {
+        self.values
+    }
+
+    /// The queries as `width`-lane groups, each `dim * width` values `k`-major (lane `l` of `k` at
+    /// `k * width + l`), the last group's unused lanes zero: the prepared layout if it is this one, else
+    /// made now.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
+    fn lanes(&self, width: usize, dim: usize) -> std::borrow::Cow<'_, Groups> {
+        match &self.packed {
+            Some((w, t)) if *w == width => std::borrow::Cow::Borrowed(t),
+            _ => {
+                #[cfg(test)]
+                TRANSPOSED_IN_CALL.set(TRANSPOSED_IN_CALL.get() + 1);
+                std::borrow::Cow::Owned(transpose_groups(self.values, dim, width))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times a [`chains`] call on this thread transposed its queries itself.
+    static TRANSPOSED_IN_CALL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Transposed query groups (see [`Queries::lanes`]), starting on a 64-byte boundary: the kernels load a
+/// whole cache line per `k` (16 lanes of f32 on AVX-512), and a load across two lines costs two.
+#[derive(Clone)]
+struct Groups {
+    buf: Vec<f32>,
+    /// Where the groups start in `buf`.
+    start: usize,
+    len: usize,
+}
+
+impl std::ops::Deref for Groups {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+/// `values` (row-major, `dim` columns) as groups of `width` rows, each group `k`-major, unused lanes zero.
+fn transpose_groups(values: &[f32], dim: usize, width: usize) -> Groups {
+    let len = values.len().checked_div(dim).unwrap_or(0).div_ceil(width) * dim * width;
+    // 15 more values than needed, so that some start within them is 64-byte aligned.
+    let mut buf = vec![0.0f32; len + 15];
+    let start = buf.as_ptr().align_offset(64).min(15);
+    if dim == 0 {
+        return Groups { buf, start, len };
+    }
+    let t = &mut buf[start..start + len];
+    for (group, qs) in t
+        .chunks_exact_mut(dim * width)
+        .zip(values.chunks(dim * width))
+    {
+        for (k, lanes) in group.chunks_exact_mut(width).enumerate() {
+            for (l, q) in qs.chunks_exact(dim).enumerate() {
+                lanes[l] = q[k];
+            }
+        }
+    }
+    Groups { buf, start, len }
+}
+
 /// `out[i * out_stride + r] = chain(queries[i], rows[r])` for every query `i` and row `r`, where `chain`
 /// is `dot` (`mode == DOT`) or `l2sq` (`mode == L2`). `queries` and `rows` are row-major with `dim`
 /// columns; `out` must hold `(n_queries - 1) * out_stride + n_rows` values.
 pub(crate) fn chains(
     level: SimdLevel,
     mode: u8,
-    queries: &[f32],
+    queries: &Queries<'_>,
     rows: &[f32],
     dim: usize,
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let nq = queries.len() / dim;
+    let nq = queries.values.len() / dim;
     let nr = rows.len() / dim;
     if nq == 0 || nr == 0 {
         return;
@@ -131,7 +247,7 @@ pub(crate) fn chains(
         }
         _ => {
             record(SimdLevel::Scalar);
-            chains_scalar(mode, queries, rows, dim, out, out_stride)
+            chains_scalar(mode, queries.values, rows, dim, out, out_stride)
         }
     }
 }
@@ -143,7 +259,7 @@ pub(crate) fn sqnorms(level: SimdLevel, rows: &[f32], dim: usize, out: &mut [f32
     chains(
         level,
         SQ,
-        &rows[..dim.min(rows.len())],
+        &Queries::plain(&rows[..dim.min(rows.len())]),
         rows,
         dim,
         out,
@@ -218,5 +334,73 @@ unsafe fn widen_f16_f16c(src: &[half::f16], dst: &mut [f32]) {
     }
     for (d, s) in dst[i..n].iter_mut().zip(&src[i..n]) {
         *d = s.to_f32();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::available_levels;
+
+    /// A prepared layout is the one each level's kernel reads (else every call transposes the queries again,
+    /// the cost `Queries::prepared` exists to remove), and it gives the same bits as the unprepared call and the
+    /// scalar chains, for counts of queries around every level's group sizes and rows around its tile sizes.
+    #[test]
+    fn prepared_queries_are_used_and_change_no_bit() {
+        let dim = 19;
+        let value = |i: usize| ((i * 7919 % 1009) as f32 - 504.0) / 97.0;
+        for nq in [1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 70] {
+            for nr in [1, 3, 4, 7, 8, 9, 17] {
+                let queries: Vec<f32> = (0..nq * dim).map(value).collect();
+                let rows: Vec<f32> = (0..nr * dim).map(|i| value(i + 1_000_003)).collect();
+                for mode in [DOT, L2] {
+                    let mut want = vec![0.0f32; nq * nr];
+                    chains_scalar(mode, &queries, &rows, dim, &mut want, nr);
+                    for level in available_levels() {
+                        let mut plain = vec![f32::NAN; nq * nr];
+                        chains(
+                            level,
+                            mode,
+                            &Queries::plain(&queries),
+                            &rows,
+                            dim,
+                            &mut plain,
+                            nr,
+                        );
+                        let prepared = Queries::prepared(level, mode, &queries, dim);
+                        let mut got = vec![f32::NAN; nq * nr];
+                        TRANSPOSED_IN_CALL.set(0);
+                        chains(level, mode, &prepared, &rows, dim, &mut got, nr);
+                        assert_eq!(
+                            TRANSPOSED_IN_CALL.get(),
+                            0,
+                            "{level:?} nq {nq}: the prepared layout was not the kernel's"
+                        );
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&plain),
+                            bits(&want),
+                            "{level:?} mode {mode} nq {nq} nr {nr}"
+                        );
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{level:?} mode {mode} nq {nq} nr {nr}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The transposed groups start on a cache line, whatever the allocator returned.
+    #[test]
+    fn transposed_groups_start_on_a_cache_line() {
+        for nq in [1, 5, 16, 33] {
+            let values = vec![1.0f32; nq * 7];
+            let g = transpose_groups(&values, 7, 16);
+            assert_eq!(g.as_ptr() as usize % 64, 0);
+            assert_eq!(g.len(), nq.div_ceil(16) * 7 * 16);
+        }
     }
 }

@@ -14,7 +14,7 @@
 //! no flush to zero unless a program sets `FPCR.FZ`, which Linux does not), unlike 32-bit ARM NEON,
 //! which always flushes subnormals; that is why this path is aarch64 only.
 
-use super::{DOT, DOTSQ, L2, SQ};
+use super::{DOT, DOTSQ, L2, Queries, SQ};
 use core::arch::aarch64::*;
 
 const LANES: usize = 4;
@@ -22,6 +22,10 @@ const LANES: usize = 4;
 const ROW_TILES: usize = 4;
 /// Query vectors per query-lane block (`QV * LANES` queries).
 const QV: usize = 2;
+/// Queries per query-lane group.
+pub(super) const QUERY_LANES: usize = QV * LANES;
+/// The fewest queries that run query lanes (fewer run row lanes).
+pub(super) const QUERY_LANES_MIN: usize = LANES;
 /// Corpus rows per query-lane block (`R * QV` accumulators, `R` row vectors: 24 of the 32 registers).
 const R: usize = 8;
 
@@ -32,15 +36,15 @@ const R: usize = 8;
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn chains(
     mode: u8,
-    queries: &[f32],
+    queries: &Queries<'_>,
     rows: &[f32],
     dim: usize,
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let nq = queries.len() / dim;
-    if mode == SQ || mode == DOTSQ || nq < LANES {
-        row_lanes(mode, queries, rows, dim, out, out_stride);
+    let nq = queries.values.len() / dim;
+    if mode == SQ || mode == DOTSQ || nq < QUERY_LANES_MIN {
+        row_lanes(mode, queries.values, rows, dim, out, out_stride);
     } else {
         query_lanes(mode, queries, rows, dim, out, out_stride);
     }
@@ -287,47 +291,39 @@ fn row_block<const MODE: u8, const G: usize, const NT: usize>(
 #[target_feature(enable = "neon")]
 fn query_lanes(
     mode: u8,
-    queries: &[f32],
+    queries: &Queries<'_>,
     rows: &[f32],
     dim: usize,
     out: &mut [f32],
     out_stride: usize,
 ) {
-    const W: usize = QV * LANES;
-    let nq = queries.len() / dim;
+    const W: usize = QUERY_LANES;
+    let nq = queries.values.len() / dim;
     let nr = rows.len() / dim;
-    let mut qt = vec![0.0f32; dim * W];
-    let mut qb = 0;
-    while qb < nq {
+    // Unused lanes hold zero queries; their results are discarded.
+    let groups = queries.lanes(W, dim);
+    for (g, qt) in groups.chunks_exact(dim * W).enumerate() {
+        let qb = g * W;
         let nl = (nq - qb).min(W);
-        // Unused lanes hold zero queries; their results are discarded.
-        qt.fill(0.0);
-        for l in 0..nl {
-            let q = &queries[(qb + l) * dim..(qb + l + 1) * dim];
-            for (k, v) in q.iter().enumerate() {
-                qt[k * W + l] = *v;
-            }
-        }
         let mut r = 0;
         while r + R <= nr {
             let res = if mode == L2 {
-                query_block::<L2, R>(&qt, &rows[r * dim..(r + R) * dim], dim)
+                query_block::<L2, R>(qt, &rows[r * dim..(r + R) * dim], dim)
             } else {
-                query_block::<DOT, R>(&qt, &rows[r * dim..(r + R) * dim], dim)
+                query_block::<DOT, R>(qt, &rows[r * dim..(r + R) * dim], dim)
             };
             scatter(&res, out, out_stride, qb, nl, r);
             r += R;
         }
         while r < nr {
             let res = if mode == L2 {
-                query_block::<L2, 1>(&qt, &rows[r * dim..(r + 1) * dim], dim)
+                query_block::<L2, 1>(qt, &rows[r * dim..(r + 1) * dim], dim)
             } else {
-                query_block::<DOT, 1>(&qt, &rows[r * dim..(r + 1) * dim], dim)
+                query_block::<DOT, 1>(qt, &rows[r * dim..(r + 1) * dim], dim)
             };
             scatter(&res, out, out_stride, qb, nl, r);
             r += 1;
         }
-        qb += nl;
     }
 }
 
@@ -339,9 +335,11 @@ fn scatter<const RR: usize>(
     nl: usize,
     r: usize,
 ) {
-    for (ri, lanes) in res.iter().enumerate() {
-        for (l, v) in lanes.iter().enumerate().take(nl) {
-            out[(qb + l) * out_stride + r + ri] = *v;
+    for l in 0..nl {
+        // One bounds check per query, then its `RR` consecutive scores.
+        let dst = &mut out[(qb + l) * out_stride + r..][..RR];
+        for (d, lanes) in dst.iter_mut().zip(res) {
+            *d = lanes[l];
         }
     }
 }

@@ -184,6 +184,9 @@ fn knn_against_reference(dim: usize, nq: usize, n: usize, k: usize, metrics: &[M
 fn knn_streams_many_blocks_in_parallel() {
     // 150 rows of 1025 dims span several blocks; 20 * 150 * 1025 multiply-adds take the parallel path.
     knn_against_reference(1025, 20, 150, 10, &METRICS);
+    // 70 queries: pairs of query groups and a group left over on every level, transposed once for all the
+    // parallel tasks; 300 rows end in a partial tile.
+    knn_against_reference(129, 70, 300, 10, &METRICS);
     // d = 3: 10,000 rows span three blocks.
     knn_against_reference(3, 3, 10_000, 7, &[Metric::Dot, Metric::L2]);
 }
