@@ -621,9 +621,7 @@ impl Cpu {
                 }
                 let nb = r1 - r0;
                 for (sq, row) in sel.iter_mut().zip(s.chains.chunks_exact(nb)) {
-                    for (i, v) in row.iter().enumerate() {
-                        sq.push(pair_key(*v, (r0 + i) as u32, order), *v);
-                    }
+                    sq.push_scores(row, r0 as u32, order);
                 }
             }
             Ok(sel)

@@ -1,7 +1,7 @@
 //! Activation spreading over a weighted CSR graph (`docs/numerics.md`, "Activation spreading").
 
 use crate::simd::{Cpu, SimdLevel};
-use crate::topk::{Order, Selector, TopK, pair_key, write_entries};
+use crate::topk::{Order, Selector, TopK, write_entries};
 use crate::{CpuError, PAR_MIN_WORK, check_finite, in_pool, pool_threads};
 use rayon::prelude::*;
 
@@ -1250,9 +1250,7 @@ fn top_of(total: &[f32], k: usize, threads: usize) -> TopK {
     const CHUNK: usize = 1 << 16;
     let select = |(c, xs): (usize, &[f32])| {
         let mut sel = Selector::new(k);
-        for (i, a) in xs.iter().enumerate() {
-            sel.push(pair_key(*a, (c * CHUNK + i) as u32, Order::HigherFirst), *a);
-        }
+        sel.push_scores(xs, (c * CHUNK) as u32, Order::HigherFirst);
         sel
     };
     let sel = if threads > 1 && total.len() >= 4 * CHUNK {

@@ -104,6 +104,30 @@ impl Selector {
         }
     }
 
+    /// `push(pair_key(scores[i], first_id + i, order), scores[i])` for every `i`, 16 scores at a time: their
+    /// score keys computed branch-free (one vector pass), and only a group with a key that can beat the bound
+    /// pushed one by one. The same entries as the loop of pushes, at a fraction of its cost once the selector
+    /// is full and most scores are out.
+    pub fn push_scores(&mut self, scores: &[f32], first_id: u32, order: Order) {
+        const W: usize = 16;
+        let mut chunks = scores.chunks_exact(W);
+        let mut id = first_id;
+        for ch in chunks.by_ref() {
+            let keys: [u32; W] = core::array::from_fn(|l| score_key(ch[l], order));
+            // A pair key beats the bound only if its score key is at most the bound's.
+            let cut = (self.bound >> 32) as u32;
+            if keys.iter().fold(false, |any, k| any | (*k <= cut)) {
+                for (l, (k, s)) in keys.iter().zip(ch).enumerate() {
+                    self.push(((*k as u64) << 32) | id.wrapping_add(l as u32) as u64, *s);
+                }
+            }
+            id = id.wrapping_add(W as u32);
+        }
+        for (l, s) in chunks.remainder().iter().enumerate() {
+            self.push(pair_key(*s, id.wrapping_add(l as u32), order), *s);
+        }
+    }
+
     fn shrink(&mut self) {
         let k = self.k;
         if self.buf.len() > k {
@@ -159,9 +183,7 @@ pub fn topk(scores: &[f32], n_cols: usize, k: usize, order: Order) -> Result<Top
     let mut out = vec![0f32; n_queries * k];
     let work = |((row, ids), out): ((&[f32], &mut [u32]), &mut [f32])| {
         let mut sel = Selector::new(k);
-        for (id, s) in row.iter().enumerate() {
-            sel.push(pair_key(*s, id as u32, order), *s);
-        }
+        sel.push_scores(row, 0, order);
         write_entries(&sel.finish(), ids, out);
     };
     if scores.len() >= crate::PAR_MIN_WORK {
@@ -190,5 +212,63 @@ pub(crate) fn write_entries(entries: &[Entry], ids: &mut [u32], scores: &mut [f3
     for ((e, i), s) in entries.iter().zip(ids.iter_mut()).zip(scores.iter_mut()) {
         *i = e.key as u32;
         *s = e.score;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `push_scores` keeps the same entries as a push per score, in both orders, for runs of every length around
+    /// its 16-score groups, with ties, signed zeros, infinities and NaNs, and ids near the top of the range.
+    #[test]
+    fn push_scores_is_a_push_per_score() {
+        let pool = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            3.0,
+        ];
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        for len in 0..=80usize {
+            for k in [1, 2, 5, 16, 40] {
+                for order in [Order::HigherFirst, Order::LowerFirst] {
+                    for first_id in [0u32, 17, u32::MAX - 200] {
+                        let scores: Vec<f32> = (0..len)
+                            .map(|_| {
+                                s = s
+                                    .wrapping_mul(6364136223846793005)
+                                    .wrapping_add(1442695040888963407);
+                                pool[(s >> 33) as usize % pool.len()]
+                            })
+                            .collect();
+                        let mut one = Selector::new(k);
+                        for (i, v) in scores.iter().enumerate() {
+                            one.push(pair_key(*v, first_id + i as u32, order), *v);
+                        }
+                        // Two runs, so the second starts with a full selector and a bound.
+                        let (a, b) = scores.split_at(len / 2);
+                        let mut batched = Selector::new(k);
+                        batched.push_scores(a, first_id, order);
+                        batched.push_scores(b, first_id + a.len() as u32, order);
+                        let bits = |e: Vec<Entry>| {
+                            e.iter()
+                                .map(|e| (e.key, e.score.to_bits()))
+                                .collect::<Vec<_>>()
+                        };
+                        assert_eq!(
+                            bits(batched.finish()),
+                            bits(one.finish()),
+                            "{scores:?} k {k} {order:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
