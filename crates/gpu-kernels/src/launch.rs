@@ -929,7 +929,7 @@ impl Kernels {
     /// scratch stays locked until then.
     pub fn begin_topk<'a>(
         &'a self,
-        gpu: &Gpu,
+        gpu: &'a Gpu,
         scores: &'a CudaSlice<f32>,
         ids: Option<&'a CudaSlice<u32>>,
         segments: Segments<'a>,
@@ -1005,7 +1005,12 @@ impl Kernels {
             ));
         }
         let n_out = n_segments * k;
-        let mut scratch = self.select_scratch.lock();
+        let mut queued = QueuedScratch {
+            guard: self.select_scratch.lock(),
+            gpu,
+            armed: true,
+        };
+        let scratch = &mut *queued.guard;
         if !scratch
             .as_ref()
             .is_some_and(|sc| sc.segments >= n_segments && sc.outputs >= n_out)
@@ -1045,7 +1050,7 @@ impl Kernels {
             pending.radix_select(gpu, sc)?;
         }
         pending.queue_download(gpu, sc)?;
-        pending.scratch = Some(scratch);
+        pending.scratch = Some(queued);
         Ok(pending)
     }
 
@@ -1582,7 +1587,7 @@ impl Kernels {
 pub struct PendingTopK<'a> {
     kernels: &'a Kernels,
     /// The locked scratch, `None` when there is nothing to select (no segments).
-    scratch: Option<parking_lot::MutexGuard<'a, Option<SelectScratch>>>,
+    scratch: Option<QueuedScratch<'a>>,
     scores: &'a CudaSlice<f32>,
     ids: Option<&'a CudaSlice<u32>>,
     segments: Segments<'a>,
@@ -1593,6 +1598,29 @@ pub struct PendingTopK<'a> {
     k: usize,
     higher_first: bool,
     small_k: bool,
+}
+
+/// The selection's scratch, locked while kernels that use it may be queued on `gpu`'s stream. Dropped while
+/// armed (an error between queueing and reading the answer, or a pending selection never finished), it waits
+/// for that stream before it unlocks: the next selection may run on another stream (spreading's slots each have
+/// their own) and must not share the buffers with kernels still queued. `finish` disarms it once the answer's
+/// fence has passed, which orders everything the selection queued.
+#[derive(Debug)]
+struct QueuedScratch<'a> {
+    guard: parking_lot::MutexGuard<'a, Option<SelectScratch>>,
+    gpu: &'a Gpu,
+    armed: bool,
+}
+
+impl Drop for QueuedScratch<'_> {
+    fn drop(&mut self) {
+        if self.armed
+            && let Err(e) = self.gpu.synchronize()
+        {
+            // A failed wait means a failed context: nothing queued on it runs any more.
+            tracing::debug!(error = %e, "select scratch released after a failed stream wait");
+        }
+    }
 }
 
 impl PendingTopK<'_> {
@@ -1652,14 +1680,14 @@ impl PendingTopK<'_> {
     pub fn finish(mut self, gpu: &Gpu) -> Result<TopKResult, KernelError> {
         const K: &str = "select_topk";
         let (n_segments, k) = (self.n_segments, self.k);
-        let Some(mut guard) = self.scratch.take() else {
+        let Some(mut queued) = self.scratch.take() else {
             return Ok(TopKResult {
                 k,
                 ids: Vec::new(),
                 scores: Vec::new(),
             });
         };
-        let Some(sc) = guard.as_mut() else {
+        let Some(sc) = queued.guard.as_mut() else {
             return Err(shape(K, "select scratch missing"));
         };
         let n_out = n_segments * k;
@@ -1673,6 +1701,8 @@ impl PendingTopK<'_> {
             self.queue_download(gpu, sc)?;
             region = self.read_region(gpu, sc)?;
         }
+        // The answer's fence has passed: nothing the selection queued is still to run.
+        queued.armed = false;
         let keys = &region[..n_out];
         let vals: Vec<f32> = region[n_out..words]
             .iter()
