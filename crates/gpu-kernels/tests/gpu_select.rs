@@ -6,12 +6,20 @@ use recall_gpu_sys::Gpu;
 use recall_gpu_sys::memory::stream_is_idle;
 
 fn gpu() -> Option<Gpu> {
-    match Gpu::open(0) {
-        Ok(gpu) => Some(gpu),
-        Err(e) => {
-            eprintln!("skipped: no usable GPU ({e})");
-            None
+    let devices = match recall_gpu_sys::probe().result {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("skipped: no GPU ({why})");
+            return None;
         }
+    };
+    let Some(first) = devices.first() else {
+        eprintln!("skipped: the driver lists no device");
+        return None;
+    };
+    match Gpu::open(first.ordinal) {
+        Ok(gpu) => Some(gpu),
+        Err(e) => panic!("the driver lists GPU {} but it does not open: {e}", first.ordinal),
     }
 }
 
