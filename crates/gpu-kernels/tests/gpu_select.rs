@@ -19,7 +19,10 @@ fn gpu() -> Option<Gpu> {
     };
     match Gpu::open(first.ordinal) {
         Ok(gpu) => Some(gpu),
-        Err(e) => panic!("the driver lists GPU {} but it does not open: {e}", first.ordinal),
+        Err(e) => panic!(
+            "the driver lists GPU {} but it does not open: {e}",
+            first.ordinal
+        ),
     }
 }
 
