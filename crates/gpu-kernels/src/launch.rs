@@ -920,7 +920,7 @@ impl Kernels {
         higher_first: bool,
     ) -> Result<TopKResult, KernelError> {
         self.begin_topk(gpu, scores, ids, segments, k, higher_first)?
-            .finish(gpu)
+            .finish()
     }
 
     /// The first half of [`Kernels::select_topk`]: check the call, queue the selection and the download of
@@ -1675,9 +1675,9 @@ impl PendingTopK<'_> {
         }
     }
 
-    /// Wait for the selection's output (not for anything queued after it) and return the k best pairs per
-    /// segment, best first.
-    pub fn finish(mut self, gpu: &Gpu) -> Result<TopKResult, KernelError> {
+    /// Wait for the selection's output (not for anything queued after it, on the stream `begin_topk` queued it
+    /// on) and return the k best pairs per segment, best first.
+    pub fn finish(mut self) -> Result<TopKResult, KernelError> {
         const K: &str = "select_topk";
         let (n_segments, k) = (self.n_segments, self.k);
         let Some(mut queued) = self.scratch.take() else {
@@ -1687,6 +1687,8 @@ impl PendingTopK<'_> {
                 scores: Vec::new(),
             });
         };
+        // The stream the selection was queued on: the one the guard waits for on an error path.
+        let gpu = queued.gpu;
         let Some(sc) = queued.guard.as_mut() else {
             return Err(shape(K, "select scratch missing"));
         };

@@ -806,7 +806,7 @@ impl Kernels {
                 sparse_hops,
             });
         }
-        let top = pending.map(|p| p.finish(gpu)).transpose()?;
+        let top = pending.map(|p| p.finish()).transpose()?;
         Ok(SpreadOutcome {
             activation,
             top,
