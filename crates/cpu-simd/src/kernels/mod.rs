@@ -91,8 +91,8 @@ pub(crate) const DOTSQ: u8 = 3;
 /// Without it each [`chains`] call transposes them itself. Either way the same chains, the same bits.
 pub(crate) struct Queries<'a> {
     values: &'a [f32],
-    /// `(width, groups)`: `values` transposed as a query-lane kernel of `width` lanes reads them.
-    packed: Option<(usize, Groups)>,
+    /// `(width, dim, groups)`: `values` transposed as a query-lane kernel of `width` lanes reads them at `dim`.
+    packed: Option<(usize, usize, Groups)>,
 }
 
 impl<'a> Queries<'a> {
@@ -127,7 +127,7 @@ impl<'a> Queries<'a> {
         };
         Queries {
             values,
-            packed: width.map(|w| (w, transpose_groups(values, dim, w))),
+            packed: width.map(|w| (w, dim, transpose_groups(values, dim, w))),
         }
     }
 
@@ -137,15 +137,15 @@ impl<'a> Queries<'a> {
     }
 
     /// The queries as `width`-lane groups, each `dim * width` values `k`-major (lane `l` of `k` at
-    /// `k * width + l`), the last group's unused lanes zero: the prepared layout if it is this one, else
-    /// made now.
+    /// `k * width + l`), the last group's unused lanes zero: the prepared layout if it is this one (the same
+    /// width and dim), else made now.
     #[cfg_attr(
         not(any(target_arch = "x86_64", target_arch = "aarch64")),
         allow(dead_code)
     )]
     fn lanes(&self, width: usize, dim: usize) -> std::borrow::Cow<'_, Groups> {
         match &self.packed {
-            Some((w, t)) if *w == width => std::borrow::Cow::Borrowed(t),
+            Some((w, d, t)) if *w == width && *d == dim => std::borrow::Cow::Borrowed(t),
             _ => {
                 #[cfg(test)]
                 TRANSPOSED_IN_CALL.set(TRANSPOSED_IN_CALL.get() + 1);
@@ -347,46 +347,40 @@ mod tests {
     /// scalar chains, for counts of queries around every level's group sizes and rows around its tile sizes.
     #[test]
     fn prepared_queries_are_used_and_change_no_bit() {
-        let dim = 19;
         let value = |i: usize| ((i * 7919 % 1009) as f32 - 504.0) / 97.0;
-        for nq in [1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 70] {
-            for nr in [1, 3, 4, 7, 8, 9, 17] {
-                let queries: Vec<f32> = (0..nq * dim).map(value).collect();
-                let rows: Vec<f32> = (0..nr * dim).map(|i| value(i + 1_000_003)).collect();
-                for mode in [DOT, L2] {
-                    let mut want = vec![0.0f32; nq * nr];
-                    chains_scalar(mode, &queries, &rows, dim, &mut want, nr);
-                    for level in available_levels() {
-                        let mut plain = vec![f32::NAN; nq * nr];
-                        chains(
-                            level,
-                            mode,
-                            &Queries::plain(&queries),
-                            &rows,
-                            dim,
-                            &mut plain,
-                            nr,
-                        );
-                        let prepared = Queries::prepared(level, mode, &queries, dim);
-                        let mut got = vec![f32::NAN; nq * nr];
-                        TRANSPOSED_IN_CALL.set(0);
-                        chains(level, mode, &prepared, &rows, dim, &mut got, nr);
-                        assert_eq!(
-                            TRANSPOSED_IN_CALL.get(),
-                            0,
-                            "{level:?} nq {nq}: the prepared layout was not the kernel's"
-                        );
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(
-                            bits(&plain),
-                            bits(&want),
-                            "{level:?} mode {mode} nq {nq} nr {nr}"
-                        );
-                        assert_eq!(
-                            bits(&got),
-                            bits(&want),
-                            "{level:?} mode {mode} nq {nq} nr {nr}"
-                        );
+        for dim in [1, 19] {
+            for nq in [1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 70] {
+                for nr in [1, 3, 4, 7, 8, 9, 17] {
+                    // An output stride past the row count: values of `out` the kernels must not touch.
+                    let stride = nr + 3;
+                    let queries: Vec<f32> = (0..nq * dim).map(value).collect();
+                    let rows: Vec<f32> = (0..nr * dim).map(|i| value(i + 1_000_003)).collect();
+                    for mode in [DOT, L2] {
+                        let mut want = vec![f32::NAN; nq * stride];
+                        chains_scalar(mode, &queries, &rows, dim, &mut want, stride);
+                        for level in available_levels() {
+                            let case = format!("{level:?} mode {mode} dim {dim} nq {nq} nr {nr}");
+                            let plain = Queries::plain(&queries);
+                            let mut plain_out = vec![f32::NAN; nq * stride];
+                            TRANSPOSED_IN_CALL.set(0);
+                            chains(level, mode, &plain, &rows, dim, &mut plain_out, stride);
+                            let transposes = TRANSPOSED_IN_CALL.get();
+                            let prepared = Queries::prepared(level, mode, &queries, dim);
+                            // A layout only where the kernel reads one (row lanes read the rows as they are).
+                            assert_eq!(prepared.packed.is_some(), transposes > 0, "{case}");
+                            let mut got = vec![f32::NAN; nq * stride];
+                            TRANSPOSED_IN_CALL.set(0);
+                            chains(level, mode, &prepared, &rows, dim, &mut got, stride);
+                            assert_eq!(
+                                TRANSPOSED_IN_CALL.get(),
+                                0,
+                                "{case}: not the kernel's layout"
+                            );
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&plain_out), bits(&want), "{case}");
+                            assert_eq!(bits(&got), bits(&want), "{case}");
+                        }
                     }
                 }
             }

@@ -184,17 +184,25 @@ fn knn_against_reference(dim: usize, nq: usize, n: usize, k: usize, metrics: &[M
 fn knn_streams_many_blocks_in_parallel() {
     // 150 rows of 1025 dims span several blocks; 20 * 150 * 1025 multiply-adds take the parallel path.
     knn_against_reference(1025, 20, 150, 10, &METRICS);
-    // 70 queries: pairs of query groups and a group left over on every level, transposed once for all the
-    // parallel tasks; 300 rows end in a partial tile.
-    knn_against_reference(129, 70, 300, 10, &METRICS);
+    // 70 queries: pairs of query groups and a group left over on every level, transposed once and shared by
+    // the parallel tasks (1,000 rows of 129 dims are three blocks); the last block ends in a partial tile.
+    knn_against_reference(129, 70, 1_000, 10, &METRICS);
     // d = 3: 10,000 rows span three blocks.
     knn_against_reference(3, 3, 10_000, 7, &[Metric::Dot, Metric::L2]);
 }
 
 #[test]
 fn knn_with_many_queries_and_k_equal_to_n() {
-    // 40 queries, k = n = 30,000: the query-split parallel path.
-    knn_against_reference(2, 40, 30_000, 30_000, &[Metric::L2]);
+    // 40 queries, k = n = 30,000: the query-split parallel path (at least 16 queries a thread), each part's
+    // queries prepared on their own. On a pool of two threads, so the path is taken on any machine.
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("a pool of two threads");
+    two.install(|| knn_against_reference(2, 40, 30_000, 30_000, &[Metric::L2]));
+    // 48 queries of 33 dims, k = n = 22,000: parts of 32 and 16 queries, each prepared on its own (pairs of
+    // groups, and a group alone).
+    two.install(|| knn_against_reference(33, 48, 22_000, 22_000, &[Metric::Dot, Metric::L2]));
 }
 
 #[test]
