@@ -460,8 +460,12 @@ pub mod probe_shape {
     pub const K: usize = 10;
     /// k-means: dimension (one Lloyd iteration per call).
     pub const KM_DIM: usize = 32;
-    /// k-means: clusters.
-    pub const KM_CLUSTERS: usize = 16;
+    /// k-means: clusters. A memory engine's anchors: k-means uploads its points once and scores each one
+    /// against every cluster in every iteration, so how much the GPU gains grows with the clusters. With 16
+    /// (before session 34) the upload outweighed the work at every probed size, calibration found the GPU
+    /// never paid, and every k-means ran on the CPU, a 256-cluster call at 2-3x the GPU's time
+    /// (`docs/results/2026-11-28-session34`).
+    pub const KM_CLUSTERS: usize = 256;
     /// Spreading: out-edges per node of the power-law graph.
     pub const EDGES_PER_NODE: usize = 8;
     /// Spreading: hops per call.
@@ -928,9 +932,10 @@ pub fn cache_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("dispatch-{name}.txt"))
 }
 
-/// Format 2: break-even sizes on the [`grid`], best-of-N on both devices ([`measure_point`]). Files of
-/// format 1 (median of 3, bisection and interpolation) are ignored and measured again.
-const HEADER: &str = "# recall dispatch calibration, format 2";
+/// Format 3: break-even sizes on the [`grid`], best-of-N on both devices ([`measure_point`]), k-means probed
+/// with [`probe_shape::KM_CLUSTERS`] = 256 clusters. Files of earlier formats (1: median of 3, bisection and
+/// interpolation; 2: k-means probed with 16 clusters) are ignored and measured again.
+const HEADER: &str = "# recall dispatch calibration, format 3";
 
 /// The text of a cache file.
 pub fn render_cache(key: &str, entries: &[Calibration]) -> String {
@@ -1224,9 +1229,13 @@ mod tests {
         assert_eq!(parse_cache(&text, "H200 | sm_90"), vec![c]);
         assert!(parse_cache(&text, "H100 | sm_90").is_empty());
         assert!(parse_cache("garbage", "x").is_empty());
-        // A file of format 1 (another procedure) is measured again, not read.
-        let old = text.replace("format 2", "format 1");
-        assert!(parse_cache(&old, "H200 | sm_90").is_empty());
+        // Files of formats 1 and 2 (another procedure; k-means probed with 16 clusters) are measured again,
+        // not read.
+        for format in ["format 1", "format 2"] {
+            let old = text.replace("format 3", format);
+            assert_ne!(old, text);
+            assert!(parse_cache(&old, "H200 | sm_90").is_empty());
+        }
         let dir = std::env::temp_dir().join(format!("recall-cal-test-{}", std::process::id()));
         store_cache(&dir, "k/ey", &c).unwrap();
         assert_eq!(load_cache(&dir, "k/ey"), vec![c]);

@@ -259,7 +259,7 @@ fn forced_devices() {
 }
 
 /// Calibration limited to small sizes (a short first call): a probe too small for an op's smallest shape
-/// (k-means' 16 clusters, one clip-and-noise row) is a failed calibration, answered with the default
+/// (k-means' 256 clusters, one clip-and-noise row) is a failed calibration, answered with the default
 /// break-even, never a panic in the caller's call (candidate scoring's probe read past its rows).
 #[test]
 fn calibration_below_an_ops_smallest_probe_uses_the_default() {
