@@ -307,3 +307,83 @@ fn calibration_below_an_ops_smallest_probe_uses_the_default() {
         .unwrap();
     assert_eq!(bits(&out.value), bits(&want));
 }
+
+/// A knn batch over a plain slice, below the slice op's break-even ("never" here: at the probe's 8 queries a call
+/// the GPU, uploading the corpus each call, is 1.5x the CPU), goes to the GPU when its queries repay the upload,
+/// as the two calibrations predict it (`knn`'s CPU model against `knn_resident`'s GPU model plus one upload);
+/// a batch that does not repay it, and a call of fewer queries than two probes', stay on the CPU.
+#[test]
+fn a_knn_batch_over_a_slice_goes_to_the_gpu_when_its_queries_repay_the_upload() {
+    use recall_hybrid_executor::{Calibration, CallOptions, GpuDescription};
+    let dir = std::env::temp_dir().join(format!("recall-exec-batch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // The description `Executor::with_backends` gives a substitute GPU backend, whose key the cache is read by.
+    let desc = GpuDescription {
+        ordinal: 0,
+        name: "substitute backend".into(),
+        sm: "none".into(),
+        sm_count: 0,
+        total_memory: 0,
+        free_memory: 0,
+        l2_cache_bytes: 0,
+        managed_memory_usable: false,
+        driver: "none".into(),
+        image: "none".into(),
+    };
+    let key = calibration::device_key(&desc);
+    let cpu = LinearModel {
+        fixed_s: 1e-6,
+        per_work_s: 1e-9,
+    };
+    let slice = Calibration {
+        op: OpKind::Knn,
+        break_even: u64::MAX,
+        cpu,
+        gpu: LinearModel {
+            fixed_s: 1e-4,
+            per_work_s: 1.5e-9,
+        },
+    };
+    let resident = Calibration {
+        op: OpKind::KnnResident,
+        break_even: 1_000,
+        cpu,
+        gpu: LinearModel {
+            fixed_s: 5e-5,
+            per_work_s: 1e-11,
+        },
+    };
+    calibration::store_cache(&dir, &key, &slice).unwrap();
+    calibration::store_cache(&dir, &key, &resident).unwrap();
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        use_cache: true,
+        cache_dir: Some(dir.clone()),
+        ..config(&clock)
+    };
+    let gpu = Arc::new(FaultInjecting::new(CpuBackend, FaultPlan::new()));
+    let exec = Executor::with_backends(cfg, Arc::new(CpuBackend), Some(gpu)).unwrap();
+    // 2,000 rows of 4: an upload predicted at about 0.15 ms. 256 queries: CPU 2.05 ms, GPU 0.20 ms. 16 queries:
+    // CPU 0.13 ms, GPU 0.20 ms. 8 queries: the slice break-even alone decides.
+    let corpus = matrix(7, 2_000, 4);
+    let run = |nq: usize| {
+        let q = matrix(nq as u64, nq, 4);
+        let out = exec
+            .knn(&CallOptions::default(), &q, &corpus, 4, Metric::Dot, 3)
+            .unwrap();
+        let want = CpuBackend.knn(&q, &corpus, 4, Metric::Dot, 3).unwrap();
+        assert_eq!(out.value, want, "{nq} queries");
+        assert_eq!(out.fallback, None);
+        out.device
+    };
+    assert_eq!(run(256), GPU);
+    assert_eq!(run(16), Device::Cpu);
+    assert_eq!(run(8), Device::Cpu);
+    // explain_op knows no batch: the slice break-even alone.
+    assert_eq!(
+        exec.explain_op(OpKind::Knn, 256 * 2_000 * 4).device,
+        Device::Cpu
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
