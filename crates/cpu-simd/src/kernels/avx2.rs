@@ -15,7 +15,7 @@ pub(super) const QUERY_LANES_MIN: usize = 4;
 /// ratio 1.27 to 1.67 with four tiles, 1.08 to 1.27 with two).
 macro_rules! lanes8 {
     ($feat:literal, $nt:literal) => {
-        use super::super::{DOT, DOTSQ, L2, Queries, SQ};
+        use super::super::{DOT, DOTSQ, L2, Queries, SQ, scatter};
         use core::arch::x86_64::*;
 
         const LANES: usize = super::QUERY_LANES;
@@ -319,28 +319,6 @@ macro_rules! lanes8 {
                 let res = query_block::<MODE, G, 1>(qts, &rows[r * dim..(r + 1) * dim], dim);
                 scatter(&res, out, out_stride, qb, nq, r);
                 r += 1;
-            }
-        }
-
-        /// `res[g][ri][l]` is query `qb + 8 g + l`'s chain with row `r + ri`; lanes past `nq` are
-        /// dropped.
-        fn scatter<const G: usize, const R: usize>(
-            res: &[[[f32; LANES]; R]; G],
-            out: &mut [f32],
-            out_stride: usize,
-            qb: usize,
-            nq: usize,
-            r: usize,
-        ) {
-            for (g, rg) in res.iter().enumerate() {
-                let q0 = qb + g * LANES;
-                for l in 0..nq.saturating_sub(q0).min(LANES) {
-                    // One bounds check per query, then its `R` consecutive scores.
-                    let dst = &mut out[(q0 + l) * out_stride + r..][..R];
-                    for (d, lanes) in dst.iter_mut().zip(rg) {
-                        *d = lanes[l];
-                    }
-                }
             }
         }
 

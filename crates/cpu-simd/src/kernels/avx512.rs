@@ -1,7 +1,7 @@
 //! AVX-512F, 16 lanes. Query lanes: 16 queries transposed once to `k`-major, a broadcast corpus value
 //! FMA'd against them. Row lanes (fewer than 8 queries, norms) use the AVX2 kernel.
 
-use super::{DOT, L2, Queries, RoundKeys, SQ};
+use super::{DOT, L2, Queries, RoundKeys, SQ, scatter};
 use core::arch::x86_64::*;
 
 const LANES: usize = 16;
@@ -101,27 +101,6 @@ fn group_rows<const MODE: u8, const G: usize>(
         let res = query_block::<MODE, G, 1>(qts, &rows[r * dim..(r + 1) * dim], dim);
         scatter(&res, out, out_stride, qb, nq, r);
         r += 1;
-    }
-}
-
-/// `res[g][ri][l]` is query `qb + 16 g + l`'s chain with row `r + ri`; lanes past `nq` are dropped.
-fn scatter<const G: usize, const R: usize>(
-    res: &[[[f32; LANES]; R]; G],
-    out: &mut [f32],
-    out_stride: usize,
-    qb: usize,
-    nq: usize,
-    r: usize,
-) {
-    for (g, rg) in res.iter().enumerate() {
-        let q0 = qb + g * LANES;
-        for l in 0..nq.saturating_sub(q0).min(LANES) {
-            // One bounds check per query, then its `R` consecutive scores.
-            let dst = &mut out[(q0 + l) * out_stride + r..][..R];
-            for (d, lanes) in dst.iter_mut().zip(rg) {
-                *d = lanes[l];
-            }
-        }
     }
 }
 

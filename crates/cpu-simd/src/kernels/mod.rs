@@ -178,6 +178,32 @@ impl std::ops::Deref for Groups {
     }
 }
 
+/// A query-lane tile's chains into `out` (query-major, rows `out_stride` apart): `res[g][ri][l]` is query
+/// `qb + W g + l`'s chain with row `r + ri`; lanes past `nq` (zero queries) are dropped. One bounds check per
+/// query, then its `R` consecutive scores (a check per score was 18 % of a k-means iteration at dim 128).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+fn scatter<const W: usize, const G: usize, const R: usize>(
+    res: &[[[f32; W]; R]; G],
+    out: &mut [f32],
+    out_stride: usize,
+    qb: usize,
+    nq: usize,
+    r: usize,
+) {
+    for (g, rg) in res.iter().enumerate() {
+        let q0 = qb + g * W;
+        for l in 0..nq.saturating_sub(q0).min(W) {
+            let dst = &mut out[(q0 + l) * out_stride + r..][..R];
+            for (d, lanes) in dst.iter_mut().zip(rg) {
+                *d = lanes[l];
+            }
+        }
+    }
+}
+
 /// `values` (row-major, `dim` columns) as groups of `width` rows, each group `k`-major, unused lanes zero.
 fn transpose_groups(values: &[f32], dim: usize, width: usize) -> Groups {
     let len = values.len().checked_div(dim).unwrap_or(0).div_ceil(width) * dim * width;

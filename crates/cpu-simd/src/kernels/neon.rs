@@ -14,7 +14,7 @@
 //! no flush to zero unless a program sets `FPCR.FZ`, which Linux does not), unlike 32-bit ARM NEON,
 //! which always flushes subnormals; that is why this path is aarch64 only.
 
-use super::{DOT, DOTSQ, L2, Queries, SQ};
+use super::{DOT, DOTSQ, L2, Queries, SQ, scatter};
 use core::arch::aarch64::*;
 
 const LANES: usize = 4;
@@ -312,7 +312,7 @@ fn query_lanes(
             } else {
                 query_block::<DOT, R>(qt, &rows[r * dim..(r + R) * dim], dim)
             };
-            scatter(&res, out, out_stride, qb, nl, r);
+            scatter(&[res], out, out_stride, qb, qb + nl, r);
             r += R;
         }
         while r < nr {
@@ -321,25 +321,8 @@ fn query_lanes(
             } else {
                 query_block::<DOT, 1>(qt, &rows[r * dim..(r + 1) * dim], dim)
             };
-            scatter(&res, out, out_stride, qb, nl, r);
+            scatter(&[res], out, out_stride, qb, qb + nl, r);
             r += 1;
-        }
-    }
-}
-
-fn scatter<const RR: usize>(
-    res: &[[f32; QV * LANES]; RR],
-    out: &mut [f32],
-    out_stride: usize,
-    qb: usize,
-    nl: usize,
-    r: usize,
-) {
-    for l in 0..nl {
-        // One bounds check per query, then its `RR` consecutive scores.
-        let dst = &mut out[(qb + l) * out_stride + r..][..RR];
-        for (d, lanes) in dst.iter_mut().zip(res) {
-            *d = lanes[l];
         }
     }
 }
