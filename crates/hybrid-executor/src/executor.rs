@@ -277,20 +277,7 @@ pub enum Reason {
         source: ThresholdSource,
         calibrated: Option<u64>,
     },
-    /// A knn batch over a plain slice below the slice op's break-even (measured at the probe's queries a call),
-    /// whose queries repay the corpus upload: predicted seconds on each device (see [`BATCH_MARGIN`]).
-    BatchRepaysUpload {
-        work: u64,
-        queries: usize,
-        gpu_s: f64,
-        cpu_s: f64,
-    },
 }
-
-/// A knn batch over a plain slice goes to the GPU below the slice op's break-even only when the GPU is predicted
-/// to take at most this share of the CPU's time: the prediction extrapolates calibration's linear models far
-/// past the sizes they were measured at, so it must win clearly.
-pub const BATCH_MARGIN: f64 = 0.8;
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -329,18 +316,6 @@ impl fmt::Display for Reason {
                 moved(f, calibrated, *break_even)?;
                 f.write_str(")")
             }
-            Reason::BatchRepaysUpload {
-                work,
-                queries,
-                gpu_s,
-                cpu_s,
-            } => write!(
-                f,
-                "{work} work units below the slice break-even, but {queries} queries repay the corpus upload \
-                 (predicted {:.3} ms on the GPU, {:.3} ms on the CPU)",
-                gpu_s * 1e3,
-                cpu_s * 1e3
-            ),
         }
     }
 }
@@ -784,7 +759,7 @@ impl Executor {
     /// Where a call of `op` with `work` work units would run now, and why. Changes nothing (does not
     /// calibrate, does not take the breaker's probe).
     pub fn explain_op(&self, op: OpKind, work: u64) -> Decision {
-        let (device, reason) = self.decide(op, work, 1, false);
+        let (device, reason) = self.decide(op, work, false);
         Decision {
             op,
             work,
@@ -869,33 +844,8 @@ impl Executor {
         }
     }
 
-    /// A knn batch over a plain slice (`queries` queries, `work` multiply-adds): the predicted seconds of the GPU
-    /// and of the CPU, from the calibrations of `knn` (`slice`) and `knn_resident`. The slice op's break-even is
-    /// measured at the probe's queries a call, each uploading the whole corpus, so it says CPU for a batch of any
-    /// size once that upload outweighs the probe's work (on an H200 host with 16 cores, always: session 34, run
-    /// F); the upload grows with the corpus, the work with the queries too. So: the CPU as `knn`'s CPU model; the
-    /// GPU as `knn_resident`'s GPU model (the corpus there already) plus one upload, `knn`'s GPU model minus
-    /// `knn_resident`'s at the probe's queries over the same corpus. `None` without both calibrations (with
-    /// `live`, `knn_resident` is calibrated here on first use).
-    fn predict_slice_batch(
-        &self,
-        slice: &Calibration,
-        work: u64,
-        queries: usize,
-        live: bool,
-    ) -> Option<(f64, f64)> {
-        let resident = self.threshold(OpKind::KnnResident, live).calibration?;
-        let probe_work = work / queries.max(1) as u64 * calibration::probe_shape::QUERIES as u64;
-        let upload_s = (slice.gpu.predict(probe_work) - resident.gpu.predict(probe_work)).max(0.0);
-        Some((
-            resident.gpu.predict(work) + upload_s,
-            slice.cpu.predict(work),
-        ))
-    }
-
-    /// The device and reason for a call of `units` units (queries, for the dense ops); with `live`, calibrates on
-    /// first use.
-    fn decide(&self, op: OpKind, work: u64, units: usize, live: bool) -> (Device, Reason) {
+    /// The device and reason for a call; with `live`, calibrates on first use.
+    fn decide(&self, op: OpKind, work: u64, live: bool) -> (Device, Reason) {
         let Some(gpu) = self.gpu.as_deref() else {
             return match (self.config.policy, &self.gpu_status) {
                 (DevicePolicy::Cpu, _) => (Device::Cpu, Reason::PolicyCpu),
@@ -912,41 +862,22 @@ impl Executor {
                     Some(c) => (self.live.adjust(op, c), Some(c.break_even)),
                     None => (t.break_even, None),
                 };
-                let batch = match &t.calibration {
-                    Some(slice)
-                        if op == OpKind::Knn
-                            && work < break_even
-                            && units >= 2 * calibration::probe_shape::QUERIES =>
-                    {
-                        self.predict_slice_batch(slice, work, units, live)
-                            .filter(|(gpu_s, cpu_s)| *gpu_s <= BATCH_MARGIN * cpu_s)
-                    }
-                    _ => None,
-                };
-                match batch {
-                    Some((gpu_s, cpu_s)) => Reason::BatchRepaysUpload {
-                        work,
-                        queries: units,
-                        gpu_s,
-                        cpu_s,
-                    },
-                    None if work < break_even => {
-                        return (
-                            Device::Cpu,
-                            Reason::BelowBreakEven {
-                                work,
-                                break_even,
-                                source: t.source,
-                                calibrated,
-                            },
-                        );
-                    }
-                    None => Reason::AboveBreakEven {
-                        work,
-                        break_even,
-                        source: t.source,
-                        calibrated,
-                    },
+                if work < break_even {
+                    return (
+                        Device::Cpu,
+                        Reason::BelowBreakEven {
+                            work,
+                            break_even,
+                            source: t.source,
+                            calibrated,
+                        },
+                    );
+                }
+                Reason::AboveBreakEven {
+                    work,
+                    break_even,
+                    source: t.source,
+                    calibrated,
                 }
             }
         };
@@ -991,7 +922,7 @@ impl Executor {
         let tenant = permit.as_ref().map(|p| &*p.info);
         let kind = op.kind();
         let work = op.work();
-        let (device, reason) = self.decide(kind, work, op.units(), true);
+        let (device, reason) = self.decide(kind, work, true);
         if let Reason::BreakerOpen { .. } = reason {
             self.metrics.record_breaker_rejection();
         }

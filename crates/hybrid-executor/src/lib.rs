@@ -62,8 +62,8 @@ pub use calibration::{Calibration, CalibrationConfig, LinearModel, ThresholdSour
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{Device, DevicePolicy, GpuDescription, GpuStatus};
 pub use executor::{
-    BATCH_MARGIN, CallOptions, CorpusRef, Decision, ExecError, Executor, ExecutorConfig, Mode,
-    Outcome, Reason, parse_gpu_list,
+    CallOptions, CorpusRef, Decision, ExecError, Executor, ExecutorConfig, Mode, Outcome, Reason,
+    parse_gpu_list,
 };
 pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, FaultStep, Trigger};
 pub use gpu_backend::{GpuBackend, STAGED_CHUNK_BYTES, bundle_arches};
