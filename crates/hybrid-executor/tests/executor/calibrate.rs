@@ -258,9 +258,10 @@ fn forced_devices() {
     let _ = model_crossover;
 }
 
-/// Calibration limited to small sizes (a short first call): a probe too small for an op's smallest shape
-/// (k-means' 256 clusters, one clip-and-noise row) is a failed calibration, answered with the default
-/// break-even, never a panic in the caller's call (candidate scoring's probe read past its rows).
+/// Calibration limited to sizes below an op's smallest probe call (k-means' 256 clusters, candidate scoring's `K`
+/// rows, one clip-and-noise row): the probe runs its smallest call instead, or calibration fails and the default
+/// break-even holds; never a panic in the caller's call (candidate scoring's probe read past its rows), and the
+/// answers are the CPU's.
 #[test]
 fn calibration_below_an_ops_smallest_probe_uses_the_default() {
     let clock = ManualClock::new();
