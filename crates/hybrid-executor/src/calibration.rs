@@ -329,6 +329,15 @@ pub fn calibrate(
 /// [`Point`] records and a break-even size reports. Non-decreasing.
 pub type WorkOf<'a> = dyn Fn(u64) -> u64 + 'a;
 
+/// The [`grid`] sizes from `min_work` to `max_work` whose calls do distinct work: of several sizes that
+/// `work_of` maps to the same call (a probe clamps small sizes up to its smallest call: k-means' 256 points
+/// took 36 of 64 sizes), only the first. Calibration and the sweep measure each call once.
+pub fn distinct_grid(min_work: u64, max_work: u64, work_of: &WorkOf<'_>) -> Vec<u64> {
+    let mut sizes = grid(min_work, max_work);
+    sizes.dedup_by_key(|w| work_of(*w));
+    sizes
+}
+
 /// [`calibrate`], also returning every point it measured (sorted by work), each point's work given by
 /// `work_of`.
 pub fn calibrate_points(
@@ -338,7 +347,7 @@ pub fn calibrate_points(
     measure: &mut Measure<'_>,
     work_of: &WorkOf<'_>,
 ) -> Result<(Calibration, Vec<Point>), BackendError> {
-    let sizes = grid(config.min_work, config.max_work);
+    let sizes = distinct_grid(config.min_work, config.max_work, work_of);
     let top = sizes.len() - 1;
     let mut ladder: Vec<usize> = (0..=top).step_by(LADDER_EVERY.max(1)).collect();
     if ladder.last() != Some(&top) {
@@ -390,7 +399,7 @@ pub struct Sweep {
     pub crossover: Option<u64>,
 }
 
-/// Time every [`grid`] size of `config` with [`measure_point`] (the same statistic as calibration) and
+/// Time every [`distinct_grid`] size of `config` with [`measure_point`] (the same statistic as calibration) and
 /// take the [`crossover`] (the same definition); each point's work given by `work_of`.
 pub fn sweep(
     gpu: Device,
@@ -398,7 +407,7 @@ pub fn sweep(
     measure: &mut Measure<'_>,
     work_of: &WorkOf<'_>,
 ) -> Result<Sweep, BackendError> {
-    let points = grid(config.min_work, config.max_work)
+    let points = distinct_grid(config.min_work, config.max_work, work_of)
         .into_iter()
         .map(|w| {
             let p = measure_point(measure, gpu, w, config.reps)?;
@@ -1211,6 +1220,23 @@ mod tests {
         assert_eq!(always.break_even, cfg.min_work);
     }
 
+    /// A probe that clamps small sizes up to its smallest call is measured once there, not once per grid size;
+    /// exact work (`|w| w`) keeps the whole grid.
+    #[test]
+    fn sizes_of_the_same_call_are_measured_once() {
+        let exact = distinct_grid(1 << 12, 1 << 28, &|w| w);
+        assert_eq!(exact, grid(1 << 12, 1 << 28));
+        let smallest = 2_097_152u64;
+        let clamped = distinct_grid(1 << 12, 1 << 28, &|w: u64| w.max(smallest));
+        let grid_all = grid(1 << 12, 1 << 28);
+        let below = grid_all.iter().filter(|w| **w <= smallest).count();
+        assert_eq!(clamped.len(), grid_all.len() - below + 1, "{clamped:?}");
+        assert_eq!(clamped[0], grid_all[0]);
+        assert!(clamped[1..].iter().all(|w| *w > smallest));
+        let works: Vec<u64> = clamped.iter().map(|w| (*w).max(smallest)).collect();
+        assert!(works.windows(2).all(|p| p[0] < p[1]), "{works:?}");
+    }
+
     #[test]
     fn cache_round_trip_and_key_check() {
         let c = Calibration {
@@ -1295,9 +1321,11 @@ mod tests {
             let probe = Probe::new(op, cfg.max_work);
             let sizes = grid(cfg.min_work, cfg.max_work);
             let works: Vec<u64> = c.sweep_points.iter().map(|p| p.work).collect();
-            let want: Vec<u64> = sizes.iter().map(|&w| probe.work_of(op, w)).collect();
+            // Every distinct call of the grid, once.
+            let mut want: Vec<u64> = sizes.iter().map(|&w| probe.work_of(op, w)).collect();
+            want.dedup();
             assert_eq!(works, want, "{op}");
-            assert!(works.windows(2).all(|w| w[0] <= w[1]), "{op}: {works:?}");
+            assert!(works.windows(2).all(|w| w[0] < w[1]), "{op}: {works:?}");
             assert_eq!(c.range, (want[0], want[want.len() - 1]), "{op}");
             assert!(c.calibration_points.len() <= c.sweep_points.len(), "{op}");
             for p in c.sweep_points.iter().chain(&c.calibration_points) {
