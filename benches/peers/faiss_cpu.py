@@ -8,9 +8,10 @@ Needs `faiss-cpu` (pip); prints {"available": false, ...} without it. By hand:
 Cases (all cores, FAISS's OpenMP default):
 - `cosine_top10_q{1,64}`: IndexFlatIP over the corpus normalised once (not timed); each timed call
   normalises its queries and searches top-10, as a cosine search through FAISS runs.
-- `..._blas`: the same with `distance_compute_blas_threshold = 20`: FAISS 1.15's default (128,000, compared
-  with queries x dim) keeps 64 queries of 768 dims on its one-pair-at-a-time path; this knob sends them to
-  BLAS (sgemm), as older releases did from 20 queries on.
+- `..._blas`: the same with `distance_compute_blas_threshold = 20`. With FAISS 1.15's default (128,000) 64
+  queries of 768 dims ran about 15x slower than with 20 or 1,000 on the development VM: off BLAS, one pair at a
+  time (inferred from the timings, not from FAISS's source). This knob sends them to BLAS (sgemm), as older
+  releases did from 20 queries on.
 - `kmeans_assign`: the assignment step of a k-means iteration, 100,000 x 128 points against 1,024
   centroids (IndexFlatL2 search, k = 1: BLAS and an argmin).
 - `kmeans_1_iteration`: faiss.Kmeans(niter=1) training on the same points (its own sampling and seeding, one
