@@ -463,6 +463,23 @@ struct ProbeCandidates {
 pub mod probe_shape {
     /// Queries per call of the dense ops and candidate scoring.
     pub const QUERIES: usize = 8;
+    /// Queries per call of `knn_batch`'s probe (a knn over a plain slice; the probe's first rows are its
+    /// queries), and the fewest queries, and rows, a knn over a slice needs to be dispatched as `knn_batch`.
+    ///
+    /// Why a probe of its own: a slice call uploads its whole corpus, and at `QUERIES` a call that upload
+    /// outweighs the work wherever the CPU has many cores (on an H200 host with 16, `knn`'s break-even is
+    /// "never"), so before `knn_batch` a batch of any size over a slice ran on the CPU, 512 queries over
+    /// 500,000 x 768 at 1.7-1.9x the GPU's time (`docs/results/2026-11-28-session34`, runs F-H). The CPU's
+    /// time per multiply-add also falls several times from 8 queries to many, so neither device can be
+    /// predicted from `knn`'s probe (a prediction that tried was reverted: same results, run H).
+    ///
+    /// Why its break-even holds for larger batches: a call of `Q` queries over `N` rows of `d` values
+    /// uploads `(Q + N) d` values for `Q N d` multiply-adds, `4 (1/Q + 1/N)` bytes per multiply-add. With
+    /// `Q` and `N` at least `BATCH_QUERIES` and the work at least the probe's crossover (`BATCH_QUERIES`
+    /// queries over `N*` rows), `1/Q + 1/N` is at most `1/BATCH_QUERIES + 1/N*`, the probe's own: such a call
+    /// uploads no more per multiply-add than the probe did where the GPU started to win, and both devices'
+    /// compute scales with the work. A call with fewer queries or rows stays `knn`.
+    pub const BATCH_QUERIES: usize = 256;
     /// Dimension of the dense ops, candidate scoring and clip-and-noise.
     pub const DIM: usize = 128;
     /// Neighbours per query (knn, candidates).
@@ -507,6 +524,7 @@ impl Probe {
             }
             OpKind::KMeans => (max_work / ps::KM_CLUSTERS as u64).min(1 << 25) as usize,
             OpKind::Spread | OpKind::SpreadResident => 0,
+            OpKind::KnnBatch => (batch_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
             _ => (dense_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
         }
         // At least the op's smallest probe, whatever `max_work` says: the probes clamp their sizes up to it
@@ -515,6 +533,8 @@ impl Probe {
             OpKind::KMeans => ps::KM_CLUSTERS * ps::KM_DIM,
             OpKind::ScoreCandidates | OpKind::ScoreCandidatesResident => ps::K * ps::DIM,
             OpKind::Spread | OpKind::SpreadResident => 0,
+            // Its queries are its first rows.
+            OpKind::KnnBatch => ps::BATCH_QUERIES * ps::DIM,
             _ => ps::DIM,
         }) + ps::QUERIES * ps::DIM;
         let mut s = 0x243F_6A88_85A3_08D3u64;
@@ -543,6 +563,7 @@ impl Probe {
                 values / ps::DIM as u64 * (ps::QUERIES * ps::DIM / 4) as u64
             }
             OpKind::KMeans => values / ps::KM_DIM as u64 * (ps::KM_DIM * ps::KM_CLUSTERS) as u64,
+            OpKind::KnnBatch => values / ps::DIM as u64 * (ps::BATCH_QUERIES * ps::DIM) as u64,
             _ => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM) as u64,
         }
     }
@@ -568,6 +589,10 @@ impl Probe {
                 (work / per_point).clamp(ps::KM_CLUSTERS as u64, max_points) * per_point
             }
             OpKind::ClipAndNoise => (work / d).clamp(1, max_rows) * d,
+            OpKind::KnnBatch => {
+                let b = ps::BATCH_QUERIES as u64;
+                b * batch_rows(work).clamp(b, max_rows.max(b)) * d
+            }
             _ => q * dense_rows(work).min(max_rows) * d,
         }
     }
@@ -676,6 +701,14 @@ impl Probe {
                     .knn(q, c, dim, Metric::Cosine, (c.len() / dim).min(ps::K))
                     .map(drop)
             }
+            OpKind::KnnBatch => {
+                let rows = (self.work_of(op, work) / (ps::BATCH_QUERIES * dim) as u64) as usize;
+                let c = &self.values()[..rows * dim];
+                let q = &self.values()[..ps::BATCH_QUERIES * dim];
+                backend
+                    .knn(q, c, dim, Metric::Cosine, rows.min(ps::K))
+                    .map(drop)
+            }
             OpKind::KnnResident => {
                 let corpus = self.probe_corpus(work)?;
                 let k = corpus.n_rows().min(ps::K);
@@ -763,6 +796,11 @@ fn cached<T: Clone>(
 /// Corpus rows of a dense probe call of `work` multiply-adds (`QUERIES x rows x DIM`), at least 1.
 fn dense_rows(work: u64) -> u64 {
     (work / (ps::QUERIES * ps::DIM) as u64).max(1)
+}
+
+/// Rows of `knn_batch`'s probe at `work`.
+fn batch_rows(work: u64) -> u64 {
+    (work / (ps::BATCH_QUERIES * ps::DIM) as u64).max(1)
 }
 
 /// A calibration of `op` as the executor runs it on first use (the probe prepared outside each timed

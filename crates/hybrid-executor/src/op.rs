@@ -18,8 +18,13 @@ pub enum OpKind {
     CosineScores,
     /// Dense scores for any metric, queries x corpus.
     Similarity,
-    /// Similarity fused with top-k.
+    /// Similarity fused with top-k over a plain slice.
     Knn,
+    /// Similarity fused with top-k over a plain slice, for a batch: at least
+    /// [`BATCH_QUERIES`](crate::calibration::probe_shape::BATCH_QUERIES) queries against at least as many rows.
+    /// Calibrated at that many queries a call (`Knn` at 8), so a batch goes to the GPU where its queries repay
+    /// the corpus upload, which `Knn`'s break-even says they never do on a host with many cores.
+    KnnBatch,
     /// Similarity fused with top-k against a corpus handle: on the GPU the corpus stays resident, so a
     /// call moves only its queries (a break-even of its own, far below `Knn`'s).
     KnnResident,
@@ -40,10 +45,11 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in index order.
-    pub const ALL: [OpKind; 10] = [
+    pub const ALL: [OpKind; 11] = [
         OpKind::CosineScores,
         OpKind::Similarity,
         OpKind::Knn,
+        OpKind::KnnBatch,
         OpKind::KnnResident,
         OpKind::ScoreCandidates,
         OpKind::ScoreCandidatesResident,
@@ -61,6 +67,7 @@ impl OpKind {
             OpKind::CosineScores => "cosine_scores",
             OpKind::Similarity => "similarity",
             OpKind::Knn => "knn",
+            OpKind::KnnBatch => "knn_batch",
             OpKind::KnnResident => "knn_resident",
             OpKind::ScoreCandidates => "score_candidates",
             OpKind::ScoreCandidatesResident => "score_candidates_resident",

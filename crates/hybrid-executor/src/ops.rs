@@ -134,8 +134,12 @@ struct KnnOp<'a> {
 impl Op for KnnOp<'_> {
     type Output = TopK;
     fn kind(&self) -> OpKind {
+        let batch = crate::calibration::probe_shape::BATCH_QUERIES;
         if self.shared.is_some() {
             OpKind::KnnResident
+        } else if self.units() >= batch && self.corpus.len() / self.dim >= batch {
+            // Its own break-even: see `OpKind::KnnBatch` and `calibration::probe_shape::BATCH_QUERIES`.
+            OpKind::KnnBatch
         } else {
             OpKind::Knn
         }

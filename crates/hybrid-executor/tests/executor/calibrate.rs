@@ -308,3 +308,97 @@ fn calibration_below_an_ops_smallest_probe_uses_the_default() {
         .unwrap();
     assert_eq!(bits(&out.value), bits(&want));
 }
+
+/// A knn over a plain slice whose time follows a device's shape, not its work alone: the CPU is bound by
+/// memory at few queries and by multiply-adds at many; the GPU uploads queries and corpus, `(Q + N) d` values,
+/// at a bus's speed. Answers like the CPU for the test's own calls (`dim` below 128); the calibration probes'
+/// answers are dropped, so none is computed for them.
+#[derive(Debug)]
+struct Shaped {
+    clock: Arc<ManualClock>,
+    device: Device,
+}
+
+impl Backend for Shaped {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn knn(
+        &self,
+        q: &[f32],
+        c: &[f32],
+        dim: usize,
+        metric: Metric,
+        k: usize,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        let (nq, n, d) = ((q.len() / dim) as f64, (c.len() / dim) as f64, dim as f64);
+        let secs = match self.device {
+            // 50 GB/s of memory, 100 G multiply-adds a second.
+            Device::Cpu => 2e-6 + (n * d * 4.0 / 50e9).max(nq * n * d / 1e11),
+            // 10 GB/s up the bus, 10 T multiply-adds a second.
+            _ => 100e-6 + (nq + n) * d * 4.0 / 10e9 + nq * n * d / 1e13,
+        };
+        self.clock.advance(Duration::from_secs_f64(secs));
+        if dim >= calibration::probe_shape::DIM {
+            return Ok(recall_cpu_simd::TopK {
+                k,
+                ids: Vec::new(),
+                scores: Vec::new(),
+            });
+        }
+        CpuBackend.knn(q, c, dim, metric, k)
+    }
+}
+
+/// At 8 queries a call the upload outweighs the work at every size (`knn`'s break-even: never); at
+/// `BATCH_QUERIES` the GPU wins from about 400 rows. A slice call of at least `BATCH_QUERIES` queries against at
+/// least as many rows is `knn_batch` and goes to the GPU above that break-even; fewer queries, fewer rows, or
+/// less work stay on the CPU. Without `knn_batch` the 256-query call below runs on the CPU.
+#[test]
+fn a_knn_batch_over_a_slice_has_its_own_break_even() {
+    use recall_hybrid_executor::CallOptions;
+    use recall_hybrid_executor::calibration::probe_shape::BATCH_QUERIES;
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        gpu_min_work: 1 << 24,
+        ..config(&clock)
+    };
+    let shaped = |device| {
+        Arc::new(Shaped {
+            clock: clock.clone(),
+            device,
+        })
+    };
+    let exec = Executor::with_backends(cfg, shaped(Device::Cpu), Some(shaped(GPU))).unwrap();
+    let run = |nq: usize, rows: usize| {
+        let (q, c) = (matrix(nq as u64, nq, 16), matrix(7, rows, 16));
+        let out = exec
+            .knn(&CallOptions::default(), &q, &c, 16, Metric::Cosine, 3)
+            .unwrap();
+        let want = CpuBackend.knn(&q, &c, 16, Metric::Cosine, 3).unwrap();
+        assert_eq!(out.value, want, "{nq} queries over {rows} rows");
+        out.device
+    };
+    assert_eq!(run(BATCH_QUERIES, 8_000), GPU);
+    assert_eq!(run(2 * BATCH_QUERIES, 8_000), GPU);
+    assert_eq!(run(BATCH_QUERIES - 1, 8_000), Device::Cpu);
+    assert_eq!(run(8, 8_000), Device::Cpu);
+    assert_eq!(run(2 * BATCH_QUERIES, BATCH_QUERIES - 1), Device::Cpu);
+    assert_eq!(run(BATCH_QUERIES, 300), Device::Cpu);
+    let knn = exec.explain_op(OpKind::Knn, 1 << 40);
+    assert_eq!(knn.device, Device::Cpu, "{knn}");
+    let batch = exec.explain_op(OpKind::KnnBatch, 256 * 8_000 * 16);
+    assert_eq!(batch.device, GPU, "{batch}");
+    let Reason::AboveBreakEven {
+        break_even, source, ..
+    } = batch.reason
+    else {
+        panic!("{batch}");
+    };
+    assert_eq!(source, ThresholdSource::Calibrated);
+    // The probe's crossover: 128 values a row, from about 406 rows (the rows where the two times meet).
+    let rows = break_even as f64 / (BATCH_QUERIES * calibration::probe_shape::DIM) as f64;
+    assert!((380.0..520.0).contains(&rows), "{batch}: {rows} rows");
+}
