@@ -2,7 +2,7 @@
 //! uploading large pageable slices at pinned speed: the host copies chunk i + 1 into one page-locked slot
 //! (with as many threads as the caller's copy closure uses) while the copy engine DMAs chunk i from the other.
 
-use crate::buffers::{DeviceBuffer, DeviceCopy};
+use crate::buffers::{DeviceBuffer, DeviceCopy, DeviceSlice};
 use crate::cuda::{CudaPinned, GpuMemory, Stream};
 use crate::error::{PoolError, byte_len};
 use crate::pool::Block;
@@ -153,6 +153,18 @@ impl StagingRing {
             return Ok(());
         }
         copied
+    }
+
+    /// [`StagingRing::upload_with`] into the buffer under a [`DeviceSlice`] (a launcher-facing buffer kept in a
+    /// field, such as a reused scratch): `src` into `dst` from element `dst_offset`.
+    pub fn upload_slice_with<T: DeviceCopy>(
+        &mut self,
+        src: &[T],
+        dst: &mut DeviceSlice<T>,
+        dst_offset: usize,
+        copy: impl Fn(&mut [u8], &[u8]) + Sync,
+    ) -> Result<(), PoolError> {
+        self.upload_with(src, dst.buffer_mut(), dst_offset, copy)
     }
 
     /// Stream raw bytes to `dst_addr` through the slots, on the copy stream.
