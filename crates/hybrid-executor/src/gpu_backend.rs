@@ -6,7 +6,8 @@
 /// over the corpus budget). Page-locking its two staging buffers (`cuMemHostAlloc`) costs about 0.4 s a GiB on an
 /// H200 host: over 1 M x 768, with the buffers page-locked on every call, the staged call took 121 ms with 16 MiB
 /// chunks, 130 with 64, 321 with 256 and 968 with 1,024 (session 32, run E), while the registered path took 56-57 ms
-/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small.
+/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small. The staged upload
+/// of large caller data ([`STAGED_UPLOAD_MIN_BYTES`]) uses chunks of this size too.
 pub const STAGED_CHUNK_BYTES: usize = 32 << 20;
 
 /// Caller data of at least this many bytes (a plain slice's rows or queries, k-means' points, clip-and-noise's
