@@ -6,8 +6,48 @@
 /// over the corpus budget). Page-locking its two staging buffers (`cuMemHostAlloc`) costs about 0.4 s a GiB on an
 /// H200 host: over 1 M x 768, with the buffers page-locked on every call, the staged call took 121 ms with 16 MiB
 /// chunks, 130 with 64, 321 with 256 and 968 with 1,024 (session 32, run E), while the registered path took 56-57 ms
-/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small.
+/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small. The staged upload
+/// of large caller data ([`STAGED_UPLOAD_MIN_BYTES`]) uses chunks of this size too.
 pub const STAGED_CHUNK_BYTES: usize = 32 << 20;
+
+/// Caller data of at least this many bytes (a plain slice's rows or queries, k-means' points, clip-and-noise's
+/// vectors, a corpus handle's first upload) goes to the device through pinned staging: chunks of at most
+/// [`STAGED_CHUNK_BYTES`], each copied into one of two page-locked buffers by the host pool's threads while the
+/// previous one is DMA'd. Smaller data goes in one pageable `cuMemcpyHtoDAsync`.
+///
+/// Why a threshold: a pageable copy runs at about 10.5 GB/s on the H200 host, a pinned DMA at about 55 and the
+/// staged pipeline at what the parallel host copy allows (`knn_streamed`'s reached about 25). The staged path
+/// has fixed costs of its own (its first use page-locks two chunks; every use wakes the host pool and waits on
+/// events), which only pay off where the copy itself takes a millisecond or more: 16 MiB is about 1.6 ms
+/// pageable. A starting point, to be measured (`pool_bench`'s staged rows).
+pub const STAGED_UPLOAD_MIN_BYTES: usize = 16 << 20;
+
+/// Whether an upload of `bytes` of caller data goes through pinned staging ([`STAGED_UPLOAD_MIN_BYTES`]).
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+fn stages_upload(bytes: usize) -> bool {
+    bytes >= STAGED_UPLOAD_MIN_BYTES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{STAGED_CHUNK_BYTES, STAGED_UPLOAD_MIN_BYTES, stages_upload};
+
+    #[test]
+    fn uploads_stage_from_the_threshold_up() {
+        assert!(!stages_upload(0));
+        assert!(!stages_upload(STAGED_UPLOAD_MIN_BYTES - 1));
+        assert!(stages_upload(STAGED_UPLOAD_MIN_BYTES));
+        assert!(stages_upload(STAGED_UPLOAD_MIN_BYTES + 1));
+        assert!(stages_upload(usize::MAX));
+        // The 500,000 x 768 f32 corpus of the motivating call stages; one 768-dim query does not.
+        assert!(stages_upload(500_000 * 768 * 4));
+        assert!(!stages_upload(768 * 4));
+        // A staged upload of the smallest staged size fits one chunk or more: the threshold is not below what
+        // a pipeline of chunks can be built from, and a chunk is whole pages.
+        const { assert!(STAGED_UPLOAD_MIN_BYTES <= STAGED_CHUNK_BYTES) };
+        const { assert!(STAGED_CHUNK_BYTES.is_multiple_of(4096)) };
+    }
+}
 
 #[cfg(feature = "gpu")]
 mod imp {
@@ -26,8 +66,8 @@ mod imp {
     use recall_gpu_sys::driver::CudaSlice;
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
     use recall_memory_pool::{
-        Budget, DeviceCopy, DeviceSlice, GpuMemory, MemoryConfig, PoolError, PoolStats,
-        TenantId as PoolTenant,
+        Budget, DeviceBuffer, DeviceCopy, DeviceSlice, GpuMemory, MemoryConfig, PoolError,
+        PoolStats, StagingRing, TenantId as PoolTenant,
     };
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,7 +100,8 @@ mod imp {
     pub struct GpuBackend {
         gpu: Gpu,
         kernels: Kernels,
-        /// The device memory recall holds (resident corpora, knn scratch, per-call row uploads), from the
+        /// The device memory recall holds (resident corpora, knn scratch, per-call uploads of caller data:
+        /// rows, queries, k-means' points, clip-and-noise's vectors), from the
         /// memory pool: its VRAM
         /// budget is checked before the driver is asked (`RECALL_GPU_VRAM_BUDGET_MIB`, else 80 % of the
         /// device's memory) and its statistics count these bytes.
@@ -77,6 +118,13 @@ mod imp {
         /// chunk length: page-locking them costs about 0.4 s a GiB, some 25 ms a call at their most
         /// ([`super::STAGED_CHUNK_BYTES`] each). Given back by `release_cached`.
         staging: Mutex<Option<[recall_gpu_sys::driver::PinnedHostSlice<f32>; 2]>>,
+        /// The staged upload of large caller data ([`super::STAGED_UPLOAD_MIN_BYTES`]): two pinned chunks of
+        /// [`super::STAGED_CHUNK_BYTES`] from the memory pool's pinned pool, copying on the device's stream. Made
+        /// at the first large upload and kept (page-locking is paid once); dropped after an error and by `trim`.
+        uploader: Mutex<Option<StagingRing>>,
+        /// Set once the pinned staging could not be had (and said so): large uploads then copy from pageable
+        /// memory; each one still tries to make the staging first.
+        staging_warned: AtomicBool,
         /// A corpus larger than this many bytes is not made resident: knn streams it through the device
         /// in chunks instead (`RECALL_GPU_CORPUS_BUDGET_MIB`, else 80 % of the memory free at start).
         corpus_budget: std::sync::atomic::AtomicUsize,
@@ -304,11 +352,20 @@ mod imp {
         slot: &'s mut Option<DeviceSlice<T>>,
         len: usize,
     ) -> Result<&'s mut CudaSlice<T>, BackendError> {
+        grown_slice(mem, slot, len).map(|s| &mut **s)
+    }
+
+    /// [`grown`], as the pool's slice (which the staged upload writes through).
+    fn grown_slice<'s, T: DeviceCopy>(
+        mem: &GpuMemory,
+        slot: &'s mut Option<DeviceSlice<T>>,
+        len: usize,
+    ) -> Result<&'s mut DeviceSlice<T>, BackendError> {
         if slot.as_ref().is_none_or(|b| b.len() < len) {
             *slot = None; // free first: the old buffer's memory may be needed for the new one
             *slot = Some(DeviceSlice::try_zeroed(mem, len.max(1)).map_err(map_pool_error)?);
         }
-        slot.as_deref_mut()
+        slot.as_mut()
             .ok_or_else(|| BackendError::Gpu("scratch buffer missing".into()))
     }
 
@@ -453,6 +510,8 @@ mod imp {
                 resident: Mutex::new(Vec::new()),
                 scratch: Mutex::new(Scratch::default()),
                 staging: Mutex::new(None),
+                uploader: Mutex::new(None),
+                staging_warned: AtomicBool::new(false),
                 corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
                 lanes: Mutex::new(Vec::new()),
@@ -536,8 +595,7 @@ mod imp {
             metric: Metric,
         ) -> Result<(DeviceSlice<f32>, Option<DeviceSlice<f32>>), BackendError> {
             let (g, k) = (&self.gpu, &self.kernels);
-            let rows = DeviceSlice::try_from_host_for(&self.mem, self.call_tenant(), x)
-                .map_err(map_pool_error)?;
+            let rows = self.upload_slice(x)?;
             let norms = if metric == Metric::Cosine {
                 let n = x.len() / dim;
                 let mut norms = self.call_zeroed::<f32>(n)?;
@@ -549,6 +607,109 @@ mod imp {
             };
             Ok((rows, norms))
         }
+
+        /// A copy of the caller's `x` on the device, from the memory pool for this call's tenant, ordered on the
+        /// device's stream (kernels queued there afterwards read it): staged through pinned memory from
+        /// [`super::STAGED_UPLOAD_MIN_BYTES`] up, one pageable copy below (see [`GpuBackend::copy_in`]).
+        fn upload_slice<T: DeviceCopy>(&self, x: &[T]) -> Result<DeviceSlice<T>, BackendError> {
+            let mut buf = DeviceBuffer::try_alloc_on(
+                &self.mem,
+                x.len(),
+                self.mem.stream(),
+                self.call_tenant(),
+            )
+            .map_err(map_pool_error)?;
+            self.copy_in(x, &mut buf)?;
+            DeviceSlice::new(buf).map_err(map_pool_error)
+        }
+
+        /// Copy the caller's `x` into `buf` (same length, on the device's stream): through the pinned staging
+        /// ring when `x` is large and the ring can be had, else one pageable copy. Returns when the last chunk is
+        /// queued; `x` may change then. Work queued on `buf`'s stream afterwards sees the data.
+        fn copy_in<T: DeviceCopy>(
+            &self,
+            x: &[T],
+            buf: &mut DeviceBuffer<T>,
+        ) -> Result<(), BackendError> {
+            if buf.len() == x.len()
+                && buf.stream().cu_stream() == self.mem.stream().cu_stream()
+                && let Some(staged) = self.staged(std::mem::size_of_val(x), |ring| {
+                    ring.upload_with(x, buf, 0, host_copy)
+                })
+            {
+                return staged;
+            }
+            buf.copy_from_host(x).map_err(map_pool_error)
+        }
+
+        /// Copy the caller's queries `x` into the front of `dst` (the knn scratch, on the device's stream): staged
+        /// from [`super::STAGED_UPLOAD_MIN_BYTES`] up, as [`GpuBackend::copy_in`], else one pageable copy.
+        fn copy_queries_in(
+            &self,
+            x: &[f32],
+            dst: &mut DeviceSlice<f32>,
+        ) -> Result<(), BackendError> {
+            if x.len() <= dst.len()
+                && dst.buffer().stream().cu_stream() == self.mem.stream().cu_stream()
+                && let Some(staged) = self.staged(std::mem::size_of_val(x), |ring| {
+                    ring.upload_slice_with(x, dst, 0, host_copy)
+                })
+            {
+                return staged;
+            }
+            self.gpu.upload_into(x, dst).map_err(map_gpu_error)
+        }
+
+        /// Run `upload` on the staged-upload ring when `bytes` is at least [`super::STAGED_UPLOAD_MIN_BYTES`],
+        /// making the ring if there is none. `None`: the caller copies from pageable memory (a small upload, or
+        /// no pinned staging to be had: the pinned pool's budget, a page-lock failure; logged once). A failed
+        /// upload drops the ring (the next large upload makes a new one) and is the call's error.
+        fn staged(
+            &self,
+            bytes: usize,
+            upload: impl FnOnce(&mut StagingRing) -> Result<(), PoolError>,
+        ) -> Option<Result<(), BackendError>> {
+            if !super::stages_upload(bytes) {
+                return None;
+            }
+            let mut slot = self.uploader.lock();
+            if slot.is_none() {
+                // On the device's stream: the copies are ordered with the kernels that read them by the stream
+                // itself, and the destination (the pool's, on that stream) needs no events.
+                match StagingRing::new(&self.mem, super::STAGED_CHUNK_BYTES, self.mem.stream()) {
+                    Ok(ring) => *slot = Some(ring),
+                    Err(e) => {
+                        if !self.staging_warned.swap(true, Ordering::Relaxed) {
+                            tracing::warn!(error = %e, bytes,
+                                "recall: no pinned staging for large uploads; copying them from pageable memory");
+                        }
+                        return None;
+                    }
+                }
+            }
+            let ring = slot.as_mut()?;
+            let r = upload(ring);
+            if r.is_err() {
+                *slot = None;
+            }
+            Some(r.map_err(map_pool_error))
+        }
+    }
+
+    /// Piece of a staged chunk each host-pool task copies.
+    const HOST_COPY_PIECE: usize = 1 << 20;
+
+    /// The host copy of a staged upload: `chunk` into the pinned `staged` in pieces, on the host pool (not rayon's
+    /// global one: the call holds the device, and every global worker may be a caller waiting for it; see
+    /// `recall_gpu_kernels::on_host_pool`).
+    fn host_copy(staged: &mut [u8], chunk: &[u8]) {
+        recall_gpu_kernels::on_host_pool(|| {
+            use rayon::prelude::*;
+            staged
+                .par_chunks_mut(HOST_COPY_PIECE)
+                .zip(chunk.par_chunks(HOST_COPY_PIECE))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        });
     }
 
     impl GpuBackend {
@@ -688,7 +849,7 @@ mod imp {
             let mut sc = self.scratch.lock();
             let Scratch { q, qn, qh, .. } = &mut *sc;
             let mem = &self.mem;
-            let q = grown(mem, q, chunk * dim)?;
+            let q = grown_slice(mem, q, chunk * dim)?;
             let qn = grown(mem, qn, chunk)?;
             let qh = grown(mem, qh, chunk * ld)?;
             let mut result = TopK {
@@ -698,8 +859,7 @@ mod imp {
             };
             for q0 in (0..nq).step_by(chunk) {
                 let m = chunk.min(nq - q0);
-                g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
-                    .map_err(map_gpu_error)?;
+                self.copy_queries_in(&queries[q0 * dim..(q0 + m) * dim], q)?;
                 if norms {
                     kern.row_norms_f32(g, q, m, dim, qn)
                         .map_err(map_kernel_error)?;
@@ -748,7 +908,7 @@ mod imp {
             let mut sc = self.scratch.lock();
             let Scratch { q, qn, qh, scores } = &mut *sc;
             let mem = &self.mem;
-            let q = grown(mem, q, chunk * dim)?;
+            let q = grown_slice(mem, q, chunk * dim)?;
             let qn = grown(mem, qn, chunk)?;
             let mut qh = match ld {
                 Some(ld) => Some(grown(mem, qh, chunk * ld)?),
@@ -762,8 +922,7 @@ mod imp {
             };
             for q0 in (0..nq).step_by(chunk) {
                 let m = chunk.min(nq - q0);
-                g.upload_into(&queries[q0 * dim..(q0 + m) * dim], q)
-                    .map_err(map_gpu_error)?;
+                self.copy_queries_in(&queries[q0 * dim..(q0 + m) * dim], q)?;
                 if norms {
                     kern.row_norms_f32(g, q, m, dim, qn)
                         .map_err(map_kernel_error)?;
@@ -802,8 +961,9 @@ mod imp {
 
         /// Give back every cached device buffer (knn and selection scratch, copies of corpora that no longer
         /// exist), then empty the memory pool's cache and trim the driver's pool, so the device's used memory
-        /// drops to what live handles hold. The caches are rebuilt on demand; call it when memory is short or
-        /// before measuring memory.
+        /// drops to what live handles hold; the staged upload's pinned chunks and the pinned pool's cache go
+        /// back to the host too. The caches are rebuilt on demand; call it when memory is short or before
+        /// measuring memory.
         pub fn trim(&self) -> Result<(), BackendError> {
             let _serial = self.lock.lock();
             *self.scratch.lock() = Scratch::default();
@@ -829,13 +989,18 @@ mod imp {
             }
             self.resident.lock().retain(|r| r.alive.strong_count() > 0);
             self.graphs.drop_dead_entries();
-            self.release_cached()
+            // The staged-upload ring's pinned chunks go back to the host (made again by the next large upload).
+            *self.uploader.lock() = None;
+            self.release_cached()?;
+            self.mem.pinned_pool().trim_all();
+            Ok(())
         }
 
         /// Give the cached memory of both allocators back to the driver: the memory pool's cache (waiting for
         /// the streams that freed it) and the driver's stream-ordered pool (buffers that are not the pool's
-        /// yet: out-of-core chunks, k-means, clip-and-noise, graphs, the kernels' own scratch). The two never
-        /// hold the same bytes: each allocation comes from one of them.
+        /// yet: out-of-core chunks, k-means' centroids and keys, clip-and-noise's output, graphs, the kernels'
+        /// own scratch). The two never hold the same bytes: each allocation comes from one of them. The staged
+        /// upload's pinned chunks (host memory) stay: `trim` gives them back.
         fn release_cached(&self) -> Result<(), BackendError> {
             self.staging.lock().take();
             self.mem.device_pool().trim_all();
@@ -1135,18 +1300,21 @@ mod imp {
             self.drop_dead_resident(resident)?;
             let mut made = false;
             if !resident.iter().any(|r| r.id == corpus.id()) {
-                let rows = match DeviceSlice::try_from_host(&self.mem, corpus.data()) {
-                    Ok(rows) => rows,
+                let len = corpus.data().len();
+                let mut buf = match DeviceBuffer::try_alloc(&self.mem, len) {
+                    Ok(buf) => buf,
                     Err(e) if e.is_out_of_memory() => {
                         // Make room: drop the other corpora's copies (they are uploaded again when used); the
                         // pool reuses or gives back their memory.
                         resident.clear();
                         self.release_cached()?;
-                        DeviceSlice::try_from_host(&self.mem, corpus.data())
-                            .map_err(map_pool_error)?
+                        DeviceBuffer::try_alloc(&self.mem, len).map_err(map_pool_error)?
                     }
                     Err(e) => return Err(map_pool_error(e)),
                 };
+                // Staged when large (as a plain slice's rows are); `made` below waits for it to complete.
+                self.copy_in(corpus.data(), &mut buf)?;
+                let rows = DeviceSlice::new(buf).map_err(map_pool_error)?;
                 made = true;
                 resident.push(Resident {
                     id: corpus.id(),
@@ -1628,7 +1796,9 @@ mod imp {
             for p in kmeans_seed_indices(n, k, seed)? {
                 init.extend_from_slice(&points[p as usize * dim..(p as usize + 1) * dim]);
             }
-            let pts = g.upload(points).map_err(map_gpu_error)?;
+            // The caller's points from the memory pool (staged when large): their upload was most of a small
+            // call's time.
+            let pts = self.upload_slice(points)?;
             let mut centroids = g.upload(&init).map_err(map_gpu_error)?;
             let mut keys = g.alloc_zeros::<u64>(n).map_err(map_gpu_error)?;
             let mut assignments = vec![0u32; n];
@@ -1682,7 +1852,7 @@ mod imp {
             let _serial = self.lock.lock();
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
             let (g, kern) = (&self.gpu, &self.kernels);
-            let xs = g.upload(x).map_err(map_gpu_error)?;
+            let xs = self.upload_slice(x)?;
             let mut dev = g.alloc_zeros::<f32>(x.len()).map_err(map_gpu_error)?;
             kern.clip_noise(g, &xs, x.len() / dim, dim, clip, sigma, seed, &mut dev)
                 .map_err(map_kernel_error)?;

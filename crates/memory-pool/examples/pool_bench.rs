@@ -12,8 +12,14 @@
 //!    allocated and written by the host, and with preferred-location-device advice; and, as a diagnostic,
 //!    the move alone (prefetch, copy) without the scan, to show which part of the path sets the ratio.
 //!    `--streams S --chunk-mib C` with `S * C` = the corpus gives one prefetch call per issuer thread.
+//!    Beside the pageable copy, the staged upload of pageable data that the GPU backend uses for large caller
+//!    slices (`StagingRing::upload_with`: chunks of `--staged-chunk-mib`, default 32 as the backend's
+//!    `STAGED_CHUNK_BYTES`, copied into two pinned slots while the previous chunk is DMA'd), with the host copy
+//!    on one thread and in parallel on the GPU backend's host pool (`recall_gpu_kernels::on_host_pool`); with
+//!    the scan, and the move alone.
 //!
-//! Run: `pool_bench [--corpus-mib N] [--reps N] [--chunk-mib N] [--streams N] [--cpu-only]`; set
+//! Run: `pool_bench [--corpus-mib N] [--reps N] [--chunk-mib N] [--streams N] [--staged-chunk-mib N]
+//! [--cpu-only]`; set
 //! `RECALL_COMMIT` to have the commit printed. Without a GPU it prints section 0, says why it skipped
 //! the rest, and exits 0.
 
@@ -23,7 +29,7 @@ use recall_gpu_sys::{Gpu, driver_version_string, probe};
 use recall_memory_pool::fake::{FakeAllocator, FakeStream};
 use recall_memory_pool::{
     Advice, Budget, CachingPool, DeviceBuffer, GpuMemory, ManagedBuffer, MemoryConfig,
-    PinnedBuffer, PoolConfig, Stream, TenantId, UnifiedMode,
+    PinnedBuffer, PoolConfig, StagingRing, Stream, TenantId, UnifiedMode,
 };
 use std::error::Error;
 use std::sync::mpsc;
@@ -31,12 +37,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 type R<T> = Result<T, Box<dyn Error>>;
 
+/// A staged upload's host copy of one chunk into its pinned slot (`StagingRing::upload_with`).
+type HostCopy = dyn Fn(&mut [u8], &[u8]) + Sync;
+
 struct Args {
     all: Vec<String>,
     corpus_mib: usize,
     reps: usize,
     chunk_mib: usize,
     streams: usize,
+    staged_chunk_mib: usize,
     cpu_only: bool,
 }
 
@@ -47,6 +57,7 @@ fn main() {
         reps: arg(&all, "--reps").unwrap_or(7).max(1),
         chunk_mib: arg(&all, "--chunk-mib").unwrap_or(64).max(1),
         streams: arg(&all, "--streams").unwrap_or(4).max(1),
+        staged_chunk_mib: arg(&all, "--staged-chunk-mib").unwrap_or(32).max(1),
         cpu_only: all.iter().any(|a| a == "--cpu-only"),
         all,
     };
@@ -377,6 +388,62 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
             false,
             false,
         )?;
+        let t = timed(&mut || Ok(()), &mut || Ok(dev.copy_from_host(&host)?))?;
+        moves.push(("pageable memory + cuMemcpyHtoD, no scan", t));
+    }
+
+    // Staged: the same pageable data through two pinned slots, chunk i + 1 copied by the host while chunk i is
+    // DMA'd (the GPU backend's path for large caller slices). The ring copies on the GPU's stream, as the
+    // backend's does; its slots are page-locked once, before the runs.
+    {
+        let staged_chunk = args.staged_chunk_mib << 20;
+        let mut ring = StagingRing::new(mem, staged_chunk, gpu.stream())?;
+        let mut dev = DeviceBuffer::<f32>::try_alloc(mem, n_rows * dim)?;
+        let serial = |staged: &mut [u8], chunk: &[u8]| staged.copy_from_slice(chunk);
+        let threads = recall_gpu_kernels::on_host_pool(rayon::current_num_threads);
+        let parallel = |staged: &mut [u8], chunk: &[u8]| {
+            recall_gpu_kernels::on_host_pool(|| {
+                use rayon::prelude::*;
+                staged
+                    .par_chunks_mut(1 << 20)
+                    .zip(chunk.par_chunks(1 << 20))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            })
+        };
+        let copies: [(String, &HostCopy, &'static str); 2] = [
+            (
+                "one thread".into(),
+                &serial,
+                "staged upload (one-thread host copy), no scan",
+            ),
+            (
+                format!("{threads} host-pool threads"),
+                &parallel,
+                "staged upload (parallel host copy), no scan",
+            ),
+        ];
+        for (label, copy, move_name) in copies {
+            let t = timed(&mut || Ok(()), &mut || {
+                ring.upload_with(&host, &mut dev, 0, copy)?;
+                scan(dev.device_ptr(), 0, n_rows)
+            })?;
+            record(
+                &mut rows,
+                &out,
+                format!(
+                    "pageable memory, staged through 2 pinned {} MiB chunks ({label} copy) + scan",
+                    args.staged_chunk_mib
+                ),
+                t,
+                false,
+                false,
+            )?;
+            let t = timed(&mut || Ok(()), &mut || {
+                Ok(ring.upload_with(&host, &mut dev, 0, copy)?)
+            })?;
+            moves.push((move_name, t));
+        }
+        ring.finish()?;
     }
 
     // Pinned: whole copy, chunked on one copy stream, chunked on several.

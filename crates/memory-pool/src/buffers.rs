@@ -393,6 +393,12 @@ impl<T: DeviceCopy> DeviceSlice<T> {
     pub fn buffer(&self) -> &DeviceBuffer<T> {
         &self.buf
     }
+
+    /// The pool buffer underneath, to write through this crate's copies. Crate-private: a `&mut DeviceBuffer`
+    /// in a caller's hands could be swapped out from under the view.
+    pub(crate) fn buffer_mut(&mut self) -> &mut DeviceBuffer<T> {
+        &mut self.buf
+    }
 }
 
 impl<T: DeviceCopy> Deref for DeviceSlice<T> {

@@ -1,7 +1,8 @@
 //! GPU suite of memory-pool: runs on a machine with an NVIDIA GPU, and skips each test with a printed
 //! reason where `recall_gpu_sys::probe()` finds none. Covers the allocate/free path, stream-ordered reuse,
 //! the managed and forced-pinned unified paths (checked by a kernel reading the data), pinned staging,
-//! the budget OOM, the driver OOM after trim-and-retry, managed memory capped by free memory, and trim.
+//! the budget OOM, the driver OOM after trim-and-retry, managed memory capped by free memory, trim, and the
+//! staged upload with a caller's (serial or parallel) host copy (`StagingRing::upload_with`).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
@@ -460,5 +461,119 @@ fn gpu_device_slice_reads_as_a_cuda_slice() {
     assert!(s.cached_bytes >= (host.len() + n_rows) * 4, "{s:?}");
     mem.device_pool().flush_thread_cache();
     assert!(mem.device_pool().trim_all() >= (host.len() + n_rows) * 4);
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+/// A parallel host copy for [`StagingRing::upload_with`], as the GPU backend's (there on its own host pool).
+fn par_copy(staged: &mut [u8], chunk: &[u8]) {
+    use rayon::prelude::*;
+    staged
+        .par_chunks_mut(4096)
+        .zip(chunk.par_chunks(4096))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}
+
+/// Bytes that differ at every position and from the sentinel the destinations are filled with.
+fn bytes(n: usize, salt: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i * 31 + i / 251) as u8).wrapping_add(salt) | 1)
+        .collect()
+}
+
+#[test]
+fn gpu_staged_closure_upload_gives_identical_bytes() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_staged_closure_upload_gives_identical_bytes") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let chunk = 64 << 10;
+    let other_stream = gpu.new_stream().unwrap();
+    // The ring on the destination's stream (no events), then on a stream of its own (events both ways).
+    for copy_stream in [mem.stream().clone(), other_stream] {
+        let mut ring = StagingRing::new(&mem, chunk, &copy_stream).unwrap();
+        assert_eq!(ring.chunk_bytes(), chunk);
+        let biggest = std::sync::atomic::AtomicUsize::new(0);
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        for len in [0, 1, chunk - 1, chunk, chunk + 1, 2 * chunk + chunk / 2] {
+            for offset in [0, 3, chunk + 5] {
+                for parallel in [false, true] {
+                    let src = bytes(len, (len + offset) as u8);
+                    let total = offset + len + 7;
+                    // Zeroed: the bytes before `offset` and after the upload must stay zero.
+                    let mut dst = DeviceBuffer::<u8>::try_zeroed(&mem, total).unwrap();
+                    calls.store(0, std::sync::atomic::Ordering::Relaxed);
+                    ring.upload_with(&src, &mut dst, offset, |staged: &mut [u8], part: &[u8]| {
+                        assert_eq!(staged.len(), part.len());
+                        biggest.fetch_max(part.len(), std::sync::atomic::Ordering::Relaxed);
+                        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if parallel {
+                            par_copy(staged, part);
+                        } else {
+                            staged.copy_from_slice(part);
+                        }
+                    })
+                    .unwrap();
+                    let got = dst.to_vec().unwrap();
+                    let what = format!("len {len}, offset {offset}, parallel {parallel}");
+                    assert!(got[..offset].iter().all(|&b| b == 0), "{what}: before");
+                    assert!(got[offset..offset + len] == src[..], "{what}: the bytes");
+                    assert!(got[offset + len..].iter().all(|&b| b == 0), "{what}: after");
+                    assert_eq!(
+                        calls.load(std::sync::atomic::Ordering::Relaxed),
+                        len.div_ceil(chunk),
+                        "{what}: one copy call per chunk"
+                    );
+                }
+            }
+        }
+        assert_eq!(biggest.into_inner(), chunk, "no copy call over a slot");
+
+        // Typed: f32 rows whose chunk boundaries fall inside elements (64 KiB is 16 Ki f32; 3 bytes off).
+        let host = data(5 * chunk / 4 + 3);
+        let mut dst = DeviceBuffer::<f32>::try_zeroed(&mem, host.len() + 11).unwrap();
+        ring.upload_with(&host, &mut dst, 11, par_copy).unwrap();
+        let got = dst.to_vec().unwrap();
+        assert!(got[..11].iter().all(|&v| v == 0.0));
+        let same = got[11..]
+            .iter()
+            .zip(&host)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "f32 upload differs");
+
+        // The source may change as soon as the call returns: the first destination keeps the first bytes,
+        // though both uploads went through the same two slots one after the other without a wait.
+        let mut src = bytes(7 * chunk + 99, 5);
+        let first = src.clone();
+        let mut a = DeviceBuffer::<u8>::try_alloc(&mem, src.len()).unwrap();
+        let mut b = DeviceBuffer::<u8>::try_alloc(&mem, src.len()).unwrap();
+        ring.upload_with(&src, &mut a, 0, par_copy).unwrap();
+        src.iter_mut().for_each(|v| *v = v.wrapping_mul(3));
+        ring.upload_with(&src, &mut b, 0, par_copy).unwrap();
+        assert!(
+            a.to_vec().unwrap() == first,
+            "the first upload saw the second's bytes"
+        );
+        assert!(b.to_vec().unwrap() == src, "the second upload differs");
+
+        // Out of range: refused before anything is queued.
+        let mut small = DeviceBuffer::<u8>::try_zeroed(&mem, 10).unwrap();
+        let err = ring
+            .upload_with(&bytes(8, 0), &mut small, 3, par_copy)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::LengthMismatch {
+                    expected: 10,
+                    found: 11
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(small.to_vec().unwrap().iter().all(|&v| v == 0));
+        ring.finish().unwrap();
+    }
+    assert!(mem.pinned_pool().take_errors().is_empty());
     assert!(mem.device_pool().take_errors().is_empty());
 }

@@ -1,4 +1,5 @@
-//! The same calls on the GPU and the CPU must agree bit for bit. Skips, saying why, where there is no GPU.
+//! The same calls on the GPU and the CPU must agree bit for bit (small inputs, and inputs large enough to be
+//! uploaded through pinned staging). Skips, saying why, where there is no GPU.
 
 use recall::{Device, DevicePolicy, Engine, Error, Metric};
 use std::io::Write as _;
@@ -232,5 +233,180 @@ fn gpu_shards_of_a_dropped_handle_leave_every_gpu() {
     assert!(
         held.iter().all(|&r| r == 0),
         "shards outlived their handle: {held:?}"
+    );
+}
+
+/// The bits of `v`, to compare results exactly.
+fn bits<T: Copy + Into<f64>>(v: &[T]) -> Vec<u64> {
+    v.iter().map(|&x| x.into().to_bits()).collect()
+}
+
+/// Bytes of pinned memory the GPU backends' staged uploads hold now (their rings' two chunks once one ran).
+fn staged_pinned_bytes(engine: &Engine) -> usize {
+    engine
+        .executor()
+        .gpu_backends()
+        .iter()
+        .map(|b| b.memory().pinned_pool().stats().in_use_bytes)
+        .sum()
+}
+
+/// knn, similarity, k-means and clip-and-noise over caller data at or above `STAGED_UPLOAD_MIN_BYTES` (uploaded
+/// through pinned staging in chunks of `STAGED_CHUNK_BYTES`, the host copy on the host pool) give the CPU's bits.
+/// The corpus and the clip-and-noise input span 2.5 chunks and a bit (a short last chunk, both staging buffers
+/// reused); the many-query call stages its queries into the knn scratch; a corpus handle's first upload stages
+/// too. The rings' pinned chunks being held afterwards shows that the staged path ran.
+#[test]
+fn gpu_large_uploads_are_staged_and_bit_identical_to_cpu() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let min = recall::executor::STAGED_UPLOAD_MIN_BYTES;
+    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let mut rng = recall::diagnostics::SplitMix::new(35);
+    let dim = 768;
+    let n = 5 * chunk / 2 / (4 * dim) + 3;
+    let corpus = recall::diagnostics::awkward_matrix(&mut rng, n, dim);
+    assert!(corpus.len() * 4 > 2 * chunk && corpus.len() * 4 >= min);
+    let few = recall::diagnostics::awkward_matrix(&mut rng, 3, dim);
+    let ran_on_gpu = |what: &str, device: &Device, fallback: &Option<String>| {
+        assert!(
+            matches!(device, Device::Gpu { .. }),
+            "{what} ran on {device}"
+        );
+        assert!(fallback.is_none(), "{what} fell back: {fallback:?}");
+    };
+    for metric in [Metric::Cosine, Metric::L2, Metric::Dot] {
+        for q in [&few[..dim], &few[..]] {
+            let what = format!("knn {metric:?}, {} queries over {n} x {dim}", q.len() / dim);
+            let g = gpu.knn(q, &corpus, dim, metric, 10).unwrap();
+            let c = cpu.knn(q, &corpus, dim, metric, 10).unwrap();
+            ran_on_gpu(&what, &g.device, &g.fallback);
+            assert_eq!(g.ids, c.ids, "{what}: ids");
+            assert_eq!(bits(&g.scores), bits(&c.scores), "{what}: scores");
+        }
+    }
+    assert!(
+        staged_pinned_bytes(&gpu) >= 2 * chunk,
+        "no staging ring after large uploads: {} bytes pinned",
+        staged_pinned_bytes(&gpu)
+    );
+    let g = gpu.similarity(&few, &corpus, dim, Metric::Cosine).unwrap();
+    ran_on_gpu("similarity", &g.device, &g.fallback);
+    let c = cpu.similarity(&few, &corpus, dim, Metric::Cosine).unwrap();
+    assert_eq!(bits(&g.values), bits(&c.values), "similarity");
+
+    // Queries alone above the threshold: staged into the knn scratch, against a small corpus.
+    let nq = min / (4 * dim) + 1;
+    let many = recall::diagnostics::awkward_matrix(&mut rng, nq, dim);
+    let small = recall::diagnostics::awkward_matrix(&mut rng, 600, dim);
+    for metric in [Metric::Cosine, Metric::L2] {
+        let what = format!("knn {metric:?}, {nq} queries over 600 x {dim}");
+        let g = gpu.knn(&many, &small, dim, metric, 5).unwrap();
+        let c = cpu.knn(&many, &small, dim, metric, 5).unwrap();
+        ran_on_gpu(&what, &g.device, &g.fallback);
+        assert_eq!(g.ids, c.ids, "{what}: ids");
+        assert_eq!(bits(&g.scores), bits(&c.scores), "{what}: scores");
+    }
+
+    // A corpus handle: its first (resident) upload is staged.
+    let handle = gpu.corpus(corpus.clone(), dim).unwrap();
+    let g = gpu.knn_in(&few, &handle, Metric::Cosine, 10).unwrap();
+    ran_on_gpu("knn_in", &g.device, &g.fallback);
+    let c = cpu.knn(&few, &corpus, dim, Metric::Cosine, 10).unwrap();
+    assert_eq!(g.ids, c.ids, "knn_in: ids");
+    assert_eq!(bits(&g.scores), bits(&c.scores), "knn_in: scores");
+    drop(handle);
+
+    // k-means' points above the threshold.
+    let pdim = 64;
+    let points = recall::diagnostics::awkward_matrix(&mut rng, min / (4 * pdim) + 77, pdim);
+    let g = gpu.kmeans(&points, pdim, 24, 4, 9).unwrap();
+    let c = cpu.kmeans(&points, pdim, 24, 4, 9).unwrap();
+    ran_on_gpu("k-means", &g.device, &g.fallback);
+    assert_eq!(g.assignments, c.assignments, "k-means: assignments");
+    assert_eq!(bits(&g.centroids), bits(&c.centroids), "k-means: centroids");
+    assert_eq!(bits(&g.inertia), bits(&c.inertia), "k-means: inertia");
+
+    // Clip-and-noise's vectors: 2.5 chunks and a bit, both forms.
+    let xdim = 1000;
+    let x = recall::diagnostics::awkward_matrix(&mut rng, 5 * chunk / 2 / (4 * xdim) + 5, xdim);
+    let want = cpu.clip_and_noise(&x, xdim, 1.5, 0.25, 77).unwrap().values;
+    let g = gpu.clip_and_noise(&x, xdim, 1.5, 0.25, 77).unwrap();
+    ran_on_gpu("clip-and-noise", &g.device, &g.fallback);
+    assert_eq!(bits(&g.values), bits(&want), "clip-and-noise");
+    let mut out = vec![f32::NAN; x.len()];
+    let ran = gpu
+        .clip_and_noise_into(&x, xdim, 1.5, 0.25, 77, &mut out)
+        .unwrap();
+    ran_on_gpu("clip-and-noise into", &ran.device, &ran.fallback);
+    assert_eq!(bits(&out), bits(&want), "clip-and-noise into");
+    for b in gpu.executor().gpu_backends() {
+        assert!(b.memory().pinned_pool().take_errors().is_empty());
+        assert!(b.memory().device_pool().take_errors().is_empty());
+    }
+}
+
+/// Never down: with no pinned staging to be had (the pinned pool's budget at zero), large uploads copy from
+/// pageable memory and the calls still run on the GPU with the CPU's bits; once pinned memory is allowed again
+/// the next large upload makes its staging.
+#[test]
+fn gpu_large_uploads_without_pinned_staging_stay_on_the_gpu() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let min = recall::executor::STAGED_UPLOAD_MIN_BYTES;
+    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let backends = gpu.executor().gpu_backends();
+    let budgets: Vec<usize> = backends
+        .iter()
+        .map(|b| b.memory().pinned_pool().stats().budget_bytes)
+        .collect();
+    for b in &backends {
+        b.trim().unwrap();
+        b.memory().pinned_pool().set_budget(0);
+    }
+    let mut rng = recall::diagnostics::SplitMix::new(36);
+    let dim = 256;
+    let corpus = recall::diagnostics::awkward_matrix(&mut rng, 3 * min / (4 * dim) / 2, dim);
+    let q = recall::diagnostics::awkward_matrix(&mut rng, 4, dim);
+    let want = cpu.knn(&q, &corpus, dim, Metric::L2, 7).unwrap();
+    for round in 0..2 {
+        let g = gpu.knn(&q, &corpus, dim, Metric::L2, 7).unwrap();
+        assert!(
+            matches!(g.device, Device::Gpu { .. }),
+            "round {round}: ran on {}",
+            g.device
+        );
+        assert!(
+            g.fallback.is_none(),
+            "round {round}: fell back: {:?}",
+            g.fallback
+        );
+        assert_eq!(g.ids, want.ids, "round {round}: ids");
+        assert_eq!(bits(&g.scores), bits(&want.scores), "round {round}: scores");
+        assert_eq!(
+            staged_pinned_bytes(&gpu),
+            0,
+            "round {round}: pinned memory over a zero budget"
+        );
+    }
+    let points = recall::diagnostics::awkward_matrix(&mut rng, min / (4 * 32) + 5, 32);
+    let g = gpu.kmeans(&points, 32, 8, 2, 1).unwrap();
+    assert!(g.fallback.is_none(), "k-means fell back: {:?}", g.fallback);
+    let c = cpu.kmeans(&points, 32, 8, 2, 1).unwrap();
+    assert_eq!(
+        bits(&g.centroids),
+        bits(&c.centroids),
+        "k-means without staging"
+    );
+    for (b, &budget) in backends.iter().zip(&budgets) {
+        b.memory().pinned_pool().set_budget(budget);
+    }
+    let g = gpu.knn(&q, &corpus, dim, Metric::L2, 7).unwrap();
+    assert!(g.fallback.is_none(), "fell back: {:?}", g.fallback);
+    assert_eq!(g.ids, want.ids);
+    assert_eq!(bits(&g.scores), bits(&want.scores));
+    assert!(
+        staged_pinned_bytes(&gpu) >= 2 * chunk,
+        "no staging once pinned memory was allowed again"
     );
 }
