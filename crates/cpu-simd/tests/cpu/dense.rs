@@ -192,6 +192,20 @@ fn knn_streams_many_blocks_in_parallel() {
 }
 
 #[test]
+fn knn_splits_the_queries_of_a_corpus_of_few_blocks() {
+    // On a pool of two threads (eight tasks wanted): 100 queries over 200 rows of 128 (one block) run as seven
+    // query groups of 16 (the last of 4); over 600 rows (two blocks), as four groups (32, 32, 32, 4) times two
+    // block ranges, each group's two ranges merged.
+    let two = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("a pool of two threads");
+    two.install(|| knn_against_reference(128, 100, 200, 10, &METRICS));
+    two.install(|| knn_against_reference(128, 100, 600, 10, &METRICS));
+    two.install(|| knn_against_reference(128, 100, 600, 600, &[Metric::Dot]));
+}
+
+#[test]
 fn knn_with_many_queries_and_k_equal_to_n() {
     // 40 queries, k = n = 30,000: the query-split parallel path (at least 16 queries a thread), each part's
     // queries prepared on their own. On a pool of two threads, so the path is taken on any machine.
