@@ -568,8 +568,9 @@ impl Engine {
         &self.exec
     }
 
-    /// Give back the GPU memory recall caches between calls (scratch buffers, copies of dropped corpora, and the
-    /// pinned host buffers that stream a corpus slice larger than the GPU's budget):
+    /// Give back the GPU memory recall caches between calls (scratch buffers, copies of dropped corpora, the
+    /// pinned host buffers that stream a corpus slice larger than the GPU's budget, and those that stage large
+    /// uploads):
     /// afterwards the device holds only what live [`Corpus`] and [`Graph`] handles need. A no-op without a
     /// GPU. The caches are rebuilt on demand, so the next call pays for a few allocations.
     ///
