@@ -683,7 +683,7 @@ fn gpu_staged_closure_download_gives_identical_bytes() {
         assert!(back == host2, "{where_}: second round trip");
 
         // A kernel's output, queued on the device's stream just before: the download equals the plain copy
-        // bit for bit. f32 across chunk boundaries inside elements (3 elements off), from a `DeviceSlice`.
+        // bit for bit. f32 over 3 chunks and a bit, and from 3 elements in, from a `DeviceSlice`.
         let dim = 96;
         let rows = data(dim * (3 * chunk / 4 + 1));
         let n_rows = rows.len() / dim;
@@ -715,7 +715,7 @@ fn gpu_staged_closure_download_gives_identical_bytes() {
             same(&got, &want[3..]),
             "{where_}: f32 from an offset differs"
         );
-        // Chunks of 64 KiB split f32 elements when the source starts 1 byte into one: as raw bytes.
+        // Raw bytes from 1 byte into the first f32: every chunk of the source splits elements.
         let mut raw = vec![0u8; 4 * (n_wide - 1)];
         // SAFETY: the range lies inside `wide` (1 byte past its start, `4 * (n_wide - 1)` bytes), which is live
         // for the call and written by nothing else; the kernel that wrote it is on the device's stream, which
