@@ -22,15 +22,35 @@ pub const STAGED_CHUNK_BYTES: usize = 32 << 20;
 /// pageable. A starting point, to be measured (`pool_bench`'s staged rows).
 pub const STAGED_UPLOAD_MIN_BYTES: usize = 16 << 20;
 
+/// Results of at least this many bytes (similarity's and cosine's query x row score matrix, clip-and-noise's
+/// vectors) come back from the device through the same pinned staging, the other way round: the copy engine DMAs
+/// chunk i + 1 into one page-locked buffer while the host pool's threads copy chunk i out of the other into the
+/// caller's memory (`StagingRing::download_with`). Smaller results come back in one pageable `cuMemcpyDtoH`.
+///
+/// A constant of its own, equal to [`STAGED_UPLOAD_MIN_BYTES`] for now: the same fixed costs (the ring, the host
+/// pool's wake-up, one event wait per chunk) stand against the same kind of pageable copy (about 6 GB/s
+/// device-to-host on the H200 host), but the two directions' break-evens are measured apart (`pool_bench`'s
+/// device-to-host rows) and may settle apart.
+pub const STAGED_DOWNLOAD_MIN_BYTES: usize = STAGED_UPLOAD_MIN_BYTES;
+
 /// Whether an upload of `bytes` of caller data goes through pinned staging ([`STAGED_UPLOAD_MIN_BYTES`]).
 #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
 fn stages_upload(bytes: usize) -> bool {
     bytes >= STAGED_UPLOAD_MIN_BYTES
 }
 
+/// Whether a result of `bytes` comes back through pinned staging ([`STAGED_DOWNLOAD_MIN_BYTES`]).
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+fn stages_download(bytes: usize) -> bool {
+    bytes >= STAGED_DOWNLOAD_MIN_BYTES
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{STAGED_CHUNK_BYTES, STAGED_UPLOAD_MIN_BYTES, stages_upload};
+    use super::{
+        STAGED_CHUNK_BYTES, STAGED_DOWNLOAD_MIN_BYTES, STAGED_UPLOAD_MIN_BYTES, stages_download,
+        stages_upload,
+    };
 
     #[test]
     fn uploads_stage_from_the_threshold_up() {
@@ -46,6 +66,20 @@ mod tests {
         // a pipeline of chunks can be built from, and a chunk is whole pages.
         const { assert!(STAGED_UPLOAD_MIN_BYTES <= STAGED_CHUNK_BYTES) };
         const { assert!(STAGED_CHUNK_BYTES.is_multiple_of(4096)) };
+    }
+
+    #[test]
+    fn downloads_stage_from_their_threshold_up() {
+        assert!(!stages_download(0));
+        assert!(!stages_download(STAGED_DOWNLOAD_MIN_BYTES - 1));
+        assert!(stages_download(STAGED_DOWNLOAD_MIN_BYTES));
+        assert!(stages_download(usize::MAX));
+        // A 1,000 x 1,000,000 f32 score matrix stages; one query's scores over 100,000 rows do not.
+        assert!(stages_download(1000 * 1_000_000 * 4));
+        assert!(!stages_download(100_000 * 4));
+        // The download shares the upload's ring: its smallest staged size is at least one chunk's worth of
+        // pipeline too.
+        const { assert!(STAGED_DOWNLOAD_MIN_BYTES <= STAGED_CHUNK_BYTES) };
     }
 }
 
@@ -101,8 +135,8 @@ mod imp {
         gpu: Gpu,
         kernels: Kernels,
         /// The device memory recall holds (resident corpora, knn scratch, per-call uploads of caller data:
-        /// rows, queries, k-means' points, clip-and-noise's vectors), from the
-        /// memory pool: its VRAM
+        /// rows, queries, k-means' points, clip-and-noise's vectors; similarity's and clip-and-noise's
+        /// outputs), from the memory pool: its VRAM
         /// budget is checked before the driver is asked (`RECALL_GPU_VRAM_BUDGET_MIB`, else 80 % of the
         /// device's memory) and its statistics count these bytes.
         mem: GpuMemory,
@@ -118,12 +152,14 @@ mod imp {
         /// chunk length: page-locking them costs about 0.4 s a GiB, some 25 ms a call at their most
         /// ([`super::STAGED_CHUNK_BYTES`] each). Given back by `release_cached`.
         staging: Mutex<Option<[recall_gpu_sys::driver::PinnedHostSlice<f32>; 2]>>,
-        /// The staged upload of large caller data ([`super::STAGED_UPLOAD_MIN_BYTES`]): two pinned chunks of
-        /// [`super::STAGED_CHUNK_BYTES`] from the memory pool's pinned pool, copying on the device's stream. Made
-        /// at the first large upload and kept (page-locking is paid once); dropped after an error and by `trim`.
+        /// The staged upload of large caller data ([`super::STAGED_UPLOAD_MIN_BYTES`]) and download of large
+        /// results ([`super::STAGED_DOWNLOAD_MIN_BYTES`]): two pinned chunks of [`super::STAGED_CHUNK_BYTES`] from
+        /// the memory pool's pinned pool, copying on the device's stream. Made at the first large copy and kept
+        /// (page-locking is paid once); dropped after an error and by `trim`. Its users hold `lock`, so the
+        /// mutex is never contended; it is what lets `&self` lend the ring out.
         uploader: Mutex<Option<StagingRing>>,
-        /// Set once the pinned staging could not be had (and said so): large uploads then copy from pageable
-        /// memory; each one still tries to make the staging first.
+        /// Set once the pinned staging could not be had (and said so): large uploads and downloads then copy
+        /// through pageable memory; each one still tries to make the staging first.
         staging_warned: AtomicBool,
         /// A corpus larger than this many bytes is not made resident: knn streams it through the device
         /// in chunks instead (`RECALL_GPU_CORPUS_BUDGET_MIB`, else 80 % of the memory free at start).
@@ -660,10 +696,10 @@ mod imp {
             self.gpu.upload_into(x, dst).map_err(map_gpu_error)
         }
 
-        /// Run `upload` on the staged-upload ring when `bytes` is at least [`super::STAGED_UPLOAD_MIN_BYTES`],
-        /// making the ring if there is none. `None`: the caller copies from pageable memory (a small upload, or
-        /// no pinned staging to be had: the pinned pool's budget, a page-lock failure; logged once). A failed
-        /// upload drops the ring (the next large upload makes a new one) and is the call's error.
+        /// Run `upload` on the staging ring when `bytes` is at least [`super::STAGED_UPLOAD_MIN_BYTES`], making
+        /// the ring if there is none. `None`: the caller copies from pageable memory (a small upload, or no pinned
+        /// staging to be had: the pinned pool's budget, a page-lock failure; logged once). A failed upload drops
+        /// the ring (the next large copy makes a new one) and is the call's error.
         fn staged(
             &self,
             bytes: usize,
@@ -672,6 +708,34 @@ mod imp {
             if !super::stages_upload(bytes) {
                 return None;
             }
+            self.on_ring(bytes, upload)
+        }
+
+        /// Copy a result `src` (on the device's stream, written by work queued there) into the caller's `out`
+        /// (same length): through the staging ring from [`super::STAGED_DOWNLOAD_MIN_BYTES`] up when the ring can
+        /// be had (the host pool copying each chunk out while the next is DMA'd), else one pageable copy. Returns
+        /// when every value is in `out`. The caller holds `self.lock`.
+        fn copy_out(&self, src: &DeviceSlice<f32>, out: &mut [f32]) -> Result<(), BackendError> {
+            if src.len() == out.len()
+                && src.buffer().stream().cu_stream() == self.mem.stream().cu_stream()
+                && super::stages_download(std::mem::size_of_val(out))
+                && let Some(staged) = self.on_ring(std::mem::size_of_val(out), |ring| {
+                    ring.download_slice_with(src, 0, out, host_copy)
+                })
+            {
+                return staged;
+            }
+            self.gpu.download_into(src, out).map_err(map_gpu_error)
+        }
+
+        /// Run `copy` on the staging ring, making the ring if there is none. `None`: no pinned staging to be had
+        /// (the pinned pool's budget, a page-lock failure; logged once), the caller copies through pageable memory.
+        /// A failed copy drops the ring (the next large copy makes a new one) and is the call's error.
+        fn on_ring(
+            &self,
+            bytes: usize,
+            copy: impl FnOnce(&mut StagingRing) -> Result<(), PoolError>,
+        ) -> Option<Result<(), BackendError>> {
             let mut slot = self.uploader.lock();
             if slot.is_none() {
                 // On the device's stream: the copies are ordered with the kernels that read them by the stream
@@ -681,14 +745,14 @@ mod imp {
                     Err(e) => {
                         if !self.staging_warned.swap(true, Ordering::Relaxed) {
                             tracing::warn!(error = %e, bytes,
-                                "recall: no pinned staging for large uploads; copying them from pageable memory");
+                                "recall: no pinned staging for large uploads and downloads; copying through pageable memory");
                         }
                         return None;
                     }
                 }
             }
             let ring = slot.as_mut()?;
-            let r = upload(ring);
+            let r = copy(ring);
             if r.is_err() {
                 *slot = None;
             }
@@ -699,15 +763,15 @@ mod imp {
     /// Piece of a staged chunk each host-pool task copies.
     const HOST_COPY_PIECE: usize = 1 << 20;
 
-    /// The host copy of a staged upload: `chunk` into the pinned `staged` in pieces, on the host pool (not rayon's
+    /// The host copy of a staged upload or download: `from` into `to` in pieces, on the host pool (not rayon's
     /// global one: the call holds the device, and every global worker may be a caller waiting for it; see
-    /// `recall_gpu_kernels::on_host_pool`).
-    fn host_copy(staged: &mut [u8], chunk: &[u8]) {
+    /// `recall_gpu_kernels::on_host_pool`). An upload copies a chunk of the caller's data into a pinned slot, a
+    /// download a pinned slot into a chunk of the caller's result.
+    fn host_copy(to: &mut [u8], from: &[u8]) {
         recall_gpu_kernels::on_host_pool(|| {
             use rayon::prelude::*;
-            staged
-                .par_chunks_mut(HOST_COPY_PIECE)
-                .zip(chunk.par_chunks(HOST_COPY_PIECE))
+            to.par_chunks_mut(HOST_COPY_PIECE)
+                .zip(from.par_chunks(HOST_COPY_PIECE))
                 .for_each(|(d, s)| d.copy_from_slice(s));
         });
     }
@@ -1533,7 +1597,10 @@ mod imp {
                 &mut out,
             )
             .map_err(map_kernel_error)?;
-            g.download(&out).map_err(map_gpu_error)
+            // A fresh output (huge pages from 32 MiB: the copy out first touches it), staged back when large.
+            let mut scores = recall_cpu_simd::output_buffer(out.len());
+            self.copy_out(&out, &mut scores)?;
+            Ok(scores)
         }
 
         fn knn(
@@ -1853,12 +1920,14 @@ mod imp {
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Noise)?;
             let (g, kern) = (&self.gpu, &self.kernels);
             let xs = self.upload_slice(x)?;
-            let mut dev = g.alloc_zeros::<f32>(x.len()).map_err(map_gpu_error)?;
+            // From the memory pool (counted against the call's tenant, as its input is), on the device's stream:
+            // what the staged download reads from.
+            let mut dev = self.call_zeroed::<f32>(x.len())?;
             kern.clip_noise(g, &xs, x.len() / dim, dim, clip, sigma, seed, &mut dev)
                 .map_err(map_kernel_error)?;
-            g.download_into(&dev, out).map_err(map_gpu_error)?;
-            // Into page-locked memory the copy runs on after the call returns: done before `out` is the
-            // caller's again.
+            self.copy_out(&dev, out)?;
+            // Into page-locked memory the pageable path's copy runs on after the call returns: done before `out`
+            // is the caller's again (the staged path has waited for every chunk).
             g.synchronize().map_err(map_gpu_error)
         }
     }

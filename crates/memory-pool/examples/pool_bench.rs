@@ -17,6 +17,11 @@
 //!    `STAGED_CHUNK_BYTES`, copied into two pinned slots while the previous chunk is DMA'd), with the host copy
 //!    on one thread and in parallel on the GPU backend's host pool (`recall_gpu_kernels::on_host_pool`); with
 //!    the scan, and the move alone.
+//! 3. (GPU) Moving the same corpus back from the device into pageable host memory, as the GPU backend returns a
+//!    large result: one pageable `cuMemcpyDtoH` into a fresh `Vec` (its pages first touched by the copy) and into
+//!    a reused one; the staged download (`StagingRing::download_with`, the same slots: the DMA of chunk i + 1
+//!    beside the host's copy of chunk i out) with the one-thread and the host-pool copy, into a reused `Vec` and
+//!    (host-pool copy) into a fresh one; and the pinned ceiling, one `cuMemcpyDtoHAsync` into a pinned buffer.
 //!
 //! Run: `pool_bench [--corpus-mib N] [--reps N] [--chunk-mib N] [--streams N] [--staged-chunk-mib N]
 //! [--cpu-only]`; set
@@ -213,7 +218,8 @@ fn run(ordinal: usize, driver: Option<i32>, args: &Args) -> R<()> {
     println!("- unified mode: {:?}\n", mem.unified_mode());
 
     alloc_free(&mem)?;
-    transfer(&gpu, &mem, args)
+    transfer(&gpu, &mem, args)?;
+    device_to_host(&gpu, &mem, args)
 }
 
 /// Section 1.
@@ -790,6 +796,128 @@ fn transfer(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
     drop(out);
     if rows.iter().any(|r| !r.same_answer) {
         return Err("a path scanned different data".into());
+    }
+    Ok(())
+}
+
+/// Section 3: the corpus of section 2 from the device into host memory.
+fn device_to_host(gpu: &Gpu, mem: &GpuMemory, args: &Args) -> R<()> {
+    let dim = 256usize;
+    let n_rows = ((args.corpus_mib << 20) / 4) / dim;
+    let bytes = n_rows * dim * 4;
+    let reps = args.reps;
+    println!(
+        "\n## Move the {} MiB f32 corpus ({n_rows} x {dim}) from the device to host memory\n",
+        args.corpus_mib
+    );
+    println!(
+        "Median of {reps} runs after one warm-up, each timed on the host from the first call to the end of a"
+    );
+    println!(
+        "synchronize (the staged download returns with every byte in place). A fresh `Vec` is allocated inside"
+    );
+    println!(
+        "the timed run (`vec![0.0; n]`: fresh pages, first touched by the copy); a reused one was written before."
+    );
+    println!(
+        "Staged: chunks of {} MiB through 2 pinned slots on the GPU's stream, as the GPU backend's large results.\n",
+        args.staged_chunk_mib
+    );
+    let host: Vec<f32> = (0..n_rows * dim).map(|i| (i % 977) as f32 * 1e-3).collect();
+    let src = DeviceBuffer::try_from_host(mem, &host)?;
+    src.synchronize()?;
+    // The earlier sections' pinned blocks go back, so that the ring and the pinned buffer below fit the budget.
+    mem.pinned_pool().trim_all();
+    let timed = |body: &mut dyn FnMut() -> R<()>| timed(gpu, reps, &mut || Ok(()), body);
+    let same = |v: &[f32]| {
+        v.len() == host.len() && v.iter().zip(&host).all(|(a, b)| a.to_bits() == b.to_bits())
+    };
+    // (path, time, same bytes)
+    let mut rows: Vec<(String, Duration, bool)> = Vec::new();
+
+    let mut fresh: Vec<f32> = Vec::new();
+    let t = timed(&mut || {
+        fresh = src.to_vec()?;
+        Ok(())
+    })?;
+    rows.push((
+        "pageable cuMemcpyDtoH into a fresh Vec".into(),
+        t,
+        same(&fresh),
+    ));
+    drop(std::mem::take(&mut fresh));
+    let mut reused = vec![0f32; host.len()];
+    let t = timed(&mut || Ok(src.copy_to_host(&mut reused)?))?;
+    rows.push((
+        "pageable cuMemcpyDtoH into a reused Vec".into(),
+        t,
+        same(&reused),
+    ));
+
+    {
+        let mut ring = StagingRing::new(mem, args.staged_chunk_mib << 20, gpu.stream())?;
+        let serial = |to: &mut [u8], from: &[u8]| to.copy_from_slice(from);
+        let threads = recall_gpu_kernels::on_host_pool(rayon::current_num_threads);
+        let parallel = |to: &mut [u8], from: &[u8]| {
+            recall_gpu_kernels::on_host_pool(|| {
+                use rayon::prelude::*;
+                to.par_chunks_mut(1 << 20)
+                    .zip(from.par_chunks(1 << 20))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            })
+        };
+        let copies: [(String, &HostCopy); 2] = [
+            ("one-thread".into(), &serial),
+            (format!("{threads} host-pool threads'"), &parallel),
+        ];
+        for (label, copy) in copies {
+            reused.iter_mut().for_each(|v| *v = -1.0);
+            let t = timed(&mut || Ok(ring.download_with(&src, 0, &mut reused, copy)?))?;
+            rows.push((
+                format!("staged download ({label} copy) into a reused Vec"),
+                t,
+                same(&reused),
+            ));
+        }
+        let t = timed(&mut || {
+            fresh = vec![0f32; host.len()];
+            Ok(ring.download_with(&src, 0, &mut fresh, parallel)?)
+        })?;
+        rows.push((
+            format!("staged download ({threads} host-pool threads' copy) into a fresh Vec"),
+            t,
+            same(&fresh),
+        ));
+        drop(fresh);
+        ring.finish()?;
+    }
+    mem.pinned_pool().trim_all();
+
+    let pinned_whole = {
+        let mut pinned = PinnedBuffer::<f32>::try_zeroed(mem, host.len())?;
+        let t = timed(&mut || Ok(src.copy_to_pinned_async(&mut pinned)?))?;
+        let ok = same(pinned.as_slice()?);
+        rows.push(("pinned + cuMemcpyDtoHAsync (whole)".into(), t, ok));
+        t
+    };
+
+    println!("| path | time | GB/s | / pinned whole | same bytes |");
+    println!("|:---|---:|---:|---:|:---|");
+    for (name, t, ok) in &rows {
+        println!(
+            "| {name} | {:.2} ms | {:.1} | {:.3} | {} |",
+            t.as_secs_f64() * 1e3,
+            bytes as f64 / t.as_secs_f64() / 1e9,
+            t.as_secs_f64() / pinned_whole.as_secs_f64(),
+            if *ok { "yes" } else { "NO" }
+        );
+    }
+    let errors = mem.pinned_pool().take_errors();
+    if !errors.is_empty() {
+        println!("\nrecorded pinned pool errors: {errors:?}");
+    }
+    if rows.iter().any(|r| !r.2) {
+        return Err("a device-to-host path gave different bytes".into());
     }
     Ok(())
 }

@@ -12,9 +12,11 @@
 //!   [`CachingPool::flush_thread_cache`]).
 //! - [`GpuMemory`]: one engine's pools on one device ([`MemoryConfig`]: budget 80 % of VRAM by default,
 //!   `RECALL_FORCE_PINNED=1` forces the pinned fallback).
-//! - Typed RAII buffers: [`DeviceBuffer`] (and [`DeviceSlice`], one that reads as a cudarc slice), [`PinnedBuffer`], [`ManagedBuffer`], [`UnifiedBuffer`]
-//!   (managed, or pinned plus explicit copies), and [`StagingRing`] (double-buffered pinned upload; with
-//!   [`StagingRing::upload_with`] the host copy into each slot is the caller's closure, e.g. a parallel one).
+//! - Typed RAII buffers: [`DeviceBuffer`] (and [`DeviceSlice`], one that reads as a cudarc slice),
+//!   [`PinnedBuffer`], [`ManagedBuffer`], [`UnifiedBuffer`] (managed, or pinned plus explicit copies), and
+//!   [`StagingRing`] (double-buffered pinned upload and download; with [`StagingRing::upload_with`] /
+//!   [`StagingRing::download_with`] the host copy into or out of each slot is the caller's closure, e.g. a
+//!   parallel one).
 //!
 //! Architecture invariant: memory-pool never calls the CUDA driver or cudarc itself; every driver call
 //! is a function of `recall_gpu_sys::memory` (or `Gpu`). It names cudarc types only through

@@ -1,6 +1,8 @@
 //! Double-buffered pinned staging for streaming host data to the device while kernels run, and for
 //! uploading large pageable slices at pinned speed: the host copies chunk i + 1 into one page-locked slot
 //! (with as many threads as the caller's copy closure uses) while the copy engine DMAs chunk i from the other.
+//! Downloads run the same pipeline the other way: the copy engine DMAs chunk i + 1 into one slot while the
+//! host copies chunk i out of the other into the caller's pageable memory.
 
 use crate::buffers::{DeviceBuffer, DeviceCopy, DeviceSlice};
 use crate::cuda::{CudaPinned, GpuMemory, Stream};
@@ -13,14 +15,16 @@ use std::ops::Range;
 
 struct Slot {
     block: Block<CudaPinned>,
-    /// Completes when the last copy out of this slot has.
+    /// Completes when the last DMA that used this slot (out of it for an upload, into it for a download) has.
     done: CudaEvent,
+    /// A DMA recorded in `done` may still be running: wait for `done` before the host touches the slot.
     in_flight: bool,
 }
 
 /// Two pinned chunks used in turn: while the copy engine moves chunk A to the device on the ring's
 /// (copy) stream, the host fills chunk B. Kernels on other streams keep running; the destination
-/// buffer's stream is ordered around the copies with events.
+/// buffer's stream is ordered around the copies with events. Downloads ([`StagingRing::download_with`])
+/// use the same slots the other way round: the copy engine fills one while the host empties the other.
 ///
 /// The slots come from the pinned pool, so a ring made again after one was dropped reuses the page-locked
 /// blocks (page-locking is paid once per pool, not per ring). A slot is rewritten only after the event
@@ -223,6 +227,184 @@ impl StagingRing {
         Ok(())
     }
 
+    /// Copy `src[src_offset .. src_offset + dst.len()]` into the caller's `dst`, chunk by chunk through the two
+    /// slots, with the host's copy out of each slot done serially. Returns when every byte is in `dst`.
+    pub fn download<T: DeviceCopy>(
+        &mut self,
+        src: &DeviceBuffer<T>,
+        src_offset: usize,
+        dst: &mut [T],
+    ) -> Result<(), PoolError> {
+        self.download_with(src, src_offset, dst, copy_serial)
+    }
+
+    /// As [`StagingRing::download`], with the host's copy of each chunk out of its pinned slot done by `copy`:
+    /// `copy(dst_chunk, slot)` must fill `dst_chunk` (as long as `slot`, at most [`StagingRing::chunk_bytes`])
+    /// with `slot`'s bytes, for example with several threads (the same closure as an upload's serves: it copies
+    /// its second argument into its first). It runs on the calling thread while the copy engine moves the next
+    /// chunk into the other slot, so a parallel `copy` is what makes the pipeline fast.
+    ///
+    /// The copies run on the ring's stream after the work already queued on `src`'s stream (an event orders them
+    /// where the streams differ), so a kernel queued before this call that writes `src` is seen. A slot is
+    /// refilled only after the host has copied it out, and read by the host only after the event behind its
+    /// DMA has completed. Returns when every byte is in `dst` and no copy of this call is running.
+    ///
+    /// Chunks end at byte boundaries that need not be element boundaries: `copy` must move bytes as they are.
+    /// After an error the ring has waited for its stream (no DMA is left writing a slot); `dst` then holds
+    /// some chunks and not others. If `copy` panics, the ring waits for its stream while unwinding.
+    pub fn download_with<T: DeviceCopy>(
+        &mut self,
+        src: &DeviceBuffer<T>,
+        src_offset: usize,
+        dst: &mut [T],
+        copy: impl Fn(&mut [u8], &[u8]) + Sync,
+    ) -> Result<(), PoolError> {
+        let end = src_offset
+            .checked_add(dst.len())
+            .ok_or(PoolError::SizeOverflow {
+                len: dst.len(),
+                elem_size: std::mem::size_of::<T>(),
+            })?;
+        if end > src.len() {
+            return Err(PoolError::LengthMismatch {
+                expected: src.len(),
+                found: end,
+            });
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let src_addr = src.device_ptr() + byte_len::<T>(src_offset)? as u64;
+        let bytes = byte_len::<T>(dst.len())?;
+        // SAFETY: `DeviceCopy` values are plain bytes, valid for every bit pattern; the view covers exactly
+        // `dst`, which is borrowed mutably for the call (no other view of it is used while this one lives).
+        let dst_bytes =
+            unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u8>(), bytes) };
+        let other = src.stream().cu_stream() != self.stream.cu_stream();
+        if other {
+            // The copies start after the work already queued on the source's stream (a kernel writing it).
+            memory::record_event(&self.before, src.stream())?;
+            memory::stream_wait_event(&self.stream, &self.before)?;
+        }
+        // SAFETY: `src_addr..+bytes` lies inside `src` (checked above), which is borrowed for the call; the copies
+        // are ordered after the work queued on its stream (above, or by the stream itself), and every one has
+        // completed when this returns `Ok` (each chunk is waited for before the host reads it). After an error
+        // the ring waited for its stream; where even that failed, `src`'s stream waits for the ring's below.
+        let copied = unsafe { self.download_bytes_with(src_addr, dst_bytes, copy) };
+        if other && copied.is_err() {
+            // Best effort, after a failure that already is the error: `src`'s later work (its free included)
+            // comes after any copy of this call that might still read it.
+            let _ = memory::record_event(&self.after, &self.stream)
+                .and_then(|()| memory::stream_wait_event(src.stream(), &self.after));
+        }
+        copied
+    }
+
+    /// [`StagingRing::download_with`] from the buffer under a [`DeviceSlice`] (a launcher's output kept as one):
+    /// `src[src_offset .. src_offset + dst.len()]` into `dst`.
+    pub fn download_slice_with<T: DeviceCopy>(
+        &mut self,
+        src: &DeviceSlice<T>,
+        src_offset: usize,
+        dst: &mut [T],
+        copy: impl Fn(&mut [u8], &[u8]) + Sync,
+    ) -> Result<(), PoolError> {
+        self.download_with(src.buffer(), src_offset, dst, copy)
+    }
+
+    /// Copy raw device bytes at `src_addr` into `dst` through the slots, on the copy stream, with a serial host
+    /// copy.
+    ///
+    /// # Safety
+    /// As [`StagingRing::download_bytes_with`].
+    pub unsafe fn download_bytes(
+        &mut self,
+        src_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<(), PoolError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.download_bytes_with(src_addr, dst, copy_serial) }
+    }
+
+    /// Copy `dst.len()` raw device bytes from `src_addr` into `dst` through the slots, pipelined: the DMA of
+    /// chunk i + 1 into one slot (on the copy stream) runs while `copy(dst_chunk, slot)` copies chunk i out of
+    /// the other (see [`StagingRing::download_with`]). Returns when every byte is in `dst`; on an error, after
+    /// waiting for the copy stream (no DMA is left writing a slot).
+    ///
+    /// # Safety
+    /// `src_addr..src_addr + dst.len()` is live device memory of the ring's context that stays allocated, and is
+    /// not written, until the copy stream has passed these copies (they have when this returns `Ok`, or after an
+    /// error once the copy stream is idle). The copies see what work queued on the copy stream before this call
+    /// wrote; work on other streams must be ordered before the copy stream by the caller (an event).
+    pub unsafe fn download_bytes_with(
+        &mut self,
+        src_addr: u64,
+        dst: &mut [u8],
+        copy: impl Fn(&mut [u8], &[u8]) + Sync,
+    ) -> Result<(), PoolError> {
+        let len = dst.len();
+        let n = len.div_ceil(self.chunk_bytes);
+        if n == 0 {
+            return Ok(());
+        }
+        let first = self.next;
+        // A panicking `copy` leaves a DMA into the other slot queued, reading `src`: wait for it while unwinding.
+        let _unwind = WaitOnUnwind(self.stream.clone());
+        let mut run = || -> Result<(), PoolError> {
+            for step in download_steps(n, first) {
+                match step {
+                    Step::Dma { chunk, slot } => {
+                        let span = chunk_span(len, self.chunk_bytes, chunk);
+                        let slot = &mut self.slots[slot];
+                        let host = slot.block.addr() as usize as *mut u8;
+                        // The slot is marked before the queue, so that an error from here on leaves it to be
+                        // waited for (the error path below waits for the whole stream).
+                        slot.in_flight = true;
+                        // SAFETY: the slot's block holds `chunk_bytes >= span.len()` bytes owned by this ring
+                        // alone (`&mut self`); the host does not touch it until `done`, recorded right after,
+                        // has completed (the `CopyOut` step, or the stream wait on an error); the schedule
+                        // queues a slot's DMA only after its last chunk was copied out. The source is the
+                        // caller's (see `# Safety`).
+                        unsafe {
+                            memory::copy_dtoh_async(
+                                host,
+                                src_addr + span.start as u64,
+                                span.len(),
+                                &self.stream,
+                            )
+                        }?;
+                        memory::record_event(&slot.done, &self.stream)?;
+                    }
+                    Step::CopyOut { chunk, slot } => {
+                        let span = chunk_span(len, self.chunk_bytes, chunk);
+                        let slot = &mut self.slots[slot];
+                        memory::event_synchronize(&slot.done)?;
+                        slot.in_flight = false;
+                        let host = slot.block.addr() as usize as *const u8;
+                        // SAFETY: the slot's block holds `chunk_bytes >= span.len()` bytes, initialised (zeroed
+                        // in `new`, then written by DMAs), owned by this ring alone; the DMA that filled it has
+                        // completed (its event, above) and none is queued into it until this view is gone
+                        // (the next `Dma` step for this slot comes after this one).
+                        let staged = unsafe { std::slice::from_raw_parts(host, span.len()) };
+                        copy(&mut dst[span], staged);
+                    }
+                }
+            }
+            Ok(())
+        };
+        let r = run();
+        if r.is_err() {
+            // No DMA may be left writing a slot (or reading the caller's source) once this returns.
+            if memory::stream_synchronize(&self.stream).is_ok() {
+                for slot in &mut self.slots {
+                    slot.in_flight = false;
+                }
+            }
+        }
+        self.next = first ^ (n & 1);
+        r
+    }
+
     /// Wait on the host until every queued chunk has reached the device.
     pub fn finish(&mut self) -> Result<(), PoolError> {
         for slot in &mut self.slots {
@@ -235,9 +417,22 @@ impl StagingRing {
     }
 }
 
-/// The serial host copy of [`StagingRing::upload`].
-fn copy_serial(staged: &mut [u8], chunk: &[u8]) {
-    staged.copy_from_slice(chunk);
+/// The serial host copy of [`StagingRing::upload`] and [`StagingRing::download`]: `from` into `to`.
+fn copy_serial(to: &mut [u8], from: &[u8]) {
+    to.copy_from_slice(from);
+}
+
+/// Waits for a stream when dropped during a panic (a host copy closure that panicked mid-download).
+struct WaitOnUnwind(Stream);
+
+impl Drop for WaitOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Nothing to report to: the panic is already the outcome. A failure leaves the copy stream to the
+            // pool's fences (the ring's slots go back to the pool only after them).
+            let _ = memory::stream_synchronize(&self.0);
+        }
+    }
 }
 
 /// The byte ranges, in order, of the chunks that a `len`-byte upload goes through with slots of
@@ -245,12 +440,140 @@ fn copy_serial(staged: &mut [u8], chunk: &[u8]) {
 /// `len == 0`.
 fn chunk_spans(len: usize, chunk_bytes: usize) -> impl Iterator<Item = Range<usize>> {
     let step = chunk_bytes.max(1);
-    (0..len.div_ceil(step)).map(move |i| i * step..((i + 1) * step).min(len))
+    (0..len.div_ceil(step)).map(move |i| chunk_span(len, step, i))
+}
+
+/// Chunk `i` of [`chunk_spans`]`(len, chunk_bytes)` (`chunk_bytes` > 0, `i` < the chunk count).
+fn chunk_span(len: usize, chunk_bytes: usize, i: usize) -> Range<usize> {
+    i * chunk_bytes..((i + 1) * chunk_bytes).min(len)
+}
+
+/// One step of a download's pipeline (see [`download_steps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Queue the DMA of `chunk` into `slot`, and record the slot's event behind it.
+    Dma { chunk: usize, slot: usize },
+    /// Wait for `slot`'s event, then copy `chunk` out of it into the caller's memory.
+    CopyOut { chunk: usize, slot: usize },
+}
+
+/// The steps of a download of `n` chunks through two slots, starting with slot `first` (0 or 1): chunk i goes
+/// through slot `first ^ (i & 1)`; the DMA of chunk i + 1 is queued before the host copies chunk i out (so the
+/// two overlap), and a slot's next DMA is queued only after its last chunk was copied out.
+fn download_steps(n: usize, first: usize) -> impl Iterator<Item = Step> {
+    let slot = move |chunk: usize| (first ^ chunk) & 1;
+    let prime = (n > 0).then_some(Step::Dma {
+        chunk: 0,
+        slot: slot(0),
+    });
+    prime.into_iter().chain((0..n).flat_map(move |i| {
+        let next = (i + 1 < n).then_some(Step::Dma {
+            chunk: i + 1,
+            slot: slot(i + 1),
+        });
+        next.into_iter().chain(std::iter::once(Step::CopyOut {
+            chunk: i,
+            slot: slot(i),
+        }))
+    }))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::chunk_spans;
+    use super::{Step, chunk_span, chunk_spans, download_steps};
+
+    /// Play a download's steps against a model of the two slots: a DMA only into a slot the host has emptied,
+    /// a copy out only of the chunk whose DMA last went into that slot; chunks move in order, each once.
+    fn check_schedule(n: usize, first: usize) {
+        #[derive(Clone, Copy, PartialEq, Debug)]
+        enum SlotState {
+            Empty,
+            Filling(usize),
+        }
+        let mut slots = [SlotState::Empty; 2];
+        let (mut dma_next, mut out_next) = (0, 0);
+        let steps: Vec<Step> = download_steps(n, first).collect();
+        assert_eq!(
+            steps.len(),
+            2 * n,
+            "n {n}: one DMA and one copy out per chunk"
+        );
+        for (at, step) in steps.iter().enumerate() {
+            match *step {
+                Step::Dma { chunk, slot } => {
+                    assert_eq!(chunk, dma_next, "n {n}: DMAs in order");
+                    assert_eq!(
+                        slots[slot],
+                        SlotState::Empty,
+                        "n {n}, step {at}: a DMA into a full slot"
+                    );
+                    assert_eq!(
+                        slot,
+                        (first + chunk) % 2,
+                        "n {n}: the slots alternate from `first`"
+                    );
+                    slots[slot] = SlotState::Filling(chunk);
+                    dma_next += 1;
+                }
+                Step::CopyOut { chunk, slot } => {
+                    assert_eq!(chunk, out_next, "n {n}: copies out in order");
+                    assert_eq!(
+                        slots[slot],
+                        SlotState::Filling(chunk),
+                        "n {n}, step {at}: wrong slot"
+                    );
+                    slots[slot] = SlotState::Empty;
+                    out_next += 1;
+                    // Pipelined: the next chunk's DMA is already queued while this one is copied out.
+                    if chunk + 1 < n {
+                        assert_eq!(
+                            dma_next,
+                            chunk + 2,
+                            "n {n}: chunk {} not queued ahead",
+                            chunk + 1
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!((dma_next, out_next), (n, n), "n {n}: every chunk moved");
+        assert_eq!(
+            slots,
+            [SlotState::Empty; 2],
+            "n {n}: nothing left in a slot"
+        );
+    }
+
+    #[test]
+    fn download_schedule_overlaps_and_never_refills_a_slot_before_it_is_copied_out() {
+        for n in 0..9 {
+            for first in [0, 1] {
+                check_schedule(n, first);
+            }
+        }
+        assert_eq!(download_steps(0, 0).count(), 0);
+        assert_eq!(
+            download_steps(3, 1).collect::<Vec<_>>(),
+            vec![
+                Step::Dma { chunk: 0, slot: 1 },
+                Step::Dma { chunk: 1, slot: 0 },
+                Step::CopyOut { chunk: 0, slot: 1 },
+                Step::Dma { chunk: 2, slot: 1 },
+                Step::CopyOut { chunk: 1, slot: 0 },
+                Step::CopyOut { chunk: 2, slot: 1 },
+            ]
+        );
+    }
+
+    #[test]
+    fn chunk_span_is_the_ith_of_chunk_spans() {
+        let c = 64 << 10;
+        for len in [1, c - 1, c, c + 1, 2 * c + c / 2] {
+            for (i, s) in chunk_spans(len, c).enumerate() {
+                assert_eq!(chunk_span(len, c, i), s, "len {len}, chunk {i}");
+            }
+        }
+    }
 
     #[test]
     fn chunk_spans_cover_the_bytes_in_order_without_gaps() {

@@ -2,7 +2,8 @@
 //! reason where `recall_gpu_sys::probe()` finds none. Covers the allocate/free path, stream-ordered reuse,
 //! the managed and forced-pinned unified paths (checked by a kernel reading the data), pinned staging,
 //! the budget OOM, the driver OOM after trim-and-retry, managed memory capped by free memory, trim, and the
-//! staged upload with a caller's (serial or parallel) host copy (`StagingRing::upload_with`).
+//! staged upload and download with a caller's (serial or parallel) host copy (`StagingRing::upload_with`,
+//! `StagingRing::download_with`).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
@@ -576,4 +577,213 @@ fn gpu_staged_closure_upload_gives_identical_bytes() {
     }
     assert!(mem.pinned_pool().take_errors().is_empty());
     assert!(mem.device_pool().take_errors().is_empty());
+}
+
+/// The staged download (`StagingRing::download_with`): every length around the chunk size at nonzero source
+/// offsets, serial and parallel host copies, the ring on the source's stream and on one of its own; the source
+/// written by work queued just before on its stream (an asynchronous upload, a kernel, the ring's own upload)
+/// and never waited for by the test: the download must see it.
+#[test]
+fn gpu_staged_closure_download_gives_identical_bytes() {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_staged_closure_download_gives_identical_bytes") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let kernels = Kernels::load(&gpu, None).unwrap();
+    let chunk = 64 << 10;
+    let other_stream = gpu.new_stream().unwrap();
+    // The ring on the source's stream (ordered by the stream), then on a stream of its own (events).
+    for (copy_stream, where_) in [
+        (mem.stream().clone(), "same stream"),
+        (other_stream, "own stream"),
+    ] {
+        let mut ring = StagingRing::new(&mem, chunk, &copy_stream).unwrap();
+        let biggest = AtomicUsize::new(0);
+        let calls = AtomicUsize::new(0);
+        for len in [0, 1, chunk - 1, chunk, chunk + 1, 2 * chunk + chunk / 2] {
+            for offset in [0, 3, chunk + 5] {
+                for parallel in [false, true] {
+                    let what = format!("{where_}: len {len}, offset {offset}, parallel {parallel}");
+                    let total = offset + len + 7;
+                    let host = bytes(total, (len + offset) as u8);
+                    // Zeroed (queued), then the bytes by an asynchronous DMA from pinned memory (queued): the
+                    // download below is queued behind both without a wait in between.
+                    let mut src = DeviceBuffer::<u8>::try_zeroed(&mem, total).unwrap();
+                    let mut pinned = PinnedBuffer::try_from_slice(&mem, &host).unwrap();
+                    src.copy_from_pinned_async(&mut pinned).unwrap();
+                    // Into the middle of a larger buffer: the bytes around it must stay as they were.
+                    let mut out = vec![0u8; len + 10];
+                    calls.store(0, Relaxed);
+                    ring.download_with(
+                        &src,
+                        offset,
+                        &mut out[5..5 + len],
+                        |to: &mut [u8], from: &[u8]| {
+                            assert_eq!(to.len(), from.len());
+                            biggest.fetch_max(from.len(), Relaxed);
+                            calls.fetch_add(1, Relaxed);
+                            if parallel {
+                                par_copy(to, from);
+                            } else {
+                                to.copy_from_slice(from);
+                            }
+                        },
+                    )
+                    .unwrap();
+                    assert!(out[..5].iter().all(|&b| b == 0), "{what}: before");
+                    assert!(
+                        out[5..5 + len] == host[offset..offset + len],
+                        "{what}: the bytes"
+                    );
+                    assert!(out[5 + len..].iter().all(|&b| b == 0), "{what}: after");
+                    assert_eq!(
+                        calls.load(Relaxed),
+                        len.div_ceil(chunk),
+                        "{what}: one copy call per chunk"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            biggest.into_inner(),
+            chunk,
+            "{where_}: no copy call over a slot"
+        );
+
+        // A long asynchronous upload (64 MiB from pinned memory) right before the download of its last bytes:
+        // without the ordering the download would read the zeros (the copy engines run both ways at once).
+        let big = bytes(64 * MIB, 9);
+        let mut src = DeviceBuffer::<u8>::try_zeroed(&mem, big.len()).unwrap();
+        let mut pinned = PinnedBuffer::try_from_slice(&mem, &big).unwrap();
+        src.copy_from_pinned_async(&mut pinned).unwrap();
+        let tail = 2 * chunk + chunk / 2;
+        let mut out = vec![0u8; tail];
+        ring.download_with(&src, big.len() - tail, &mut out, par_copy)
+            .unwrap();
+        assert!(
+            out[..] == big[big.len() - tail..],
+            "{where_}: the download ran before the upload"
+        );
+
+        // Upload then download in a row through the same ring, the buffer on the device's stream.
+        let host = bytes(5 * chunk + 17, 3);
+        let mut dev = DeviceBuffer::<u8>::try_zeroed(&mem, host.len()).unwrap();
+        ring.upload_with(&host, &mut dev, 0, par_copy).unwrap();
+        let mut back = vec![0u8; host.len()];
+        ring.download_with(&dev, 0, &mut back, par_copy).unwrap();
+        assert!(back == host, "{where_}: upload then download");
+        // And again with new bytes through the same slots: the second round trip sees only its own.
+        let host2: Vec<u8> = host.iter().map(|v| v.wrapping_mul(3)).collect();
+        ring.upload_with(&host2, &mut dev, 0, copy_one_thread)
+            .unwrap();
+        ring.download_with(&dev, 0, &mut back, copy_one_thread)
+            .unwrap();
+        assert!(back == host2, "{where_}: second round trip");
+
+        // A kernel's output, queued on the device's stream just before: the download equals the plain copy
+        // bit for bit. f32 over 3 chunks and a bit, and from 3 elements in, from a `DeviceSlice`.
+        let dim = 96;
+        let rows = data(dim * (3 * chunk / 4 + 1));
+        let n_rows = rows.len() / dim;
+        let x = DeviceSlice::try_from_host(&mem, &rows).unwrap();
+        let mut norms = DeviceSlice::<f32>::try_zeroed(&mem, n_rows).unwrap();
+        let mut wide = DeviceSlice::<f32>::try_zeroed(&mem, 3 * chunk / 4 + 5).unwrap();
+        kernels
+            .row_norms_f32(&gpu, &x, n_rows, dim, &mut norms)
+            .unwrap();
+        // `wide` as a kernel output too: the norms of the same rows read as rows of 4 (more rows, shorter).
+        let n_wide = wide.len();
+        kernels
+            .row_norms_f32(&gpu, &x, n_wide, 4, &mut wide)
+            .unwrap();
+        let mut got = vec![0f32; n_rows];
+        ring.download_slice_with(&norms, 0, &mut got, par_copy)
+            .unwrap();
+        let want = norms.buffer().to_vec().unwrap();
+        assert!(want.iter().any(|&v| v != 0.0), "the kernel wrote nothing");
+        let same = |a: &[f32], b: &[f32]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits())
+        };
+        assert!(same(&got, &want), "{where_}: kernel output differs");
+        let mut got = vec![0f32; n_wide - 3];
+        ring.download_slice_with(&wide, 3, &mut got, copy_one_thread)
+            .unwrap();
+        let want = wide.buffer().to_vec().unwrap();
+        assert!(
+            same(&got, &want[3..]),
+            "{where_}: f32 from an offset differs"
+        );
+        // Raw bytes from 1 byte into the first f32: every chunk of the source splits elements.
+        let mut raw = vec![0u8; 4 * (n_wide - 1)];
+        // SAFETY: the range lies inside `wide` (1 byte past its start, `4 * (n_wide - 1)` bytes), which is live
+        // for the call and written by nothing else; the kernel that wrote it is on the device's stream, which
+        // the ring's stream follows here (`wide.buffer().to_vec()` above waited for that stream).
+        unsafe { ring.download_bytes_with(wide.buffer().device_ptr() + 1, &mut raw, par_copy) }
+            .unwrap();
+        let want_bytes: Vec<u8> = want.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        assert!(
+            raw[..] == want_bytes[1..1 + raw.len()],
+            "{where_}: raw bytes at an odd address"
+        );
+
+        // Out of range: refused before anything is queued; `dst` untouched.
+        let small = DeviceBuffer::<u8>::try_zeroed(&mem, 10).unwrap();
+        let mut out = vec![7u8; 8];
+        let err = ring
+            .download_with(&small, 3, &mut out, par_copy)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::LengthMismatch {
+                    expected: 10,
+                    found: 11
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(out.iter().all(|&v| v == 7));
+        let err = ring
+            .download_with(&small, usize::MAX, &mut out, par_copy)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::SizeOverflow {
+                    len: 8,
+                    elem_size: 1
+                }
+            ),
+            "{err:?}"
+        );
+
+        // A copy closure that panics mid-download: the ring waits for its stream while unwinding and stays
+        // usable (the next download gives the right bytes).
+        let host = bytes(4 * chunk, 11);
+        let src = DeviceBuffer::try_from_host(&mem, &host).unwrap();
+        let mut out = vec![0u8; host.len()];
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let n = AtomicUsize::new(0);
+            ring.download_with(&src, 0, &mut out, |to: &mut [u8], from: &[u8]| {
+                if n.fetch_add(1, Relaxed) == 1 {
+                    panic!("a host copy that fails");
+                }
+                to.copy_from_slice(from);
+            })
+        }));
+        assert!(panicked.is_err());
+        let mut out = vec![0u8; host.len()];
+        ring.download_with(&src, 0, &mut out, par_copy).unwrap();
+        assert!(out == host, "{where_}: after a panicking copy");
+        ring.finish().unwrap();
+    }
+    assert!(mem.pinned_pool().take_errors().is_empty());
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+/// A one-thread host copy with the staged copies' signature.
+fn copy_one_thread(to: &mut [u8], from: &[u8]) {
+    to.copy_from_slice(from);
 }

@@ -1,5 +1,6 @@
-//! The same calls on the GPU and the CPU must agree bit for bit (small inputs, and inputs large enough to be
-//! uploaded through pinned staging). Skips, saying why, where there is no GPU.
+//! The same calls on the GPU and the CPU must agree bit for bit (small inputs, inputs large enough to be
+//! uploaded through pinned staging, and results large enough to come back through it). Skips, saying why, where
+//! there is no GPU.
 
 use recall::{Device, DevicePolicy, Engine, Error, Metric};
 use std::io::Write as _;
@@ -405,6 +406,185 @@ fn gpu_large_uploads_without_pinned_staging_stay_on_the_gpu() {
     assert!(g.fallback.is_none(), "fell back: {:?}", g.fallback);
     assert_eq!(g.ids, want.ids);
     assert_eq!(bits(&g.scores), bits(&want.scores));
+    assert!(
+        staged_pinned_bytes(&gpu) >= 2 * chunk,
+        "no staging once pinned memory was allowed again"
+    );
+}
+
+/// Queries and a corpus of `dim` values each, both below `STAGED_UPLOAD_MIN_BYTES` (so their uploads are pageable
+/// and make no staging), whose query x row score matrix is 2.5 staging chunks and a bit: at or above
+/// `STAGED_DOWNLOAD_MIN_BYTES`, a short last chunk, both staging buffers reused.
+fn large_result_inputs(
+    rng: &mut recall::diagnostics::SplitMix,
+    dim: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let nq = 1000;
+    let n = 5 * chunk / 2 / (4 * nq) + 3;
+    let q = recall::diagnostics::awkward_matrix(rng, nq, dim);
+    let c = recall::diagnostics::awkward_matrix(rng, n, dim);
+    let out_bytes = 4 * nq * n;
+    assert!(out_bytes > 5 * chunk / 2 && out_bytes >= recall::executor::STAGED_DOWNLOAD_MIN_BYTES);
+    assert!(4 * q.len().max(c.len()) < recall::executor::STAGED_UPLOAD_MIN_BYTES);
+    (q, c)
+}
+
+/// Results at or above `STAGED_DOWNLOAD_MIN_BYTES` (similarity's and cosine's score matrix, clip-and-noise's
+/// vectors) come back through the pinned staging ring, the host pool copying each chunk out while the next is
+/// DMA'd, and give the CPU's bits. The similarity inputs are small (pageable uploads, no staging), so the ring
+/// held afterwards was made by a download.
+#[test]
+fn gpu_large_results_are_staged_and_bit_identical_to_cpu() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let ran_on_gpu = |what: &str, device: &Device, fallback: &Option<String>| {
+        assert!(
+            matches!(device, Device::Gpu { .. }),
+            "{what} ran on {device}"
+        );
+        assert!(fallback.is_none(), "{what} fell back: {fallback:?}");
+    };
+    // No ring yet: the first large copy below is a download.
+    for b in gpu.executor().gpu_backends() {
+        b.trim().unwrap();
+    }
+    assert_eq!(
+        staged_pinned_bytes(&gpu),
+        0,
+        "pinned memory held before any call"
+    );
+    let mut rng = recall::diagnostics::SplitMix::new(37);
+    let dim = 48;
+    let (q, c) = large_result_inputs(&mut rng, dim);
+    let g = gpu.cosine_similarity(&q, &c, dim).unwrap();
+    ran_on_gpu("cosine_similarity", &g.device, &g.fallback);
+    let want = cpu.cosine_similarity(&q, &c, dim).unwrap();
+    assert_eq!(g.values.len(), want.values.len());
+    assert_eq!(bits(&g.values), bits(&want.values), "cosine_similarity");
+    assert!(
+        staged_pinned_bytes(&gpu) >= 2 * chunk,
+        "no staging ring after a large download: {} bytes pinned",
+        staged_pinned_bytes(&gpu)
+    );
+    for metric in [Metric::Cosine, Metric::L2, Metric::Dot] {
+        let what = format!(
+            "similarity {metric:?}, {} x {} x {dim}",
+            q.len() / dim,
+            c.len() / dim
+        );
+        let g = gpu.similarity(&q, &c, dim, metric).unwrap();
+        ran_on_gpu(&what, &g.device, &g.fallback);
+        let want = cpu.similarity(&q, &c, dim, metric).unwrap();
+        assert_eq!(bits(&g.values), bits(&want.values), "{what}");
+    }
+    // Just below the threshold: one pageable copy, the same bits.
+    let below = recall::executor::STAGED_DOWNLOAD_MIN_BYTES / 4 - 1;
+    let cb = recall::diagnostics::awkward_matrix(&mut rng, below / (q.len() / dim), dim);
+    let g = gpu.similarity(&q, &cb, dim, Metric::Dot).unwrap();
+    assert!(g.values.len() * 4 < recall::executor::STAGED_DOWNLOAD_MIN_BYTES);
+    ran_on_gpu("similarity below the threshold", &g.device, &g.fallback);
+    let want = cpu.similarity(&q, &cb, dim, Metric::Dot).unwrap();
+    assert_eq!(
+        bits(&g.values),
+        bits(&want.values),
+        "similarity below the threshold"
+    );
+
+    // Clip-and-noise: 2.5 chunks and a bit out (and in), both forms; `into` over a buffer of other values.
+    let xdim = 1000;
+    let x = recall::diagnostics::awkward_matrix(&mut rng, 5 * chunk / 2 / (4 * xdim) + 5, xdim);
+    assert!(x.len() * 4 >= recall::executor::STAGED_DOWNLOAD_MIN_BYTES);
+    let want = cpu.clip_and_noise(&x, xdim, 1.5, 0.25, 78).unwrap().values;
+    let g = gpu.clip_and_noise(&x, xdim, 1.5, 0.25, 78).unwrap();
+    ran_on_gpu("clip-and-noise", &g.device, &g.fallback);
+    assert_eq!(bits(&g.values), bits(&want), "clip-and-noise");
+    let mut out = vec![f32::NAN; x.len()];
+    let ran = gpu
+        .clip_and_noise_into(&x, xdim, 1.5, 0.25, 78, &mut out)
+        .unwrap();
+    ran_on_gpu("clip-and-noise into", &ran.device, &ran.fallback);
+    assert_eq!(bits(&out), bits(&want), "clip-and-noise into");
+    for b in gpu.executor().gpu_backends() {
+        assert!(b.memory().pinned_pool().take_errors().is_empty());
+        assert!(b.memory().device_pool().take_errors().is_empty());
+    }
+}
+
+/// Never down: with no pinned staging to be had (the pinned pool's budget at zero), large results come back in one
+/// pageable copy and the calls still run on the GPU with the CPU's bits, holding no pinned memory.
+#[test]
+fn gpu_large_results_without_pinned_staging_stay_on_the_gpu() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let backends = gpu.executor().gpu_backends();
+    let budgets: Vec<usize> = backends
+        .iter()
+        .map(|b| b.memory().pinned_pool().stats().budget_bytes)
+        .collect();
+    for b in &backends {
+        b.trim().unwrap();
+        b.memory().pinned_pool().set_budget(0);
+    }
+    let mut rng = recall::diagnostics::SplitMix::new(38);
+    let dim = 40;
+    let (q, c) = large_result_inputs(&mut rng, dim);
+    let want_cos = cpu.cosine_similarity(&q, &c, dim).unwrap().values;
+    for round in 0..2 {
+        let g = gpu.cosine_similarity(&q, &c, dim).unwrap();
+        assert!(
+            matches!(g.device, Device::Gpu { .. }),
+            "round {round}: ran on {}",
+            g.device
+        );
+        assert!(
+            g.fallback.is_none(),
+            "round {round}: fell back: {:?}",
+            g.fallback
+        );
+        assert_eq!(
+            bits(&g.values),
+            bits(&want_cos),
+            "round {round}: cosine_similarity"
+        );
+        assert_eq!(
+            staged_pinned_bytes(&gpu),
+            0,
+            "round {round}: pinned memory over a zero budget"
+        );
+    }
+    let xdim = 512;
+    let x = recall::diagnostics::awkward_matrix(&mut rng, 5 * chunk / 2 / (4 * xdim) + 1, xdim);
+    let want = cpu.clip_and_noise(&x, xdim, 0.75, 0.5, 5).unwrap().values;
+    let mut out = vec![f32::NAN; x.len()];
+    let ran = gpu
+        .clip_and_noise_into(&x, xdim, 0.75, 0.5, 5, &mut out)
+        .unwrap();
+    assert!(
+        matches!(ran.device, Device::Gpu { .. }),
+        "clip-and-noise ran on {}",
+        ran.device
+    );
+    assert!(
+        ran.fallback.is_none(),
+        "clip-and-noise fell back: {:?}",
+        ran.fallback
+    );
+    assert_eq!(bits(&out), bits(&want), "clip-and-noise without staging");
+    assert_eq!(
+        staged_pinned_bytes(&gpu),
+        0,
+        "pinned memory over a zero budget"
+    );
+    // Pinned memory allowed again: the next large result makes its staging.
+    for (b, &budget) in backends.iter().zip(&budgets) {
+        b.memory().pinned_pool().set_budget(budget);
+    }
+    let g = gpu.cosine_similarity(&q, &c, dim).unwrap();
+    assert!(g.fallback.is_none(), "fell back: {:?}", g.fallback);
+    assert_eq!(bits(&g.values), bits(&want_cos), "with staging again");
     assert!(
         staged_pinned_bytes(&gpu) >= 2 * chunk,
         "no staging once pinned memory was allowed again"
