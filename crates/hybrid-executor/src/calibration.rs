@@ -479,7 +479,23 @@ pub mod probe_shape {
     /// queries over `N*` rows), `1/Q + 1/N` is at most `1/BATCH_QUERIES + 1/N*`, the probe's own: such a call
     /// uploads no more per multiply-add than the probe did where the GPU started to win, and both devices'
     /// compute scales with the work. A call with fewer queries or rows stays `knn`.
+    ///
+    /// `similarity_batch` (dense scores) is probed and bounded the same way, and also needs rows of at least
+    /// [`DIM`] values: its `Q x N` scores come back to the host, 4 / d bytes per multiply-add, which at fewer
+    /// values a row than the probe's would be a larger share of the call than the probe measured.
     pub const BATCH_QUERIES: usize = 256;
+
+    /// A knn over a plain slice of `queries` queries against `rows` rows is a batch (`knn_batch`): both at least
+    /// [`BATCH_QUERIES`].
+    pub fn is_batch(queries: usize, rows: usize) -> bool {
+        queries >= BATCH_QUERIES && rows >= BATCH_QUERIES
+    }
+
+    /// Dense scores over a plain slice are a batch (`similarity_batch`): [`is_batch`], with at least [`DIM`]
+    /// values a row.
+    pub fn is_scores_batch(queries: usize, rows: usize, dim: usize) -> bool {
+        is_batch(queries, rows) && dim >= DIM
+    }
     /// Dimension of the dense ops, candidate scoring and clip-and-noise.
     pub const DIM: usize = 128;
     /// Neighbours per query (knn, candidates).
@@ -524,7 +540,9 @@ impl Probe {
             }
             OpKind::KMeans => (max_work / ps::KM_CLUSTERS as u64).min(1 << 25) as usize,
             OpKind::Spread | OpKind::SpreadResident => 0,
-            OpKind::KnnBatch => (batch_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
+            OpKind::KnnBatch | OpKind::SimilarityBatch => {
+                (batch_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize
+            }
             _ => (dense_rows(max_work) * ps::DIM as u64).min(1 << 25) as usize,
         }
         // At least the op's smallest probe, whatever `max_work` says: the probes clamp their sizes up to it
@@ -533,8 +551,8 @@ impl Probe {
             OpKind::KMeans => ps::KM_CLUSTERS * ps::KM_DIM,
             OpKind::ScoreCandidates | OpKind::ScoreCandidatesResident => ps::K * ps::DIM,
             OpKind::Spread | OpKind::SpreadResident => 0,
-            // Its queries are its first rows.
-            OpKind::KnnBatch => ps::BATCH_QUERIES * ps::DIM,
+            // Their queries are their first rows.
+            OpKind::KnnBatch | OpKind::SimilarityBatch => ps::BATCH_QUERIES * ps::DIM,
             _ => ps::DIM,
         }) + ps::QUERIES * ps::DIM;
         let mut s = 0x243F_6A88_85A3_08D3u64;
@@ -563,7 +581,9 @@ impl Probe {
                 values / ps::DIM as u64 * (ps::QUERIES * ps::DIM / 4) as u64
             }
             OpKind::KMeans => values / ps::KM_DIM as u64 * (ps::KM_DIM * ps::KM_CLUSTERS) as u64,
-            OpKind::KnnBatch => values / ps::DIM as u64 * (ps::BATCH_QUERIES * ps::DIM) as u64,
+            OpKind::KnnBatch | OpKind::SimilarityBatch => {
+                values / ps::DIM as u64 * (ps::BATCH_QUERIES * ps::DIM) as u64
+            }
             _ => values / ps::DIM as u64 * (ps::QUERIES * ps::DIM) as u64,
         }
     }
@@ -589,7 +609,7 @@ impl Probe {
                 (work / per_point).clamp(ps::KM_CLUSTERS as u64, max_points) * per_point
             }
             OpKind::ClipAndNoise => (work / d).clamp(1, max_rows) * d,
-            OpKind::KnnBatch => {
+            OpKind::KnnBatch | OpKind::SimilarityBatch => {
                 let b = ps::BATCH_QUERIES as u64;
                 b * batch_rows(work).clamp(b, max_rows.max(b)) * d
             }
@@ -701,13 +721,17 @@ impl Probe {
                     .knn(q, c, dim, Metric::Cosine, (c.len() / dim).min(ps::K))
                     .map(drop)
             }
-            OpKind::KnnBatch => {
+            OpKind::KnnBatch | OpKind::SimilarityBatch => {
                 let rows = (self.work_of(op, work) / (ps::BATCH_QUERIES * dim) as u64) as usize;
                 let c = &self.values()[..rows * dim];
                 let q = &self.values()[..ps::BATCH_QUERIES * dim];
-                backend
-                    .knn(q, c, dim, Metric::Cosine, rows.min(ps::K))
-                    .map(drop)
+                if op == OpKind::KnnBatch {
+                    backend
+                        .knn(q, c, dim, Metric::Cosine, rows.min(ps::K))
+                        .map(drop)
+                } else {
+                    backend.similarity(q, c, dim, Metric::Cosine).map(drop)
+                }
             }
             OpKind::KnnResident => {
                 let corpus = self.probe_corpus(work)?;

@@ -18,6 +18,11 @@ pub enum OpKind {
     CosineScores,
     /// Dense scores for any metric, queries x corpus.
     Similarity,
+    /// Dense scores (`Similarity` or `CosineScores`) over a plain slice, for a batch: at least
+    /// [`BATCH_QUERIES`](crate::calibration::probe_shape::BATCH_QUERIES) queries against at least as many rows of
+    /// at least [`DIM`](crate::calibration::probe_shape::DIM) values. Calibrated at that many queries a call, as
+    /// [`OpKind::KnnBatch`] is, for the same reason.
+    SimilarityBatch,
     /// Similarity fused with top-k over a plain slice.
     Knn,
     /// Similarity fused with top-k over a plain slice, for a batch: at least
@@ -45,9 +50,10 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in index order.
-    pub const ALL: [OpKind; 11] = [
+    pub const ALL: [OpKind; 12] = [
         OpKind::CosineScores,
         OpKind::Similarity,
+        OpKind::SimilarityBatch,
         OpKind::Knn,
         OpKind::KnnBatch,
         OpKind::KnnResident,
@@ -66,6 +72,7 @@ impl OpKind {
         match self {
             OpKind::CosineScores => "cosine_scores",
             OpKind::Similarity => "similarity",
+            OpKind::SimilarityBatch => "similarity_batch",
             OpKind::Knn => "knn",
             OpKind::KnnBatch => "knn_batch",
             OpKind::KnnResident => "knn_resident",
@@ -161,7 +168,11 @@ impl Op for CosineOp<'_> {
     type Output = Vec<f32>;
 
     fn kind(&self) -> OpKind {
-        OpKind::CosineScores
+        if crate::calibration::probe_shape::is_scores_batch(self.units(), self.n_rows(), self.dim) {
+            OpKind::SimilarityBatch
+        } else {
+            OpKind::CosineScores
+        }
     }
 
     fn work(&self) -> u64 {

@@ -87,7 +87,12 @@ struct SimilarityOp<'a> {
 impl Op for SimilarityOp<'_> {
     type Output = Vec<f32>;
     fn kind(&self) -> OpKind {
-        OpKind::Similarity
+        let rows = self.corpus.len() / self.dim;
+        if crate::calibration::probe_shape::is_scores_batch(self.units(), rows, self.dim) {
+            OpKind::SimilarityBatch
+        } else {
+            OpKind::Similarity
+        }
     }
     fn work(&self) -> u64 {
         (self.queries.len() as u64).saturating_mul((self.corpus.len() / self.dim) as u64)
@@ -134,10 +139,12 @@ struct KnnOp<'a> {
 impl Op for KnnOp<'_> {
     type Output = TopK;
     fn kind(&self) -> OpKind {
-        let batch = crate::calibration::probe_shape::BATCH_QUERIES;
         if self.shared.is_some() {
             OpKind::KnnResident
-        } else if self.units() >= batch && self.corpus.len() / self.dim >= batch {
+        } else if crate::calibration::probe_shape::is_batch(
+            self.units(),
+            self.corpus.len() / self.dim,
+        ) {
             // Its own break-even: see `OpKind::KnnBatch` and `calibration::probe_shape::BATCH_QUERIES`.
             OpKind::KnnBatch
         } else {

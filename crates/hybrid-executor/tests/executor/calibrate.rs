@@ -311,8 +311,8 @@ fn calibration_below_an_ops_smallest_probe_uses_the_default() {
 
 /// A knn over a plain slice whose time follows a device's shape, not its work alone: the CPU is bound by
 /// memory at few queries and by multiply-adds at many; the GPU uploads queries and corpus, `(Q + N) d` values,
-/// at a bus's speed. Answers like the CPU for the test's own calls (`dim` below 128); the calibration probes'
-/// answers are dropped, so none is computed for them.
+/// at a bus's speed. Answers like the CPU for the test's own calls (`dim` other than the probes' 128); the
+/// calibration probes' answers are dropped, so none is computed for them.
 #[derive(Debug)]
 struct Shaped {
     clock: Arc<ManualClock>,
@@ -340,7 +340,7 @@ impl Backend for Shaped {
             _ => 100e-6 + (nq + n) * d * 4.0 / 10e9 + nq * n * d / 1e13,
         };
         self.clock.advance(Duration::from_secs_f64(secs));
-        if dim >= calibration::probe_shape::DIM {
+        if dim == calibration::probe_shape::DIM {
             return Ok(recall_cpu_simd::TopK {
                 k,
                 ids: Vec::new(),
@@ -348,6 +348,27 @@ impl Backend for Shaped {
             });
         }
         CpuBackend.knn(q, c, dim, metric, k)
+    }
+
+    fn similarity(
+        &self,
+        q: &[f32],
+        c: &[f32],
+        dim: usize,
+        metric: Metric,
+    ) -> Result<Vec<f32>, BackendError> {
+        let (nq, n, d) = ((q.len() / dim) as f64, (c.len() / dim) as f64, dim as f64);
+        let secs = match self.device {
+            // As knn, and the scores written at 20 GB/s.
+            Device::Cpu => 2e-6 + (n * d * 4.0 / 50e9).max(nq * n * d / 1e11) + nq * n * 4.0 / 20e9,
+            // As knn, and the scores downloaded at 10 GB/s.
+            _ => 100e-6 + (nq + n) * d * 4.0 / 10e9 + nq * n * d / 1e13 + nq * n * 4.0 / 10e9,
+        };
+        self.clock.advance(Duration::from_secs_f64(secs));
+        if dim == calibration::probe_shape::DIM {
+            return Ok(Vec::new());
+        }
+        CpuBackend.similarity(q, c, dim, metric)
     }
 }
 
@@ -401,4 +422,60 @@ fn a_knn_batch_over_a_slice_has_its_own_break_even() {
     // The probe's crossover: 128 values a row, from about 406 rows (the rows where the two times meet).
     let rows = break_even as f64 / (BATCH_QUERIES * calibration::probe_shape::DIM) as f64;
     assert!((380.0..520.0).contains(&rows), "{batch}: {rows} rows");
+}
+
+/// Dense scores over a slice: at 8 queries a call the GPU never wins (`similarity`'s break-even: never); at
+/// `BATCH_QUERIES` it does from about 500 rows (the scores come back too). `similarity` and `cosine_similarity`
+/// calls of at least `BATCH_QUERIES` queries against at least as many rows of at least 128 values are
+/// `similarity_batch` and go to the GPU above its break-even; fewer queries, or shorter rows (whose scores are a
+/// larger share of the call than the probe measured), stay on the CPU.
+#[test]
+fn a_scores_batch_over_a_slice_has_its_own_break_even() {
+    use recall_hybrid_executor::CallOptions;
+    use recall_hybrid_executor::calibration::probe_shape::BATCH_QUERIES;
+    let clock = ManualClock::new();
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        gpu_min_work: 1 << 24,
+        ..config(&clock)
+    };
+    let shaped = |device| {
+        Arc::new(Shaped {
+            clock: clock.clone(),
+            device,
+        })
+    };
+    let exec = Executor::with_backends(cfg, shaped(Device::Cpu), Some(shaped(GPU))).unwrap();
+    let run = |nq: usize, rows: usize, dim: usize, cosine: bool| {
+        let (q, c) = (matrix(nq as u64, nq, dim), matrix(7, rows, dim));
+        let (out, want) = if cosine {
+            let out = exec.cosine_scores(&q, &c, dim).unwrap();
+            (out, CpuBackend.cosine_scores(&q, &c, dim).unwrap())
+        } else {
+            let out = exec
+                .similarity(&CallOptions::default(), &q, &c, dim, Metric::L2)
+                .unwrap();
+            (out, CpuBackend.similarity(&q, &c, dim, Metric::L2).unwrap())
+        };
+        assert_eq!(bits(&out.value), bits(&want), "{nq} x {rows} x {dim}");
+        out.device
+    };
+    assert_eq!(run(BATCH_QUERIES, 3_000, 160, false), GPU);
+    assert_eq!(run(BATCH_QUERIES, 3_000, 160, true), GPU);
+    assert_eq!(run(BATCH_QUERIES - 1, 3_000, 160, false), Device::Cpu);
+    assert_eq!(run(BATCH_QUERIES - 1, 3_000, 160, true), Device::Cpu);
+    assert_eq!(run(BATCH_QUERIES, 3_000, 96, false), Device::Cpu);
+    assert_eq!(
+        run(BATCH_QUERIES, BATCH_QUERIES - 1, 160, false),
+        Device::Cpu
+    );
+    assert_eq!(run(8, 3_000, 160, true), Device::Cpu);
+    let batch = exec.explain_op(OpKind::SimilarityBatch, 256 * 3_000 * 160);
+    assert_eq!(batch.device, GPU, "{batch}");
+    let Reason::AboveBreakEven { break_even, .. } = batch.reason else {
+        panic!("{batch}");
+    };
+    // The probe's crossover: 128 values a row, from about 509 rows.
+    let rows = break_even as f64 / (BATCH_QUERIES * calibration::probe_shape::DIM) as f64;
+    assert!((480.0..620.0).contains(&rows), "{batch}: {rows} rows");
 }
