@@ -40,6 +40,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// The k nearest corpus rows of each query (.npy or .fvecs in, ids.npy and scores.npy out).
     Knn(ops::KnnArgs),
+    /// Every score of each query against each corpus row (.npy or .fvecs in, scores.npy out).
+    Scores(ops::ScoresArgs),
     /// Activation spreading over a SciPy CSR .npz graph (activation.npy, top_ids.npy, top_scores.npy out).
     Spread(ops::SpreadArgs),
     /// k-means of the rows of a .npy or .fvecs file (centroids.npy, assignments.npy, inertia.npy out).
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         Command::DiffTest(a) => diff_test(a),
         Command::Bench(a) => bench::run(a),
         Command::Knn(a) => ops::knn(a),
+        Command::Scores(a) => ops::scores(a),
         Command::Spread(a) => ops::spread(a),
         Command::Kmeans(a) => ops::kmeans(a),
         Command::Load(a) => load::run(a),

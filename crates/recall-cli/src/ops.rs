@@ -1,4 +1,4 @@
-//! `recall knn`, `recall spread`, `recall kmeans`: the ops on the user's own files (`recall::io`).
+//! `recall knn`, `recall scores`, `recall spread`, `recall kmeans`: the ops on the user's own files (`recall::io`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -48,6 +48,22 @@ pub struct KnnArgs {
     #[arg(long, value_enum, default_value = "cosine")]
     metric: MetricArg,
     /// Output folder (created): `ids.npy` (uint32, (n_queries, k)), `scores.npy` (float32, (n_queries, k)).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ScoresArgs {
+    /// Corpus rows: a 2-D float32 `.npy` (n_rows, dim) or an `.fvecs` file.
+    #[arg(long)]
+    corpus: PathBuf,
+    /// Queries: a 2-D float32 `.npy` (n_queries, dim) or an `.fvecs` file.
+    #[arg(long)]
+    queries: PathBuf,
+    /// `cosine` and `dot`: similarity; `l2`: squared distance.
+    #[arg(long, value_enum, default_value = "cosine")]
+    metric: MetricArg,
+    /// Output folder (created): `scores.npy` (float32, (n_queries, n_rows)).
     #[arg(long)]
     out: PathBuf,
 }
@@ -121,14 +137,7 @@ fn fallback_note(f: &Option<String>) -> String {
 }
 
 pub fn knn(a: KnnArgs) -> Result<ExitCode, String> {
-    let corpus = io::read_matrix(&a.corpus).map_err(|e| e.to_string())?;
-    let queries = io::read_matrix(&a.queries).map_err(|e| e.to_string())?;
-    if corpus.dim != queries.dim {
-        return Err(format!(
-            "the corpus has dimension {} and the queries {}",
-            corpus.dim, queries.dim
-        ));
-    }
+    let (corpus, queries) = read_pair(&a.corpus, &a.queries)?;
     let engine = engine()?;
     let t = Instant::now();
     let hits = engine
@@ -153,6 +162,42 @@ pub fn knn(a: KnnArgs) -> Result<ExitCode, String> {
         a.metric.name(),
         hits.device,
         fallback_note(&hits.fallback),
+        a.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The corpus and the queries of `knn` and `scores`, of one dimension.
+fn read_pair(corpus: &Path, queries: &Path) -> Result<(io::Matrix, io::Matrix), String> {
+    let corpus = io::read_matrix(corpus).map_err(|e| e.to_string())?;
+    let queries = io::read_matrix(queries).map_err(|e| e.to_string())?;
+    if corpus.dim != queries.dim {
+        return Err(format!(
+            "the corpus has dimension {} and the queries {}",
+            corpus.dim, queries.dim
+        ));
+    }
+    Ok((corpus, queries))
+}
+
+pub fn scores(a: ScoresArgs) -> Result<ExitCode, String> {
+    let (corpus, queries) = read_pair(&a.corpus, &a.queries)?;
+    let engine = engine()?;
+    let t = Instant::now();
+    let s = engine
+        .similarity(&queries.data, &corpus.data, corpus.dim, a.metric.into())
+        .map_err(|e| e.to_string())?;
+    let took = ms(t);
+    out_dir(&a.out)?;
+    save(&a.out, "scores.npy", &s.values, &[s.n_queries, s.n_rows])?;
+    println!(
+        "scores: {} queries x {} rows, dim {}, {}: {} in {took}{} -> {}",
+        s.n_queries,
+        s.n_rows,
+        corpus.dim,
+        a.metric.name(),
+        s.device,
+        fallback_note(&s.fallback),
         a.out.display()
     );
     Ok(ExitCode::SUCCESS)

@@ -1,4 +1,4 @@
-//! `recall knn`, `recall spread`, `recall kmeans` on small files, run as the built binary on the CPU.
+//! `recall knn`, `recall scores`, `recall spread`, `recall kmeans` on small files, run as the built binary on the CPU.
 #![allow(clippy::unwrap_used)] // a test crate: helpers panic on failure like the tests do
 
 use std::io::{Cursor, Write};
@@ -65,6 +65,58 @@ fn write_fvecs(path: &Path, data: &[f32], dim: usize) {
         b.extend(row.iter().flat_map(|x| x.to_le_bytes()));
     }
     std::fs::write(path, b).unwrap();
+}
+
+#[test]
+fn scores_writes_every_score_of_each_query() {
+    let d = tmp("scores");
+    io::write_npy(d.join("c.npy"), &corpus(), &[5, 4]).unwrap();
+    let queries = [0.5f32, 0.0, 2.0, 0.0, /* q1 */ 1.0, 1.0, 0.0, 1.0];
+    io::write_npy(d.join("q.npy"), &queries, &[2, 4]).unwrap();
+    for (metric, want) in [
+        // q . row for each row: the rows are the axes and (1, 1, 0, 0).
+        ("dot", [0.5f32, 0.0, 2.0, 0.0, 0.5, 1.0, 1.0, 0.0, 1.0, 2.0]),
+        // |q - row|^2.
+        (
+            "l2",
+            [4.25f32, 5.25, 1.25, 5.25, 5.25, 2.0, 2.0, 4.0, 2.0, 1.0],
+        ),
+    ] {
+        let out = d.join(metric);
+        let o = recall(&[
+            "scores",
+            "--corpus",
+            s(&d.join("c.npy")),
+            "--queries",
+            s(&d.join("q.npy")),
+            "--metric",
+            metric,
+            "--out",
+            s(&out),
+        ]);
+        assert_ok(&o);
+        let line = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.contains("2 queries x 5 rows") && line.contains("cpu"),
+            "{line}"
+        );
+        let scores = io::read_npy_matrix(out.join("scores.npy")).unwrap();
+        assert_eq!((scores.n_rows, scores.dim), (2, 5), "{metric}");
+        assert_eq!(scores.data, want, "{metric}");
+    }
+    // Queries of another dimension: one line, no panic.
+    io::write_npy(d.join("q3.npy"), &[1.0f32, 2.0, 3.0], &[1, 3]).unwrap();
+    let o = recall(&[
+        "scores",
+        "--corpus",
+        s(&d.join("c.npy")),
+        "--queries",
+        s(&d.join("q3.npy")),
+        "--out",
+        s(&d.join("bad")),
+    ]);
+    assert_one_line_error(&o, "dimension");
 }
 
 #[test]
