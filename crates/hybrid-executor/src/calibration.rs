@@ -473,16 +473,21 @@ pub mod probe_shape {
     /// time per multiply-add also falls several times from 8 queries to many, so neither device can be
     /// predicted from `knn`'s probe (a prediction that tried was reverted: same results, run H).
     ///
-    /// Why its break-even holds for larger batches: a call of `Q` queries over `N` rows of `d` values
-    /// uploads `(Q + N) d` values for `Q N d` multiply-adds, `4 (1/Q + 1/N)` bytes per multiply-add. With
-    /// `Q` and `N` at least `BATCH_QUERIES` and the work at least the probe's crossover (`BATCH_QUERIES`
-    /// queries over `N*` rows), `1/Q + 1/N` is at most `1/BATCH_QUERIES + 1/N*`, the probe's own: such a call
-    /// uploads no more per multiply-add than the probe did where the GPU started to win, and both devices'
-    /// compute scales with the work. A call with fewer queries or rows stays `knn`.
+    /// Why its break-even holds for larger batches. A batch's work is counted in multiply-adds of at most
+    /// [`DIM`] values a row, `Q N min(d, DIM)` ([`batch_work`]), the probe's own unit. A call of `Q` queries
+    /// over `N` rows of `d` values uploads `(Q + N) d` values for `Q N d` multiply-adds, `4 (1/Q + 1/N)` bytes
+    /// per multiply-add. With `Q` and `N` at least `BATCH_QUERIES` and that work at least the probe's crossover
+    /// (`BATCH_QUERIES` queries over `N*` rows of `DIM`), `Q N` is at least `BATCH_QUERIES N*`, so `1/Q + 1/N`
+    /// is at most `1/BATCH_QUERIES + 1/N*`, the probe's own: the call uploads no more per multiply-add than
+    /// the probe did where the GPU started to win, and the multiply-adds it has beyond the counted ones (rows
+    /// longer than `DIM`) favour the faster device. Counted in plain multiply-adds, a call with rows of 768
+    /// would reach the break-even with a sixth of the probe's `Q N`, and upload more per multiply-add than it
+    /// (found in review). A call with fewer queries or rows stays `knn`.
     ///
     /// `similarity_batch` (dense scores) is probed and bounded the same way, and also needs rows of at least
-    /// [`DIM`] values: its `Q x N` scores come back to the host, 4 / d bytes per multiply-add, which at fewer
-    /// values a row than the probe's would be a larger share of the call than the probe measured.
+    /// [`DIM`] values: its `Q x N` scores come back to the host, one value per `min(d, DIM)` counted
+    /// multiply-adds, which at fewer values a row than the probe's would be a larger share of the call than
+    /// the probe measured.
     pub const BATCH_QUERIES: usize = 256;
 
     /// A knn over a plain slice of `queries` queries against `rows` rows is a batch (`knn_batch`): both at least
@@ -495,6 +500,15 @@ pub mod probe_shape {
     /// values a row.
     pub fn is_scores_batch(queries: usize, rows: usize, dim: usize) -> bool {
         is_batch(queries, rows) && dim >= DIM
+    }
+
+    /// The work of a batch (`knn_batch`, `similarity_batch`), what its break-even is compared with:
+    /// multiply-adds counted at most [`DIM`] values a row, `queries * rows * min(dim, DIM)` (see
+    /// [`BATCH_QUERIES`]).
+    pub fn batch_work(queries: usize, rows: usize, dim: usize) -> u64 {
+        (queries as u64)
+            .saturating_mul(rows as u64)
+            .saturating_mul(dim.min(DIM) as u64)
     }
     /// Dimension of the dense ops, candidate scoring and clip-and-noise.
     pub const DIM: usize = 128;
@@ -1328,6 +1342,27 @@ mod tests {
         store_cache(&dir, "k/ey", &c).unwrap();
         assert_eq!(load_cache(&dir, "k/ey"), vec![c]);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn batches_need_enough_queries_rows_and_values_and_count_at_most_128_a_row() {
+        use probe_shape::{BATCH_QUERIES as B, DIM, batch_work, is_batch, is_scores_batch};
+        assert!(is_batch(B, B));
+        assert!(!is_batch(B - 1, B) && !is_batch(B, B - 1));
+        assert!(is_scores_batch(B, B, DIM) && is_scores_batch(B, B, 768));
+        assert!(!is_scores_batch(B, B, DIM - 1) && !is_scores_batch(B - 1, B, 768));
+        assert_eq!(batch_work(B, 1000, 16), (B * 1000 * 16) as u64);
+        assert_eq!(batch_work(B, 1000, DIM), (B * 1000 * DIM) as u64);
+        assert_eq!(batch_work(B, 1000, 768), (B * 1000 * DIM) as u64);
+        assert_eq!(batch_work(usize::MAX, usize::MAX, 768), u64::MAX);
+        for name in ["knn_batch", "similarity_batch"] {
+            let op = OpKind::from_name(name).expect("a kind");
+            assert_eq!(op.name(), name);
+            assert_eq!(
+                parse_overrides(&format!("{name}=1234")),
+                Ok(vec![(op, 1234)])
+            );
+        }
     }
 
     #[test]

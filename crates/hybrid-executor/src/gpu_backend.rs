@@ -1062,8 +1062,7 @@ mod imp {
 
         /// Give the cached memory of both allocators back to the driver: the memory pool's cache (waiting for
         /// the streams that freed it) and the driver's stream-ordered pool (buffers that are not the pool's
-        /// yet: out-of-core chunks, k-means' centroids and keys, clip-and-noise's output, graphs, the kernels'
-        /// own scratch). The two never hold the same bytes: each allocation comes from one of them. The staged
+        /// yet: out-of-core chunks, k-means' centroids and keys, graphs, the kernels' own scratch). The two never hold the same bytes: each allocation comes from one of them. The staged
         /// upload's pinned chunks (host memory) stay: `trim` gives them back.
         fn release_cached(&self) -> Result<(), BackendError> {
             self.staging.lock().take();

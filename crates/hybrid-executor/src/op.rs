@@ -21,14 +21,16 @@ pub enum OpKind {
     /// Dense scores (`Similarity` or `CosineScores`) over a plain slice, for a batch: at least
     /// [`BATCH_QUERIES`](crate::calibration::probe_shape::BATCH_QUERIES) queries against at least as many rows of
     /// at least [`DIM`](crate::calibration::probe_shape::DIM) values. Calibrated at that many queries a call, as
-    /// [`OpKind::KnnBatch`] is, for the same reason.
+    /// [`OpKind::KnnBatch`] is, for the same reason, with the same unit of work.
     SimilarityBatch,
     /// Similarity fused with top-k over a plain slice.
     Knn,
     /// Similarity fused with top-k over a plain slice, for a batch: at least
     /// [`BATCH_QUERIES`](crate::calibration::probe_shape::BATCH_QUERIES) queries against at least as many rows.
     /// Calibrated at that many queries a call (`Knn` at 8), so a batch goes to the GPU where its queries repay
-    /// the corpus upload, which `Knn`'s break-even says they never do on a host with many cores.
+    /// the corpus upload, which `Knn`'s break-even says they never do on a host with many cores. Its work is
+    /// multiply-adds counted at most 128 values a row
+    /// ([`batch_work`](crate::calibration::probe_shape::batch_work)).
     KnnBatch,
     /// Similarity fused with top-k against a corpus handle: on the GPU the corpus stays resident, so a
     /// call moves only its queries (a break-even of its own, far below `Knn`'s).
@@ -176,6 +178,13 @@ impl Op for CosineOp<'_> {
     }
 
     fn work(&self) -> u64 {
+        if self.kind() == OpKind::SimilarityBatch {
+            return crate::calibration::probe_shape::batch_work(
+                self.units(),
+                self.n_rows(),
+                self.dim,
+            );
+        }
         (self.units() as u64)
             .saturating_mul(self.n_rows() as u64)
             .saturating_mul(self.dim as u64)

@@ -95,7 +95,11 @@ impl Op for SimilarityOp<'_> {
         }
     }
     fn work(&self) -> u64 {
-        (self.queries.len() as u64).saturating_mul((self.corpus.len() / self.dim) as u64)
+        let rows = self.corpus.len() / self.dim;
+        if self.kind() == OpKind::SimilarityBatch {
+            return crate::calibration::probe_shape::batch_work(self.units(), rows, self.dim);
+        }
+        (self.queries.len() as u64).saturating_mul(rows as u64)
     }
     fn units(&self) -> usize {
         self.queries.len() / self.dim
@@ -152,7 +156,11 @@ impl Op for KnnOp<'_> {
         }
     }
     fn work(&self) -> u64 {
-        (self.queries.len() as u64).saturating_mul((self.corpus.len() / self.dim) as u64)
+        let rows = self.corpus.len() / self.dim;
+        if self.kind() == OpKind::KnnBatch {
+            return crate::calibration::probe_shape::batch_work(self.units(), rows, self.dim);
+        }
+        (self.queries.len() as u64).saturating_mul(rows as u64)
     }
     fn units(&self) -> usize {
         self.queries.len() / self.dim

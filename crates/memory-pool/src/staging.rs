@@ -111,7 +111,9 @@ impl StagingRing {
     /// this crate stays free of any thread pool (the caller picks one).
     ///
     /// Chunks end at byte boundaries that need not be element boundaries: `copy` must move bytes as they
-    /// are. If `copy` panics, nothing of that chunk has been queued and the ring stays usable.
+    /// are. If `copy` panics, nothing of that chunk has been queued, the ring waits for its stream while
+    /// unwinding (the earlier chunks' copies into `dst` are done before `dst` can be dropped or reused), and it
+    /// stays usable.
     pub fn upload_with<T: DeviceCopy>(
         &mut self,
         src: &[T],
@@ -195,6 +197,9 @@ impl StagingRing {
         dst_addr: u64,
         copy: impl Fn(&mut [u8], &[u8]) + Sync,
     ) -> Result<(), PoolError> {
+        // A panicking `copy` leaves the earlier chunks' DMAs queued, writing the destination: wait for them while
+        // unwinding, so that the caller may free or reuse it (its stream is ordered after them only on return).
+        let _unwind = WaitOnUnwind(self.stream.clone());
         for span in chunk_spans(src.len(), self.chunk_bytes) {
             let n = span.len();
             let slot = &mut self.slots[self.next];
@@ -422,7 +427,7 @@ fn copy_serial(to: &mut [u8], from: &[u8]) {
     to.copy_from_slice(from);
 }
 
-/// Waits for a stream when dropped during a panic (a host copy closure that panicked mid-download).
+/// Waits for a stream when dropped during a panic (a host copy closure that panicked mid-upload or mid-download).
 struct WaitOnUnwind(Stream);
 
 impl Drop for WaitOnUnwind {

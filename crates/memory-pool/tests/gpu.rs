@@ -573,6 +573,38 @@ fn gpu_staged_closure_upload_gives_identical_bytes() {
             "{err:?}"
         );
         assert!(small.to_vec().unwrap().iter().all(|&v| v == 0));
+
+        // A copy closure that panics on the third chunk, with a large destination: the ring waits for its stream
+        // while unwinding (the first two chunks' copies into it may still be queued), the destination is dropped
+        // at once and its memory allocated again and filled by another upload, which must read back whole; the
+        // ring stays usable.
+        let big = 64 * chunk;
+        let mut dst = DeviceBuffer::<u8>::try_zeroed(&mem, big).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let n = std::sync::atomic::AtomicUsize::new(0);
+            ring.upload_with(
+                &bytes(big, 9),
+                &mut dst,
+                0,
+                |staged: &mut [u8], part: &[u8]| {
+                    if n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 2 {
+                        panic!("a host copy that fails");
+                    }
+                    staged.copy_from_slice(part);
+                },
+            )
+        }));
+        assert!(panicked.is_err());
+        drop(dst);
+        let again = bytes(big, 21);
+        let mut dst = DeviceBuffer::<u8>::try_alloc(&mem, big).unwrap();
+        dst.copy_from_host(&again).unwrap();
+        ring.upload_with(&again[..3 * chunk], &mut dst, 0, par_copy)
+            .unwrap();
+        assert!(
+            dst.to_vec().unwrap() == again,
+            "after a panicking upload the reused memory differs"
+        );
         ring.finish().unwrap();
     }
     assert!(mem.pinned_pool().take_errors().is_empty());
