@@ -6,14 +6,38 @@
 /// over the corpus budget). Page-locking its two staging buffers (`cuMemHostAlloc`) costs about 0.4 s a GiB on an
 /// H200 host: over 1 M x 768, with the buffers page-locked on every call, the staged call took 121 ms with 16 MiB
 /// chunks, 130 with 64, 321 with 256 and 968 with 1,024 (session 32, run E), while the registered path took 56-57 ms
-/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small. The staged upload
-/// of large caller data ([`STAGED_UPLOAD_MIN_BYTES`]) uses chunks of this size too.
+/// with any of them. The buffers are now kept between calls; the cap keeps what they hold small.
 pub const STAGED_CHUNK_BYTES: usize = 32 << 20;
 
+/// Bytes per chunk of the staging ring that large uploads of caller data ([`STAGED_UPLOAD_MIN_BYTES`]) and large
+/// results ([`STAGED_DOWNLOAD_MIN_BYTES`]) go through: two page-locked chunks, one filled or emptied by the host
+/// pool's threads while the other is DMA'd. Measured on the H200 host (session 35, run F, `staging_bench`), per
+/// chunk size, making the ring (page-locking and zeroing its two chunks) and moving 1 GiB up / down:
+/// 4 MiB 3.9 ms, 19 / 23 GB/s; 8 MiB 6.8-8.5 ms, 29 / 33; **16 MiB 19.5 ms, 44 / 44**; 32 MiB 27-41 ms, 50 / 51.
+/// Pageable copies ran at 9.6 / 18 GB/s there.
+pub const STAGING_RING_CHUNK_BYTES: usize = 16 << 20;
+
+/// The staging ring is made once the large copies of a process (the one at hand included) add up to this many
+/// times its page-locked bytes; until then they stay pageable. Page-locking costs about 0.6 ms a MiB (a ring of
+/// two 16 MiB chunks, 19.5 ms), and the ring saves about 0.08 ms for every MiB it moves instead of a pageable copy
+/// (9.6 against 44 GB/s, run F), so it pays for itself after about 12 times its size. Made at the first large copy,
+/// a one-shot `recall knn` of 16 queries over 24 MiB took 45-61 ms against 13-18 ms pageable (run E); a process
+/// that keeps copying makes the ring after a few calls, and one copy of 384 MiB or more makes it at once.
+pub const STAGING_PAYBACK: u64 = 12;
+
+/// Whether a large copy of `bytes`, after `moved` bytes of large copies before it, makes the staging ring: the
+/// copies, this one included, add up to `payback` times the ring's page-locked bytes ([`STAGING_PAYBACK`]).
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+fn makes_ring(moved: u64, bytes: usize, payback: u64) -> bool {
+    moved.saturating_add(bytes as u64)
+        >= payback.saturating_mul(2 * STAGING_RING_CHUNK_BYTES as u64)
+}
+
 /// Caller data of at least this many bytes (a plain slice's rows or queries, k-means' points, clip-and-noise's
-/// vectors, a corpus handle's first upload) goes to the device through pinned staging: chunks of at most
-/// [`STAGED_CHUNK_BYTES`], each copied into one of two page-locked buffers by the host pool's threads while the
-/// previous one is DMA'd. Smaller data goes in one pageable `cuMemcpyHtoDAsync`.
+/// vectors, a corpus handle's first upload) goes to the device through pinned staging once the ring is made
+/// ([`STAGING_PAYBACK`]): chunks of at most [`STAGING_RING_CHUNK_BYTES`], each copied into one of two page-locked
+/// buffers by the host pool's threads while the previous one is DMA'd. Smaller data goes in one pageable
+/// `cuMemcpyHtoDAsync`.
 ///
 /// Why a threshold: a pageable copy runs at about 10.5 GB/s on the H200 host, a pinned DMA at about 55 and the
 /// staged pipeline at what the parallel host copy allows (`knn_streamed`'s reached about 25). The staged path
@@ -48,8 +72,8 @@ fn stages_download(bytes: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{
-        STAGED_CHUNK_BYTES, STAGED_DOWNLOAD_MIN_BYTES, STAGED_UPLOAD_MIN_BYTES, stages_download,
-        stages_upload,
+        STAGED_DOWNLOAD_MIN_BYTES, STAGED_UPLOAD_MIN_BYTES, STAGING_PAYBACK,
+        STAGING_RING_CHUNK_BYTES, makes_ring, stages_download, stages_upload,
     };
 
     #[test]
@@ -64,8 +88,29 @@ mod tests {
         assert!(!stages_upload(768 * 4));
         // A staged upload of the smallest staged size fits one chunk or more: the threshold is not below what
         // a pipeline of chunks can be built from, and a chunk is whole pages.
-        const { assert!(STAGED_UPLOAD_MIN_BYTES <= STAGED_CHUNK_BYTES) };
-        const { assert!(STAGED_CHUNK_BYTES.is_multiple_of(4096)) };
+        const { assert!(STAGED_UPLOAD_MIN_BYTES <= STAGING_RING_CHUNK_BYTES) };
+        const { assert!(STAGING_RING_CHUNK_BYTES.is_multiple_of(4096)) };
+    }
+
+    #[test]
+    fn the_ring_is_made_once_the_large_copies_repay_it() {
+        let ring = 2 * STAGING_RING_CHUNK_BYTES as u64;
+        let mib = 1usize << 20;
+        // A one-shot call over 24 MiB stays pageable; one of 384 MiB (12 x 32 MiB) makes the ring at once.
+        assert!(!makes_ring(0, 24 * mib, STAGING_PAYBACK));
+        assert!(!makes_ring(0, 384 * mib - 1, STAGING_PAYBACK));
+        assert!(makes_ring(0, 384 * mib, STAGING_PAYBACK));
+        // Calls of 24 MiB: the sixteenth makes it (15 x 24 = 360 MiB before it, 384 with it).
+        let calls = (1..100u64)
+            .find(|i| makes_ring((i - 1) * 24 * mib as u64, 24 * mib, STAGING_PAYBACK))
+            .expect("some call makes the ring");
+        assert_eq!(calls, 16);
+        // Payback 0: the first large copy makes it (tests and benchmarks).
+        assert!(makes_ring(0, STAGED_UPLOAD_MIN_BYTES, 0));
+        // No overflow at the extremes.
+        assert!(makes_ring(u64::MAX, usize::MAX, u64::MAX));
+        assert!(!makes_ring(0, 0, u64::MAX));
+        assert_eq!(STAGING_PAYBACK * ring, 384 * mib as u64);
     }
 
     #[test]
@@ -79,7 +124,7 @@ mod tests {
         assert!(!stages_download(100_000 * 4));
         // The download shares the upload's ring: its smallest staged size is at least one chunk's worth of
         // pipeline too.
-        const { assert!(STAGED_DOWNLOAD_MIN_BYTES <= STAGED_CHUNK_BYTES) };
+        const { assert!(STAGED_DOWNLOAD_MIN_BYTES <= STAGING_RING_CHUNK_BYTES) };
     }
 }
 
@@ -153,14 +198,19 @@ mod imp {
         /// ([`super::STAGED_CHUNK_BYTES`] each). Given back by `release_cached`.
         staging: Mutex<Option<[recall_gpu_sys::driver::PinnedHostSlice<f32>; 2]>>,
         /// The staged upload of large caller data ([`super::STAGED_UPLOAD_MIN_BYTES`]) and download of large
-        /// results ([`super::STAGED_DOWNLOAD_MIN_BYTES`]): two pinned chunks of [`super::STAGED_CHUNK_BYTES`] from
-        /// the memory pool's pinned pool, copying on the device's stream. Made at the first large copy and kept
-        /// (page-locking is paid once); dropped after an error and by `trim`. Its users hold `lock`, so the
+        /// results ([`super::STAGED_DOWNLOAD_MIN_BYTES`]): two pinned chunks of [`super::STAGING_RING_CHUNK_BYTES`]
+        /// from the memory pool's pinned pool, copying on the device's stream. Made once the large copies repay it
+        /// ([`super::STAGING_PAYBACK`]) and kept (page-locking is paid once); dropped after an error and by `trim`. Its users hold `lock`, so the
         /// mutex is never contended; it is what lets `&self` lend the ring out.
         uploader: Mutex<Option<StagingRing>>,
         /// Set once the pinned staging could not be had (and said so): large uploads and downloads then copy
         /// through pageable memory; each one still tries to make the staging first.
         staging_warned: AtomicBool,
+        /// Bytes of large copies (uploads and downloads from the thresholds up) so far: the ring is made once they
+        /// reach `staging_payback` times its size ([`super::makes_ring`]).
+        staging_moved: std::sync::atomic::AtomicU64,
+        /// [`super::STAGING_PAYBACK`], or what [`GpuBackend::set_staging_payback`] set.
+        staging_payback: std::sync::atomic::AtomicU64,
         /// A corpus larger than this many bytes is not made resident: knn streams it through the device
         /// in chunks instead (`RECALL_GPU_CORPUS_BUDGET_MIB`, else 80 % of the memory free at start).
         corpus_budget: std::sync::atomic::AtomicUsize,
@@ -548,6 +598,8 @@ mod imp {
                 staging: Mutex::new(None),
                 uploader: Mutex::new(None),
                 staging_warned: AtomicBool::new(false),
+                staging_moved: std::sync::atomic::AtomicU64::new(0),
+                staging_payback: std::sync::atomic::AtomicU64::new(super::STAGING_PAYBACK),
                 corpus_budget: std::sync::atomic::AtomicUsize::new(budget),
                 graphs: Default::default(),
                 lanes: Mutex::new(Vec::new()),
@@ -728,8 +780,9 @@ mod imp {
             self.gpu.download_into(src, out).map_err(map_gpu_error)
         }
 
-        /// Run `copy` on the staging ring, making the ring if there is none. `None`: no pinned staging to be had
-        /// (the pinned pool's budget, a page-lock failure; logged once), the caller copies through pageable memory.
+        /// Run `copy` on the staging ring, making the ring if there is none and the large copies so far repay it
+        /// ([`super::STAGING_PAYBACK`]). `None`: no ring yet, or no pinned staging to be had (the pinned pool's
+        /// budget, a page-lock failure; logged once); the caller copies through pageable memory.
         /// A failed copy drops the ring (the next large copy makes a new one) and is the call's error.
         fn on_ring(
             &self,
@@ -737,10 +790,21 @@ mod imp {
             copy: impl FnOnce(&mut StagingRing) -> Result<(), PoolError>,
         ) -> Option<Result<(), BackendError>> {
             let mut slot = self.uploader.lock();
+            let moved = self
+                .staging_moved
+                .fetch_add(bytes as u64, Ordering::Relaxed);
             if slot.is_none() {
+                if !super::makes_ring(moved, bytes, self.staging_payback.load(Ordering::Relaxed)) {
+                    // Not yet worth page-locking the ring: this copy stays pageable.
+                    return None;
+                }
                 // On the device's stream: the copies are ordered with the kernels that read them by the stream
                 // itself, and the destination (the pool's, on that stream) needs no events.
-                match StagingRing::new(&self.mem, super::STAGED_CHUNK_BYTES, self.mem.stream()) {
+                match StagingRing::new(
+                    &self.mem,
+                    super::STAGING_RING_CHUNK_BYTES,
+                    self.mem.stream(),
+                ) {
                     Ok(ring) => *slot = Some(ring),
                     Err(e) => {
                         if !self.staging_warned.swap(true, Ordering::Relaxed) {
@@ -1097,6 +1161,12 @@ mod imp {
         pub fn set_corpus_budget(&self, bytes: usize) {
             self.corpus_budget
                 .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+
+        /// Change how many times its page-locked bytes the large copies must add up to before the staging ring
+        /// is made ([`super::STAGING_PAYBACK`]); 0 makes it at the first large copy (tests and benchmarks).
+        pub fn set_staging_payback(&self, times: u64) {
+            self.staging_payback.store(times, Ordering::Relaxed);
         }
 
         /// Out-of-core knn: the corpus stays in host memory and passes through the device in chunks of

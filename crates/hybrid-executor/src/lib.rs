@@ -68,7 +68,7 @@ pub use executor::{
 pub use fault::{FaultInjecting, FaultKind, FaultPlan, FaultRule, FaultStats, FaultStep, Trigger};
 pub use gpu_backend::{
     GpuBackend, STAGED_CHUNK_BYTES, STAGED_DOWNLOAD_MIN_BYTES, STAGED_UPLOAD_MIN_BYTES,
-    bundle_arches,
+    STAGING_PAYBACK, STAGING_RING_CHUNK_BYTES, bundle_arches,
 };
 pub use gpu_test_fault::{TEST_FAULT_ENV, TestFault, TestFaultAction, TestFaultOp};
 pub use metrics::{

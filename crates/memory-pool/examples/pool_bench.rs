@@ -13,8 +13,8 @@
 //!    the move alone (prefetch, copy) without the scan, to show which part of the path sets the ratio.
 //!    `--streams S --chunk-mib C` with `S * C` = the corpus gives one prefetch call per issuer thread.
 //!    Beside the pageable copy, the staged upload of pageable data that the GPU backend uses for large caller
-//!    slices (`StagingRing::upload_with`: chunks of `--staged-chunk-mib`, default 32 as the backend's
-//!    `STAGED_CHUNK_BYTES`, copied into two pinned slots while the previous chunk is DMA'd), with the host copy
+//!    slices (`StagingRing::upload_with`: chunks of `--staged-chunk-mib`, default 16 as the backend's
+//!    `STAGING_RING_CHUNK_BYTES`, copied into two pinned slots while the previous chunk is DMA'd), with the host copy
 //!    on one thread and in parallel on the GPU backend's host pool (`recall_gpu_kernels::on_host_pool`); with
 //!    the scan, and the move alone.
 //! 3. (GPU) Moving the same corpus back from the device into pageable host memory, as the GPU backend returns a
@@ -62,7 +62,7 @@ fn main() {
         reps: arg(&all, "--reps").unwrap_or(7).max(1),
         chunk_mib: arg(&all, "--chunk-mib").unwrap_or(64).max(1),
         streams: arg(&all, "--streams").unwrap_or(4).max(1),
-        staged_chunk_mib: arg(&all, "--staged-chunk-mib").unwrap_or(32).max(1),
+        staged_chunk_mib: arg(&all, "--staged-chunk-mib").unwrap_or(16).max(1),
         cpu_only: all.iter().any(|a| a == "--cpu-only"),
         all,
     };

@@ -18,6 +18,16 @@ fn gpu_engine() -> Option<Engine> {
     }
 }
 
+/// [`gpu_engine`] whose backends make the staging ring at the first large copy (`set_staging_payback(0)`), for
+/// the tests of the staged path itself.
+fn staged_gpu_engine() -> Option<Engine> {
+    let e = gpu_engine()?;
+    for b in e.executor().gpu_backends() {
+        b.set_staging_payback(0);
+    }
+    Some(e)
+}
+
 #[test]
 fn gpu_cosine_is_bit_identical_to_cpu() {
     let Some(gpu) = gpu_engine() else { return };
@@ -253,16 +263,18 @@ fn staged_pinned_bytes(engine: &Engine) -> usize {
 }
 
 /// knn, similarity, k-means and clip-and-noise over caller data at or above `STAGED_UPLOAD_MIN_BYTES` (uploaded
-/// through pinned staging in chunks of `STAGED_CHUNK_BYTES`, the host copy on the host pool) give the CPU's bits.
+/// through pinned staging in chunks of `STAGING_RING_CHUNK_BYTES`, the host copy on the host pool) give the CPU's bits.
 /// The corpus and the clip-and-noise input span 2.5 chunks and a bit (a short last chunk, both staging buffers
 /// reused); the many-query call stages its queries into the knn scratch; a corpus handle's first upload stages
 /// too. The rings' pinned chunks being held afterwards shows that the staged path ran.
 #[test]
 fn gpu_large_uploads_are_staged_and_bit_identical_to_cpu() {
-    let Some(gpu) = gpu_engine() else { return };
+    let Some(gpu) = staged_gpu_engine() else {
+        return;
+    };
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
     let min = recall::executor::STAGED_UPLOAD_MIN_BYTES;
-    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
     let mut rng = recall::diagnostics::SplitMix::new(35);
     let dim = 768;
     let n = 5 * chunk / 2 / (4 * dim) + 3;
@@ -352,10 +364,12 @@ fn gpu_large_uploads_are_staged_and_bit_identical_to_cpu() {
 /// the next large upload makes its staging.
 #[test]
 fn gpu_large_uploads_without_pinned_staging_stay_on_the_gpu() {
-    let Some(gpu) = gpu_engine() else { return };
+    let Some(gpu) = staged_gpu_engine() else {
+        return;
+    };
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
     let min = recall::executor::STAGED_UPLOAD_MIN_BYTES;
-    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
     let backends = gpu.executor().gpu_backends();
     let budgets: Vec<usize> = backends
         .iter()
@@ -419,7 +433,7 @@ fn large_result_inputs(
     rng: &mut recall::diagnostics::SplitMix,
     dim: usize,
 ) -> (Vec<f32>, Vec<f32>) {
-    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
     let nq = 1000;
     let n = 5 * chunk / 2 / (4 * nq) + 3;
     let q = recall::diagnostics::awkward_matrix(rng, nq, dim);
@@ -436,9 +450,11 @@ fn large_result_inputs(
 /// held afterwards was made by a download.
 #[test]
 fn gpu_large_results_are_staged_and_bit_identical_to_cpu() {
-    let Some(gpu) = gpu_engine() else { return };
+    let Some(gpu) = staged_gpu_engine() else {
+        return;
+    };
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
-    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
     let ran_on_gpu = |what: &str, device: &Device, fallback: &Option<String>| {
         assert!(
             matches!(device, Device::Gpu { .. }),
@@ -516,9 +532,11 @@ fn gpu_large_results_are_staged_and_bit_identical_to_cpu() {
 /// pageable copy and the calls still run on the GPU with the CPU's bits, holding no pinned memory.
 #[test]
 fn gpu_large_results_without_pinned_staging_stay_on_the_gpu() {
-    let Some(gpu) = gpu_engine() else { return };
+    let Some(gpu) = staged_gpu_engine() else {
+        return;
+    };
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
-    let chunk = recall::executor::STAGED_CHUNK_BYTES;
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
     let backends = gpu.executor().gpu_backends();
     let budgets: Vec<usize> = backends
         .iter()
@@ -589,4 +607,47 @@ fn gpu_large_results_without_pinned_staging_stay_on_the_gpu() {
         staged_pinned_bytes(&gpu) >= 2 * chunk,
         "no staging once pinned memory was allowed again"
     );
+}
+
+/// With the default payback (`STAGING_PAYBACK`), large copies stay pageable until they add up to 12 times the
+/// ring's page-locked bytes: knn calls over a 24 MiB corpus hold no pinned memory until the sixteenth makes the
+/// ring (384 MiB moved), and every answer is the CPU's.
+#[test]
+fn gpu_the_staging_ring_is_made_once_large_copies_repay_it() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let (ring, payback) = (
+        2 * recall::executor::STAGING_RING_CHUNK_BYTES,
+        recall::executor::STAGING_PAYBACK as usize,
+    );
+    let dim = 768;
+    let n = (24 << 20) / (4 * dim);
+    let mut rng = recall::diagnostics::SplitMix::new(36);
+    let corpus = recall::diagnostics::awkward_matrix(&mut rng, n, dim);
+    let q = recall::diagnostics::awkward_matrix(&mut rng, 1, dim);
+    let want = cpu.knn(&q, &corpus, dim, Metric::Cosine, 10).unwrap();
+    let bytes = corpus.len() * 4;
+    let makes = (payback * ring).div_ceil(bytes);
+    for call in 1..=makes {
+        let g = gpu.knn(&q, &corpus, dim, Metric::Cosine, 10).unwrap();
+        assert!(matches!(g.device, Device::Gpu { .. }) && g.fallback.is_none());
+        assert_eq!(
+            (g.ids, bits(&g.scores)),
+            (want.ids.clone(), bits(&want.scores)),
+            "call {call}"
+        );
+        let pinned = staged_pinned_bytes(&gpu);
+        if call < makes {
+            assert_eq!(
+                pinned, 0,
+                "call {call} of {makes}: a ring before the copies repay it"
+            );
+        } else {
+            assert!(
+                pinned >= ring,
+                "call {call}: no ring once {} bytes moved",
+                call * bytes
+            );
+        }
+    }
 }
