@@ -1,6 +1,7 @@
 //! The same calls on the GPU and the CPU must agree bit for bit (small inputs, inputs large enough to be
 //! uploaded through pinned staging, and results large enough to come back through it). Skips, saying why, where
 //! there is no GPU.
+#![allow(clippy::unwrap_used)] // a test crate: helpers panic on failure like the tests do
 
 use recall::{Device, DevicePolicy, Engine, Error, Metric};
 use std::io::Write as _;
@@ -252,6 +253,60 @@ fn bits<T: Copy + Into<f64>>(v: &[T]) -> Vec<u64> {
     v.iter().map(|&x| x.into().to_bits()).collect()
 }
 
+/// The call ran on a GPU and did not fall back.
+fn ran_on_gpu(what: &str, device: &Device, fallback: &Option<String>) {
+    assert!(
+        matches!(device, Device::Gpu { .. }),
+        "{what} ran on {device}"
+    );
+    assert!(fallback.is_none(), "{what} fell back: {fallback:?}");
+}
+
+/// Clip-and-noise of `x` (clip 1.5, sigma 0.25, `seed`), both forms, on the GPU with the CPU's bits; `into` over a
+/// buffer of other values.
+fn clip_and_noise_on_gpu(gpu: &Engine, cpu: &Engine, x: &[f32], xdim: usize, seed: u64) {
+    let want = cpu.clip_and_noise(x, xdim, 1.5, 0.25, seed).unwrap().values;
+    let g = gpu.clip_and_noise(x, xdim, 1.5, 0.25, seed).unwrap();
+    ran_on_gpu("clip-and-noise", &g.device, &g.fallback);
+    assert_eq!(bits(&g.values), bits(&want), "clip-and-noise");
+    let mut out = vec![f32::NAN; x.len()];
+    let ran = gpu
+        .clip_and_noise_into(x, xdim, 1.5, 0.25, seed, &mut out)
+        .unwrap();
+    ran_on_gpu("clip-and-noise into", &ran.device, &ran.fallback);
+    assert_eq!(bits(&out), bits(&want), "clip-and-noise into");
+}
+
+/// Neither memory pool of any GPU backend recorded an error.
+fn assert_pools_clean(gpu: &Engine) {
+    for b in gpu.executor().gpu_backends() {
+        assert!(b.memory().pinned_pool().take_errors().is_empty());
+        assert!(b.memory().device_pool().take_errors().is_empty());
+    }
+}
+
+/// Give back every backend's cached memory (its staging ring included) and set its pinned pool's budget to zero,
+/// so that no staging can be had; the budgets as they were, for [`restore_pinned_memory`].
+fn without_pinned_memory(gpu: &Engine) -> Vec<usize> {
+    gpu.executor()
+        .gpu_backends()
+        .iter()
+        .map(|b| {
+            b.trim().unwrap();
+            let budget = b.memory().pinned_pool().stats().budget_bytes;
+            b.memory().pinned_pool().set_budget(0);
+            budget
+        })
+        .collect()
+}
+
+/// The pinned pools' budgets as [`without_pinned_memory`] found them.
+fn restore_pinned_memory(gpu: &Engine, budgets: &[usize]) {
+    for (b, &budget) in gpu.executor().gpu_backends().iter().zip(budgets) {
+        b.memory().pinned_pool().set_budget(budget);
+    }
+}
+
 /// Bytes of pinned memory the GPU backends' staged uploads hold now (their rings' two chunks once one ran).
 fn staged_pinned_bytes(engine: &Engine) -> usize {
     engine
@@ -281,13 +336,6 @@ fn gpu_large_uploads_are_staged_and_bit_identical_to_cpu() {
     let corpus = recall::diagnostics::awkward_matrix(&mut rng, n, dim);
     assert!(corpus.len() * 4 > 2 * chunk && corpus.len() * 4 >= min);
     let few = recall::diagnostics::awkward_matrix(&mut rng, 3, dim);
-    let ran_on_gpu = |what: &str, device: &Device, fallback: &Option<String>| {
-        assert!(
-            matches!(device, Device::Gpu { .. }),
-            "{what} ran on {device}"
-        );
-        assert!(fallback.is_none(), "{what} fell back: {fallback:?}");
-    };
     for metric in [Metric::Cosine, Metric::L2, Metric::Dot] {
         for q in [&few[..dim], &few[..]] {
             let what = format!("knn {metric:?}, {} queries over {n} x {dim}", q.len() / dim);
@@ -343,20 +391,8 @@ fn gpu_large_uploads_are_staged_and_bit_identical_to_cpu() {
     // Clip-and-noise's vectors: 2.5 chunks and a bit, both forms.
     let xdim = 1000;
     let x = recall::diagnostics::awkward_matrix(&mut rng, 5 * chunk / 2 / (4 * xdim) + 5, xdim);
-    let want = cpu.clip_and_noise(&x, xdim, 1.5, 0.25, 77).unwrap().values;
-    let g = gpu.clip_and_noise(&x, xdim, 1.5, 0.25, 77).unwrap();
-    ran_on_gpu("clip-and-noise", &g.device, &g.fallback);
-    assert_eq!(bits(&g.values), bits(&want), "clip-and-noise");
-    let mut out = vec![f32::NAN; x.len()];
-    let ran = gpu
-        .clip_and_noise_into(&x, xdim, 1.5, 0.25, 77, &mut out)
-        .unwrap();
-    ran_on_gpu("clip-and-noise into", &ran.device, &ran.fallback);
-    assert_eq!(bits(&out), bits(&want), "clip-and-noise into");
-    for b in gpu.executor().gpu_backends() {
-        assert!(b.memory().pinned_pool().take_errors().is_empty());
-        assert!(b.memory().device_pool().take_errors().is_empty());
-    }
+    clip_and_noise_on_gpu(&gpu, &cpu, &x, xdim, 77);
+    assert_pools_clean(&gpu);
 }
 
 /// Never down: with no pinned staging to be had (the pinned pool's budget at zero), large uploads copy from
@@ -370,15 +406,7 @@ fn gpu_large_uploads_without_pinned_staging_stay_on_the_gpu() {
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
     let min = recall::executor::STAGED_UPLOAD_MIN_BYTES;
     let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
-    let backends = gpu.executor().gpu_backends();
-    let budgets: Vec<usize> = backends
-        .iter()
-        .map(|b| b.memory().pinned_pool().stats().budget_bytes)
-        .collect();
-    for b in &backends {
-        b.trim().unwrap();
-        b.memory().pinned_pool().set_budget(0);
-    }
+    let budgets = without_pinned_memory(&gpu);
     let mut rng = recall::diagnostics::SplitMix::new(36);
     let dim = 256;
     let corpus = recall::diagnostics::awkward_matrix(&mut rng, 3 * min / (4 * dim) / 2, dim);
@@ -413,9 +441,7 @@ fn gpu_large_uploads_without_pinned_staging_stay_on_the_gpu() {
         bits(&c.centroids),
         "k-means without staging"
     );
-    for (b, &budget) in backends.iter().zip(&budgets) {
-        b.memory().pinned_pool().set_budget(budget);
-    }
+    restore_pinned_memory(&gpu, &budgets);
     let g = gpu.knn(&q, &corpus, dim, Metric::L2, 7).unwrap();
     assert!(g.fallback.is_none(), "fell back: {:?}", g.fallback);
     assert_eq!(g.ids, want.ids);
@@ -455,13 +481,6 @@ fn gpu_large_results_are_staged_and_bit_identical_to_cpu() {
     };
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
     let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
-    let ran_on_gpu = |what: &str, device: &Device, fallback: &Option<String>| {
-        assert!(
-            matches!(device, Device::Gpu { .. }),
-            "{what} ran on {device}"
-        );
-        assert!(fallback.is_none(), "{what} fell back: {fallback:?}");
-    };
     // No ring yet: the first large copy below is a download.
     for b in gpu.executor().gpu_backends() {
         b.trim().unwrap();
@@ -512,20 +531,8 @@ fn gpu_large_results_are_staged_and_bit_identical_to_cpu() {
     let xdim = 1000;
     let x = recall::diagnostics::awkward_matrix(&mut rng, 5 * chunk / 2 / (4 * xdim) + 5, xdim);
     assert!(x.len() * 4 >= recall::executor::STAGED_DOWNLOAD_MIN_BYTES);
-    let want = cpu.clip_and_noise(&x, xdim, 1.5, 0.25, 78).unwrap().values;
-    let g = gpu.clip_and_noise(&x, xdim, 1.5, 0.25, 78).unwrap();
-    ran_on_gpu("clip-and-noise", &g.device, &g.fallback);
-    assert_eq!(bits(&g.values), bits(&want), "clip-and-noise");
-    let mut out = vec![f32::NAN; x.len()];
-    let ran = gpu
-        .clip_and_noise_into(&x, xdim, 1.5, 0.25, 78, &mut out)
-        .unwrap();
-    ran_on_gpu("clip-and-noise into", &ran.device, &ran.fallback);
-    assert_eq!(bits(&out), bits(&want), "clip-and-noise into");
-    for b in gpu.executor().gpu_backends() {
-        assert!(b.memory().pinned_pool().take_errors().is_empty());
-        assert!(b.memory().device_pool().take_errors().is_empty());
-    }
+    clip_and_noise_on_gpu(&gpu, &cpu, &x, xdim, 78);
+    assert_pools_clean(&gpu);
 }
 
 /// Never down: with no pinned staging to be had (the pinned pool's budget at zero), large results come back in one
@@ -537,15 +544,7 @@ fn gpu_large_results_without_pinned_staging_stay_on_the_gpu() {
     };
     let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
     let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
-    let backends = gpu.executor().gpu_backends();
-    let budgets: Vec<usize> = backends
-        .iter()
-        .map(|b| b.memory().pinned_pool().stats().budget_bytes)
-        .collect();
-    for b in &backends {
-        b.trim().unwrap();
-        b.memory().pinned_pool().set_budget(0);
-    }
+    let budgets = without_pinned_memory(&gpu);
     let mut rng = recall::diagnostics::SplitMix::new(38);
     let dim = 40;
     let (q, c) = large_result_inputs(&mut rng, dim);
@@ -597,9 +596,7 @@ fn gpu_large_results_without_pinned_staging_stay_on_the_gpu() {
         "pinned memory over a zero budget"
     );
     // Pinned memory allowed again: the next large result makes its staging.
-    for (b, &budget) in backends.iter().zip(&budgets) {
-        b.memory().pinned_pool().set_budget(budget);
-    }
+    restore_pinned_memory(&gpu, &budgets);
     let g = gpu.cosine_similarity(&q, &c, dim).unwrap();
     assert!(g.fallback.is_none(), "fell back: {:?}", g.fallback);
     assert_eq!(bits(&g.values), bits(&want_cos), "with staging again");

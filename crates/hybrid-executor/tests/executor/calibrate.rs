@@ -372,6 +372,22 @@ impl Backend for Shaped {
     }
 }
 
+/// An executor calibrating on first use with [`Shaped`] devices on `clock`.
+fn shaped_executor(clock: &Arc<ManualClock>) -> Executor {
+    let cfg = ExecutorConfig {
+        calibrate: true,
+        gpu_min_work: 1 << 24,
+        ..config(clock)
+    };
+    let shaped = |device| {
+        Arc::new(Shaped {
+            clock: clock.clone(),
+            device,
+        })
+    };
+    Executor::with_backends(cfg, shaped(Device::Cpu), Some(shaped(GPU))).unwrap()
+}
+
 /// At 8 queries a call the upload outweighs the work at every size (`knn`'s break-even: never); at
 /// `BATCH_QUERIES` the GPU wins from about 400 rows. A slice call of at least `BATCH_QUERIES` queries against at
 /// least as many rows is `knn_batch` and goes to the GPU above that break-even; fewer queries, fewer rows, or
@@ -380,19 +396,7 @@ impl Backend for Shaped {
 fn a_knn_batch_over_a_slice_has_its_own_break_even() {
     use recall_hybrid_executor::CallOptions;
     use recall_hybrid_executor::calibration::probe_shape::BATCH_QUERIES;
-    let clock = ManualClock::new();
-    let cfg = ExecutorConfig {
-        calibrate: true,
-        gpu_min_work: 1 << 24,
-        ..config(&clock)
-    };
-    let shaped = |device| {
-        Arc::new(Shaped {
-            clock: clock.clone(),
-            device,
-        })
-    };
-    let exec = Executor::with_backends(cfg, shaped(Device::Cpu), Some(shaped(GPU))).unwrap();
+    let exec = shaped_executor(&ManualClock::new());
     let run = |nq: usize, rows: usize| {
         let (q, c) = (matrix(nq as u64, nq, 16), matrix(7, rows, 16));
         let out = exec
