@@ -633,31 +633,24 @@ impl Cpu {
 
         let selectors: Vec<Selector> = if nq * n * dim < PAR_MIN_WORK || threads == 1 {
             stream(&prepare(0, nq), 0, nq, 0, n_blocks).map_err(non_finite)?
-        } else if nq >= 16 * threads && nq.saturating_mul(k) > (1 << 20) {
-            // Many queries with a large k: split the queries, so each query has one selector.
-            let groups = threads.min(nq.div_ceil(16));
-            let per = nq.div_ceil(groups).div_ceil(16) * 16;
-            let parts: Vec<Result<Vec<Selector>, usize>> = in_pool(|| {
-                (0..nq.div_ceil(per))
-                    .into_par_iter()
-                    .map(|g| {
-                        let (q0, q1) = (g * per, ((g + 1) * per).min(nq));
-                        stream(&prepare(q0, q1), q0, q1, 0, n_blocks)
-                    })
-                    .collect()
-            });
-            first_error(&parts).map_err(non_finite)?;
-            parts.into_iter().flatten().flatten().collect()
         } else {
-            // Split the corpus into ranges of blocks, then merge the selectors exactly. Several ranges per
-            // thread: rayon hands a thread that finishes early another range, so a slow core (or a vCPU
-            // the host schedules away) does not hold the whole call. A corpus of fewer blocks than that
-            // (a batch re-ranked against a few thousand rows) also splits its queries, in groups of whole
-            // 16-query lanes, so that every thread has a task: with the corpus alone, 256 queries over 256
-            // rows of 128 (one block) ran on one thread, for about 1 ms on a host of 16 cores.
+            // One grid of tasks, query groups (whole 16-query lanes) times ranges of corpus blocks; each group's
+            // ranges' selectors are merged exactly.
+            // - Many queries with a large k: the queries alone are split (one range), so that each query has
+            //   one selector.
+            // - Otherwise several ranges per thread: rayon hands a thread that finishes early another range,
+            //   so a slow core (or a vCPU the host schedules away) does not hold the whole call. A corpus of
+            //   fewer blocks than that (a batch re-ranked against a few thousand rows) also splits its queries,
+            //   so that every thread has a task: with the corpus alone, 256 queries over 256 rows of 128 (one
+            //   block) ran on one thread, for about 1 ms on a host of 16 cores.
             let wanted = TASKS_PER_THREAD * threads;
-            let ranges = wanted.min(n_blocks);
-            let per = match wanted / ranges {
+            let (ranges, groups) = if nq >= 16 * threads && nq.saturating_mul(k) > (1 << 20) {
+                (1, threads)
+            } else {
+                let ranges = wanted.min(n_blocks);
+                (ranges, wanted / ranges)
+            };
+            let per = match groups {
                 0 | 1 => nq,
                 groups => nq.div_ceil(groups).div_ceil(16) * 16,
             };

@@ -317,20 +317,6 @@ impl StagingRing {
         self.download_with(src.buffer(), src_offset, dst, copy)
     }
 
-    /// Copy raw device bytes at `src_addr` into `dst` through the slots, on the copy stream, with a serial host
-    /// copy.
-    ///
-    /// # Safety
-    /// As [`StagingRing::download_bytes_with`].
-    pub unsafe fn download_bytes(
-        &mut self,
-        src_addr: u64,
-        dst: &mut [u8],
-    ) -> Result<(), PoolError> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.download_bytes_with(src_addr, dst, copy_serial) }
-    }
-
     /// Copy `dst.len()` raw device bytes from `src_addr` into `dst` through the slots, pipelined: the DMA of
     /// chunk i + 1 into one slot (on the copy stream) runs while `copy(dst_chunk, slot)` copies chunk i out of
     /// the other (see [`StagingRing::download_with`]). Returns when every byte is in `dst`; on an error, after

@@ -574,10 +574,10 @@ fn gpu_staged_closure_upload_gives_identical_bytes() {
         );
         assert!(small.to_vec().unwrap().iter().all(|&v| v == 0));
 
-        // A copy closure that panics on the third chunk, with a large destination: the ring waits for its stream
-        // while unwinding (the first two chunks' copies into it may still be queued), the destination is dropped
-        // at once and its memory allocated again and filled by another upload, which must read back whole; the
-        // ring stays usable.
+        // A copy closure that panics on the third chunk: the call unwinds without a hang or a stuck slot, the
+        // destination can be dropped and its memory allocated again and filled, and the ring's next upload into
+        // it reads back whole. This does not show the wait while unwinding (the first two chunks' copies are
+        // done long before the refill); that wait is `WaitOnUnwind`, the same guard the download's panic uses.
         let big = 64 * chunk;
         let mut dst = DeviceBuffer::<u8>::try_zeroed(&mem, big).unwrap();
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
