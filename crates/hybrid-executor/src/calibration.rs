@@ -8,7 +8,8 @@
 //!   the best of `reps` per device kept, and `TIE_REPS_FACTOR` times as many where the two are within
 //!   noise of each other (the run-to-run spread of the repetitions);
 //! - the crossover ([`crossover`]) is the smallest measured size from which the GPU is at least as fast
-//!   at every measured size above it (`u64::MAX` / `None`: it loses at the largest).
+//!   at every measured size above it (`u64::MAX` / `None`: it does not win clearly, outside noise, at the
+//!   largest).
 //!
 //! Calibration measures every [`LADDER_EVERY`]-th grid size (a x4 ladder), then every grid size of the
 //! ladder gap after the last size where the GPU lost, and of any gap above it with an end within noise;
@@ -120,7 +121,8 @@ pub fn model_crossover(cpu: &LinearModel, gpu: &LinearModel) -> Option<f64> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Calibration {
     pub op: OpKind,
-    /// Calls of at least this much work go to the GPU (`u64::MAX`: the GPU never paid in the range).
+    /// Calls of at least this much work go to the GPU (`u64::MAX`: the GPU never paid in the range, or did not
+    /// win clearly at its largest size).
     /// A size of the [`grid`]: the smallest from which the GPU stayed at least as fast ([`crossover`]).
     pub break_even: u64,
     pub cpu: LinearModel,
@@ -294,8 +296,19 @@ fn summarize(work: u64, cpu: &mut [f64], gpu: &mut [f64]) -> Point {
 
 /// The one definition of the crossover that calibration and the check's sweep share: among `points`
 /// (sorted by work, on the [`grid`]), the smallest work from which the GPU is at least as fast at every
-/// measured size ([`Point::gpu_wins`]); `None` when it loses at the largest (or there are no points).
+/// measured size ([`Point::gpu_wins`]); `None` when it does not win clearly (outside noise,
+/// [`Point::within_noise`]) at the largest (or there are no points).
+///
+/// Why the largest size must be a clear win: a break-even sends every larger call to the GPU, far past the
+/// probe (a 64-query `similarity` call over 200,000 x 768 has 50x the probe's largest work). A tie there
+/// says nothing about those calls, and one side of a coin flip sent them to a device 25-50 % slower:
+/// `similarity`'s probe ties with the CPU of an H200 host at its largest sizes, and its calibration landed on a
+/// finite break-even in one process and not in another (`docs/results/2026-11-28-session35`, runs D and E).
 pub fn crossover(points: &[Point]) -> Option<u64> {
+    let largest = points.last()?;
+    if !largest.gpu_wins() || largest.within_noise() {
+        return None;
+    }
     match points.iter().rposition(|p| !p.gpu_wins()) {
         None => points.first().map(|p| p.work),
         Some(i) => points.get(i + 1).map(|p| p.work),
@@ -1017,10 +1030,11 @@ pub fn cache_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("dispatch-{name}.txt"))
 }
 
-/// Format 3: break-even sizes on the [`grid`], best-of-N on both devices ([`measure_point`]), k-means probed
-/// with [`probe_shape::KM_CLUSTERS`] = 256 clusters. Files of earlier formats (1: median of 3, bisection and
-/// interpolation; 2: k-means probed with 16 clusters) are ignored and measured again.
-const HEADER: &str = "# recall dispatch calibration, format 3";
+/// Format 4: break-even sizes on the [`grid`], best-of-N on both devices ([`measure_point`]), k-means probed
+/// with [`probe_shape::KM_CLUSTERS`] = 256 clusters, no break-even unless the GPU wins clearly at the largest
+/// size ([`crossover`]). Files of earlier formats (1: median of 3, bisection and interpolation; 2: k-means
+/// probed with 16 clusters; 3: a tie at the largest size could be a break-even) are ignored and measured again.
+const HEADER: &str = "# recall dispatch calibration, format 4";
 
 /// The text of a cache file.
 pub fn render_cache(key: &str, entries: &[Calibration]) -> String {
@@ -1296,6 +1310,24 @@ mod tests {
         assert_eq!(always.break_even, cfg.min_work);
     }
 
+    /// Calibration of a GPU 1 % faster at every size (models parallel, within noise everywhere) finds no
+    /// break-even: a tie at the largest size is none ([`crossover`]; the cases are in the executor's tests).
+    #[test]
+    fn a_tie_at_the_largest_size_is_no_break_even() {
+        let g = Device::Gpu { ordinal: 0 };
+        let cfg = CalibrationConfig::default();
+        let cpu = LinearModel {
+            fixed_s: 1e-6,
+            per_work_s: 1e-10,
+        };
+        let parallel = LinearModel {
+            fixed_s: 0.99e-6,
+            per_work_s: 0.99e-10,
+        };
+        let tied = calibrate(OpKind::CosineScores, g, &cfg, &mut synthetic(cpu, parallel)).unwrap();
+        assert_eq!(tied.break_even, u64::MAX);
+    }
+
     /// A probe that clamps small sizes up to its smallest call is measured once there, not once per grid size;
     /// exact work (`|w| w`) keeps the whole grid.
     #[test]
@@ -1331,10 +1363,10 @@ mod tests {
         assert_eq!(parse_cache(&text, "H200 | sm_90"), vec![c]);
         assert!(parse_cache(&text, "H100 | sm_90").is_empty());
         assert!(parse_cache("garbage", "x").is_empty());
-        // Files of formats 1 and 2 (another procedure; k-means probed with 16 clusters) are measured again,
-        // not read.
-        for format in ["format 1", "format 2"] {
-            let old = text.replace("format 3", format);
+        // Files of formats 1 to 3 (another procedure; k-means probed with 16 clusters; a tie at the largest size
+        // taken as a break-even) are measured again, not read.
+        for format in ["format 1", "format 2", "format 3"] {
+            let old = text.replace("format 4", format);
             assert_ne!(old, text);
             assert!(parse_cache(&old, "H200 | sm_90").is_empty());
         }

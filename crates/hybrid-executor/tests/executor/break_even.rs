@@ -171,8 +171,17 @@ fn crossover_is_the_smallest_size_from_which_the_gpu_stays_as_fast() {
         p(4, 2.0, 1.0),
     ];
     assert_eq!(crossover(&pts), Some(3));
-    // A tie counts for the GPU.
-    assert_eq!(crossover(&[p(1, 1.0, 2.0), p(2, 1.0, 1.0)]), Some(2));
+    // A tie counts for the GPU below the largest size.
+    assert_eq!(
+        crossover(&[p(1, 1.0, 2.0), p(2, 1.0, 1.0), p(3, 2.0, 1.0)]),
+        Some(2)
+    );
+    // At the largest, only a clear win makes a break-even (a tie says nothing about larger calls), whatever the
+    // smaller sizes did.
+    assert_eq!(crossover(&[p(1, 1.0, 2.0), p(2, 1.0, 1.0)]), None);
+    assert_eq!(crossover(&[p(1, 1.0, 2.0), p(2, 1.0, 0.99)]), None);
+    assert_eq!(crossover(&[p(1, 2.0, 1.0), p(2, 1.0, 0.99)]), None);
+    assert_eq!(crossover(&[p(1, 1.0, 2.0), p(2, 1.0, 0.95)]), Some(2));
     assert!(p(1, 1.0, 1.01).within_noise());
     assert!(!p(1, 1.0, 1.05).within_noise());
 }
