@@ -577,7 +577,7 @@ fn gpu_staged_closure_upload_gives_identical_bytes() {
         // A copy closure that panics on the third chunk: the call unwinds without a hang or a stuck slot, the
         // destination can be dropped and its memory allocated again and filled, and the ring's next upload into
         // it reads back whole. This does not show the wait while unwinding (the first two chunks' copies are
-        // done long before the refill); that wait is `WaitOnUnwind`, the same guard the download's panic uses.
+        // done long before the refill); the next case does.
         let big = 64 * chunk;
         let mut dst = DeviceBuffer::<u8>::try_zeroed(&mem, big).unwrap();
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -605,6 +605,53 @@ fn gpu_staged_closure_upload_gives_identical_bytes() {
             dst.to_vec().unwrap() == again,
             "after a panicking upload the reused memory differs"
         );
+
+        // The wait itself: the ring's stream held busy by queued work (64 memsets of 2 GiB, tens of milliseconds),
+        // then an upload whose second host copy panics. Its first chunk's DMA is queued behind that work, writing
+        // `dst`, when the panic unwinds; the guard must wait for it before the panic reaches the caller, who may
+        // then free `dst`: the ring's stream is idle once the panic is caught. Without the wait the stream is still
+        // running the memsets then (unwinding takes microseconds).
+        let scratch_len = 2usize << 30;
+        let scratch = DeviceBuffer::<u8>::try_alloc(&mem, scratch_len).unwrap();
+        let mut dst = DeviceBuffer::<u8>::try_zeroed(&mem, 4 * chunk).unwrap();
+        for _ in 0..64 {
+            // SAFETY: `scratch` is live device memory of the ring's context, kept until the stream is idle
+            // (checked below, and `ring.finish()` / the drop order after).
+            unsafe {
+                recall_gpu_sys::memory::memset_d8_async(
+                    scratch.device_ptr(),
+                    5,
+                    scratch_len,
+                    ring.stream(),
+                )
+            }
+            .unwrap();
+        }
+        assert!(
+            !recall_gpu_sys::memory::stream_is_idle(ring.stream()).unwrap(),
+            "the memsets finished before the upload: the check below would show nothing"
+        );
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let n = std::sync::atomic::AtomicUsize::new(0);
+            ring.upload_with(
+                &bytes(4 * chunk, 3),
+                &mut dst,
+                0,
+                |staged: &mut [u8], part: &[u8]| {
+                    if n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 1 {
+                        panic!("a host copy that fails");
+                    }
+                    staged.copy_from_slice(part);
+                },
+            )
+        }));
+        assert!(panicked.is_err());
+        assert!(
+            recall_gpu_sys::memory::stream_is_idle(ring.stream()).unwrap(),
+            "a panicking upload returned while its queued copies could still write the destination"
+        );
+        drop(dst);
+        drop(scratch);
         ring.finish().unwrap();
     }
     assert!(mem.pinned_pool().take_errors().is_empty());
