@@ -66,7 +66,7 @@ pub fn break_even(
     );
     let _ = writeln!(
         r,
-        "- crossover (both columns): the smallest measured size from which the GPU is at least as fast at every measured size; calibrated: the executor's calibration (every {LADDER_EVERY}th grid size, then every grid size of the gap after the last GPU loss and of any gap with an end within noise); swept: every grid size\n"
+        "- crossover (both columns): the smallest measured size from which the GPU is at least as fast at every measured size, none unless it wins outside noise at the largest; calibrated: the executor's calibration (every {LADDER_EVERY}th grid size, then every grid size of the gap after the last GPU loss and of any gap with an end within noise); swept: every grid size\n"
     );
     let _ = writeln!(
         r,
