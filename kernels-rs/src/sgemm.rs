@@ -2,19 +2,23 @@
 //! order of `docs/numerics.md` (one sequential chain per (query, row) pair, `k` ascending, starting at `+0.0`,
 //! no padding in a chain). Below sm_80 the build leaves these kernels out and `gemm_*` (`dense.rs`) runs.
 //!
-//! Thread mapping: a block of 256 threads (8 warps) computes a 128 (queries) x 128 (rows) tile. Warp `w` owns
-//! the 32 x 64 warp tile of queries `32 * (w % 4) ..` and rows `64 * (w / 4) ..`; lane `l` owns, inside it,
-//! queries `4 * (l / 8) + i` and `16 + 4 * (l / 8) + i` and rows `4 * (l % 8) + j` and `32 + 4 * (l % 8) + j`
-//! (`i, j < 4`): 64 accumulators. For one `k` a thread reads its 8 query values and its 8 row values with four
-//! 16-byte shared loads; a warp's query load touches 4 distinct 16-byte pieces and its row load 8 (128
-//! contiguous bytes): one shared-memory wavefront each, no bank conflicts.
+//! Thread mapping: a block of 256 threads (8 warps) computes a tile of queries x rows whose shape depends on how
+//! many warps stand along the queries, `QW`: 4 for the 128 x 128 tile (`sm80_gemm_*`), 2 for 64 x 256
+//! (`sm80_gemm_q64_*`), 1 for 32 x 512 (`sm80_gemm_q32_*`; [`recall_kernel_shared::sgemm_tile_queries`]). The
+//! smaller shapes serve calls with fewer queries than the 128 x 128 tile, which would leave most of its chains
+//! idle (64 queries: half; the rows still cost what 128 queries cost). Warp `w` owns the 32 x 64 warp tile of
+//! queries `32 * (w % QW) ..` and rows `64 * (w / QW) ..`; lane `l` owns, inside it, queries `4 * (l / 8) + i`
+//! and `16 + 4 * (l / 8) + i` and rows `4 * (l % 8) + j` and `32 + 4 * (l % 8) + j` (`i, j < 4`): 64
+//! accumulators. For one `k` a thread reads its 8 query values and its 8 row values with four 16-byte shared
+//! loads; a warp's query load touches 4 distinct 16-byte pieces and its row load 8 (128 contiguous bytes): one
+//! shared-memory wavefront each, no bank conflicts. Each chain is the same sequential chain in every shape.
 //!
 //! Staging: both operands are row-major (`k` contiguous) in global memory and k-major in shared memory
-//! (`s[k][m]`, [`SGEMM_STRIDE`] = 132 floats per `k`), so the copy transposes. Each thread queues 8 four-byte
-//! `cp.async` per operand per stage of [`SGEMM_TILE_K`] = 16 columns: copy `i` of lane `l` in warp `w` moves
-//! column `l % 8 + 8 * (i % 2)` of tile row `l / 8 + 4 * w + 32 * (i / 2)`. One warp instruction therefore
-//! reads 8 consecutive columns (one 32-byte sector) of 4 rows and writes 32 different banks (`4 * column +
-//! row` mod 32). Four-byte copies need no alignment, so every `dim` takes this kernel. Values past the matrix
+//! (`s[k][m]`, the tile's rows + 4 floats per `k`: 132 for 128 rows), so the copy transposes. Each thread
+//! queues 2 four-byte `cp.async` per 32 tile rows of an operand per stage of [`SGEMM_TILE_K`] = 16 columns: copy
+//! `i` of lane `l` in warp `w` moves column `l % 8 + 8 * (i % 2)` of tile row `l / 8 + 4 * w + 32 * (i / 2)`.
+//! One warp instruction therefore reads 8 consecutive columns (one 32-byte sector) of 4 rows and writes 32
+//! different banks (`4 * column + row` mod 32: every stride is 4 more than a multiple of 32). Four-byte copies need no alignment, so every `dim` takes this kernel. Values past the matrix
 //! (rows past the end, columns past `dim`) are zero-filled by the copy and never enter a chain: the `k` loop
 //! of the last stage stops at `dim`, and the chains of rows or queries past the end are never stored.
 //! `STAGES` stages are in flight (`cp.async.wait_group`), one barrier per stage: the barrier at stage `t`
@@ -32,18 +36,36 @@ use crate::util::{
 use core::arch::asm;
 use core::sync::atomic::{AtomicU64, Ordering};
 use recall_kernel_shared::{
-    GEMM_TILE, METRIC_COSINE, METRIC_DOT, METRIC_L2, SGEMM_STAGES, SGEMM_STRIDE, SGEMM_TILE_K,
-    SimParams,
+    METRIC_COSINE, METRIC_DOT, METRIC_L2, SGEMM_STAGES, SGEMM_TILE_K, SimParams,
+    sgemm_tile_queries, sgemm_tile_rows, sgemm_tile_shared_bytes,
 };
 
-/// Floats per `k` of a k-major shared tile.
-const S: usize = SGEMM_STRIDE as usize;
 /// Columns per stage.
 const BK: usize = SGEMM_TILE_K as usize;
-/// Floats of one stage: the query tile, then the row tile.
-const STAGE_FLOATS: usize = 2 * BK * S;
-// A thread's 4 x 2 copies per operand and stage cover the 128 x 16 tile once over the 256 threads.
-const _: () = assert!(4 * 2 * 256 == GEMM_TILE as usize * BK);
+
+/// The block tile with `QW` of the 8 warps along the queries (module docs): its sizes and shared-memory layout.
+struct Tile<const QW: usize>;
+
+impl<const QW: usize> Tile<QW> {
+    /// Queries of the tile.
+    const TQ: usize = sgemm_tile_queries(QW as u32) as usize;
+    /// Corpus rows of the tile.
+    const TR: usize = sgemm_tile_rows(QW as u32) as usize;
+    /// Floats per `k` of the k-major query tile (4 of padding).
+    const SQ: usize = Self::TQ + 4;
+    /// Floats per `k` of the k-major row tile (4 of padding).
+    const SR: usize = Self::TR + 4;
+    /// Floats of one stage: the query tile, then the row tile.
+    const STAGE: usize = BK * (Self::SQ + Self::SR);
+}
+// The layout the launcher sizes its shared memory by (`sgemm_tile_shared_bytes`).
+const _: () = assert!(
+    SGEMM_STAGES as usize * Tile::<4>::STAGE * 4 == sgemm_tile_shared_bytes(4) as usize
+        && SGEMM_STAGES as usize * Tile::<2>::STAGE * 4 == sgemm_tile_shared_bytes(2) as usize
+        && SGEMM_STAGES as usize * Tile::<1>::STAGE * 4 == sgemm_tile_shared_bytes(1) as usize
+);
+// A thread's 2 copies per 32 tile rows cover an operand's rows x 16 once over the 256 threads.
+const _: () = assert!(2 * 256 == 32 * BK);
 
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
@@ -73,61 +95,66 @@ fn wait_oldest_stage<const STAGES: usize>() {
     }
 }
 
-/// One thread's copies of one operand: the block's first row in `x` (`base`), the element offsets from it of
-/// the thread's 4 tile rows `l / 8 + 4 * w + 32 * j` at column `l % 8` (`off`), and which rows exist (bit `j`
-/// of `rows`). Offsets stay below `128 * dim`, which the launcher keeps below 2^32.
+/// One thread's copies of one operand: the block's first row in `x` (`base`), the element offset from it of the
+/// thread's first tile row `l / 8 + 4 * w` at column `l % 8` (`off`; its tile rows `32 * j` further are `32 * j *
+/// dim` further), and which of those rows exist (bit `j` of `rows`). Offsets stay below `rows * dim` of the
+/// tile, which the launcher keeps below 2^32.
 struct Operand {
     base: *const f32,
-    off: [u32; 4],
+    off: u32,
+    dim: u32,
     rows: u32,
 }
 
 impl Operand {
-    /// Rows `r0 .. r0 + 128` of the `n x dim` matrix `x`.
+    /// Rows `r0 .. r0 + 32 * groups` of the `n x dim` matrix `x` (`groups` at most 16; a constant where inlined).
     #[inline(always)]
-    fn new(x: *const f32, n: u32, dim: u32, r0: u32) -> Operand {
+    fn new(x: *const f32, n: u32, dim: u32, r0: u32, groups: usize) -> Operand {
         let t = thread_x();
         let (lane, warp) = (t % 32, t / 32);
         let row_lo = lane / 8 + 4 * warp;
-        let mut off = [0u32; 4];
         let mut rows = 0u32;
-        unroll!(4, J: usize => {
-            let row = row_lo + 32 * J as u32;
-            off[J] = row * dim + lane % 8;
-            if r0 + row < n {
+        unroll!(16, J: usize => {
+            if J < groups && r0 + row_lo + 32 * (J as u32) < n {
                 rows |= 1 << J;
             }
         });
         Operand {
             // `wrapping_add`: past the last block's rows the pointer is formed but never read through.
             base: x.wrapping_add(r0 as usize * dim as usize),
-            off,
+            off: row_lo * dim + lane % 8,
+            dim,
             rows,
         }
     }
 
-    /// Queue the copies of columns `k0 .. k0 + 16` into the k-major shared tile at `dst`: copy `i` moves
-    /// column `l % 8 + 8 * (i % 2)` of tile row `l / 8 + 4 * w + 32 * (i / 2)`.
+    /// Queue the copies of columns `k0 .. k0 + 16` of the operand's `32 * groups` tile rows into the k-major
+    /// shared tile at `dst` (`stride` floats per column): copy `i` moves column `l % 8 + 8 * (i % 2)` of tile row
+    /// `l / 8 + 4 * w + 32 * (i / 2)`.
     ///
     /// # Safety
-    /// The matrix of [`Operand::new`] is valid; `dst` is a 16-byte aligned shared tile of `16 * 132` floats.
+    /// The matrix of [`Operand::new`] is valid, with the same `groups`; `dst` is a 16-byte aligned shared tile
+    /// of `16 * stride` floats, `stride >= 32 * groups`.
     #[inline(always)]
-    unsafe fn load(&self, dst: u32, dim: u32, k0: u32) {
+    unsafe fn load(&self, dst: u32, k0: u32, groups: usize, stride: usize) {
         let t = thread_x();
         let (lane, warp) = (t % 32, t / 32);
         let row_lo = lane / 8 + 4 * warp;
         let col_lo = k0 + lane % 8;
-        unroll!(4, J: usize => {
-            unroll!(2, H: usize => {
-                let kk = lane % 8 + 8 * H as u32;
-                let ok = self.rows & (1 << J) != 0 && col_lo + 8 * (H as u32) < dim;
-                // The address of an element past the matrix is formed but not read (0 bytes copied).
-                let src = self.base.wrapping_add((self.off[J] + k0 + 8 * H as u32) as usize);
-                let slot = kk as usize * S + (row_lo + 32 * J as u32) as usize;
-                // SAFETY: kk < 16 and the tile row < 128: inside the tile; src is read only when the row
-                // exists and the column is below dim.
-                unsafe { cp_async4(dst + 4 * slot as u32, src, if ok { 4 } else { 0 }) };
-            });
+        unroll!(16, J: usize => {
+            if J < groups {
+                unroll!(2, H: usize => {
+                    let kk = lane % 8 + 8 * H as u32;
+                    let ok = self.rows & (1 << J) != 0 && col_lo + 8 * (H as u32) < self.dim;
+                    // The address of an element past the matrix is formed but not read (0 bytes copied).
+                    let at = self.off + 32 * J as u32 * self.dim + k0 + 8 * H as u32;
+                    let src = self.base.wrapping_add(at as usize);
+                    let slot = kk as usize * stride + (row_lo + 32 * J as u32) as usize;
+                    // SAFETY: kk < 16 and the tile row < 32 * groups <= stride: inside the tile; src is read
+                    // only when the row exists and the column is below dim.
+                    unsafe { cp_async4(dst + 4 * slot as u32, src, if ok { 4 } else { 0 }) };
+                });
+            }
         });
     }
 }
@@ -142,27 +169,29 @@ unsafe fn read4(s: *const f32, i: usize) -> [f32; 4] {
     unsafe { (*(s.add(i) as *const V4)).0 }
 }
 
-/// One step `k` of all 64 chains from the stage's tiles `sa` (queries) and `sb` (rows).
+/// One step `k` of all 64 chains from the stage's tiles `sa` (queries, `sq` floats per `k`) and `sb` (rows,
+/// `sr` floats per `k`).
 ///
 /// # Safety
-/// `sa`, `sb` are a stage's k-major tiles (16-byte aligned); `k < 16`; `qa`, `rb` are the thread's offsets.
+/// `sa`, `sb` are a stage's k-major tiles (16-byte aligned) of a [`Tile`] whose strides are `sq`, `sr`; `k <
+/// 16`; `qa`, `rb` are the thread's offsets.
 #[inline(always)]
 unsafe fn k_step<const METRIC: u32>(
     acc: &mut [[f32; 8]; 8],
-    sa: *const f32,
-    sb: *const f32,
+    (sa, sq): (*const f32, usize),
+    (sb, sr): (*const f32, usize),
     k: usize,
     qa: usize,
     rb: usize,
 ) {
-    // SAFETY: qa + 16 + 4 <= 128 and rb + 32 + 4 <= 128, multiples of 4, in a row of 132 floats that starts
-    // 16-byte aligned (k * 132 floats from a 16-byte aligned tile).
+    // SAFETY: qa + 16 + 4 <= the tile's queries and rb + 32 + 4 <= its rows, multiples of 4, in a column of
+    // `sq` or `sr` floats (multiples of 4) that starts 16-byte aligned.
     let (a0, a1, b0, b1) = unsafe {
         (
-            read4(sa, k * S + qa),
-            read4(sa, k * S + qa + 16),
-            read4(sb, k * S + rb),
-            read4(sb, k * S + rb + 32),
+            read4(sa, k * sq + qa),
+            read4(sa, k * sq + qa + 16),
+            read4(sb, k * sr + rb),
+            read4(sb, k * sr + rb + 32),
         )
     };
     let a = [a0[0], a0[1], a0[2], a0[3], a1[0], a1[1], a1[2], a1[3]];
@@ -284,40 +313,55 @@ impl TileSink for Argmin {
     }
 }
 
+/// Queue the copies of column tile `tile` (columns `16 * tile ..`) of both operands into stage `stage` of the
+/// shared memory at `base` (a function, not a closure: inlined, its sizes stay constants).
+///
+/// # Safety
+/// `a` and `b` are the block's operands of the [`Tile`] of `QW`; `base` holds `stage + 1` stages of its shared
+/// memory.
+#[inline(always)]
+unsafe fn load_stage<const QW: usize>(a: &Operand, b: &Operand, base: u32, tile: u32, stage: u32) {
+    let (tq, tr) = (Tile::<QW>::TQ, Tile::<QW>::TR);
+    let (sq, sr) = (Tile::<QW>::SQ, Tile::<QW>::SR);
+    let dst = base + 4 * stage * Tile::<QW>::STAGE as u32;
+    let k0 = tile * BK as u32;
+    // SAFETY: forwarded; the query tile (`16 * sq` floats) comes first in a stage, then the row tile.
+    unsafe {
+        a.load(dst, k0, tq / 32, sq);
+        b.load(dst + 4 * (BK * sq) as u32, k0, tr / 32, sr);
+    }
+}
+
 /// See the module documentation.
 ///
 /// # Safety
-/// Grid `(ceil(n_rows / 128), ceil(n_queries / 128))`, 256 threads, `sgemm_shared_bytes(16, STAGES)` bytes of
-/// dynamic shared memory (16-byte aligned); pointers as `SimParams` documents for dense kernels (or the
-/// sink's); sm_80 or newer.
+/// Grid `(ceil(n_rows / TR), ceil(n_queries / TQ))` for the [`Tile`] of `QW`, 256 threads, STAGES stages of that
+/// tile's shared memory (`sgemm_tile_shared_bytes(QW)` with the default stages; 16-byte aligned); pointers as
+/// `SimParams` documents for dense kernels (or the sink's); `max(TQ, TR) * dim < 2^32`; sm_80 or newer.
 #[inline(always)]
-unsafe fn sgemm<const METRIC: u32, Sink: TileSink, const STAGES: usize>(p: &SimParams) {
+unsafe fn sgemm<const METRIC: u32, Sink: TileSink, const STAGES: usize, const QW: usize>(
+    p: &SimParams,
+) {
     let smem = dynamic_shared_f32();
     let base = shared_addr(smem);
     let t = thread_x() as usize;
     let (lane, warp) = (t % 32, t / 32);
-    let qa = 32 * (warp % 4) + 4 * (lane / 8);
-    let rb = 64 * (warp / 4) + 4 * (lane % 8);
-    let q0 = block_y() * GEMM_TILE;
-    let r0 = block_x() * GEMM_TILE;
+    let qa = 32 * (warp % QW) + 4 * (lane / 8);
+    let rb = 64 * (warp / QW) + 4 * (lane % 8);
+    let (tq, tr) = (Tile::<QW>::TQ, Tile::<QW>::TR);
+    let (sq, sr) = (Tile::<QW>::SQ, Tile::<QW>::SR);
+    let q0 = block_y() * tq as u32;
+    let r0 = block_x() * tr as u32;
     let tiles = p.dim.div_ceil(BK as u32);
-    let a = Operand::new(p.queries as *const f32, p.n_queries, p.dim, q0);
-    let b = Operand::new(p.corpus as *const f32, p.n_rows, p.dim, r0);
-    let load = |tile: u32, stage: u32| {
-        let dst = base + 4 * stage * STAGE_FLOATS as u32;
-        let k0 = tile * BK as u32;
-        // SAFETY: the launcher passes the matrices' real sizes and STAGES stages of shared memory.
-        unsafe {
-            a.load(dst, p.dim, k0);
-            b.load(dst + 4 * (BK * S) as u32, p.dim, k0);
-        }
-    };
+    let a = Operand::new(p.queries as *const f32, p.n_queries, p.dim, q0, tq / 32);
+    let b = Operand::new(p.corpus as *const f32, p.n_rows, p.dim, r0, tr / 32);
     // Prologue: stages 0 .. STAGES - 1 in flight, one copy group each (empty past the last tile, so that the
     // group count stays uniform).
     let mut s = 0;
     while s + 1 < STAGES as u32 {
         if s < tiles {
-            load(s, s);
+            // SAFETY: the launcher passes the matrices' real sizes and STAGES stages of the tile's shared memory.
+            unsafe { load_stage::<QW>(&a, &b, base, s, s) };
         }
         cp_async_commit();
         s += 1;
@@ -333,17 +377,18 @@ unsafe fn sgemm<const METRIC: u32, Sink: TileSink, const STAGES: usize>(p: &SimP
         // Every thread has finished the previous tile: its buffer takes tile + STAGES - 1.
         let next = tile + STAGES as u32 - 1;
         if next < tiles {
-            load(next, fill);
+            // SAFETY: as in the prologue.
+            unsafe { load_stage::<QW>(&a, &b, base, next, fill) };
         }
         cp_async_commit();
-        let sa = smem.wrapping_add(stage as usize * STAGE_FLOATS) as *const f32;
-        let sb = sa.wrapping_add(BK * S);
+        let sa = smem.wrapping_add(stage as usize * Tile::<QW>::STAGE) as *const f32;
+        let sb = sa.wrapping_add(BK * sq);
         let kn = (p.dim - tile * BK as u32).min(BK as u32) as usize;
         if kn == BK {
             unroll!(2, KH: usize => {
                 unroll!(8, KL: usize => {
                     // SAFETY: k = 8 * KH + KL < 16; the stage's copies have landed (wait + barrier).
-                    unsafe { k_step::<METRIC>(&mut acc, sa, sb, 8 * KH + KL, qa, rb) };
+                    unsafe { k_step::<METRIC>(&mut acc, (sa, sq), (sb, sr), 8 * KH + KL, qa, rb) };
                 });
             });
         } else {
@@ -351,7 +396,7 @@ unsafe fn sgemm<const METRIC: u32, Sink: TileSink, const STAGES: usize>(p: &SimP
             let mut k = 0;
             while k < kn {
                 // SAFETY: k < kn < 16; as above.
-                unsafe { k_step::<METRIC>(&mut acc, sa, sb, k, qa, rb) };
+                unsafe { k_step::<METRIC>(&mut acc, (sa, sq), (sb, sr), k, qa, rb) };
                 k += 1;
             }
         }
@@ -370,8 +415,14 @@ unsafe fn sgemm<const METRIC: u32, Sink: TileSink, const STAGES: usize>(p: &SimP
 
 kernels! {
     SimParams;
-    sm80_gemm_dot => sgemm::<METRIC_DOT, Store, { SGEMM_STAGES as usize }>;
-    sm80_gemm_cosine => sgemm::<METRIC_COSINE, Store, { SGEMM_STAGES as usize }>;
-    sm80_gemm_l2 => sgemm::<METRIC_L2, Store, { SGEMM_STAGES as usize }>;
-    sm80_gemm_l2_argmin => sgemm::<METRIC_L2, Argmin, { SGEMM_STAGES as usize }>;
+    sm80_gemm_dot => sgemm::<METRIC_DOT, Store, { SGEMM_STAGES as usize }, 4>;
+    sm80_gemm_cosine => sgemm::<METRIC_COSINE, Store, { SGEMM_STAGES as usize }, 4>;
+    sm80_gemm_l2 => sgemm::<METRIC_L2, Store, { SGEMM_STAGES as usize }, 4>;
+    sm80_gemm_l2_argmin => sgemm::<METRIC_L2, Argmin, { SGEMM_STAGES as usize }, 4>;
+    sm80_gemm_q64_dot => sgemm::<METRIC_DOT, Store, { SGEMM_STAGES as usize }, 2>;
+    sm80_gemm_q64_cosine => sgemm::<METRIC_COSINE, Store, { SGEMM_STAGES as usize }, 2>;
+    sm80_gemm_q64_l2 => sgemm::<METRIC_L2, Store, { SGEMM_STAGES as usize }, 2>;
+    sm80_gemm_q32_dot => sgemm::<METRIC_DOT, Store, { SGEMM_STAGES as usize }, 1>;
+    sm80_gemm_q32_cosine => sgemm::<METRIC_COSINE, Store, { SGEMM_STAGES as usize }, 1>;
+    sm80_gemm_q32_l2 => sgemm::<METRIC_L2, Store, { SGEMM_STAGES as usize }, 1>;
 }

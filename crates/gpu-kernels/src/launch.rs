@@ -653,6 +653,36 @@ impl Kernels {
         self.sgemm.as_ref().filter(|g| g.runs(dim))
     }
 
+    /// The narrow GEMM tile ([`crate::sgemm::NarrowTile`]) that a [`Kernels::similarity`] call of `n_queries`
+    /// queries of `dim` values gives its last queries to, and how many: those past the last full 128-query tile
+    /// (all of them up to 128) when a narrow tile takes them; `None`: the 128 x 128 tile runs every query (or
+    /// the call is not on the sm_80 GEMM).
+    fn narrow_tile(
+        &self,
+        n_queries: usize,
+        dim: usize,
+    ) -> Option<(&crate::sgemm::NarrowTile, usize)> {
+        let g = self
+            .sgemm_for(dim)
+            .filter(|_| n_queries > SCAN_MAX_QUERIES)?;
+        let tile = GEMM_TILE as usize;
+        let tail = if n_queries > tile {
+            n_queries % tile
+        } else {
+            n_queries
+        };
+        g.narrow_for(tail, dim)
+            .filter(|_| tail > 0)
+            .map(|t| (t, tail))
+    }
+
+    /// The queries of the narrow GEMM tile (32 or 64) that runs the last queries of a [`Kernels::similarity`]
+    /// call of `n_queries` x `dim` (see `NarrowTile` in `sgemm.rs`); `None`: none does. For reports and the
+    /// diff-test's labels.
+    pub fn gemm_narrow_tile(&self, n_queries: usize, dim: usize) -> Option<usize> {
+        self.narrow_tile(n_queries, dim).map(|(t, _)| t.queries)
+    }
+
     /// `out[r] = norm(x[r])` for the `n_rows x dim` row-major matrix `x` (`docs/numerics.md`).
     pub fn row_norms_f32(
         &self,
@@ -773,6 +803,10 @@ impl Kernels {
                 out,
             );
         }
+        // Many queries on the sm_80 GEMM: the queries past the last full 128-query tile (or all of them, up to
+        // 128) go to the narrowest tile that takes them, when one does (`NarrowTile`).
+        let narrow = self.narrow_tile(n_queries, dim);
+        let wide_queries = n_queries - narrow.map_or(0, |(_, tail)| tail);
         let (per_launch, grid_x, block, smem, func) = if n_queries <= SCAN_MAX_QUERIES {
             (
                 MAX_GRID_Y * ROW_QUERIES_PER_BLOCK as usize,
@@ -803,22 +837,22 @@ impl Kernels {
         } else {
             GEMM_TILE
         };
+        let params_at = |q0: usize, nq: usize| SimParams {
+            queries: q_base + (q0 * dim * 4) as u64,
+            query_norms: if qn == 0 { 0 } else { qn + (q0 * 4) as u64 },
+            corpus: c_base,
+            corpus_norms: cn,
+            out: out_base + (q0 * n_rows * 4) as u64,
+            ids: 0,
+            offsets: 0,
+            n_queries: nq as u32,
+            n_rows: n_rows32,
+            dim: dim32,
+            _pad: 0,
+        };
         let mut q0 = 0;
-        while q0 < n_queries {
-            let nq = per_launch.min(n_queries - q0);
-            let params = SimParams {
-                queries: q_base + (q0 * dim * 4) as u64,
-                query_norms: if qn == 0 { 0 } else { qn + (q0 * 4) as u64 },
-                corpus: c_base,
-                corpus_norms: cn,
-                out: out_base + (q0 * n_rows * 4) as u64,
-                ids: 0,
-                offsets: 0,
-                n_queries: nq as u32,
-                n_rows: n_rows32,
-                dim: dim32,
-                _pad: 0,
-            };
+        while q0 < wide_queries {
+            let nq = per_launch.min(wide_queries - q0);
             let cfg = LaunchConfig {
                 grid_dim: (grid_x, (nq as u32).div_ceil(q_per_block), 1),
                 block_dim: (block, 1, 1),
@@ -827,8 +861,19 @@ impl Kernels {
             // SAFETY: every buffer was checked above to hold what the kernel reads or writes for queries
             // q0 .. q0 + nq; offsets stay inside them; grid, block and shared memory are as the kernels
             // document.
-            unsafe { gpu.launch(func, cfg, params) }?;
+            unsafe { gpu.launch(func, cfg, params_at(q0, nq)) }?;
             q0 += nq;
+        }
+        if let Some((tile, nq)) = narrow {
+            let cfg = LaunchConfig {
+                grid_dim: (n_rows.div_ceil(tile.rows) as u32, 1, 1),
+                block_dim: (GEMM_THREADS, 1, 1),
+                shared_mem_bytes: tile.shared_bytes,
+            };
+            // SAFETY: as above for queries wide_queries .. n_queries (nq of them, at most the tile's queries,
+            // `NarrowTile::takes`, which also keeps its element offsets below 2^32); one launch row of tiles of
+            // `tile.rows` rows, 256 threads and the tile's shared memory, as the kernel documents.
+            unsafe { gpu.launch(&tile.sim[metric.index()], cfg, params_at(wide_queries, nq)) }?;
         }
         Ok(())
     }

@@ -34,7 +34,7 @@ pub use launch::{
     half_ld,
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
-pub use recall_kernel_shared::SMALL_K_MAX;
+pub use recall_kernel_shared::{GEMM_TILE, SMALL_K_MAX};
 pub use scan1::{SCAN1_MAX_DIM, Scan1Mode};
 pub use serve::{
     KNN1_SERVE_MAX_ROWS, SERVE_IDLE_DEFAULT_US, SERVE_LIFE, SERVE_MAX_FAILURES, ServeStats,

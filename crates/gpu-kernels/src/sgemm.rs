@@ -7,7 +7,10 @@
 
 use recall_gpu_sys::driver::CudaFunction;
 use recall_gpu_sys::{Gpu, GpuError};
-use recall_kernel_shared::{SGEMM_STAGES, SGEMM_TILE_K, sgemm_shared_bytes};
+use recall_kernel_shared::{
+    GEMM_THREADS, SGEMM_STAGES, SGEMM_TILE_K, sgemm_shared_bytes, sgemm_tile_queries,
+    sgemm_tile_rows, sgemm_tile_shared_bytes,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Dynamic shared memory of one `sm80_gemm_*` block (3 stages of two 16 x 132 f32 tiles: 50,688 bytes, above
@@ -36,12 +39,79 @@ impl GemmKernel {
     }
 }
 
+/// A narrower tile of the same GEMM for calls with few queries: `sm80_gemm_q64_*` (64 queries x 256 rows) or
+/// `sm80_gemm_q32_*` (32 x 512). The 128 x 128 tile computes 128 chains per row whatever the call's queries, so
+/// 64 queries cost what 128 do; these tiles give the rows' cost to the queries there are. Each chain is the same
+/// sequential chain as in the 128 x 128 tile, so the bits are the same.
+#[derive(Debug)]
+pub(crate) struct NarrowTile {
+    /// `[dot, cosine, l2]`.
+    pub(crate) sim: [CudaFunction; 3],
+    /// Queries of the tile.
+    pub(crate) queries: usize,
+    /// Corpus rows of the tile.
+    pub(crate) rows: usize,
+    /// Dynamic shared memory of one block.
+    pub(crate) shared_bytes: u32,
+}
+
+impl NarrowTile {
+    /// The tile with `qw` warps along the queries, named `sm80_gemm_q{32 * qw}_*`; `None` when the device cannot
+    /// keep two of its blocks on an SM (as the 128 x 128 tile is built for; the smaller shared memory of sm_86 and
+    /// sm_89 holds one 64 x 256 block): the 128 x 128 tile runs those calls.
+    fn load(
+        gpu: &Gpu,
+        f: &impl Fn(&str) -> Result<CudaFunction, GpuError>,
+        qw: u32,
+    ) -> Result<Option<NarrowTile>, GpuError> {
+        let queries = sgemm_tile_queries(qw);
+        let sim = [
+            f(&format!("sm80_gemm_q{queries}_dot"))?,
+            f(&format!("sm80_gemm_q{queries}_cosine"))?,
+            f(&format!("sm80_gemm_q{queries}_l2"))?,
+        ];
+        let bytes = sgemm_tile_shared_bytes(qw);
+        for func in &sim {
+            if gpu.allow_dynamic_shared(func, bytes).is_err()
+                || gpu
+                    .max_resident_blocks_per_sm(func, GEMM_THREADS, bytes)
+                    .is_ok_and(|b| b < 2)
+            {
+                tracing::debug!(
+                    queries,
+                    "sm80_gemm: a narrow tile does not fit twice an SM; the 128 x 128 tile runs"
+                );
+                return Ok(None);
+            }
+        }
+        Ok(Some(NarrowTile {
+            sim,
+            queries: queries as usize,
+            rows: sgemm_tile_rows(qw) as usize,
+            shared_bytes: bytes,
+        }))
+    }
+
+    /// Whether the tile takes `queries` queries of rows of `dim` values in one launch row: they fit in the tile,
+    /// and its element offsets (`max(queries, rows) * dim`) stay below 2^32.
+    pub(crate) fn takes(&self, queries: usize, dim: usize) -> bool {
+        queries <= self.queries
+            && self
+                .queries
+                .max(self.rows)
+                .checked_mul(dim)
+                .is_some_and(|e| e < 1 << 32)
+    }
+}
+
 /// The loaded `sm80_gemm_*` kernels and the switch that sets them aside.
 #[derive(Debug)]
 pub(crate) struct Sm80Gemm {
     /// `[dot, cosine, l2]`.
     pub(crate) sim: [CudaFunction; 3],
     pub(crate) l2_argmin: CudaFunction,
+    /// The narrow tiles, narrowest first (those the device holds twice an SM).
+    pub(crate) narrow: Vec<NarrowTile>,
     /// Run `gemm_*` instead (benchmarks and the diff-test compare the two).
     legacy: AtomicBool,
 }
@@ -67,11 +137,22 @@ impl Sm80Gemm {
             tracing::debug!("sm80_gemm: not enough shared memory per block; gemm_* runs");
             return Ok(None);
         }
+        let mut narrow = Vec::new();
+        for qw in [1, 2] {
+            narrow.extend(NarrowTile::load(gpu, &f, qw)?);
+        }
         Ok(Some(Sm80Gemm {
             sim,
             l2_argmin,
+            narrow,
             legacy: AtomicBool::new(false),
         }))
+    }
+
+    /// The narrowest tile that takes a launch of `queries` queries of `dim` values ([`NarrowTile::takes`]);
+    /// `None`: the 128 x 128 tile.
+    pub(crate) fn narrow_for(&self, queries: usize, dim: usize) -> Option<&NarrowTile> {
+        self.narrow.iter().find(|t| t.takes(queries, dim))
     }
 
     /// Whether this GEMM runs a problem of `dim` columns now.

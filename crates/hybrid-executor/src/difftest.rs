@@ -168,6 +168,14 @@ pub fn dense_shapes(rng: &mut SplitMix, quick: bool) -> Vec<(usize, usize, usize
         (7, 1, 768),
         (9, 513, 31),
         (1, 70_000, 96),
+        // The exact GEMM's narrow tiles (32 and 64 queries) alone and after full 128-query tiles, row counts off
+        // their 512- and 256-row tiles.
+        (17, 3000, 100),
+        (33, 2049, 129),
+        (64, 1000, 768),
+        (100, 777, 65),
+        (130, 600, 16),
+        (180, 515, 40),
     ];
     for _ in 0..if quick { 4 } else { 16 } {
         shapes.push((
@@ -297,6 +305,26 @@ mod run_gpu {
     }
 
     /// The diff-test label of a GEMM kernel for a metric.
+    /// The label of the exact GEMM kernels that ran a many-query similarity call: the 128 x 128 tile, a narrow
+    /// tile alone (`narrow`: its queries, `wide`: whether full 128-query tiles ran too), or both.
+    fn sm80_label(metric: &str, narrow: Option<usize>, wide: bool) -> &'static str {
+        match (narrow, wide, metric) {
+            (Some(32), false, "dot") => "sm80_gemm_q32_dot",
+            (Some(32), false, "cosine") => "sm80_gemm_q32_cosine",
+            (Some(32), false, _) => "sm80_gemm_q32_l2",
+            (Some(32), true, "dot") => "sm80_gemm_dot + q32",
+            (Some(32), true, "cosine") => "sm80_gemm_cosine + q32",
+            (Some(32), true, _) => "sm80_gemm_l2 + q32",
+            (Some(_), false, "dot") => "sm80_gemm_q64_dot",
+            (Some(_), false, "cosine") => "sm80_gemm_q64_cosine",
+            (Some(_), false, _) => "sm80_gemm_q64_l2",
+            (Some(_), true, "dot") => "sm80_gemm_dot + q64",
+            (Some(_), true, "cosine") => "sm80_gemm_cosine + q64",
+            (Some(_), true, _) => "sm80_gemm_l2 + q64",
+            (None, _, _) => gemm_label(GemmKernel::Sm80, metric),
+        }
+    }
+
     fn gemm_label(kernel: GemmKernel, metric: &str) -> &'static str {
         match (kernel, metric) {
             (GemmKernel::Sm80, "dot") => "sm80_gemm_dot",
@@ -660,7 +688,14 @@ mod run_gpu {
                     (true, "dot") => "scan_dot",
                     (true, "cosine") => "scan_cosine",
                     (true, _) => "scan_l2",
-                    (false, _) => gemm_label(k.gemm_kernel(dim), name),
+                    (false, _) => match k.gemm_kernel(dim) {
+                        GemmKernel::Sm80 => sm80_label(
+                            name,
+                            k.gemm_narrow_tile(nq, dim),
+                            nq > recall_gpu_kernels::GEMM_TILE as usize,
+                        ),
+                        legacy => gemm_label(legacy, name),
+                    },
                 };
                 let gpu_scores = gpu.download(&out).map_err(e)?;
                 compare(diff_of(&mut diffs, kernel), &cpu, &gpu_scores);

@@ -45,6 +45,26 @@ pub const fn sgemm_shared_bytes(tile_k: u32, stages: u32) -> u32 {
     stages * 2 * tile_k * SGEMM_STRIDE * 4
 }
 
+/// Queries of a block tile of the sm_80 GEMM whose 8 warps stand `qw` along the queries (4: `sm80_gemm_*`, the
+/// 128 x 128 tile; 2: `sm80_gemm_q64_*`, 64 queries x 256 rows; 1: `sm80_gemm_q32_*`, 32 x 512). Every warp
+/// computes a 32 x 64 warp tile, so the three shapes differ only in how much of a tile few queries leave idle.
+pub const fn sgemm_tile_queries(qw: u32) -> u32 {
+    32 * qw
+}
+
+/// Corpus rows of a block tile of the sm_80 GEMM with `qw` warps along the queries ([`sgemm_tile_queries`]).
+pub const fn sgemm_tile_rows(qw: u32) -> u32 {
+    64 * (8 / qw)
+}
+
+/// Dynamic shared memory of one block of the sm_80 GEMM with `qw` warps along the queries: `SGEMM_STAGES`
+/// stages of `SGEMM_TILE_K` columns, each operand k-major with 4 floats of padding per column (50,688 bytes for
+/// 4, [`sgemm_shared_bytes`]; 62,976 for 2; 105,984 for 1).
+pub const fn sgemm_tile_shared_bytes(qw: u32) -> u32 {
+    SGEMM_STAGES * SGEMM_TILE_K * (sgemm_tile_queries(qw) + 4 + sgemm_tile_rows(qw) + 4) * 4
+}
+const _: () = assert!(sgemm_tile_shared_bytes(4) == sgemm_shared_bytes(SGEMM_TILE_K, SGEMM_STAGES));
+
 /// Threads per block of the top-k selection kernels, and elements each thread reads per pass.
 pub const SELECT_BLOCK: u32 = 256;
 pub const SELECT_ITEMS: u32 = 16;
