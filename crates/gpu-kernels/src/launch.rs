@@ -237,6 +237,27 @@ struct SelectScratch {
     filter: Option<CudaSlice<u64>>,
 }
 
+/// Where [`Kernels::similarity`] runs the queries past a call's last full 128-query GEMM tile
+/// ([`Kernels::gemm_tail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmTail {
+    /// The row scan (`scan_*`), for up to 8 of them after full tiles.
+    Scan,
+    /// A narrow tile of the sm_80 GEMM with this many queries (`sm80_gemm_q32_*`, `sm80_gemm_q64_*`).
+    Narrow(usize),
+}
+
+/// One kind of launch of the dense similarity kernels: the kernel, the queries and corpus rows of one block,
+/// its threads and its dynamic shared memory.
+#[derive(Clone, Copy)]
+struct DenseLaunch<'a> {
+    func: &'a CudaFunction,
+    queries: usize,
+    rows: usize,
+    threads: u32,
+    shared_bytes: u32,
+}
+
 /// A similarity metric as the kernels implement it (`docs/numerics.md`, "Scores by metric").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SimMetric {
@@ -653,34 +674,37 @@ impl Kernels {
         self.sgemm.as_ref().filter(|g| g.runs(dim))
     }
 
-    /// The narrow GEMM tile ([`crate::sgemm::NarrowTile`]) that a [`Kernels::similarity`] call of `n_queries`
-    /// queries of `dim` values gives its last queries to, and how many: those past the last full 128-query tile
-    /// (all of them up to 128) when a narrow tile takes them; `None`: the 128 x 128 tile runs every query (or
-    /// the call is not on the sm_80 GEMM).
-    fn narrow_tile(
-        &self,
-        n_queries: usize,
-        dim: usize,
-    ) -> Option<(&crate::sgemm::NarrowTile, usize)> {
-        let g = self
-            .sgemm_for(dim)
-            .filter(|_| n_queries > SCAN_MAX_QUERIES)?;
+    /// The narrow GEMM tile ([`crate::sgemm::NarrowTile`]) that takes a launch of `queries` queries of `dim`
+    /// values, if any (the sm_80 GEMM only).
+    fn narrow_tile(&self, queries: usize, dim: usize) -> Option<&crate::sgemm::NarrowTile> {
+        self.sgemm_for(dim)?.narrow_for(queries, dim)
+    }
+
+    /// Where a [`Kernels::similarity`] call of more than [`SCAN_MAX_QUERIES`] queries of `dim` values sends the
+    /// queries past its last full 128-query GEMM tile (all of them, up to 128), when not to the 128-query tile:
+    /// - up to 8 of them after full tiles: the row scan (a 128-query tile row would cost as much as 128 queries,
+    ///   the scan about one read of the corpus);
+    /// - up to 64 on the sm_80 GEMM: the narrowest tile that takes them ([`crate::sgemm::NarrowTile`]).
+    ///
+    /// `None`: the 128-query tile runs every query (or the call has at most 8, all on the scan).
+    pub fn gemm_tail(&self, n_queries: usize, dim: usize) -> Option<GemmTail> {
         let tile = GEMM_TILE as usize;
+        if n_queries <= SCAN_MAX_QUERIES {
+            return None;
+        }
         let tail = if n_queries > tile {
             n_queries % tile
         } else {
             n_queries
         };
-        g.narrow_for(tail, dim)
-            .filter(|_| tail > 0)
-            .map(|t| (t, tail))
-    }
-
-    /// The queries of the narrow GEMM tile (32 or 64) that runs the last queries of a [`Kernels::similarity`]
-    /// call of `n_queries` x `dim` (see `NarrowTile` in `sgemm.rs`); `None`: none does. For reports and the
-    /// diff-test's labels.
-    pub fn gemm_narrow_tile(&self, n_queries: usize, dim: usize) -> Option<usize> {
-        self.narrow_tile(n_queries, dim).map(|(t, _)| t.queries)
+        if tail == 0 {
+            None
+        } else if n_queries > tile && tail <= SCAN_MAX_QUERIES {
+            Some(GemmTail::Scan)
+        } else {
+            self.narrow_tile(tail, dim)
+                .map(|t| GemmTail::Narrow(t.queries))
+        }
     }
 
     /// `out[r] = norm(x[r])` for the `n_rows x dim` row-major matrix `x` (`docs/numerics.md`).
@@ -803,40 +827,59 @@ impl Kernels {
                 out,
             );
         }
-        // Many queries on the sm_80 GEMM: the queries past the last full 128-query tile (or all of them, up to
-        // 128) go to the narrowest tile that takes them, when one does (`NarrowTile`).
-        let narrow = self.narrow_tile(n_queries, dim);
-        let wide_queries = n_queries - narrow.map_or(0, |(_, tail)| tail);
-        let (per_launch, grid_x, block, smem, func) = if n_queries <= SCAN_MAX_QUERIES {
-            (
-                MAX_GRID_Y * ROW_QUERIES_PER_BLOCK as usize,
-                n_rows32.div_ceil(ROW_BLOCK),
-                ROW_BLOCK,
-                ROW_TILE_BYTES + QUERY_TILE_BYTES,
-                if n_rows <= PREFETCH_MAX_ROWS {
-                    &self.scan_pf[metric.index()]
-                } else {
-                    &self.scan[metric.index()]
-                },
-            )
-        } else {
-            let (smem, func) = match self.sgemm_for(dim) {
-                Some(g) => (SGEMM_SMEM_BYTES, &g.sim[metric.index()]),
-                None => (GEMM_SMEM_BYTES, &self.gemm[metric.index()]),
-            };
-            (
-                MAX_GRID_Y * GEMM_TILE as usize,
-                n_rows32.div_ceil(GEMM_TILE),
-                GEMM_THREADS,
-                smem,
-                func,
-            )
+        let m = metric.index();
+        let scan = DenseLaunch {
+            func: if n_rows <= PREFETCH_MAX_ROWS {
+                &self.scan_pf[m]
+            } else {
+                &self.scan[m]
+            },
+            queries: ROW_QUERIES_PER_BLOCK as usize,
+            rows: ROW_BLOCK as usize,
+            threads: ROW_BLOCK,
+            shared_bytes: ROW_TILE_BYTES + QUERY_TILE_BYTES,
         };
-        let q_per_block = if n_queries <= SCAN_MAX_QUERIES {
-            ROW_QUERIES_PER_BLOCK
-        } else {
-            GEMM_TILE
+        let wide = match self.sgemm_for(dim) {
+            Some(g) => DenseLaunch {
+                func: &g.sim[m],
+                queries: GEMM_TILE as usize,
+                rows: GEMM_TILE as usize,
+                threads: GEMM_THREADS,
+                shared_bytes: SGEMM_SMEM_BYTES,
+            },
+            None => DenseLaunch {
+                func: &self.gemm[m],
+                queries: GEMM_TILE as usize,
+                rows: GEMM_TILE as usize,
+                threads: GEMM_THREADS,
+                shared_bytes: GEMM_SMEM_BYTES,
+            },
         };
+        // Which kernel takes which queries: the row scan up to 8; above, the GEMM's 128-query tiles, and the queries
+        // past the last full one (all of them up to 128) on the scan or a narrow tile when `gemm_tail` says so.
+        let tail = self.gemm_tail(n_queries, dim);
+        let tail_queries = match tail {
+            None => 0,
+            Some(_) if n_queries > GEMM_TILE as usize => n_queries % GEMM_TILE as usize,
+            Some(_) => n_queries,
+        };
+        let body = if n_queries <= SCAN_MAX_QUERIES {
+            scan
+        } else {
+            wide
+        };
+        let tail_launch = match tail {
+            None => None,
+            Some(GemmTail::Scan) => Some(scan),
+            Some(GemmTail::Narrow(_)) => self.narrow_tile(tail_queries, dim).map(|t| DenseLaunch {
+                func: &t.sim[m],
+                queries: t.queries,
+                rows: t.rows,
+                threads: GEMM_THREADS,
+                shared_bytes: t.shared_bytes,
+            }),
+        };
+        let body_queries = n_queries - tail_queries;
         let params_at = |q0: usize, nq: usize| SimParams {
             queries: q_base + (q0 * dim * 4) as u64,
             query_norms: if qn == 0 { 0 } else { qn + (q0 * 4) as u64 },
@@ -850,30 +893,29 @@ impl Kernels {
             dim: dim32,
             _pad: 0,
         };
-        let mut q0 = 0;
-        while q0 < wide_queries {
-            let nq = per_launch.min(wide_queries - q0);
-            let cfg = LaunchConfig {
-                grid_dim: (grid_x, (nq as u32).div_ceil(q_per_block), 1),
-                block_dim: (block, 1, 1),
-                shared_mem_bytes: smem,
-            };
-            // SAFETY: every buffer was checked above to hold what the kernel reads or writes for queries
-            // q0 .. q0 + nq; offsets stay inside them; grid, block and shared memory are as the kernels
-            // document.
-            unsafe { gpu.launch(func, cfg, params_at(q0, nq)) }?;
-            q0 += nq;
-        }
-        if let Some((tile, nq)) = narrow {
-            let cfg = LaunchConfig {
-                grid_dim: (n_rows.div_ceil(tile.rows) as u32, 1, 1),
-                block_dim: (GEMM_THREADS, 1, 1),
-                shared_mem_bytes: tile.shared_bytes,
-            };
-            // SAFETY: as above for queries wide_queries .. n_queries (nq of them, at most the tile's queries,
-            // `NarrowTile::takes`, which also keeps its element offsets below 2^32); one launch row of tiles of
-            // `tile.rows` rows, 256 threads and the tile's shared memory, as the kernel documents.
-            unsafe { gpu.launch(&tile.sim[metric.index()], cfg, params_at(wide_queries, nq)) }?;
+        let plan = [(body, 0, body_queries)]
+            .into_iter()
+            .chain(tail_launch.map(|t| (t, body_queries, tail_queries)));
+        for (l, first, count) in plan {
+            // Launches of at most `MAX_GRID_Y` rows of blocks.
+            let mut q0 = first;
+            while q0 < first + count {
+                let nq = (MAX_GRID_Y * l.queries).min(first + count - q0);
+                let cfg = LaunchConfig {
+                    grid_dim: (
+                        n_rows.div_ceil(l.rows) as u32,
+                        nq.div_ceil(l.queries) as u32,
+                        1,
+                    ),
+                    block_dim: (l.threads, 1, 1),
+                    shared_mem_bytes: l.shared_bytes,
+                };
+                // SAFETY: every buffer was checked above to hold what the kernel reads or writes for queries
+                // q0 .. q0 + nq; offsets stay inside them (a narrow tile's element offsets too:
+                // `NarrowTile::takes`); grid, block and shared memory are as the kernels document.
+                unsafe { gpu.launch(l.func, cfg, params_at(q0, nq)) }?;
+                q0 += nq;
+            }
         }
         Ok(())
     }

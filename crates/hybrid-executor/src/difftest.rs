@@ -175,6 +175,7 @@ pub fn dense_shapes(rng: &mut SplitMix, quick: bool) -> Vec<(usize, usize, usize
         (64, 1000, 768),
         (100, 777, 65),
         (130, 600, 16),
+        (150, 700, 20),
         (180, 515, 40),
     ];
     for _ in 0..if quick { 4 } else { 16 } {
@@ -282,8 +283,8 @@ mod run_gpu {
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{Corpus, Metric, TopK};
     use recall_gpu_kernels::{
-        ARCHES, GemmKernel, HalfKind, HalfSource, Kernels, OneQuery, SCAN_MAX_QUERIES, Segments,
-        SimMetric, half_ld,
+        ARCHES, GemmKernel, GemmTail, HalfKind, HalfSource, Kernels, OneQuery, SCAN_MAX_QUERIES,
+        Segments, SimMetric, half_ld,
     };
     use recall_gpu_sys::Gpu;
     use recall_gpu_sys::driver::CudaSlice;
@@ -305,23 +306,34 @@ mod run_gpu {
     }
 
     /// The diff-test label of a GEMM kernel for a metric.
-    /// The label of the exact GEMM kernels that ran a many-query similarity call: the 128 x 128 tile, a narrow
-    /// tile alone (`narrow`: its queries, `wide`: whether full 128-query tiles ran too), or both.
-    fn sm80_label(metric: &str, narrow: Option<usize>, wide: bool) -> &'static str {
-        match (narrow, wide, metric) {
-            (Some(32), false, "dot") => "sm80_gemm_q32_dot",
-            (Some(32), false, "cosine") => "sm80_gemm_q32_cosine",
-            (Some(32), false, _) => "sm80_gemm_q32_l2",
-            (Some(32), true, "dot") => "sm80_gemm_dot + q32",
-            (Some(32), true, "cosine") => "sm80_gemm_cosine + q32",
-            (Some(32), true, _) => "sm80_gemm_l2 + q32",
-            (Some(_), false, "dot") => "sm80_gemm_q64_dot",
-            (Some(_), false, "cosine") => "sm80_gemm_q64_cosine",
-            (Some(_), false, _) => "sm80_gemm_q64_l2",
-            (Some(_), true, "dot") => "sm80_gemm_dot + q64",
-            (Some(_), true, "cosine") => "sm80_gemm_cosine + q64",
-            (Some(_), true, _) => "sm80_gemm_l2 + q64",
-            (None, _, _) => gemm_label(GemmKernel::Sm80, metric),
+    /// The label of the GEMM kernels that ran a many-query similarity call: the 128 x 128 tile (`wide`: full
+    /// 128-query tiles ran) and where its last queries went ([`GemmTail`]).
+    fn gemm_run_label(
+        kernel: GemmKernel,
+        metric: &str,
+        tail: Option<GemmTail>,
+        wide: bool,
+    ) -> &'static str {
+        match (kernel, tail, wide, metric) {
+            (_, None, _, _) => gemm_label(kernel, metric),
+            (GemmKernel::Sm80, Some(GemmTail::Scan), _, "dot") => "sm80_gemm_dot + scan",
+            (GemmKernel::Sm80, Some(GemmTail::Scan), _, "cosine") => "sm80_gemm_cosine + scan",
+            (GemmKernel::Sm80, Some(GemmTail::Scan), _, _) => "sm80_gemm_l2 + scan",
+            (GemmKernel::Legacy, Some(GemmTail::Scan), _, "dot") => "gemm_dot + scan",
+            (GemmKernel::Legacy, Some(GemmTail::Scan), _, "cosine") => "gemm_cosine + scan",
+            (GemmKernel::Legacy, Some(GemmTail::Scan), _, _) => "gemm_l2 + scan",
+            (_, Some(GemmTail::Narrow(32)), false, "dot") => "sm80_gemm_q32_dot",
+            (_, Some(GemmTail::Narrow(32)), false, "cosine") => "sm80_gemm_q32_cosine",
+            (_, Some(GemmTail::Narrow(32)), false, _) => "sm80_gemm_q32_l2",
+            (_, Some(GemmTail::Narrow(32)), true, "dot") => "sm80_gemm_dot + q32",
+            (_, Some(GemmTail::Narrow(32)), true, "cosine") => "sm80_gemm_cosine + q32",
+            (_, Some(GemmTail::Narrow(32)), true, _) => "sm80_gemm_l2 + q32",
+            (_, Some(GemmTail::Narrow(_)), false, "dot") => "sm80_gemm_q64_dot",
+            (_, Some(GemmTail::Narrow(_)), false, "cosine") => "sm80_gemm_q64_cosine",
+            (_, Some(GemmTail::Narrow(_)), false, _) => "sm80_gemm_q64_l2",
+            (_, Some(GemmTail::Narrow(_)), true, "dot") => "sm80_gemm_dot + q64",
+            (_, Some(GemmTail::Narrow(_)), true, "cosine") => "sm80_gemm_cosine + q64",
+            (_, Some(GemmTail::Narrow(_)), true, _) => "sm80_gemm_l2 + q64",
         }
     }
 
@@ -654,10 +666,20 @@ mod run_gpu {
                             dim,
                             &mut out,
                         );
+                        // Where the last queries went under this kernel (the scan, or the 128-query tile).
+                        let tail = k.gemm_tail(nq, dim);
                         k.set_gemm_kernel(GemmKernel::Sm80);
                         r.map_err(e)?;
                         compare(
-                            diff_of(&mut diffs, gemm_label(kernel, name)),
+                            diff_of(
+                                &mut diffs,
+                                gemm_run_label(
+                                    kernel,
+                                    name,
+                                    tail,
+                                    nq > recall_gpu_kernels::GEMM_TILE as usize,
+                                ),
+                            ),
                             &cpu,
                             &gpu.download(&out).map_err(e)?,
                         );
@@ -688,14 +710,12 @@ mod run_gpu {
                     (true, "dot") => "scan_dot",
                     (true, "cosine") => "scan_cosine",
                     (true, _) => "scan_l2",
-                    (false, _) => match k.gemm_kernel(dim) {
-                        GemmKernel::Sm80 => sm80_label(
-                            name,
-                            k.gemm_narrow_tile(nq, dim),
-                            nq > recall_gpu_kernels::GEMM_TILE as usize,
-                        ),
-                        legacy => gemm_label(legacy, name),
-                    },
+                    (false, _) => gemm_run_label(
+                        k.gemm_kernel(dim),
+                        name,
+                        k.gemm_tail(nq, dim),
+                        nq > recall_gpu_kernels::GEMM_TILE as usize,
+                    ),
                 };
                 let gpu_scores = gpu.download(&out).map_err(e)?;
                 compare(diff_of(&mut diffs, kernel), &cpu, &gpu_scores);
