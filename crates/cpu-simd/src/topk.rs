@@ -42,22 +42,17 @@ impl TopK {
 }
 
 /// The order-preserving 32-bit key of a score: smaller is better; `-0.0` and `+0.0` share a key; NaN is
-/// `u32::MAX`, after every number.
+/// `u32::MAX`, after every number. Branch-free (a select for NaN), so a loop of them vectorises.
 #[inline]
 pub fn score_key(score: f32, order: Order) -> u32 {
-    if score.is_nan() {
-        return u32::MAX;
-    }
     let bits = (score + 0.0).to_bits();
-    let ascending = if bits & 0x8000_0000 != 0 {
-        !bits
-    } else {
-        bits | 0x8000_0000
-    };
-    match order {
+    // The usual sign flip: a negative score's bits all flip, a positive one's sign bit only.
+    let ascending = bits ^ ((((bits as i32) >> 31) as u32) | 0x8000_0000);
+    let key = match order {
         Order::LowerFirst => ascending,
         Order::HigherFirst => !ascending,
-    }
+    };
+    if score.is_nan() { u32::MAX } else { key }
 }
 
 /// The 64-bit key of a pair: score key high, id low.
@@ -72,24 +67,88 @@ pub(crate) struct Entry {
     pub score: f32,
 }
 
-/// Keeps the best `k` entries pushed into it (amortised O(1) per push): a buffer of up to `2k + 8`
-/// entries, cut back to the best `k` by partial selection when full.
+/// Largest `k` whose [`Selector`] keeps its list sorted (see there).
+const SORTED_MAX_K: usize = 32;
+
+/// Keeps the best `k` entries pushed into it. Two ways, one answer (keys are unique, so the best `k` are one
+/// set whatever the algorithm):
+/// - `k <= SORTED_MAX_K`: the list is kept sorted, at most `k` long; a key better than the `k`-th is put in place
+///   by insertion and the `k`-th leaves at once, so the bound is always the current `k`-th key. Most keys then fail
+///   the bound test, and few are moved (about `k ln(n / k)` inserts of `n` keys in random order).
+/// - larger `k` (amortised O(1) per push): a buffer of up to `2k + 8` entries, cut back to the best `k` by partial
+///   selection when full.
 #[derive(Debug)]
 pub(crate) struct Selector {
     k: usize,
     cap: usize,
+    /// Every key at least this one is out: the `k`-th key once `k` are held, `u64::MAX` before.
     bound: u64,
+    /// Whether `buf` is kept sorted (small `k`).
+    sorted: bool,
     buf: Vec<Entry>,
+}
+
+/// Lanes of [`seed_cut`]: the scores are read as this many interleaved groups (score `i` in group `i % SEED_LANES`).
+const SEED_LANES: usize = 32;
+
+/// A score key that at least `k` of `scores` reach (are at most), so that no score past it is among their best
+/// `k`: the `k`-th smallest key of the groups' best scores ([`SEED_LANES`] groups, each best a distinct score);
+/// `u32::MAX` (no cut) with fewer than `SEED_LANES` scores or `k > SEED_LANES`. A fresh selector's filter, so that
+/// the scores of its first run are not all pushed until `k` are held and then most pushed again as the bound
+/// tightens (256 scores with `k` 10: about 47 pushes without it, about 12 with it).
+fn seed_cut(scores: &[f32], order: Order, k: usize) -> u32 {
+    const L: usize = SEED_LANES;
+    let mut runs = scores.chunks_exact(L);
+    let (Some(first), true) = (runs.next(), (1..=L).contains(&k)) else {
+        return u32::MAX;
+    };
+    // `f32::max` and `f32::min` ignore NaN, so a group's best is NaN only if all its scores are (and its key then
+    // is NaN's, the key of one of them).
+    let mut best: [f32; L] = core::array::from_fn(|l| first[l]);
+    for run in runs {
+        for (b, s) in best.iter_mut().zip(run) {
+            *b = match order {
+                Order::HigherFirst => b.max(*s),
+                Order::LowerFirst => b.min(*s),
+            };
+        }
+    }
+    let mut keys = best.map(|b| score_key(b, order));
+    *keys.select_nth_unstable(k - 1).1
+}
+
+/// The score a cut of score keys stands for: every non-NaN score whose key is at most `cut` is at least as good as
+/// it (`>=` higher first, `<=` lower first; exactly those, unless `cut` is no score's key), and NaN never is. `None`
+/// where it would be NaN (`cut` is NaN's key, `u32::MAX`, or past every number's): no filter then.
+#[inline]
+fn cut_score(cut: u32, order: Order) -> Option<f32> {
+    // `score_key` backwards: undo the complement, then the sign flip.
+    let ascending = match order {
+        Order::LowerFirst => cut,
+        Order::HigherFirst => !cut,
+    };
+    let bits = if ascending & 0x8000_0000 != 0 {
+        ascending & 0x7fff_ffff
+    } else {
+        !ascending
+    };
+    let t = f32::from_bits(bits);
+    (!t.is_nan()).then_some(t)
 }
 
 impl Selector {
     pub fn new(k: usize) -> Selector {
-        let cap = 2 * k + 8;
+        let sorted = k <= SORTED_MAX_K;
         Selector {
             k,
-            cap,
+            cap: 2 * k + 8,
             bound: u64::MAX,
-            buf: Vec::new(),
+            sorted,
+            buf: if sorted {
+                Vec::with_capacity(k)
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -98,28 +157,79 @@ impl Selector {
         if key >= self.bound {
             return;
         }
+        if self.sorted {
+            self.insert(Entry { key, score });
+            return;
+        }
         self.buf.push(Entry { key, score });
         if self.buf.len() >= self.cap {
             self.shrink();
         }
     }
 
+    /// The sorted list's push of an entry that beats the bound: the `k`-th leaves if the list is full, the entry goes
+    /// in its place (searched from the worst end, where most land), and the bound becomes the new `k`-th key.
+    #[inline]
+    fn insert(&mut self, e: Entry) {
+        let buf = &mut self.buf;
+        if buf.len() == self.k {
+            buf.pop();
+        }
+        let mut i = buf.len();
+        buf.push(e);
+        while i > 0 && buf[i - 1].key > e.key {
+            buf[i] = buf[i - 1];
+            i -= 1;
+        }
+        buf[i] = e;
+        if buf.len() == self.k {
+            self.bound = buf[self.k - 1].key;
+        }
+    }
+
     /// `push(pair_key(scores[i], first_id + i, order), scores[i])` for every `i`, 16 scores at a time: their
-    /// score keys computed branch-free (one vector pass), and only a group with a key that can beat the bound
-    /// pushed one by one. The same entries as the loop of pushes, at a fraction of its cost once the selector
-    /// is full and most scores are out.
+    /// score keys computed branch-free (one vector pass) and compared with the bound's into a mask, and only the
+    /// scores of its set lanes pushed one by one. The same entries as the loop of pushes, at a fraction of its cost
+    /// once the selector is full and most scores are out.
     pub fn push_scores(&mut self, scores: &[f32], first_id: u32, order: Order) {
+        match order {
+            Order::HigherFirst => self.push_run(scores, first_id, order, |s, t| s >= t),
+            Order::LowerFirst => self.push_run(scores, first_id, order, |s, t| s <= t),
+        }
+    }
+
+    /// [`Selector::push_scores`] with `order`'s test of a score against the cut's score (see [`cut_score`]).
+    #[inline(always)]
+    fn push_run(
+        &mut self,
+        scores: &[f32],
+        first_id: u32,
+        order: Order,
+        at_least: impl Fn(f32, f32) -> bool,
+    ) {
         const W: usize = 16;
+        let seed = if self.sorted && self.bound == u64::MAX {
+            seed_cut(scores, order, self.k)
+        } else {
+            u32::MAX
+        };
         let mut chunks = scores.chunks_exact(W);
         let mut id = first_id;
         for ch in chunks.by_ref() {
-            let keys: [u32; W] = core::array::from_fn(|l| score_key(ch[l], order));
-            // A pair key beats the bound only if its score key is at most the bound's.
-            let cut = (self.bound >> 32) as u32;
-            if keys.iter().fold(false, |any, k| any | (*k <= cut)) {
-                for (l, (k, s)) in keys.iter().zip(ch).enumerate() {
-                    self.push(((*k as u64) << 32) | id.wrapping_add(l as u32) as u64, *s);
-                }
+            // A pair key beats the bound only if its score key is at most the bound's, so only if its score is at
+            // least the cut's score; a superset of those is fine (`push` tests the whole key).
+            let cut = ((self.bound >> 32) as u32).min(seed);
+            let mut mask = match cut_score(cut, order) {
+                Some(t) => ch
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |m, (l, s)| m | (u32::from(at_least(*s, t)) << l)),
+                None => (1 << W) - 1,
+            };
+            while mask != 0 {
+                let l = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                self.push(pair_key(ch[l], id.wrapping_add(l as u32), order), ch[l]);
             }
             id = id.wrapping_add(W as u32);
         }
@@ -142,14 +252,20 @@ impl Selector {
 
     pub fn merge(&mut self, other: Selector) {
         for e in other.buf {
+            // A sorted list's later entries are worse still: once one is out, all are.
+            if other.sorted && e.key >= self.bound {
+                break;
+            }
             self.push(e.key, e.score);
         }
     }
 
     /// The best `k` entries, best first.
     pub fn finish(mut self) -> Vec<Entry> {
-        self.shrink();
-        self.buf.sort_unstable_by_key(|e| e.key);
+        if !self.sorted {
+            self.shrink();
+            self.buf.sort_unstable_by_key(|e| e.key);
+        }
         self.buf
     }
 }
@@ -235,8 +351,8 @@ mod tests {
             3.0,
         ];
         let mut s = 0x2545_F491_4F6C_DD1Du64;
-        for len in 0..=80usize {
-            for k in [1, 2, 5, 16, 40] {
+        for len in (0..=80usize).chain([127, 128, 129, 300]) {
+            for k in [1, 2, 5, 16, 31, 32, 33, 40] {
                 for order in [Order::HigherFirst, Order::LowerFirst] {
                     for first_id in [0u32, 17, u32::MAX - 200] {
                         let scores: Vec<f32> = (0..len)
@@ -261,11 +377,112 @@ mod tests {
                                 .map(|e| (e.key, e.score.to_bits()))
                                 .collect::<Vec<_>>()
                         };
-                        assert_eq!(
-                            bits(batched.finish()),
-                            bits(one.finish()),
-                            "{scores:?} k {k} {order:?}"
-                        );
+                        // And both are the best `k` of all the pairs, sorted.
+                        let mut all: Vec<(u64, u32)> = scores
+                            .iter()
+                            .enumerate()
+                            .map(|(i, v)| (pair_key(*v, first_id + i as u32, order), v.to_bits()))
+                            .collect();
+                        all.sort_unstable();
+                        all.truncate(k);
+                        let one = bits(one.finish());
+                        assert_eq!(one, all, "{scores:?} k {k} {order:?}");
+                        assert_eq!(bits(batched.finish()), one, "{scores:?} k {k} {order:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A score whose key is at most a cut is always at least the cut's score (the filter of `push_scores` keeps a
+    /// superset of the pairs that can beat the bound), for cuts of every kind of score and cuts no score has.
+    #[test]
+    fn cut_score_keeps_every_score_within_the_cut() {
+        let specials = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            f32::MIN_POSITIVE,
+            -f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            f32::from_bits(0x8000_0001),
+            f32::MAX,
+            f32::MIN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ];
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut scores: Vec<f32> = specials.to_vec();
+        for _ in 0..2000 {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            scores.push(f32::from_bits((s >> 32) as u32));
+        }
+        for order in [Order::HigherFirst, Order::LowerFirst] {
+            let cuts = scores
+                .iter()
+                .map(|v| score_key(*v, order))
+                .chain(scores.iter().map(|v| v.to_bits()))
+                .chain([0, 1, 0x7fff_ffff, 0x8000_0000, u32::MAX - 1, u32::MAX]);
+            for cut in cuts {
+                let t = cut_score(cut, order);
+                for v in &scores {
+                    let within = score_key(*v, order) <= cut;
+                    let kept = match t {
+                        None => true,
+                        Some(t) if order == Order::HigherFirst => *v >= t,
+                        Some(t) => *v <= t,
+                    };
+                    assert!(!within || kept, "{v:e} cut {cut:#x} {order:?}: {t:?}");
+                    if let Some(t) = t
+                        && score_key(t, order) == cut
+                        && !v.is_nan()
+                    {
+                        assert_eq!(within, kept, "{v:e} cut {cut:#x} {order:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `seed_cut` is reached by at least `k` of the scores, for runs with ties, infinities and NaNs.
+    #[test]
+    fn seed_cut_is_reached_by_k_scores() {
+        let pool = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            3.0,
+        ];
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        for len in [0usize, 31, 32, 33, 64, 100, 256] {
+            for k in [1usize, 2, 10, 32, 33] {
+                for order in [Order::HigherFirst, Order::LowerFirst] {
+                    let scores: Vec<f32> = (0..len)
+                        .map(|_| {
+                            s = s
+                                .wrapping_mul(6364136223846793005)
+                                .wrapping_add(1442695040888963407);
+                            pool[(s >> 33) as usize % pool.len()]
+                        })
+                        .collect();
+                    let cut = seed_cut(&scores, order, k);
+                    let reach = scores
+                        .iter()
+                        .filter(|v| score_key(**v, order) <= cut)
+                        .count();
+                    assert!(reach >= k.min(len), "len {len} k {k} {order:?}: {reach}");
+                    if len < SEED_LANES || k > SEED_LANES {
+                        assert_eq!(cut, u32::MAX);
                     }
                 }
             }
