@@ -608,7 +608,7 @@ impl Cpu {
                       b1: usize|
          -> Result<Vec<Selector>, usize> {
             let qns = if qn.is_empty() { &qn[..] } else { &qn[q0..q1] };
-            let mut sel: Vec<Selector> = (q0..q1).map(|_| Selector::new(k)).collect();
+            let mut sel: Vec<Selector> = (q0..q1).map(|_| Selector::new(k, self.level())).collect();
             let mut s = Scratch::default();
             for b in b0..b1 {
                 let (r0, r1) = (b * block, ((b + 1) * block).min(n));
@@ -725,7 +725,7 @@ impl Cpu {
         let block = rows_per_block(dim);
         let order = metric.order();
         let one = |q: usize, s: &mut Scratch| -> Selector {
-            let mut sel = Selector::new(k);
+            let mut sel = Selector::new(k, self.level());
             let list = &ids[offsets[q]..offsets[q + 1]];
             let query = &queries[q * dim..(q + 1) * dim];
             let qns = if qn.is_empty() {

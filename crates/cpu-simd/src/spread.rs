@@ -1237,7 +1237,7 @@ impl Cpu {
             }
             std::mem::swap(&mut prev, &mut next);
         }
-        let top = top_of(&total, k, hop_code.threads);
+        let top = top_of(&total, k, hop_code.threads, self.level());
         Ok(Spread {
             activation: total,
             top,
@@ -1246,10 +1246,10 @@ impl Cpu {
 }
 
 /// The top `k` of `total` (higher first, then lower id): per-chunk selectors merged exactly.
-fn top_of(total: &[f32], k: usize, threads: usize) -> TopK {
+fn top_of(total: &[f32], k: usize, threads: usize, level: SimdLevel) -> TopK {
     const CHUNK: usize = 1 << 16;
     let select = |(c, xs): (usize, &[f32])| {
-        let mut sel = Selector::new(k);
+        let mut sel = Selector::new(k, level);
         sel.push_scores(xs, (c * CHUNK) as u32, Order::HigherFirst);
         sel
     };
