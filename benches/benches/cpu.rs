@@ -381,5 +381,32 @@ fn clip_noise(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, spreading, kmeans_iteration, clip_noise }
+/// Many queries over a small corpus (dim 128, k 10, cosine): a batch re-ranked against a few thousand rows. The
+/// arithmetic is small (256 x 256 x 128 is 8.4 M multiply-adds), so the selection and each call's fixed costs
+/// show; `1thread` runs the same call on a pool of one thread (the crate's serial path), so they show without
+/// rayon's. Filter: `cargo bench -p recall-benches --bench cpu -- small_corpus`.
+fn knn_small_corpus(c: &mut Criterion) {
+    const DIM: usize = 128;
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of one thread");
+    let mut g = c.benchmark_group("cosine_top10_d128_small_corpus");
+    for (nq, n) in [(256usize, 256usize), (256, 1024), (256, 4096), (64, 256)] {
+        let queries = lcg(nq * DIM, 2);
+        let corpus = lcg(n * DIM, 1);
+        let corpus = Corpus::f32(&corpus, DIM);
+        let call = || knn(&queries, &corpus, Metric::Cosine, 10).expect("valid input");
+        g.bench_function(BenchmarkId::new("cpu/knn", format!("q{nq}_n{n}")), |b| {
+            b.iter(|| black_box(call()))
+        });
+        g.bench_function(
+            BenchmarkId::new("cpu/knn_1thread", format!("q{nq}_n{n}")),
+            |b| b.iter(|| black_box(one.install(call))),
+        );
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, knn_small_corpus, spreading, kmeans_iteration, clip_noise }
 criterion_main!(benches);
