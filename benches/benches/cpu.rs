@@ -409,5 +409,46 @@ fn knn_small_corpus(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, knn_small_corpus, spreading, kmeans_iteration, clip_noise }
+/// Candidate scoring (cosine, k 10, the executor's prevalidated handle): per query, its own list of corpus row ids
+/// scored and the best 10 kept. `q1_c1000_d768` is an HNSW re-rank (one query, 1,000 candidates, over a corpus of
+/// 100,000 x 768 that does not fit in cache); `q8_c1000_d128` and `q64_c200_d384` are batches over corpora of
+/// 10,000 rows. `1thread` times the same calls on the one thread of a pool of one (the serial path). Filter:
+/// `cargo bench -p recall-benches --bench cpu -- score_candidates`.
+fn score_candidates(c: &mut Criterion) {
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of one thread");
+    let cpu = Cpu::new().prevalidated();
+    let mut g = c.benchmark_group("score_candidates_top10");
+    for (nq, per, dim, n) in [
+        (1usize, 1000usize, D, N),
+        (8, 1000, 128, 10_000),
+        (64, 200, 384, 10_000),
+    ] {
+        let queries = lcg(nq * dim, 2);
+        let corpus = lcg(n * dim, 1);
+        let corpus = Corpus::f32(&corpus, dim);
+        // Distinct ids per list, spread over the whole corpus (a multiplicative walk, co-prime step).
+        let ids: Vec<u32> = (0..nq)
+            .flat_map(|q| (0..per).map(move |i| ((q * 7919 + i * 104_729) % n) as u32))
+            .collect();
+        let offsets: Vec<usize> = (0..=nq).map(|q| q * per).collect();
+        let call = || {
+            cpu.score_candidates(&queries, &corpus, Metric::Cosine, &offsets, &ids, 10)
+                .expect("valid input")
+        };
+        let name = format!("q{nq}_c{per}_d{dim}");
+        g.bench_function(BenchmarkId::new("cpu/score_candidates", &name), |b| {
+            b.iter(|| black_box(call()))
+        });
+        g.bench_function(
+            BenchmarkId::new("cpu/score_candidates_1thread", &name),
+            |b| one.install(|| b.iter(|| black_box(call()))),
+        );
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, knn_small_corpus, score_candidates, spreading, kmeans_iteration, clip_noise }
 criterion_main!(benches);
