@@ -332,6 +332,20 @@ struct Scratch {
     norm_buf: Vec<f32>,
 }
 
+/// [`Cpu::score_candidates`] runs on the calling thread below this many multiply-adds (candidates times `dim`),
+/// in parallel tasks from here. A parallel call pays a round trip into recall's pool (best 2.5 us, median 10 to
+/// 20 us after its threads slept, on the development VM; `knn_small pool`); one thread scores about 4 multiply-adds
+/// a nanosecond there (cache-resident rows, gathered), so this much work is about 30 us serially and four tasks of
+/// [`CANDIDATES_TASK_MIN_WORK`] repay the round trip. The general [`PAR_MIN_WORK`] (2^21) left calls of up to
+/// 2 M multiply-adds on one thread: 8 queries x 1,760 candidates x 128 took 1,019 us there on a 16-core host, where
+/// 2.1 M took 227 us in parallel.
+const CANDIDATES_PAR_MIN_WORK: usize = 1 << 17;
+
+/// The least work of one parallel task of [`Cpu::score_candidates`] (about 8 us on one thread of the development
+/// VM), so that a rayon task's own cost (about a microsecond) stays small; up to [`TASKS_PER_THREAD`] tasks a
+/// thread, so that a slow core does not hold the whole call.
+const CANDIDATES_TASK_MIN_WORK: usize = 1 << 15;
+
 /// Bytes of candidate rows gathered per step of [`Cpu::score_candidates`] (see [`candidate_chunk`]).
 const CANDIDATE_CHUNK_BYTES: usize = 16 * 1024;
 
@@ -755,12 +769,41 @@ impl Cpu {
         if !self.is_prevalidated() {
             self.check_candidate_values(corpus, dim, offsets, ids)?;
         }
+        let work = ids.len().saturating_mul(dim);
+        let threads = pool_threads().max(1);
+        let tasks = if work < CANDIDATES_PAR_MIN_WORK || threads == 1 {
+            1
+        } else {
+            (work / CANDIDATES_TASK_MIN_WORK).clamp(2, TASKS_PER_THREAD * threads)
+        };
+        Ok(self.candidates_in_tasks(queries, corpus, metric, offsets, ids, k, tasks))
+    }
+
+    /// [`Cpu::score_candidates`] on checked input, its candidates cut into `tasks` runs of equal length (`ids`, all
+    /// the lists back to back, cut in `tasks` equal pieces): a task scores the pieces of the lists its run meets,
+    /// so a long list is scored by several tasks and a run of short lists by one. One task runs on the calling
+    /// thread; more run in parallel, and each query's pieces' selectors are merged. The answer is the same for any
+    /// `tasks`: every score is the one chain of its (query, id), and a selector's best `k` do not depend on how
+    /// its entries arrive (keys are unique).
+    #[allow(clippy::too_many_arguments)]
+    fn candidates_in_tasks(
+        &self,
+        queries: &[f32],
+        corpus: &Corpus<'_>,
+        metric: Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+        tasks: usize,
+    ) -> TopK {
+        let dim = corpus.dim;
+        let nq = offsets.len() - 1;
         let qn = self.query_norms(queries, dim, nq, metric);
         let block = candidate_chunk(dim);
         let order = metric.order();
-        let one = |q: usize, s: &mut Scratch| -> Selector {
-            let mut sel = Selector::new(k, self.level());
-            let list = &ids[offsets[q]..offsets[q + 1]];
+        let level = self.level();
+        // Query `q`'s candidates `ids[a .. b]` (a piece of its list) scored into `sel`.
+        let piece = |q: usize, a: usize, b: usize, sel: &mut Selector, s: &mut Scratch| {
             let query = &queries[q * dim..(q + 1) * dim];
             let qns = if qn.is_empty() {
                 &qn[..]
@@ -773,7 +816,7 @@ impl Cpu {
                 norms,
                 norm_buf,
             } = s;
-            for chunk in list.chunks(block) {
+            for chunk in ids[a..b].chunks(block) {
                 let rows = corpus.vectors.gather(chunk, dim, rows);
                 let nrm = corpus.norms.map(|x| {
                     norms.clear();
@@ -794,20 +837,56 @@ impl Cpu {
                     sel.push(pair_key(*v, *id, order), *v);
                 }
             }
-            sel
         };
-        let selectors: Vec<Selector> = if ids.len() * dim < PAR_MIN_WORK {
+        if tasks <= 1 {
             let mut s = Scratch::default();
-            (0..nq).map(|q| one(q, &mut s)).collect()
-        } else {
-            in_pool(|| {
-                (0..nq)
-                    .into_par_iter()
-                    .map_init(Scratch::default, |s, q| one(q, s))
-                    .collect()
-            })
+            let selectors = (0..nq)
+                .map(|q| {
+                    let mut sel = Selector::new(k, level);
+                    piece(q, offsets[q], offsets[q + 1], &mut sel, &mut s);
+                    sel
+                })
+                .collect();
+            return collect_topk(selectors, k);
+        }
+        let total = ids.len();
+        // Task `t`'s run: `ids[t * total / tasks .. (t + 1) * total / tasks]` (in u128: no overflow).
+        let cut = |t: usize| (t as u128 * total as u128 / tasks as u128) as usize;
+        let run = |t: usize, s: &mut Scratch| -> Vec<(usize, Selector)> {
+            let (a, b) = (cut(t), cut(t + 1));
+            // The first list that ends past `a`, then every list that starts before `b`.
+            let mut q = offsets[1..].partition_point(|o| *o <= a);
+            let mut parts = Vec::new();
+            while q < nq && offsets[q] < b {
+                let (pa, pb) = (offsets[q].max(a), offsets[q + 1].min(b));
+                if pa < pb {
+                    let mut sel = Selector::new(k, level);
+                    piece(q, pa, pb, &mut sel, s);
+                    parts.push((q, sel));
+                }
+                q += 1;
+            }
+            parts
         };
-        Ok(collect_topk(selectors, k))
+        let parts: Vec<Vec<(usize, Selector)>> = in_pool(|| {
+            (0..tasks)
+                .into_par_iter()
+                .map_init(Scratch::default, |s, t| run(t, s))
+                .collect()
+        });
+        // A query's pieces, merged in task order.
+        let mut merged: Vec<Option<Selector>> = (0..nq).map(|_| None).collect();
+        for (q, sel) in parts.into_iter().flatten() {
+            match &mut merged[q] {
+                Some(acc) => acc.merge(sel),
+                slot => *slot = Some(sel),
+            }
+        }
+        let selectors = merged
+            .into_iter()
+            .map(|s| s.unwrap_or_else(|| Selector::new(k, level)))
+            .collect();
+        collect_topk(selectors, k)
     }
 }
 
@@ -903,4 +982,101 @@ pub(crate) fn check_offsets(offsets: &[usize], n: usize, total: usize) -> Result
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simd::available_levels;
+
+    fn lcg(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005) | 1;
+        (0..len)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Candidate scoring cut into any number of tasks (lists split across tasks, tasks that meet several lists,
+    /// more tasks than candidates) gives the one-task answer bit for bit: at every level, every metric, f32
+    /// (with and without norms) and f16, `k` from 1 to the whole list, with many tied scores (duplicated rows,
+    /// values rounded to halves) and ids up to the corpus's last row.
+    #[test]
+    fn candidates_in_any_tasks_match_one_task() {
+        let (n, dim) = (600usize, 20usize);
+        let mut c = lcg(n * dim, 5);
+        for v in c[..n / 2 * dim].iter_mut() {
+            *v = (*v * 2.0).round() / 2.0;
+        }
+        for r in (0..n).step_by(5).skip(1) {
+            c.copy_within(0..dim, r * dim);
+        }
+        let norms = row_norms(&c, dim).expect("finite rows");
+        let halves: Vec<f16> = c.iter().map(|v| f16::from_f32(*v)).collect();
+        let q = lcg(5 * dim, 9);
+        // Lists of 97, 3, 260, 40 and 200 distinct ids (the last list the corpus's last rows), back to back.
+        let lens = [97usize, 3, 260, 40, 200];
+        let mut offsets = vec![0usize];
+        let mut ids = Vec::new();
+        for (i, len) in lens.iter().enumerate() {
+            let step = [7usize, 11, 13, 17, 1][i];
+            let first = if i == 4 { n - len } else { i * 31 };
+            ids.extend((0..*len).map(|j| ((first + j * step) % n) as u32));
+            offsets.push(ids.len());
+        }
+        let corpora = [
+            Corpus::f32(&c, dim),
+            Corpus::f32(&c, dim).with_norms(&norms),
+            Corpus::new(Vectors::F16(&halves), dim),
+        ];
+        for level in available_levels() {
+            let cpu = Cpu::with_level(level);
+            for corpus in &corpora {
+                for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+                    // (first list, lists, k): all five lists (the shortest is 3), and single long lists up to their
+                    // whole length.
+                    for (first, lists, k) in [
+                        (0usize, 5usize, 1usize),
+                        (0, 5, 3),
+                        (2, 1, 33),
+                        (2, 1, 260),
+                        (0, 1, 97),
+                        (3, 2, 32),
+                    ] {
+                        let queries = &q[first * dim..(first + lists) * dim];
+                        let offs = &offsets[first..=first + lists];
+                        let list_ids = &ids[offs[0]..offs[lists]];
+                        let local: Vec<usize> = offs.iter().map(|o| o - offs[0]).collect();
+                        let one = cpu
+                            .candidates_in_tasks(queries, corpus, metric, &local, list_ids, k, 1);
+                        let checked = cpu
+                            .score_candidates(queries, corpus, metric, &local, list_ids, k)
+                            .expect("valid input");
+                        assert_eq!(bits(&one), bits(&checked));
+                        for tasks in [2usize, 3, 7, 64, list_ids.len() + 5] {
+                            let split = cpu.candidates_in_tasks(
+                                queries, corpus, metric, &local, list_ids, k, tasks,
+                            );
+                            assert_eq!(
+                                bits(&split),
+                                bits(&one),
+                                "{level:?} {metric:?} k {k} tasks {tasks}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn bits(t: &TopK) -> (Vec<u32>, Vec<u32>) {
+        (
+            t.ids.clone(),
+            t.scores.iter().map(|s| s.to_bits()).collect(),
+        )
+    }
 }
