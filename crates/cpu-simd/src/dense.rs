@@ -336,9 +336,10 @@ struct Scratch {
 /// in parallel tasks from here. A parallel call pays a round trip into recall's pool (best 2.5 us, median 10 to
 /// 20 us after its threads slept, on the development VM; `knn_small pool`); one thread scores about 4 multiply-adds
 /// a nanosecond there (cache-resident rows, gathered), so this much work is about 30 us serially and four tasks of
-/// [`CANDIDATES_TASK_MIN_WORK`] repay the round trip. The general [`PAR_MIN_WORK`] (2^21) left calls of up to
-/// 2 M multiply-adds on one thread: 8 queries x 1,760 candidates x 128 took 1,019 us there on a 16-core host, where
-/// 2.1 M took 227 us in parallel.
+/// [`CANDIDATES_TASK_MIN_WORK`] should repay the round trip (an estimate from those two numbers: the crossover
+/// itself could not be timed there, its second vCPU was busy with other work). The general [`PAR_MIN_WORK`]
+/// (2^21) left calls of up to 2 M multiply-adds on one thread: 8 queries x 1,760 candidates x 128 took 1,019 us
+/// on a 16-core host, where 2.1 M took 227 us in parallel.
 const CANDIDATES_PAR_MIN_WORK: usize = 1 << 17;
 
 /// The least work of one parallel task of [`Cpu::score_candidates`] (about 8 us on one thread of the development
