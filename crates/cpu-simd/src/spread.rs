@@ -2,7 +2,7 @@
 
 use crate::simd::{Cpu, SimdLevel};
 use crate::topk::{Order, Selector, TopK, write_entries};
-use crate::{CpuError, PAR_MIN_WORK, check_finite, in_pool, pool_threads};
+use crate::{CpuError, check_finite, in_pool, pool_threads};
 use rayon::prelude::*;
 
 /// Lanes of the pull order: position `j` of a target's in-edge list goes to lane `j % 32`.
@@ -261,17 +261,30 @@ enum PullKind {
 struct Hop {
     kind: PullKind,
     threads: usize,
+    /// Work (as [`Hop::blocks`] and [`push_hop`] count it) from which a hop is cut into tasks: [`HOP_PAR_MIN`],
+    /// or 0 in tests that make small graphs take the parallel paths.
+    par_min: usize,
 }
 
-/// Work below which a hop runs on the calling thread (edges plus nodes).
-const HOP_PAR_MIN: usize = PAR_MIN_WORK;
+/// Work (in-edges plus `NODE_COST` per target, for a pushed hop `PUSH_EDGE_COST` per active out-edge plus one per
+/// node) from which a hop is cut into rayon tasks. A pulled hop costs about 1.7 ns per unit on one core (the
+/// calibration probe's graphs, 8 out-edges per node, on the 16-vCPU Xeon; 1.2 ns on the 2-core development VM),
+/// so this is about 0.3 to 0.45 ms of one core's work, at least 4 tasks of `MIN_TASK_COST`; a round trip into the
+/// pool whose threads sleep takes 7 us (median, development VM). It was `PAR_MIN_WORK` (2^21, 8 times this) until
+/// session 36: graphs of up to 170 K nodes ran every hop on one core, 6.2 ms a call at 151 K nodes on the Xeon.
+const HOP_PAR_MIN: usize = 1 << 18;
 /// Nodes from which the passes over every node outside the hops (the activations' first copies, the first hop's
-/// statistics, a pushed hop's list of active sources) run in parallel.
-const SETUP_PAR_MIN: usize = 1 << 17;
-/// The smallest share of a hop one rayon task gets (edges plus `NODE_COST` per node).
+/// statistics, a pushed hop's list of active sources) run in parallel: about 1.3 ns a node on one core
+/// (development VM), so 85 us at this size. It was 2^17 until session 36.
+const SETUP_PAR_MIN: usize = 1 << 16;
+/// The smallest share of a hop one rayon task gets (edges plus `NODE_COST` per node): about 80 to 110 us.
 const MIN_TASK_COST: usize = 1 << 16;
 /// A target costs about this many edges of work besides its edges (offsets, tree, write, total).
 const NODE_COST: usize = 4;
+/// A pushed hop's cost of one active out-edge in a pull's units: 21 ns an active edge (its term written to a
+/// bucket, then added into its target's lane) against 1.75 ns an edge pulled, on one core of the development VM
+/// (150 K nodes, 72 K active edges).
+const PUSH_EDGE_COST: usize = 12;
 
 /// What one pull or total-update pass learned about the new activations: for the next hop's choice of
 /// form, and for the overflow rule.
@@ -314,6 +327,7 @@ impl Hop {
         Hop {
             kind,
             threads: pool_threads().max(1),
+            par_min: HOP_PAR_MIN,
         }
     }
 
@@ -324,10 +338,10 @@ impl Hop {
         let n = graph.n;
         let cost = |v: usize| graph.in_ptr[v] + NODE_COST * v;
         let total = cost(n);
-        let parts = if total < HOP_PAR_MIN || self.threads == 1 {
+        let parts = if total < self.par_min || self.threads == 1 {
             1
         } else {
-            (total / MIN_TASK_COST).clamp(1, self.threads * 16)
+            (total / MIN_TASK_COST).clamp(2, self.threads * 16)
         };
         balanced_bounds(n, parts, cost)
     }
@@ -736,11 +750,11 @@ fn push_hop(
         prev.iter().enumerate().filter_map(is_active).collect()
     };
     let n_buckets = n.div_ceil(1 << PUSH_BUCKET_SHIFT);
-    let parallel = hop.threads > 1 && active_edges >= MIN_TASK_COST;
-    let parts = if parallel {
-        (hop.threads * 4)
-            .min(active_edges / (MIN_TASK_COST / 4))
-            .max(1)
+    // Both passes cost by the active edges, and the second also by the nodes (it clears `next` and walks every
+    // bucket).
+    let cost = PUSH_EDGE_COST * active_edges + n;
+    let parts = if hop.threads > 1 && cost >= hop.par_min {
+        (cost / MIN_TASK_COST).clamp(2, hop.threads * 4)
     } else {
         1
     };
@@ -767,7 +781,10 @@ fn push_hop(
     let bucket_cum: Vec<usize> = (0..=n_buckets)
         .map(|b| chunks.iter().map(|c| c.starts[b]).sum())
         .collect();
-    let groups = balanced_bounds(n_buckets, parts, |b| bucket_cum[b]);
+    // A term costs pass 2 about as much as 8 of its nodes (a lane's add against a cleared `next`).
+    let groups = balanced_bounds(n_buckets, parts, |b| {
+        8 * bucket_cum[b] + (b << PUSH_BUCKET_SHIFT).min(n)
+    });
     let bounds: Vec<usize> = groups
         .iter()
         .map(|&b| (b << PUSH_BUCKET_SHIFT).min(n))
@@ -1253,7 +1270,8 @@ fn top_of(total: &[f32], k: usize, threads: usize, level: SimdLevel) -> TopK {
         sel.push_scores(xs, (c * CHUNK) as u32, Order::HigherFirst);
         sel
     };
-    let sel = if threads > 1 && total.len() >= 4 * CHUNK {
+    // About 0.2 ns a node on one core (development VM): two chunks or more are shared out.
+    let sel = if threads > 1 && total.len() >= 2 * CHUNK {
         in_pool(|| {
             total
                 .par_chunks(CHUNK)
@@ -1349,6 +1367,7 @@ mod tests {
             let hop = Hop {
                 kind: PullKind::Plain,
                 threads,
+                par_min: 0,
             };
             let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
             let st: HopStats = if push {
@@ -1370,6 +1389,86 @@ mod tests {
         for threads in [1, 2, 3, 8, 64] {
             assert_eq!(run(threads, true), want, "{threads} threads");
         }
+    }
+
+    /// A pull cut into blocks of targets, however many (set through the thread count, the parallel threshold
+    /// taken away so that a small graph is cut too), gives the bits of the pull on one thread, at every pull code
+    /// this CPU runs; so does a push cut into chunks and bucket groups on the same small graph. A block boundary
+    /// can fall anywhere, hubs included.
+    #[test]
+    fn hops_cut_into_tasks_on_a_small_graph_give_the_serial_bits() {
+        let n = 3000;
+        let g = graph(n, 40_000);
+        let mut kinds = vec![PullKind::Plain];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let levels = crate::available_levels();
+            if levels.contains(&crate::SimdLevel::Avx2) {
+                kinds.push(PullKind::Fma);
+            }
+            if levels.contains(&crate::SimdLevel::Avx512) {
+                kinds.push(PullKind::Avx512);
+            }
+        }
+        let p = (0.5, 0.01);
+        for every in [1, 7, 500] {
+            let prev: Vec<f32> = (0..n)
+                .map(|u| {
+                    if u % every == 0 {
+                        ((u * 7919) % 97) as f32 / 13.0 + 0.5
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let active_edges: usize = (0..n)
+                .filter(|u| prev[*u] != 0.0)
+                .map(|u| g.out_ptr[u + 1] - g.out_ptr[u])
+                .sum();
+            let run = |kind: PullKind, threads: usize, push: bool| {
+                let hop = Hop {
+                    kind,
+                    threads,
+                    par_min: 0,
+                };
+                if threads > 1 {
+                    assert!(hop.blocks(&g).len() > 2, "the pull is cut");
+                }
+                let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
+                let st = if push {
+                    push_hop(hop, &g, &prev, active_edges, p, &mut next, &mut total)
+                } else {
+                    hop.pull(&g, &prev, p, &mut next, &mut total)
+                };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                (bits(&next), bits(&total), st.active_edges, st.any_active)
+            };
+            let want = run(PullKind::Plain, 1, false);
+            assert!(want.3, "some target active");
+            for kind in &kinds {
+                for threads in [1, 2, 3, 8, 64] {
+                    for push in [false, true] {
+                        assert_eq!(
+                            run(*kind, threads, push),
+                            want,
+                            "{kind:?}, {threads} threads, push {push}, 1 in {every} active"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The production thresholds keep a small hop on the calling thread and cut a large one.
+    #[test]
+    fn small_hops_stay_on_one_thread() {
+        let g = graph(2000, 16_000);
+        let hop = Hop::new(crate::SimdLevel::Scalar, &g);
+        assert_eq!(hop.blocks(&g), vec![0, 2000]);
+        let many = Hop { threads: 16, ..hop };
+        assert_eq!(many.blocks(&g), vec![0, 2000]);
+        let big = graph(40_000, 320_000);
+        assert!(many.blocks(&big).len() > 2, "a hop of 480 K work is cut");
     }
 
     /// The AVX2 and AVX-512 pulls (short targets in runs of gathered activations, hubs in their own loops)
@@ -1407,7 +1506,11 @@ mod tests {
                 })
                 .collect();
             let run = |kind: PullKind| {
-                let hop = Hop { kind, threads: 4 };
+                let hop = Hop {
+                    kind,
+                    threads: 4,
+                    par_min: 0,
+                };
                 let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
                 let st = hop.pull(&g, &prev, p, &mut next, &mut total);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
