@@ -742,12 +742,22 @@ fn push_hop(
     total: &mut [f32],
 ) -> HopStats {
     let n = graph.n;
-    let is_active = |(u, a): (usize, &f32)| (*a != 0.0).then_some(u as u32);
     // The active sources in ascending order (rayon's collect keeps it).
     let active: Vec<u32> = if hop.threads > 1 && n >= SETUP_PAR_MIN {
-        in_pool(|| prev.par_iter().enumerate().filter_map(is_active).collect())
+        in_pool(|| {
+            prev.par_chunks(SCAN_CHUNK)
+                .enumerate()
+                .flat_map_iter(|(i, a)| {
+                    let mut ids = Vec::new();
+                    active_ids(a, i * SCAN_CHUNK, &mut ids);
+                    ids
+                })
+                .collect()
+        })
     } else {
-        prev.iter().enumerate().filter_map(is_active).collect()
+        let mut ids = Vec::new();
+        active_ids(prev, 0, &mut ids);
+        ids
     };
     let n_buckets = n.div_ceil(1 << PUSH_BUCKET_SHIFT);
     // Both passes cost by the active edges, and the second also by the nodes (it clears `next` and walks every
@@ -1202,26 +1212,18 @@ impl Cpu {
             (t.clone(), t)
         };
         let mut next = vec![0.0f32; n];
-        let out_edges = |(u, a): (usize, &f32)| {
-            if *a != 0.0 {
-                (graph.out_ptr[u + 1] - graph.out_ptr[u], true)
-            } else {
-                (0, false)
-            }
-        };
+        let out_edges =
+            |(i, a): (usize, &[f32])| active_out_edges(a, &graph.out_ptr[i * SCAN_CHUNK..]);
         let join = |x: (usize, bool), y: (usize, bool)| (x.0 + y.0, x.1 | y.1);
         let (active_edges, any_active) = if par {
             in_pool(|| {
-                prev.par_iter()
+                prev.par_chunks(SCAN_CHUNK)
                     .enumerate()
                     .map(out_edges)
                     .reduce(|| (0, false), join)
             })
         } else {
-            prev.iter()
-                .enumerate()
-                .map(out_edges)
-                .fold((0, false), join)
+            out_edges((0, &prev))
         };
         let mut stats = HopStats {
             overflow: false,
@@ -1259,6 +1261,45 @@ impl Cpu {
             activation: total,
             top,
         })
+    }
+}
+
+/// Nodes per task of the parallel scans of activations for the active nodes.
+const SCAN_CHUNK: usize = 1 << 14;
+
+/// Nodes per step of [`active_ids`]: a step with no active node is one vector compare and no branch per node.
+const SCAN_STEP: usize = 16;
+
+/// The out-edges of the nodes whose activation in `a` is not zero, and whether any is; `out_ptr` starts at the
+/// first of those nodes (at least `a.len() + 1` offsets). Without a branch per node: active and inactive nodes
+/// alternate at random. It was a loop with one (1.07 ns a node, 160 us at 150 K nodes, development VM).
+fn active_out_edges(a: &[f32], out_ptr: &[usize]) -> (usize, bool) {
+    let (lo, hi) = (&out_ptr[..a.len()], &out_ptr[1..=a.len()]);
+    let (mut edges, mut any) = (0usize, false);
+    for ((a, l), h) in a.iter().zip(lo).zip(hi) {
+        let on = *a != 0.0;
+        edges += (h - l) * usize::from(on);
+        any |= on;
+    }
+    (edges, any)
+}
+
+/// Append to `ids` the ids (`u0 + i`) of the nodes whose activation `a[i]` is not zero, ascending: a step of
+/// [`SCAN_STEP`] nodes with none is passed by one test, the others compacted without a branch per node (every id
+/// written, the end advanced by one where the node is active). The filter it replaced (a branch a node) took
+/// 92 us at 150 K nodes with 1 in 100 active and 163 us with 6 in 100, on one core of the development VM.
+fn active_ids(a: &[f32], u0: usize, ids: &mut Vec<u32>) {
+    let mut buf = [0u32; SCAN_STEP];
+    for (s, step) in a.chunks(SCAN_STEP).enumerate() {
+        if step.iter().fold(false, |any, x| any | (*x != 0.0)) {
+            let base = (u0 + s * SCAN_STEP) as u32;
+            let mut m = 0;
+            for (j, x) in step.iter().enumerate() {
+                buf[m] = base + j as u32;
+                m += usize::from(*x != 0.0);
+            }
+            ids.extend_from_slice(&buf[..m]);
+        }
     }
 }
 
@@ -1455,6 +1496,33 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// The scans for active nodes (steps of 16 with tails, densities from none to all) give the plain filter's
+    /// ids and out-edge counts.
+    #[test]
+    fn active_scans_match_the_plain_filter() {
+        let g = graph(1000, 9000);
+        for every in [1, 2, 5, 16, 17, 100, 2000] {
+            for len in [0, 1, 15, 16, 17, 999, 1000] {
+                let a: Vec<f32> = (0..len)
+                    .map(|u| if u % every == 3 % every { 0.5 } else { 0.0 })
+                    .collect();
+                let want: Vec<u32> = (0..len as u32).filter(|u| a[*u as usize] != 0.0).collect();
+                let mut ids = vec![7];
+                super::active_ids(&a, 0, &mut ids);
+                assert_eq!(ids[1..], want[..], "1 in {every}, {len} nodes");
+                let edges: usize = want
+                    .iter()
+                    .map(|u| g.out_ptr[*u as usize + 1] - g.out_ptr[*u as usize])
+                    .sum();
+                assert_eq!(
+                    super::active_out_edges(&a, &g.out_ptr),
+                    (edges, !want.is_empty()),
+                    "1 in {every}, {len} nodes"
+                );
             }
         }
     }
