@@ -1440,17 +1440,18 @@ mod tests {
     fn hops_cut_into_tasks_on_a_small_graph_give_the_serial_bits() {
         let n = 3000;
         let g = graph(n, 40_000);
-        let mut kinds = vec![PullKind::Plain];
         #[cfg(target_arch = "x86_64")]
-        {
-            let levels = crate::available_levels();
-            if levels.contains(&crate::SimdLevel::Avx2) {
-                kinds.push(PullKind::Fma);
-            }
-            if levels.contains(&crate::SimdLevel::Avx512) {
-                kinds.push(PullKind::Avx512);
-            }
-        }
+        let kinds: Vec<PullKind> = [
+            (PullKind::Plain, crate::SimdLevel::Scalar),
+            (PullKind::Fma, crate::SimdLevel::Avx2),
+            (PullKind::Avx512, crate::SimdLevel::Avx512),
+        ]
+        .into_iter()
+        .filter(|(_, level)| crate::available_levels().contains(level))
+        .map(|(kind, _)| kind)
+        .collect();
+        #[cfg(not(target_arch = "x86_64"))]
+        let kinds = [PullKind::Plain];
         let p = (0.5, 0.01);
         for every in [1, 7, 500] {
             let prev: Vec<f32> = (0..n)
