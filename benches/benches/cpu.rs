@@ -300,6 +300,46 @@ fn spreading(c: &mut Criterion) {
     g.finish();
 }
 
+/// Spreading on the calibration probe's shape (`probe_shape` in the executor: its power-law graph of 8 out-edges per
+/// node, 3 hops, decay 0.5, threshold 0.01, one seed of 1.0 per 100 nodes, k 10) at mid sizes, where until session 36
+/// every hop ran on one core: on the pool (`cpu/spread`) and on the one thread of a pool of one (`cpu/spread_1thread`,
+/// the serial path, no hand-over per call). Throughput: edge visits (hops x edges). Filter:
+/// `cargo bench -p recall-benches --bench cpu -- spread_probe`.
+fn spreading_probe_shape(c: &mut Criterion) {
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of one thread");
+    let params = SpreadParams {
+        decay: 0.5,
+        threshold: 0.01,
+        hops: 3,
+        k: 10,
+    };
+    let mut g = c.benchmark_group("spread_probe_8_edges_3_hops");
+    for n in [20_000usize, 150_000] {
+        let mut rng = recall_hybrid_executor::difftest::SplitMix::new(11);
+        let (indptr, indices, weights) =
+            recall_hybrid_executor::difftest::power_law_graph(&mut rng, n, 8 * n, 0, 0);
+        let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).expect("valid graph");
+        let mut seeds = vec![0.0f32; n];
+        for _ in 0..n / 100 {
+            seeds[rng.below(n as u64) as usize] = 1.0;
+        }
+        g.throughput(Throughput::Elements((params.hops * graph.n_edges()) as u64));
+        let call = || spread(&graph, &seeds, &params).expect("valid");
+        g.bench_function(BenchmarkId::new("cpu/spread", format!("n{n}")), |b| {
+            b.iter(|| black_box(call()))
+        });
+        g.bench_function(
+            BenchmarkId::new("cpu/spread_1thread", format!("n{n}")),
+            // The whole timing loop runs on the pool's one thread, so no call pays a hand-over to it.
+            |b| one.install(|| b.iter(|| black_box(call()))),
+        );
+    }
+    g.finish();
+}
+
 fn kmeans_iteration(c: &mut Criterion) {
     let (n, d, k) = (100_000, 128, 1024);
     let points = lcg(n * d, 3);
@@ -450,5 +490,5 @@ fn score_candidates(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, knn_small_corpus, score_candidates, spreading, kmeans_iteration, clip_noise }
+criterion_group! { name = benches; config = config(); targets = bandwidth, cosine_top10, knn_small_corpus, score_candidates, spreading, spreading_probe_shape, kmeans_iteration, clip_noise }
 criterion_main!(benches);
