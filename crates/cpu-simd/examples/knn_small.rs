@@ -9,33 +9,8 @@ use recall_cpu_simd::{Corpus, Metric, knn};
 use std::hint::black_box;
 use std::time::Instant;
 
-fn lcg(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// FNV-1a over a result's ids and score bits.
-fn digest(t: &recall_cpu_simd::TopK) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for v in t
-        .ids
-        .iter()
-        .copied()
-        .chain(t.scores.iter().map(|s| s.to_bits()))
-    {
-        h = (h ^ v as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
+mod common;
+use common::{digest, lcg};
 
 fn main() {
     const D: usize = 128;
