@@ -264,6 +264,9 @@ struct Hop {
     /// Work (as [`Hop::blocks`] and [`push_hop`] count it) from which a hop is cut into tasks: [`HOP_PAR_MIN`],
     /// or 0 in tests that make small graphs take the parallel paths.
     par_min: usize,
+    /// The least work of one task: [`MIN_TASK_COST`], or less in tests, so that a small graph is cut into as many
+    /// tasks as the thread count allows.
+    min_task: usize,
 }
 
 /// Work (in-edges plus `NODE_COST` per target, for a pushed hop `PUSH_EDGE_COST` per active out-edge plus one per
@@ -328,6 +331,7 @@ impl Hop {
             kind,
             threads: pool_threads().max(1),
             par_min: HOP_PAR_MIN,
+            min_task: MIN_TASK_COST,
         }
     }
 
@@ -341,7 +345,7 @@ impl Hop {
         let parts = if total < self.par_min || self.threads == 1 {
             1
         } else {
-            (total / MIN_TASK_COST).clamp(2, self.threads * 16)
+            (total / self.min_task.max(1)).clamp(2, self.threads * 16)
         };
         balanced_bounds(n, parts, cost)
     }
@@ -764,7 +768,7 @@ fn push_hop(
     // bucket).
     let cost = PUSH_EDGE_COST * active_edges + n;
     let parts = if hop.threads > 1 && cost >= hop.par_min {
-        (cost / MIN_TASK_COST).clamp(2, hop.threads * 4)
+        (cost / hop.min_task.max(1)).clamp(2, hop.threads * 4)
     } else {
         1
     };
@@ -1409,6 +1413,7 @@ mod tests {
                 kind: PullKind::Plain,
                 threads,
                 par_min: 0,
+                min_task: 1 << 10,
             };
             let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
             let st: HopStats = if push {
@@ -1472,9 +1477,17 @@ mod tests {
                     kind,
                     threads,
                     par_min: 0,
+                    min_task: 1 << 10,
                 };
                 if threads > 1 {
-                    assert!(hop.blocks(&g).len() > 2, "the pull is cut");
+                    // About 52,000 units of work in tasks of at least 1,024, at most 16 a thread: 32 to 50 blocks
+                    // (a few fewer where hubs hold more than a share).
+                    let cut = hop.blocks(&g).len() - 1;
+                    let planned = (52_000 / 1024).min(16 * threads);
+                    assert!(
+                        cut >= planned * 3 / 4,
+                        "the pull is cut by the thread count: {cut} blocks, {planned} planned"
+                    );
                 }
                 let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
                 let st = if push {
@@ -1579,6 +1592,7 @@ mod tests {
                     kind,
                     threads: 4,
                     par_min: 0,
+                    min_task: 1 << 10,
                 };
                 let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
                 let st = hop.pull(&g, &prev, p, &mut next, &mut total);

@@ -216,6 +216,8 @@ impl Selector {
         // Elsewhere the baseline build is the only one (NEON is aarch64's baseline).
         #[cfg(not(target_arch = "x86_64"))]
         let _ = level;
+        // k = 0 is refused before any selection (`KOutOfRange`); a sorted list of 0 would never drop an entry.
+        debug_assert!(k > 0, "a selector of the best 0");
         let sorted = k <= SORTED_MAX_K;
         Selector {
             k,
@@ -223,7 +225,8 @@ impl Selector {
             bound: u64::MAX,
             sorted,
             #[cfg(target_arch = "x86_64")]
-            avx2: level >= SimdLevel::Avx2,
+            // The CPU's own check too, so that the AVX2 build's soundness does not rest on every caller's level.
+            avx2: level >= SimdLevel::Avx2 && std::is_x86_feature_detected!("avx2"),
             buf: if sorted {
                 Vec::with_capacity(k)
             } else {
@@ -274,8 +277,7 @@ impl Selector {
     pub fn push_scores(&mut self, scores: &[f32], first_id: u32, order: Order) {
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            // SAFETY: `avx2` is set only at a level of AVX2 or above, and a level is never above what the CPU has
-            // (`Cpu::with_level` lowers it, `simd_level` detects it).
+            // SAFETY: `avx2` is set only where the CPU reports AVX2 (`Selector::new` checks it).
             unsafe { self.push_scores_avx2(scores, first_id, order) };
             return;
         }

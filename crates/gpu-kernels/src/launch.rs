@@ -247,6 +247,37 @@ pub enum GemmTail {
     Narrow(usize),
 }
 
+/// [`GemmTail`] resolved: the scan, or the narrow tile itself.
+enum Tail<'a> {
+    Scan,
+    Narrow(&'a crate::sgemm::NarrowTile),
+}
+
+/// Where a many-query similarity call's last queries go ([`Kernels::gemm_tail`]) given the sm_80 GEMM as read for
+/// the call (`None`: `gemm_*` runs), and how many they are.
+fn resolve_tail(
+    sg: Option<&crate::sgemm::Sm80Gemm>,
+    n_queries: usize,
+    dim: usize,
+) -> Option<(Tail<'_>, usize)> {
+    let tile = GEMM_TILE as usize;
+    if n_queries <= SCAN_MAX_QUERIES {
+        return None;
+    }
+    let tail = if n_queries > tile {
+        n_queries % tile
+    } else {
+        n_queries
+    };
+    if tail == 0 {
+        None
+    } else if n_queries > tile && tail <= SCAN_MAX_QUERIES {
+        Some((Tail::Scan, tail))
+    } else {
+        sg?.narrow_for(tail, dim).map(|t| (Tail::Narrow(t), tail))
+    }
+}
+
 /// One kind of launch of the dense similarity kernels: the kernel, the queries and corpus rows of one block,
 /// its threads and its dynamic shared memory.
 #[derive(Clone, Copy)]
@@ -674,12 +705,6 @@ impl Kernels {
         self.sgemm.as_ref().filter(|g| g.runs(dim))
     }
 
-    /// The narrow GEMM tile ([`crate::sgemm::NarrowTile`]) that takes a launch of `queries` queries of `dim`
-    /// values, if any (the sm_80 GEMM only).
-    fn narrow_tile(&self, queries: usize, dim: usize) -> Option<&crate::sgemm::NarrowTile> {
-        self.sgemm_for(dim)?.narrow_for(queries, dim)
-    }
-
     /// Where a [`Kernels::similarity`] call of more than [`SCAN_MAX_QUERIES`] queries of `dim` values sends the
     /// queries past its last full 128-query GEMM tile (all of them, up to 128), when not to the 128-query tile:
     /// - up to 8 of them after full tiles: the row scan (a 128-query tile row would cost as much as 128 queries,
@@ -688,23 +713,10 @@ impl Kernels {
     ///
     /// `None`: the 128-query tile runs every query (or the call has at most 8, all on the scan).
     pub fn gemm_tail(&self, n_queries: usize, dim: usize) -> Option<GemmTail> {
-        let tile = GEMM_TILE as usize;
-        if n_queries <= SCAN_MAX_QUERIES {
-            return None;
-        }
-        let tail = if n_queries > tile {
-            n_queries % tile
-        } else {
-            n_queries
-        };
-        if tail == 0 {
-            None
-        } else if n_queries > tile && tail <= SCAN_MAX_QUERIES {
-            Some(GemmTail::Scan)
-        } else {
-            self.narrow_tile(tail, dim)
-                .map(|t| GemmTail::Narrow(t.queries))
-        }
+        resolve_tail(self.sgemm_for(dim), n_queries, dim).map(|(t, _)| match t {
+            Tail::Scan => GemmTail::Scan,
+            Tail::Narrow(t) => GemmTail::Narrow(t.queries),
+        })
     }
 
     /// `out[r] = norm(x[r])` for the `n_rows x dim` row-major matrix `x` (`docs/numerics.md`).
@@ -839,7 +851,10 @@ impl Kernels {
             threads: ROW_BLOCK,
             shared_bytes: ROW_TILE_BYTES + QUERY_TILE_BYTES,
         };
-        let wide = match self.sgemm_for(dim) {
+        // The sm_80 GEMM read once for the call: the switch to `gemm_*` may change meanwhile, and the body and
+        // the tail must come from one reading of it (a tail planned for a narrow tile must find it).
+        let sg = self.sgemm_for(dim);
+        let wide = match sg {
             Some(g) => DenseLaunch {
                 func: &g.sim[m],
                 queries: GEMM_TILE as usize,
@@ -857,28 +872,23 @@ impl Kernels {
         };
         // Which kernel takes which queries: the row scan up to 8; above, the GEMM's 128-query tiles, and the queries
         // past the last full one (all of them up to 128) on the scan or a narrow tile when `gemm_tail` says so.
-        let tail = self.gemm_tail(n_queries, dim);
-        let tail_queries = match tail {
-            None => 0,
-            Some(_) if n_queries > GEMM_TILE as usize => n_queries % GEMM_TILE as usize,
-            Some(_) => n_queries,
-        };
+        let tail = resolve_tail(sg, n_queries, dim);
+        let tail_queries = tail.as_ref().map_or(0, |(_, q)| *q);
         let body = if n_queries <= SCAN_MAX_QUERIES {
             scan
         } else {
             wide
         };
-        let tail_launch = match tail {
-            None => None,
-            Some(GemmTail::Scan) => Some(scan),
-            Some(GemmTail::Narrow(_)) => self.narrow_tile(tail_queries, dim).map(|t| DenseLaunch {
+        let tail_launch = tail.map(|(t, _)| match t {
+            Tail::Scan => scan,
+            Tail::Narrow(t) => DenseLaunch {
                 func: &t.sim[m],
                 queries: t.queries,
                 rows: t.rows,
                 threads: GEMM_THREADS,
                 shared_bytes: t.shared_bytes,
-            }),
-        };
+            },
+        });
         let body_queries = n_queries - tail_queries;
         let params_at = |q0: usize, nq: usize| SimParams {
             queries: q_base + (q0 * dim * 4) as u64,

@@ -301,7 +301,7 @@ fn summarize(work: u64, cpu: &mut [f64], gpu: &mut [f64]) -> Point {
 ///
 /// Why the largest size must be a clear win: a break-even sends every larger call to the GPU, far past the
 /// probe (a 64-query `similarity` call over 200,000 x 768 has 50x the probe's largest work). A tie there
-/// says nothing about those calls, and one side of a coin flip sent them to a device 25-50 % slower:
+/// says nothing about those calls, and one side of a coin flip sent them to a device 20-57 % slower:
 /// `similarity`'s probe ties with the CPU of an H200 host at its largest sizes, and its calibration landed on a
 /// finite break-even in one process and not in another (`docs/results/2026-11-28-session35`, runs D and E).
 pub fn crossover(points: &[Point]) -> Option<u64> {

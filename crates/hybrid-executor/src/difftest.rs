@@ -169,14 +169,18 @@ pub fn dense_shapes(rng: &mut SplitMix, quick: bool) -> Vec<(usize, usize, usize
         (9, 513, 31),
         (1, 70_000, 96),
         // The exact GEMM's narrow tiles (32 and 64 queries) alone and after full 128-query tiles, row counts off
-        // their 512- and 256-row tiles.
+        // their 512- and 256-row tiles; tails of 2 and 8 (the scan), 9 (the 32-query tile) and 72 (a second
+        // 128-query tile row).
         (17, 3000, 100),
         (33, 2049, 129),
         (64, 1000, 768),
         (100, 777, 65),
         (130, 600, 16),
+        (136, 500, 24),
+        (137, 400, 40),
         (150, 700, 20),
         (180, 515, 40),
+        (200, 300, 32),
     ];
     for _ in 0..if quick { 4 } else { 16 } {
         shapes.push((
@@ -305,7 +309,6 @@ mod run_gpu {
         }
     }
 
-    /// The diff-test label of a GEMM kernel for a metric.
     /// The label of the GEMM kernels that ran a many-query similarity call: the 128 x 128 tile (`wide`: full
     /// 128-query tiles ran) and where its last queries went ([`GemmTail`]).
     fn gemm_run_label(
@@ -337,6 +340,7 @@ mod run_gpu {
         }
     }
 
+    /// The diff-test label of a GEMM kernel for a metric.
     fn gemm_label(kernel: GemmKernel, metric: &str) -> &'static str {
         match (kernel, metric) {
             (GemmKernel::Sm80, "dot") => "sm80_gemm_dot",

@@ -606,12 +606,12 @@ fn gpu_staged_closure_upload_gives_identical_bytes() {
             "after a panicking upload the reused memory differs"
         );
 
-        // The wait itself: the ring's stream held busy by queued work (64 memsets of 2 GiB, tens of milliseconds),
+        // The wait itself: the ring's stream held busy by queued work (64 memsets of 256 MiB, milliseconds),
         // then an upload whose second host copy panics. Its first chunk's DMA is queued behind that work, writing
         // `dst`, when the panic unwinds; the guard must wait for it before the panic reaches the caller, who may
         // then free `dst`: the ring's stream is idle once the panic is caught. Without the wait the stream is still
         // running the memsets then (unwinding takes microseconds).
-        let scratch_len = 2usize << 30;
+        let scratch_len = 256 * MIB;
         let scratch = DeviceBuffer::<u8>::try_alloc(&mem, scratch_len).unwrap();
         let mut dst = DeviceBuffer::<u8>::try_zeroed(&mem, 4 * chunk).unwrap();
         for _ in 0..64 {
