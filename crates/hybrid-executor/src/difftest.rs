@@ -1,12 +1,14 @@
 //! The differential suite: every GPU kernel against the CPU engine, bit for bit, on the GPU present,
 //! for any arch's code in the bundle. `recall diff-test` and `cargo xtask diff-test` run it.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// The comparison of one kernel over all cases.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelDiff {
-    pub kernel: &'static str,
+    /// The kernel's label: its name, or the names of the kernels that shared a call (`sm80_gemm_cosine + q32`).
+    pub kernel: Cow<'static, str>,
     pub cases: usize,
     pub values: u64,
     /// Values whose bits differ from the CPU's.
@@ -310,33 +312,19 @@ mod run_gpu {
     }
 
     /// The label of the GEMM kernels that ran a many-query similarity call: the 128 x 128 tile (`wide`: full
-    /// 128-query tiles ran) and where its last queries went ([`GemmTail`]).
+    /// 128-query tiles ran) and where its last queries went ([`GemmTail`]); `metric` is the metric's name.
     fn gemm_run_label(
         kernel: GemmKernel,
         metric: &str,
         tail: Option<GemmTail>,
         wide: bool,
-    ) -> &'static str {
-        match (kernel, tail, wide, metric) {
-            (_, None, _, _) => gemm_label(kernel, metric),
-            (GemmKernel::Sm80, Some(GemmTail::Scan), _, "dot") => "sm80_gemm_dot + scan",
-            (GemmKernel::Sm80, Some(GemmTail::Scan), _, "cosine") => "sm80_gemm_cosine + scan",
-            (GemmKernel::Sm80, Some(GemmTail::Scan), _, _) => "sm80_gemm_l2 + scan",
-            (GemmKernel::Legacy, Some(GemmTail::Scan), _, "dot") => "gemm_dot + scan",
-            (GemmKernel::Legacy, Some(GemmTail::Scan), _, "cosine") => "gemm_cosine + scan",
-            (GemmKernel::Legacy, Some(GemmTail::Scan), _, _) => "gemm_l2 + scan",
-            (_, Some(GemmTail::Narrow(32)), false, "dot") => "sm80_gemm_q32_dot",
-            (_, Some(GemmTail::Narrow(32)), false, "cosine") => "sm80_gemm_q32_cosine",
-            (_, Some(GemmTail::Narrow(32)), false, _) => "sm80_gemm_q32_l2",
-            (_, Some(GemmTail::Narrow(32)), true, "dot") => "sm80_gemm_dot + q32",
-            (_, Some(GemmTail::Narrow(32)), true, "cosine") => "sm80_gemm_cosine + q32",
-            (_, Some(GemmTail::Narrow(32)), true, _) => "sm80_gemm_l2 + q32",
-            (_, Some(GemmTail::Narrow(_)), false, "dot") => "sm80_gemm_q64_dot",
-            (_, Some(GemmTail::Narrow(_)), false, "cosine") => "sm80_gemm_q64_cosine",
-            (_, Some(GemmTail::Narrow(_)), false, _) => "sm80_gemm_q64_l2",
-            (_, Some(GemmTail::Narrow(_)), true, "dot") => "sm80_gemm_dot + q64",
-            (_, Some(GemmTail::Narrow(_)), true, "cosine") => "sm80_gemm_cosine + q64",
-            (_, Some(GemmTail::Narrow(_)), true, _) => "sm80_gemm_l2 + q64",
+    ) -> Cow<'static, str> {
+        let body = gemm_label(kernel, metric);
+        match tail {
+            None => body.into(),
+            Some(GemmTail::Scan) => format!("{body} + scan").into(),
+            Some(GemmTail::Narrow(q)) if wide => format!("{body} + q{q}").into(),
+            Some(GemmTail::Narrow(q)) => format!("sm80_gemm_q{q}_{metric}").into(),
         }
     }
 
@@ -352,7 +340,7 @@ mod run_gpu {
         }
     }
 
-    fn new_diff(kernel: &'static str) -> KernelDiff {
+    fn new_diff(kernel: Cow<'static, str>) -> KernelDiff {
         KernelDiff {
             kernel,
             cases: 0,
@@ -363,7 +351,11 @@ mod run_gpu {
         }
     }
 
-    fn diff_of<'a>(diffs: &'a mut Vec<KernelDiff>, kernel: &'static str) -> &'a mut KernelDiff {
+    fn diff_of(
+        diffs: &mut Vec<KernelDiff>,
+        kernel: impl Into<Cow<'static, str>>,
+    ) -> &mut KernelDiff {
+        let kernel = kernel.into();
         match diffs.iter().position(|d| d.kernel == kernel) {
             Some(i) => &mut diffs[i],
             None => {
@@ -704,22 +696,22 @@ mod run_gpu {
                 .map_err(e)?;
                 let pf = n <= recall_gpu_kernels::PREFETCH_MAX_ROWS;
                 let warp = nq == 1 && n <= recall_gpu_kernels::WARP_MAX_ROWS && dim <= 1024;
-                let kernel = match (nq <= SCAN_MAX_QUERIES, name) {
-                    (true, "dot") if warp => "scan_warp_dot",
-                    (true, "cosine") if warp => "scan_warp_cosine",
-                    (true, _) if warp => "scan_warp_l2",
-                    (true, "dot") if pf => "scan_pf_dot",
-                    (true, "cosine") if pf => "scan_pf_cosine",
-                    (true, _) if pf => "scan_pf_l2",
-                    (true, "dot") => "scan_dot",
-                    (true, "cosine") => "scan_cosine",
-                    (true, _) => "scan_l2",
-                    (false, _) => gemm_run_label(
+                let kernel = if nq <= SCAN_MAX_QUERIES {
+                    let form = if warp {
+                        "scan_warp"
+                    } else if pf {
+                        "scan_pf"
+                    } else {
+                        "scan"
+                    };
+                    format!("{form}_{name}").into()
+                } else {
+                    gemm_run_label(
                         k.gemm_kernel(dim),
                         name,
                         k.gemm_tail(nq, dim),
                         nq > recall_gpu_kernels::GEMM_TILE as usize,
-                    ),
+                    )
                 };
                 let gpu_scores = gpu.download(&out).map_err(e)?;
                 compare(diff_of(&mut diffs, kernel), &cpu, &gpu_scores);
@@ -2406,7 +2398,7 @@ mod tests {
     #[test]
     fn compare_counts_bit_differences_only() {
         let mut d = KernelDiff {
-            kernel: "k",
+            kernel: "k".into(),
             cases: 0,
             values: 0,
             mismatches: 0,

@@ -721,7 +721,8 @@ mod imp {
         ) -> Result<(), BackendError> {
             if buf.len() == x.len()
                 && buf.stream().cu_stream() == self.mem.stream().cu_stream()
-                && let Some(staged) = self.staged(std::mem::size_of_val(x), |ring| {
+                && super::stages_upload(std::mem::size_of_val(x))
+                && let Some(staged) = self.on_ring(std::mem::size_of_val(x), |ring| {
                     ring.upload_with(x, buf, 0, host_copy)
                 })
             {
@@ -739,28 +740,14 @@ mod imp {
         ) -> Result<(), BackendError> {
             if x.len() <= dst.len()
                 && dst.buffer().stream().cu_stream() == self.mem.stream().cu_stream()
-                && let Some(staged) = self.staged(std::mem::size_of_val(x), |ring| {
+                && super::stages_upload(std::mem::size_of_val(x))
+                && let Some(staged) = self.on_ring(std::mem::size_of_val(x), |ring| {
                     ring.upload_slice_with(x, dst, 0, host_copy)
                 })
             {
                 return staged;
             }
             self.gpu.upload_into(x, dst).map_err(map_gpu_error)
-        }
-
-        /// Run `upload` on the staging ring when `bytes` is at least [`super::STAGED_UPLOAD_MIN_BYTES`], making
-        /// the ring if there is none. `None`: the caller copies from pageable memory (a small upload, or no pinned
-        /// staging to be had: the pinned pool's budget, a page-lock failure; logged once). A failed upload drops
-        /// the ring (the next large copy makes a new one) and is the call's error.
-        fn staged(
-            &self,
-            bytes: usize,
-            upload: impl FnOnce(&mut StagingRing) -> Result<(), PoolError>,
-        ) -> Option<Result<(), BackendError>> {
-            if !super::stages_upload(bytes) {
-                return None;
-            }
-            self.on_ring(bytes, upload)
         }
 
         /// Copy a result `src` (on the device's stream, written by work queued there) into the caller's `out`
