@@ -245,12 +245,15 @@ pub enum GemmTail {
     Scan,
     /// A narrow tile of the sm_80 GEMM with this many queries (`sm80_gemm_q32_*`, `sm80_gemm_q64_*`).
     Narrow(usize),
+    /// The widest narrow tile, full with this many queries, then the row scan for the rest (up to 8).
+    NarrowThenScan(usize),
 }
 
-/// [`GemmTail`] resolved: the scan, or the narrow tile itself.
+/// [`GemmTail`] resolved: the scan, the narrow tile itself, or the widest narrow tile full and the scan after it.
 enum Tail<'a> {
     Scan,
     Narrow(&'a crate::sgemm::NarrowTile),
+    NarrowThenScan(&'a crate::sgemm::NarrowTile),
 }
 
 /// Where a many-query similarity call's last queries go ([`Kernels::gemm_tail`]) given the sm_80 GEMM as read for
@@ -273,8 +276,15 @@ fn resolve_tail(
         None
     } else if n_queries > tile && tail <= SCAN_MAX_QUERIES {
         Some((Tail::Scan, tail))
+    } else if let Some(t) = sg?.narrow_for(tail, dim) {
+        Some((Tail::Narrow(t), tail))
     } else {
-        sg?.narrow_for(tail, dim).map(|t| (Tail::Narrow(t), tail))
+        // At most 8 past the widest narrow tile: that tile full and the scan cost less than a 128-query tile row.
+        let widest = sg?.narrow.last()?;
+        (widest.queries < tail
+            && tail <= widest.queries + SCAN_MAX_QUERIES
+            && widest.takes(widest.queries, dim))
+        .then_some((Tail::NarrowThenScan(widest), tail))
     }
 }
 
@@ -287,6 +297,19 @@ struct DenseLaunch<'a> {
     rows: usize,
     threads: u32,
     shared_bytes: u32,
+}
+
+impl DenseLaunch<'_> {
+    /// A narrow tile of the sm_80 GEMM for metric index `m`.
+    fn narrow(t: &crate::sgemm::NarrowTile, m: usize) -> DenseLaunch<'_> {
+        DenseLaunch {
+            func: &t.sim[m],
+            queries: t.queries,
+            rows: t.rows,
+            threads: GEMM_THREADS,
+            shared_bytes: t.shared_bytes,
+        }
+    }
 }
 
 /// A similarity metric as the kernels implement it (`docs/numerics.md`, "Scores by metric").
@@ -709,13 +732,16 @@ impl Kernels {
     /// queries past its last full 128-query GEMM tile (all of them, up to 128), when not to the 128-query tile:
     /// - up to 8 of them after full tiles: the row scan (a 128-query tile row would cost as much as 128 queries,
     ///   the scan about one read of the corpus);
-    /// - up to 64 on the sm_80 GEMM: the narrowest tile that takes them ([`crate::sgemm::NarrowTile`]).
+    /// - up to 64 on the sm_80 GEMM: the narrowest tile that takes them ([`crate::sgemm::NarrowTile`]);
+    /// - 65 to 72 on the sm_80 GEMM where the 64-query tile runs: that tile full, then the scan (on an H200 a
+    ///   64-query tile row costs about 58 % of a 128-query one, and the scan of 1 to 8 queries 20-38 %).
     ///
     /// `None`: the 128-query tile runs every query (or the call has at most 8, all on the scan).
     pub fn gemm_tail(&self, n_queries: usize, dim: usize) -> Option<GemmTail> {
         resolve_tail(self.sgemm_for(dim), n_queries, dim).map(|(t, _)| match t {
             Tail::Scan => GemmTail::Scan,
             Tail::Narrow(t) => GemmTail::Narrow(t.queries),
+            Tail::NarrowThenScan(t) => GemmTail::NarrowThenScan(t.queries),
         })
     }
 
@@ -871,7 +897,8 @@ impl Kernels {
             },
         };
         // Which kernel takes which queries: the row scan up to 8; above, the GEMM's 128-query tiles, and the queries
-        // past the last full one (all of them up to 128) on the scan or a narrow tile when `gemm_tail` says so.
+        // past the last full one (all of them up to 128) on the scan, a narrow tile, or the 64-query tile and the
+        // scan when `gemm_tail` says so.
         let tail = resolve_tail(sg, n_queries, dim);
         let tail_queries = tail.as_ref().map_or(0, |(_, q)| *q);
         let body = if n_queries <= SCAN_MAX_QUERIES {
@@ -879,17 +906,20 @@ impl Kernels {
         } else {
             wide
         };
-        let tail_launch = tail.map(|(t, _)| match t {
-            Tail::Scan => scan,
-            Tail::Narrow(t) => DenseLaunch {
-                func: &t.sim[m],
-                queries: t.queries,
-                rows: t.rows,
-                threads: GEMM_THREADS,
-                shared_bytes: t.shared_bytes,
-            },
-        });
         let body_queries = n_queries - tail_queries;
+        // The tail's launches: (kernel, first query, queries).
+        let tail_launches = match tail.map(|(t, _)| t) {
+            None => [None, None],
+            Some(Tail::Scan) => [Some((scan, body_queries, tail_queries)), None],
+            Some(Tail::Narrow(t)) => [
+                Some((DenseLaunch::narrow(t, m), body_queries, tail_queries)),
+                None,
+            ],
+            Some(Tail::NarrowThenScan(t)) => [
+                Some((DenseLaunch::narrow(t, m), body_queries, t.queries)),
+                Some((scan, body_queries + t.queries, tail_queries - t.queries)),
+            ],
+        };
         let params_at = |q0: usize, nq: usize| SimParams {
             queries: q_base + (q0 * dim * 4) as u64,
             query_norms: if qn == 0 { 0 } else { qn + (q0 * 4) as u64 },
@@ -905,7 +935,7 @@ impl Kernels {
         };
         let plan = [(body, 0, body_queries)]
             .into_iter()
-            .chain(tail_launch.map(|t| (t, body_queries, tail_queries)));
+            .chain(tail_launches.into_iter().flatten());
         for (l, first, count) in plan {
             // Launches of at most `MAX_GRID_Y` rows of blocks.
             let mut q0 = first;

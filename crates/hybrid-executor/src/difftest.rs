@@ -171,9 +171,12 @@ pub fn dense_shapes(rng: &mut SplitMix, quick: bool) -> Vec<(usize, usize, usize
         (9, 513, 31),
         (1, 70_000, 96),
         // The exact GEMM's narrow tiles (32 and 64 queries) alone and after full 128-query tiles, row counts off
-        // their 512- and 256-row tiles; tails of 2 and 8 (the scan), 9 (the 32-query tile) and 72 (a second
-        // 128-query tile row).
+        // their 512- and 256-row tiles; tails of 2 and 8 (the scan), 9 (the 32-query tile), 65 to 72 (the 64-query
+        // tile and the scan: 65 and 72 after a full tile, 68 alone) and 73 (a 128-query tile row).
         (17, 3000, 100),
+        (68, 900, 40),
+        (193, 300, 24),
+        (201, 333, 19),
         (33, 2049, 129),
         (64, 1000, 768),
         (100, 777, 65),
@@ -325,6 +328,8 @@ mod run_gpu {
             Some(GemmTail::Scan) => format!("{body} + scan").into(),
             Some(GemmTail::Narrow(q)) if wide => format!("{body} + q{q}").into(),
             Some(GemmTail::Narrow(q)) => format!("sm80_gemm_q{q}_{metric}").into(),
+            Some(GemmTail::NarrowThenScan(q)) if wide => format!("{body} + q{q} + scan").into(),
+            Some(GemmTail::NarrowThenScan(q)) => format!("sm80_gemm_q{q}_{metric} + scan").into(),
         }
     }
 
