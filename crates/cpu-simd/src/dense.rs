@@ -766,9 +766,12 @@ impl Cpu {
         if k == 0 || k > shortest {
             return Err(CpuError::KOutOfRange { k, n: shortest });
         }
-        // Duplicates and non-finite rows: value scans, left to the caller on a prevalidated handle.
-        if !self.is_prevalidated() {
-            self.check_candidate_values(corpus, dim, offsets, ids)?;
+        // Duplicates and non-finite rows: value checks, left to the caller on a prevalidated handle. The rows are
+        // checked in the scoring pass, where they are in the L1 (a separate pass read every row twice: 1.5-1.9x the
+        // time of the same call on a handle, development VM).
+        let check = !self.is_prevalidated();
+        if check {
+            check_duplicate_ids(offsets, ids)?;
         }
         let work = ids.len().saturating_mul(dim);
         let threads = pool_threads().max(1);
@@ -777,7 +780,16 @@ impl Cpu {
         } else {
             (work / CANDIDATES_TASK_MIN_WORK).clamp(2, TASKS_PER_THREAD * threads)
         };
-        Ok(self.candidates_in_tasks(queries, corpus, metric, offsets, ids, k, tasks))
+        let (top, suspect) =
+            self.candidates_in_tasks(queries, corpus, metric, offsets, ids, k, tasks, check);
+        // The pass found a NaN or infinity in a copy of the rows: the smallest corpus index of one is the error.
+        match suspect.then(|| first_non_finite_candidate(corpus, dim, ids)) {
+            Some(Some(index)) => Err(CpuError::NonFinite {
+                what: "corpus",
+                index,
+            }),
+            _ => Ok(top),
+        }
     }
 
     /// [`Cpu::score_candidates`] on checked input, its candidates cut into `tasks` runs of equal length (`ids`, all
@@ -785,7 +797,8 @@ impl Cpu {
     /// so a long list is scored by several tasks and a run of short lists by one. One task runs on the calling
     /// thread; more run in parallel, and each query's pieces' selectors are merged. The answer is the same for any
     /// `tasks`: every score is the one chain of its (query, id), and a selector's best `k` do not depend on how
-    /// its entries arrive (keys are unique).
+    /// its entries arrive (keys are unique). With `check`, the gathered rows are checked for NaN and infinity in
+    /// the same pass (where `block_scores` finds a suspect chain), and the flag says whether one holds either.
     #[allow(clippy::too_many_arguments)]
     fn candidates_in_tasks(
         &self,
@@ -796,15 +809,17 @@ impl Cpu {
         ids: &[u32],
         k: usize,
         tasks: usize,
-    ) -> TopK {
+        check: bool,
+    ) -> (TopK, bool) {
         let dim = corpus.dim;
         let nq = offsets.len() - 1;
         let qn = self.query_norms(queries, dim, nq, metric);
         let block = candidate_chunk(dim);
         let order = metric.order();
         let level = self.level();
-        // Query `q`'s candidates `ids[a .. b]` (a piece of its list) scored into `sel`.
-        let piece = |q: usize, a: usize, b: usize, sel: &mut Selector, s: &mut Scratch| {
+        // Query `q`'s candidates `ids[a .. b]` (a piece of its list) scored into `sel`; `true` when `check` found a
+        // NaN or infinity in their rows.
+        let piece = |q: usize, a: usize, b: usize, sel: &mut Selector, s: &mut Scratch| -> bool {
             let query = &queries[q * dim..(q + 1) * dim];
             let qns = if qn.is_empty() {
                 &qn[..]
@@ -817,6 +832,7 @@ impl Cpu {
                 norms,
                 norm_buf,
             } = s;
+            let mut bad = false;
             for chunk in ids[a..b].chunks(block) {
                 let rows = corpus.vectors.gather(chunk, dim, rows);
                 let nrm = corpus.norms.map(|x| {
@@ -824,7 +840,7 @@ impl Cpu {
                     norms.extend(chunk.iter().map(|id| x[*id as usize]));
                     &norms[..]
                 });
-                self.block_scores(
+                let suspect = self.block_scores(
                     &Queries::plain(query),
                     qns,
                     rows,
@@ -834,42 +850,49 @@ impl Cpu {
                     chains,
                     norm_buf,
                 );
+                if check && suspect && any_non_finite(rows) {
+                    bad = true;
+                }
                 for (id, v) in chunk.iter().zip(chains.iter()) {
                     sel.push(pair_key(*v, *id, order), *v);
                 }
             }
+            bad
         };
         if tasks <= 1 {
             let mut s = Scratch::default();
+            let mut bad = false;
             let selectors = (0..nq)
                 .map(|q| {
                     let mut sel = Selector::new(k, level);
-                    piece(q, offsets[q], offsets[q + 1], &mut sel, &mut s);
+                    bad |= piece(q, offsets[q], offsets[q + 1], &mut sel, &mut s);
                     sel
                 })
                 .collect();
-            return collect_topk(selectors, k);
+            return (collect_topk(selectors, k), bad);
         }
         let total = ids.len();
         // Task `t`'s run: `ids[t * total / tasks .. (t + 1) * total / tasks]` (in u128: no overflow).
         let cut = |t: usize| (t as u128 * total as u128 / tasks as u128) as usize;
-        let run = |t: usize, s: &mut Scratch| -> Vec<(usize, Selector)> {
+        // Task `t`'s pieces, and whether `check` found a NaN or infinity.
+        let run = |t: usize, s: &mut Scratch| -> (Vec<(usize, Selector)>, bool) {
             let (a, b) = (cut(t), cut(t + 1));
             // The first list that ends past `a`, then every list that starts before `b`.
             let mut q = offsets[1..].partition_point(|o| *o <= a);
             let mut parts = Vec::new();
+            let mut bad = false;
             while q < nq && offsets[q] < b {
                 let (pa, pb) = (offsets[q].max(a), offsets[q + 1].min(b));
                 if pa < pb {
                     let mut sel = Selector::new(k, level);
-                    piece(q, pa, pb, &mut sel, s);
+                    bad |= piece(q, pa, pb, &mut sel, s);
                     parts.push((q, sel));
                 }
                 q += 1;
             }
-            parts
+            (parts, bad)
         };
-        let parts: Vec<Vec<(usize, Selector)>> = in_pool(|| {
+        let parts: Vec<(Vec<(usize, Selector)>, bool)> = in_pool(|| {
             (0..tasks)
                 .into_par_iter()
                 .map_init(Scratch::default, |s, t| run(t, s))
@@ -877,7 +900,8 @@ impl Cpu {
         });
         // A query's pieces, merged in task order.
         let mut merged: Vec<Option<Selector>> = (0..nq).map(|_| None).collect();
-        for (q, sel) in parts.into_iter().flatten() {
+        let bad = parts.iter().any(|(_, bad)| *bad);
+        for (q, sel) in parts.into_iter().flat_map(|(p, _)| p) {
             match &mut merged[q] {
                 Some(acc) => acc.merge(sel),
                 slot => *slot = Some(sel),
@@ -887,43 +911,35 @@ impl Cpu {
             .into_iter()
             .map(|s| s.unwrap_or_else(|| Selector::new(k, level)))
             .collect();
-        collect_topk(selectors, k)
+        (collect_topk(selectors, k), bad)
     }
 }
 
-impl Cpu {
-    /// The value checks of [`Cpu::score_candidates`]: no duplicate id in a list, and every referenced
-    /// row finite. Only the referenced rows are read, so only they are checked (the smallest bad corpus
-    /// index among them is reported); a whole-corpus scan would cost more than the op itself.
-    fn check_candidate_values(
-        &self,
-        corpus: &Corpus<'_>,
-        dim: usize,
-        offsets: &[usize],
-        ids: &[u32],
-    ) -> Result<(), CpuError> {
-        for (q, w) in offsets.windows(2).enumerate() {
-            let mut list = ids[w[0]..w[1]].to_vec();
-            list.sort_unstable();
-            if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
-                return Err(CpuError::DuplicateId { query: q, id: w[0] });
-            }
-        }
-        let bad = ids
-            .iter()
-            .filter_map(|id| {
-                let a = *id as usize * dim;
-                corpus.vectors.first_non_finite(a, a + dim)
-            })
-            .min();
-        match bad {
-            Some(index) => Err(CpuError::NonFinite {
-                what: "corpus",
-                index,
-            }),
-            None => Ok(()),
+/// The first check of [`Cpu::score_candidates`]' values: no duplicate id in a list (the first list with one is
+/// reported, with its smallest duplicate).
+fn check_duplicate_ids(offsets: &[usize], ids: &[u32]) -> Result<(), CpuError> {
+    let mut list = Vec::new();
+    for (q, w) in offsets.windows(2).enumerate() {
+        list.clear();
+        list.extend_from_slice(&ids[w[0]..w[1]]);
+        list.sort_unstable();
+        if let Some(w) = list.windows(2).find(|w| w[0] == w[1]) {
+            return Err(CpuError::DuplicateId { query: q, id: w[0] });
         }
     }
+    Ok(())
+}
+
+/// The smallest corpus index of a NaN or infinity among the rows `ids` refers to (only those rows are read; a
+/// whole-corpus scan would cost more than the op itself): what [`Cpu::score_candidates`] reports once its scoring
+/// pass found one.
+fn first_non_finite_candidate(corpus: &Corpus<'_>, dim: usize, ids: &[u32]) -> Option<usize> {
+    ids.iter()
+        .filter_map(|id| {
+            let a = *id as usize * dim;
+            corpus.vectors.first_non_finite(a, a + dim)
+        })
+        .min()
 }
 
 /// Whether any value is NaN or infinite (branch-free, vectorised).
@@ -1002,6 +1018,104 @@ mod tests {
             .collect()
     }
 
+    /// The scoring pass finds every NaN and infinity in the rows it reads, as the separate scan it replaced did:
+    /// at every level, metric and element type, one query (cosine's one-pass norms) and three, in one task and
+    /// several, a bad value anywhere in a referenced row is the error with the smallest bad index among the
+    /// referenced rows, and bad values only in rows no list refers to are no error (the same scores).
+    #[test]
+    fn candidate_scoring_finds_bad_values_in_its_pass() {
+        let (n, dim) = (300usize, 37usize);
+        let c = lcg(n * dim, 21);
+        // Three lists of 30: rows 0, 3, .., 87; 90, .., 177; 180, .., 267. Row 1 is in none.
+        let ids: Vec<u32> = (0..90).map(|i| (i * 3) as u32).collect();
+        let offsets = [0usize, 30, 60, 90];
+        let q = lcg(3 * dim, 4);
+        for level in available_levels() {
+            let cpu = Cpu::with_level(level);
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                for (row, col) in [(6usize, 0usize), (87, 36), (267, 18), (1, 5)] {
+                    // With and without a second bad value in row 84 (list 0).
+                    for second in [false, true] {
+                        let mut x = c.clone();
+                        let mut at = vec![row * dim + col];
+                        if second {
+                            at.push(84 * dim + 3);
+                        }
+                        for i in &at {
+                            x[*i] = bad;
+                        }
+                        let halves: Vec<f16> = x.iter().map(|v| f16::from_f32(*v)).collect();
+                        let brain: Vec<bf16> = x.iter().map(|v| bf16::from_f32(*v)).collect();
+                        let corpora = [
+                            Corpus::f32(&x, dim),
+                            Corpus::new(Vectors::F16(&halves), dim),
+                            Corpus::new(Vectors::Bf16(&brain), dim),
+                        ];
+                        for (nq, lists) in [(1usize, &offsets[..2]), (3, &offsets[..])] {
+                            let list_ids = &ids[..lists[nq]];
+                            let want = at
+                                .iter()
+                                .filter(|i| list_ids.contains(&((**i / dim) as u32)))
+                                .min()
+                                .copied();
+                            for corpus in &corpora {
+                                for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+                                    let what =
+                                        format!("{level:?} {metric:?} nq {nq} at {at:?} {bad}");
+                                    let got = cpu.score_candidates(
+                                        &q[..nq * dim],
+                                        corpus,
+                                        metric,
+                                        lists,
+                                        list_ids,
+                                        5,
+                                    );
+                                    match want {
+                                        Some(index) => assert_eq!(
+                                            got.expect_err(&what),
+                                            CpuError::NonFinite {
+                                                what: "corpus",
+                                                index
+                                            },
+                                            "{what}"
+                                        ),
+                                        None => assert!(got.is_ok(), "{what}"),
+                                    }
+                                    for tasks in [1usize, 2, 7] {
+                                        let (_, found) = cpu.candidates_in_tasks(
+                                            &q[..nq * dim],
+                                            corpus,
+                                            metric,
+                                            lists,
+                                            list_ids,
+                                            5,
+                                            tasks,
+                                            true,
+                                        );
+                                        assert_eq!(found, want.is_some(), "{what} tasks {tasks}");
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            // Bad values only in rows no list refers to: the clean corpus's answer.
+            let mut x = c.clone();
+            x[dim + 2] = f32::NAN;
+            x[299 * dim] = f32::INFINITY;
+            for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+                let got = cpu
+                    .score_candidates(&q, &Corpus::f32(&x, dim), metric, &offsets, &ids, 5)
+                    .expect("the referenced rows are finite");
+                let clean = cpu
+                    .score_candidates(&q, &Corpus::f32(&c, dim), metric, &offsets, &ids, 5)
+                    .expect("finite rows");
+                assert_eq!(bits(&got), bits(&clean), "{level:?} {metric:?}");
+            }
+        }
+    }
+
     /// Candidate scoring cut into any number of tasks (lists split across tasks, tasks that meet several lists,
     /// more tasks than candidates) gives the one-task answer bit for bit: at every level, every metric, f32
     /// (with and without norms) and f16, `k` from 1 to the whole list, with many tied scores (duplicated rows,
@@ -1053,15 +1167,20 @@ mod tests {
                         let list_ids = &ids[offs[0]..offs[lists]];
                         let local: Vec<usize> = offs.iter().map(|o| o - offs[0]).collect();
                         let one = cpu
-                            .candidates_in_tasks(queries, corpus, metric, &local, list_ids, k, 1);
+                            .candidates_in_tasks(
+                                queries, corpus, metric, &local, list_ids, k, 1, true,
+                            )
+                            .0;
                         let checked = cpu
                             .score_candidates(queries, corpus, metric, &local, list_ids, k)
                             .expect("valid input");
                         assert_eq!(bits(&one), bits(&checked));
                         for tasks in [2usize, 3, 7, 64, list_ids.len() + 5] {
-                            let split = cpu.candidates_in_tasks(
-                                queries, corpus, metric, &local, list_ids, k, tasks,
-                            );
+                            let split = cpu
+                                .candidates_in_tasks(
+                                    queries, corpus, metric, &local, list_ids, k, tasks, true,
+                                )
+                                .0;
                             assert_eq!(
                                 bits(&split),
                                 bits(&one),
