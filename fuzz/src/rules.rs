@@ -86,10 +86,9 @@ pub struct Cand {
     pub k: usize,
 }
 
-/// The rules of `score_candidates`, stated plainly. The executor (and so `Engine`) checks that the whole
-/// corpus is finite; cpu-simd's own `score_candidates` checks only the rows the lists name (it reads no
-/// others): `whole_corpus` picks which.
-pub fn candidates_are_valid(c: &Cand, whole_corpus: bool) -> bool {
+/// The rules of `score_candidates`, stated plainly. The executor (and so `Engine`) and cpu-simd's own
+/// `score_candidates` check only the rows the lists name (they read no others).
+pub fn candidates_are_valid(c: &Cand) -> bool {
     let d = c.dim;
     if d == 0
         || c.queries.is_empty()
@@ -97,7 +96,6 @@ pub fn candidates_are_valid(c: &Cand, whole_corpus: bool) -> bool {
         || !c.queries.len().is_multiple_of(d)
         || !c.corpus.len().is_multiple_of(d)
         || !c.queries.iter().all(|x| x.is_finite())
-        || (whole_corpus && !c.corpus.iter().all(|x| x.is_finite()))
     {
         return false;
     }

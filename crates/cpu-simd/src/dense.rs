@@ -766,11 +766,10 @@ impl Cpu {
         if k == 0 || k > shortest {
             return Err(CpuError::KOutOfRange { k, n: shortest });
         }
-        // Duplicates and non-finite rows: value checks, left to the caller on a prevalidated handle. The rows are
-        // checked in the scoring pass, where they are in the L1 (a separate pass read every row twice: 1.5-1.9x the
-        // time of the same call on a handle, development VM).
-        let check = !self.is_prevalidated();
-        if check {
+        // Duplicates: a value check left to the caller on a prevalidated handle. The rows are checked in the scoring
+        // pass on every handle, where they are in the L1 and only a suspect block is scanned (a separate pass read
+        // every row twice: 1.5-1.9x the time of the same call on a prevalidated handle, development VM).
+        if !self.is_prevalidated() {
             check_duplicate_ids(offsets, ids)?;
         }
         let work = ids.len().saturating_mul(dim);
@@ -781,15 +780,12 @@ impl Cpu {
             (work / CANDIDATES_TASK_MIN_WORK).clamp(2, TASKS_PER_THREAD * threads)
         };
         let (top, suspect) =
-            self.candidates_in_tasks(queries, corpus, metric, offsets, ids, k, tasks, check);
+            self.candidates_in_tasks(queries, corpus, metric, offsets, ids, k, tasks);
         // The pass found a NaN or infinity in a copy of the rows: the smallest corpus index of one is the error.
-        match suspect.then(|| first_non_finite_candidate(corpus, dim, ids)) {
-            Some(Some(index)) => Err(CpuError::NonFinite {
-                what: "corpus",
-                index,
-            }),
-            _ => Ok(top),
+        if suspect {
+            check_candidate_rows(corpus, ids)?;
         }
+        Ok(top)
     }
 
     /// [`Cpu::score_candidates`] on checked input, its candidates cut into `tasks` runs of equal length (`ids`, all
@@ -797,8 +793,8 @@ impl Cpu {
     /// so a long list is scored by several tasks and a run of short lists by one. One task runs on the calling
     /// thread; more run in parallel, and each query's pieces' selectors are merged. The answer is the same for any
     /// `tasks`: every score is the one chain of its (query, id), and a selector's best `k` do not depend on how
-    /// its entries arrive (keys are unique). With `check`, the gathered rows are checked for NaN and infinity in
-    /// the same pass (where `block_scores` finds a suspect chain), and the flag says whether one holds either.
+    /// its entries arrive (keys are unique). The gathered rows are checked for NaN and infinity in the same pass
+    /// (where `block_scores` finds a suspect chain), and the flag says whether one holds either.
     #[allow(clippy::too_many_arguments)]
     fn candidates_in_tasks(
         &self,
@@ -809,7 +805,6 @@ impl Cpu {
         ids: &[u32],
         k: usize,
         tasks: usize,
-        check: bool,
     ) -> (TopK, bool) {
         let dim = corpus.dim;
         let nq = offsets.len() - 1;
@@ -817,8 +812,8 @@ impl Cpu {
         let block = candidate_chunk(dim);
         let order = metric.order();
         let level = self.level();
-        // Query `q`'s candidates `ids[a .. b]` (a piece of its list) scored into `sel`; `true` when `check` found a
-        // NaN or infinity in their rows.
+        // Query `q`'s candidates `ids[a .. b]` (a piece of its list) scored into `sel`; `true` when their rows hold a
+        // NaN or infinity.
         let piece = |q: usize, a: usize, b: usize, sel: &mut Selector, s: &mut Scratch| -> bool {
             let query = &queries[q * dim..(q + 1) * dim];
             let qns = if qn.is_empty() {
@@ -850,7 +845,7 @@ impl Cpu {
                     chains,
                     norm_buf,
                 );
-                if check && suspect && any_non_finite(rows) {
+                if suspect && any_non_finite(rows) {
                     bad = true;
                 }
                 for (id, v) in chunk.iter().zip(chains.iter()) {
@@ -874,7 +869,7 @@ impl Cpu {
         let total = ids.len();
         // Task `t`'s run: `ids[t * total / tasks .. (t + 1) * total / tasks]` (in u128: no overflow).
         let cut = |t: usize| (t as u128 * total as u128 / tasks as u128) as usize;
-        // Task `t`'s pieces, and whether `check` found a NaN or infinity.
+        // Task `t`'s pieces, and whether their rows hold a NaN or infinity.
         let run = |t: usize, s: &mut Scratch| -> (Vec<(usize, Selector)>, bool) {
             let (a, b) = (cut(t), cut(t + 1));
             // The first list that ends past `a`, then every list that starts before `b`.
@@ -930,16 +925,54 @@ fn check_duplicate_ids(offsets: &[usize], ids: &[u32]) -> Result<(), CpuError> {
     Ok(())
 }
 
-/// The smallest corpus index of a NaN or infinity among the rows `ids` refers to (only those rows are read; a
-/// whole-corpus scan would cost more than the op itself): what [`Cpu::score_candidates`] reports once its scoring
-/// pass found one.
-fn first_non_finite_candidate(corpus: &Corpus<'_>, dim: usize, ids: &[u32]) -> Option<usize> {
-    ids.iter()
-        .filter_map(|id| {
-            let a = *id as usize * dim;
-            corpus.vectors.first_non_finite(a, a + dim)
-        })
-        .min()
+/// Ids per task of [`check_candidate_rows`]' parallel scan.
+const ROWS_CHECK_PIECE: usize = 4096;
+
+/// The value check of the corpus rows candidate lists refer to: `Err(NonFinite)` with the smallest corpus index
+/// of a NaN or infinity among the rows `ids` names (only those rows are read: a whole-corpus scan would cost more
+/// than the op itself), `Err(IdOutOfRange)` for an id past the corpus. [`Cpu::score_candidates`] makes this check in
+/// its scoring pass; a caller that runs the scoring elsewhere (a GPU) makes it first.
+///
+/// ```
+/// use recall_cpu_simd::{Corpus, CpuError, check_candidate_rows};
+/// let c = [1.0f32, 2.0, f32::NAN, 4.0, 5.0, 6.0]; // three rows of 2; row 1 holds a NaN
+/// assert_eq!(check_candidate_rows(&Corpus::f32(&c, 2), &[0, 2]), Ok(()));
+/// assert_eq!(
+///     check_candidate_rows(&Corpus::f32(&c, 2), &[2, 1]),
+///     Err(CpuError::NonFinite { what: "corpus", index: 2 })
+/// );
+/// ```
+pub fn check_candidate_rows(corpus: &Corpus<'_>, ids: &[u32]) -> Result<(), CpuError> {
+    let dim = corpus.dim;
+    let n = corpus.vectors.len().checked_div(dim).unwrap_or(0);
+    if let Some((index, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= n) {
+        return Err(CpuError::IdOutOfRange {
+            what: "candidate ids",
+            index,
+            id: u64::from(*id),
+            n,
+        });
+    }
+    let first_bad = |ids: &[u32]| {
+        ids.iter()
+            .filter_map(|id| {
+                let a = *id as usize * dim;
+                corpus.vectors.first_non_finite(a, a + dim)
+            })
+            .min()
+    };
+    let bad = if ids.len() > 2 * ROWS_CHECK_PIECE && pool_threads() > 1 {
+        in_pool(|| ids.par_chunks(ROWS_CHECK_PIECE).filter_map(first_bad).min())
+    } else {
+        first_bad(ids)
+    };
+    match bad {
+        Some(index) => Err(CpuError::NonFinite {
+            what: "corpus",
+            index,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Whether any value is NaN or infinite (branch-free, vectorised).
@@ -1062,25 +1095,19 @@ mod tests {
                                 for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
                                     let what =
                                         format!("{level:?} {metric:?} nq {nq} at {at:?} {bad}");
-                                    let got = cpu.score_candidates(
-                                        &q[..nq * dim],
-                                        corpus,
-                                        metric,
-                                        lists,
-                                        list_ids,
-                                        5,
-                                    );
-                                    match want {
-                                        Some(index) => assert_eq!(
-                                            got.expect_err(&what),
-                                            CpuError::NonFinite {
-                                                what: "corpus",
-                                                index
-                                            },
-                                            "{what}"
-                                        ),
-                                        None => assert!(got.is_ok(), "{what}"),
+                                    let want_err = want.map(|index| CpuError::NonFinite {
+                                        what: "corpus",
+                                        index,
+                                    });
+                                    let qs = &q[..nq * dim];
+                                    for cpu in [cpu, cpu.prevalidated()] {
+                                        let got = cpu.score_candidates(
+                                            qs, corpus, metric, lists, list_ids, 5,
+                                        );
+                                        assert_eq!(got.err(), want_err, "{what}");
                                     }
+                                    let rows = check_candidate_rows(corpus, list_ids);
+                                    assert_eq!(rows.err(), want_err, "{what}");
                                     for tasks in [1usize, 2, 7] {
                                         let (_, found) = cpu.candidates_in_tasks(
                                             &q[..nq * dim],
@@ -1090,7 +1117,6 @@ mod tests {
                                             list_ids,
                                             5,
                                             tasks,
-                                            true,
                                         );
                                         assert_eq!(found, want.is_some(), "{what} tasks {tasks}");
                                     }
@@ -1167,9 +1193,7 @@ mod tests {
                         let list_ids = &ids[offs[0]..offs[lists]];
                         let local: Vec<usize> = offs.iter().map(|o| o - offs[0]).collect();
                         let one = cpu
-                            .candidates_in_tasks(
-                                queries, corpus, metric, &local, list_ids, k, 1, true,
-                            )
+                            .candidates_in_tasks(queries, corpus, metric, &local, list_ids, k, 1)
                             .0;
                         let checked = cpu
                             .score_candidates(queries, corpus, metric, &local, list_ids, k)
@@ -1178,7 +1202,7 @@ mod tests {
                         for tasks in [2usize, 3, 7, 64, list_ids.len() + 5] {
                             let split = cpu
                                 .candidates_in_tasks(
-                                    queries, corpus, metric, &local, list_ids, k, tasks, true,
+                                    queries, corpus, metric, &local, list_ids, k, tasks,
                                 )
                                 .0;
                             assert_eq!(

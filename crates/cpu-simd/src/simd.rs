@@ -203,8 +203,8 @@ impl Cpu {
     /// lengths, offsets, ids against the row count, `k`, hop and iteration counts: O(1) or O(ids) work), and
     /// skip only the scans over values (NaN and infinity, negative seeds, duplicate candidate ids). Given
     /// values those checks would have rejected, the result is unspecified but the call stays memory-safe
-    /// (safe Rust, checked indexing); a NaN found by the streaming top-k's own in-pass check is still
-    /// reported.
+    /// (safe Rust, checked indexing); a NaN or infinity found by an op's own in-pass check (the streaming
+    /// top-k's, candidate scoring's over the rows it reads) is still reported.
     ///
     /// ```
     /// use recall_cpu_simd::{Corpus, Cpu, Metric, check_finite};

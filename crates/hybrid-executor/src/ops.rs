@@ -2,6 +2,7 @@
 //! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
 use crate::backend::{Backend, BackendError, FastFormat};
+use crate::device::Device;
 use crate::executor::{
     CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape,
 };
@@ -9,10 +10,11 @@ use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
 use rayon::prelude::*;
 use recall_cpu_simd::{
-    CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, check_clip_noise_shape,
-    check_kmeans_inputs, check_spread_inputs,
+    Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK,
+    check_candidate_rows, check_clip_noise_shape, check_kmeans_inputs, check_spread_inputs,
 };
 use std::ops::Range;
+use std::sync::OnceLock;
 
 /// An open-addressing set of u32 ids that is emptied in O(1) between lists: a slot holds
 /// `(generation << 32) | id` and counts as empty unless its generation is the current one.
@@ -205,6 +207,21 @@ struct CandidatesOp<'a> {
     k: usize,
     /// Set when the corpus is a shared one (the backend may keep it resident).
     shared: Option<&'a SharedCorpus>,
+    /// The value check of the rows the lists name in a plain slice (`None`: a shared corpus, checked when it was
+    /// made). The CPU makes it in its scoring pass; before a GPU runs the op it is made here, once per call.
+    rows_check: Option<OnceLock<Result<(), CpuError>>>,
+}
+
+impl CandidatesOp<'_> {
+    /// Before `backend` runs the op: the first NaN or infinity in a named row as the error, where needed.
+    fn check_rows(&self, backend: &dyn Backend) -> Result<(), CpuError> {
+        match &self.rows_check {
+            Some(check) if backend.device() != Device::Cpu => check
+                .get_or_init(|| check_candidate_rows(&Corpus::f32(self.corpus, self.dim), self.ids))
+                .clone(),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Op for CandidatesOp<'_> {
@@ -227,6 +244,7 @@ impl Op for CandidatesOp<'_> {
         4 * (range.len() as u64 * self.dim as u64 + self.corpus.len() as u64) + 12 * cands
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
+        self.check_rows(backend)?;
         let base = self.offsets[range.start];
         let offsets: Vec<usize> = self.offsets[range.start..=range.end]
             .iter()
@@ -473,7 +491,8 @@ impl Executor {
     }
 
     /// The `k` best of each query's candidates `ids[offsets[q] .. offsets[q + 1]]` (corpus row ids, no
-    /// duplicates within a list, `k` at most the shortest list).
+    /// duplicates within a list, `k` at most the shortest list). Only the rows the lists name are read, so only
+    /// they are checked for NaN and infinity (an HNSW search's few candidates against a large corpus).
     #[allow(clippy::too_many_arguments)]
     pub fn score_candidates(
         &self,
@@ -487,7 +506,7 @@ impl Executor {
         k: usize,
     ) -> Result<Outcome<TopK>, ExecError> {
         let nq = check_matrix("queries", queries, dim)?;
-        let n = check_matrix("corpus", corpus, dim)?;
+        let n = check_matrix_shape("corpus", corpus, dim)?;
         check_candidates(nq, n, offsets, ids, k)?;
         self.run_op(
             &CandidatesOp {
@@ -499,6 +518,7 @@ impl Executor {
                 ids,
                 k,
                 shared: None,
+                rows_check: Some(OnceLock::new()),
             },
             opts,
         )
@@ -530,6 +550,7 @@ impl Executor {
                 ids,
                 k,
                 shared: Some(corpus),
+                rows_check: None,
             },
             opts,
         )

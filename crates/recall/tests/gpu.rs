@@ -166,6 +166,61 @@ fn gpu_refuses_bad_values_as_the_cpu_does() {
     }
 }
 
+/// Candidate scoring over a corpus slice reads only the rows its lists name, on the GPU as on the CPU: a bad value
+/// in a named row is the same error (the smallest bad index among them; the GPU path checks the named rows on
+/// the host first, the CPU in its scoring pass), and a bad value in a row no list names is no error: the GPU
+/// answers with the CPU's bits.
+#[test]
+fn gpu_score_candidates_checks_the_rows_it_names() {
+    let Some(gpu) = gpu_engine() else { return };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let mut rng = recall::diagnostics::SplitMix::new(13);
+    let dim = 96;
+    let mut x = recall::diagnostics::awkward_matrix(&mut rng, 6000, dim);
+    x[4000 * dim + 5] = f32::INFINITY;
+    x[2100 * dim + 9] = f32::NAN;
+    let q = recall::diagnostics::awkward_matrix(&mut rng, 3, dim);
+    // Three lists of 400 rows away from the bad ones, the second with `named` appended.
+    let lists = |named: &[u32]| -> (Vec<usize>, Vec<u32>) {
+        let (mut ids, mut offsets) = (Vec::new(), vec![0]);
+        for qi in 0..3u32 {
+            ids.extend((0..400).map(|i| (qi * 7 + i * 5) % 2000));
+            if qi == 1 {
+                ids.extend_from_slice(named);
+            }
+            offsets.push(ids.len());
+        }
+        (offsets, ids)
+    };
+    for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+        for (named, index) in [
+            (vec![4000, 2100], Some(2100 * dim + 9)),
+            (vec![4000], Some(4000 * dim + 5)),
+            (vec![], None),
+        ] {
+            let (offsets, ids) = lists(&named);
+            let g = gpu.score_candidates(&q, &x, dim, metric, &offsets, &ids, 10);
+            let c = cpu.score_candidates(&q, &x, dim, metric, &offsets, &ids, 10);
+            match index {
+                Some(index) => {
+                    let want = Error::InvalidInput(recall_cpu_simd::CpuError::NonFinite {
+                        what: "corpus",
+                        index,
+                    });
+                    assert_eq!(c.err(), Some(want.clone()), "the CPU's error, {named:?}");
+                    assert_eq!(g.err(), Some(want), "on the GPU, {metric:?} {named:?}");
+                }
+                None => {
+                    let (g, c) = (g.unwrap(), c.unwrap());
+                    ran_on_gpu("score_candidates", &g.device, &g.fallback);
+                    assert_eq!(g.ids, c.ids, "{metric:?}");
+                    assert_eq!(bits(&g.scores), bits(&c.scores), "{metric:?}");
+                }
+            }
+        }
+    }
+}
+
 /// A call whose shape the GPU's kernels refuse before a launch (spreading's hops are a u32 on the device) is
 /// answered on the CPU, and it is not a GPU failure: after more of them than the breaker's threshold, the next
 /// call still runs on the GPU.

@@ -365,3 +365,69 @@ fn similarity_refuses_a_bad_corpus_value_on_either_device() {
         assert_eq!(bits(&got.value), bits(&want), "{ran:?} cosine_scores");
     });
 }
+
+/// Candidate scoring over a corpus slice reads only the rows its lists name, and checks only those: a bad value in
+/// a named row is the same typed error on either device (the smallest bad index among the named rows, checked
+/// before a GPU runs the op, by the CPU in its scoring pass), never a fallback; bad values in rows no list names are
+/// no error, and the answer is the CPU's.
+#[test]
+fn score_candidates_checks_the_rows_it_names_on_either_device() {
+    use recall_cpu_simd::{Corpus, CpuError};
+    use recall_hybrid_executor::ExecError;
+    // Rows 2100 (a NaN) and 3500 (an infinity) are bad.
+    let (dim, q, c, want) = bad_corpus();
+    let lists = |named: &[u32]| -> (Vec<usize>, Vec<u32>) {
+        // Query 0: 20 good rows; query 1: 20 good rows and `named`; query 2: 20 good rows.
+        let mut ids = Vec::new();
+        let mut offsets = vec![0];
+        for qi in 0..3u32 {
+            ids.extend((0..20).map(|i| qi * 700 + i * 13));
+            if qi == 1 {
+                ids.extend_from_slice(named);
+            }
+            offsets.push(ids.len());
+        }
+        (offsets, ids)
+    };
+    let infinite = CpuError::NonFinite {
+        what: "corpus",
+        index: 3500 * dim + 2,
+    };
+    on_each_device(|exec, ran| {
+        let o = CallOptions::default();
+        for metric in [Metric::Cosine, Metric::Dot, Metric::L2] {
+            for (named, err) in [
+                (vec![3500, 2100], Some(&want)),
+                (vec![3500], Some(&infinite)),
+                (vec![], None),
+            ] {
+                let (offsets, ids) = lists(&named);
+                let got = exec.score_candidates(&o, &q, &c, dim, metric, &offsets, &ids, 5);
+                match (got, err) {
+                    (Err(ExecError::InvalidInput(e)), Some(want)) => {
+                        assert_eq!(&e, want, "{ran:?} {metric:?} {named:?}")
+                    }
+                    (Ok(top), None) => {
+                        assert_eq!(top.device, ran);
+                        let cpu = recall_cpu_simd::score_candidates(
+                            &q,
+                            &Corpus::f32(&c, dim),
+                            metric,
+                            &offsets,
+                            &ids,
+                            5,
+                        )
+                        .unwrap();
+                        assert_eq!(top.value.ids, cpu.ids, "{ran:?} {metric:?}");
+                        assert_eq!(
+                            bits(&top.value.scores),
+                            bits(&cpu.scores),
+                            "{ran:?} {metric:?}"
+                        );
+                    }
+                    (other, err) => panic!("{ran:?} {metric:?} {named:?}: {other:?}, want {err:?}"),
+                }
+            }
+        }
+    });
+}
