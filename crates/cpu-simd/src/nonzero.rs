@@ -5,6 +5,12 @@
 //!
 //! A value is nonzero when a bit other than the sign is set: `-0.0` is zero; NaN, infinities and subnormals are
 //! nonzero (`x != 0.0`, read from the bits).
+//!
+//! Session 37, 1 M values at random with 1 % / 10 % nonzero, one core of the development VM (from the best to the
+//! median of 300 calls, three runs): AVX-512 144-163 / 153-189 us, AVX2 162-212 / 157-178 us, the portable loop (SSE2)
+//! 274-332 / 753-805 us; the two scans it replaced took 326-365 / 997-1,057 us (the CPU spread's, SSE2 only) and
+//! 493-567 / 1,482-1,550 us (the GPU launcher's, AVX-512: a branch per value in a block with a nonzero). With no
+//! nonzero value every form reads the 4 MB in about 135 us.
 
 use crate::CpuError;
 use crate::simd::{Cpu, SimdLevel};

@@ -395,6 +395,8 @@ pub(crate) fn stream_row(out: &mut [f32], x: &[f32], g: &[f32], sigma: f32, scal
 /// ascending (`crate::nonzero`): a block of 64 values is tested by one `vptestmd` of the OR of its four registers;
 /// in a block with a nonzero value each register's mask compresses its 16 positions (`vpcompressd`), which are
 /// stored whole after the positions so far, the end moved by the mask's count. The tail goes to the portable loop.
+/// Without the block's test (every register compressed) 1 M values with 1 % nonzero took 147 us against 176, but
+/// with none 151 against 123 (best of 300, development VM): the test stays, for sparse seeds and frontiers.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and FMA. The positions must fit `u32` (past it they wrap).
