@@ -10,7 +10,7 @@
 //! | similarity | [`similarity`], [`cosine_scores`], [`row_norms`] |
 //! | top-k | [`topk`] (any score matrix), [`knn`] (fused with similarity, streams the corpus) |
 //! | candidate scoring | [`score_candidates`] |
-//! | activation spreading | [`SpreadGraph`], [`spread`] |
+//! | activation spreading | [`SpreadGraph`], [`spread`]; [`nonzero_positions`] (active nodes, a dense vector's seeds) |
 //! | k-means | [`kmeans`] |
 //! | clip-and-noise | [`clip_and_noise`] |
 //!
@@ -27,6 +27,7 @@ mod error;
 mod kernels;
 mod kmeans;
 mod noise;
+mod nonzero;
 pub mod reference;
 mod simd;
 mod spread;
@@ -44,6 +45,7 @@ pub use noise::{
     check_clip_noise_inputs, check_clip_noise_output, check_clip_noise_shape, clip_and_noise,
     clip_and_noise_into, noise_radii,
 };
+pub use nonzero::nonzero_positions;
 pub use simd::{Cpu, SimdLevel, available_levels, detected_level, kernel_runs, simd_level};
 pub use spread::{
     SPREAD_LANES, Spread, SpreadGraph, SpreadMode, SpreadParams, check_spread_inputs,

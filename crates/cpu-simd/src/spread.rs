@@ -1,5 +1,6 @@
 //! Activation spreading over a weighted CSR graph (`docs/numerics.md`, "Activation spreading").
 
+use crate::nonzero::push_nonzero;
 use crate::simd::{Cpu, SimdLevel};
 use crate::topk::{Order, Selector, TopK, write_entries};
 use crate::{CpuError, check_finite, in_pool, pool_threads};
@@ -260,6 +261,8 @@ enum PullKind {
 #[derive(Clone, Copy)]
 struct Hop {
     kind: PullKind,
+    /// The SIMD level of a pushed hop's scan for its active sources ([`push_nonzero`]).
+    level: SimdLevel,
     threads: usize,
     /// Work (as [`Hop::blocks`] and [`push_hop`] count it) from which a hop is cut into tasks: [`HOP_PAR_MIN`],
     /// or 0 in tests that make small graphs take the parallel paths.
@@ -329,6 +332,7 @@ impl Hop {
         };
         Hop {
             kind,
+            level,
             threads: pool_threads().max(1),
             par_min: HOP_PAR_MIN,
             min_task: MIN_TASK_COST,
@@ -753,14 +757,15 @@ fn push_hop(
                 .enumerate()
                 .flat_map_iter(|(i, a)| {
                     let mut ids = Vec::new();
-                    active_ids(a, i * SCAN_CHUNK, &mut ids);
+                    // Positions below `n <= u32::MAX` (`SpreadGraph`'s ids are u32).
+                    push_nonzero(hop.level, a, (i * SCAN_CHUNK) as u32, &mut ids);
                     ids
                 })
                 .collect()
         })
     } else {
         let mut ids = Vec::new();
-        active_ids(prev, 0, &mut ids);
+        push_nonzero(hop.level, prev, 0, &mut ids);
         ids
     };
     let n_buckets = n.div_ceil(1 << PUSH_BUCKET_SHIFT);
@@ -1271,9 +1276,6 @@ impl Cpu {
 /// Nodes per task of the parallel scans of activations for the active nodes.
 const SCAN_CHUNK: usize = 1 << 14;
 
-/// Nodes per step of [`active_ids`]: a step with no active node is one vector compare and no branch per node.
-const SCAN_STEP: usize = 16;
-
 /// The out-edges of the nodes whose activation in `a` is not zero, and whether any is; `out_ptr` starts at the
 /// first of those nodes (at least `a.len() + 1` offsets). Without a branch per node: active and inactive nodes
 /// alternate at random. It was a loop with one (1.07 ns a node, 160 us at 150 K nodes, development VM).
@@ -1286,25 +1288,6 @@ fn active_out_edges(a: &[f32], out_ptr: &[usize]) -> (usize, bool) {
         any |= on;
     }
     (edges, any)
-}
-
-/// Append to `ids` the ids (`u0 + i`) of the nodes whose activation `a[i]` is not zero, ascending: a step of
-/// [`SCAN_STEP`] nodes with none is passed by one test, the others compacted without a branch per node (every id
-/// written, the end advanced by one where the node is active). The filter it replaced (a branch a node) took
-/// 92 us at 150 K nodes with 1 in 100 active and 163 us with 6 in 100, on one core of the development VM.
-fn active_ids(a: &[f32], u0: usize, ids: &mut Vec<u32>) {
-    let mut buf = [0u32; SCAN_STEP];
-    for (s, step) in a.chunks(SCAN_STEP).enumerate() {
-        if step.iter().fold(false, |any, x| any | (*x != 0.0)) {
-            let base = (u0 + s * SCAN_STEP) as u32;
-            let mut m = 0;
-            for (j, x) in step.iter().enumerate() {
-                buf[m] = base + j as u32;
-                m += usize::from(*x != 0.0);
-            }
-            ids.extend_from_slice(&buf[..m]);
-        }
-    }
 }
 
 /// The top `k` of `total` (higher first, then lower id): per-chunk selectors merged exactly.
@@ -1348,6 +1331,18 @@ fn top_of(total: &[f32], k: usize, threads: usize, level: SimdLevel) -> TopK {
 #[cfg(test)]
 mod tests {
     use super::{Hop, HopStats, PullKind, SpreadGraph, push_hop};
+    use crate::SimdLevel;
+
+    impl PullKind {
+        /// The lowest level that hands out this kind: a test's pushed hops scan for their active sources at it.
+        fn level(self) -> SimdLevel {
+            match self {
+                PullKind::Plain => SimdLevel::Scalar,
+                PullKind::Fma => SimdLevel::Avx2,
+                PullKind::Avx512 => SimdLevel::Avx512,
+            }
+        }
+    }
 
     /// A graph of `n` nodes and `edges` edges (sources uniform, targets skewed to low ids, parallel edges and
     /// self loops included), weights in [0, 1) with some zeros.
@@ -1411,6 +1406,7 @@ mod tests {
         let run = |threads: usize, push: bool| {
             let hop = Hop {
                 kind: PullKind::Plain,
+                level: crate::simd_level(),
                 threads,
                 par_min: 0,
                 min_task: 1 << 10,
@@ -1475,6 +1471,7 @@ mod tests {
             let run = |kind: PullKind, threads: usize, push: bool| {
                 let hop = Hop {
                     kind,
+                    level: kind.level(),
                     threads,
                     par_min: 0,
                     min_task: 1 << 10,
@@ -1514,10 +1511,10 @@ mod tests {
         }
     }
 
-    /// The scans for active nodes (steps of 16 with tails, densities from none to all) give the plain filter's
-    /// ids and out-edge counts.
+    /// The count of active out-edges (densities from none to all, lengths around 16) is the plain filter's; the
+    /// active ids themselves are `nonzero_positions`' (its tests).
     #[test]
-    fn active_scans_match_the_plain_filter() {
+    fn active_out_edges_match_the_plain_filter() {
         let g = graph(1000, 9000);
         for every in [1, 2, 5, 16, 17, 100, 2000] {
             for len in [0, 1, 15, 16, 17, 999, 1000] {
@@ -1525,9 +1522,6 @@ mod tests {
                     .map(|u| if u % every == 3 % every { 0.5 } else { 0.0 })
                     .collect();
                 let want: Vec<u32> = (0..len as u32).filter(|u| a[*u as usize] != 0.0).collect();
-                let mut ids = vec![7];
-                super::active_ids(&a, 0, &mut ids);
-                assert_eq!(ids[1..], want[..], "1 in {every}, {len} nodes");
                 let edges: usize = want
                     .iter()
                     .map(|u| g.out_ptr[*u as usize + 1] - g.out_ptr[*u as usize])
@@ -1590,6 +1584,7 @@ mod tests {
             let run = |kind: PullKind| {
                 let hop = Hop {
                     kind,
+                    level: kind.level(),
                     threads: 4,
                     par_min: 0,
                     min_task: 1 << 10,

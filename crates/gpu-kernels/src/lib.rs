@@ -40,5 +40,5 @@ pub use serve::{
     KNN1_SERVE_MAX_ROWS, SERVE_IDLE_DEFAULT_US, SERVE_LIFE, SERVE_MAX_FAILURES, ServeStats,
 };
 pub use sgemm::{GemmKernel, SGEMM_MAX_DIM, query_chunk};
-pub use spread::{Frontier, Seeds, SpreadOutcome, nonzero_positions};
+pub use spread::{Frontier, Seeds, SpreadOutcome};
 pub use wgmma::wgmma_enabled;

@@ -45,7 +45,8 @@ pub enum Frontier {
 /// seeds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Seeds<'a> {
-    /// One activation per node (`n_nodes` values); the host scans it for the nonzero ones.
+    /// One activation per node (`n_nodes` values); the host scans it for the nonzero ones
+    /// (`recall_cpu_simd::nonzero_positions`).
     Dense(&'a [f32]),
     /// `(node, value)` pairs with node ids ascending and distinct, below `n_nodes`: the dense vector with
     /// `seed[node] = value` for each pair and `0.0` elsewhere (no scan). Pairs whose value is `0.0` or `-0.0`
@@ -74,8 +75,6 @@ const SPARSE_DIV: u64 = 16;
 
 /// The activations come back in this many chunks (the host copies one while the next crosses the bus).
 const OUT_CHUNKS: usize = 4;
-/// Seeds are scanned in blocks of this many values (one vectorisable test per block for any nonzero value).
-const SEED_SCAN: usize = 64;
 /// f32 values per 4 KiB page: the output's pages are touched once each before the copies.
 const PAGE_F32: usize = 1024;
 
@@ -278,94 +277,23 @@ impl SpreadScratch {
     }
 }
 
-/// Push the positions of the nonzero values of `values` onto `out`, ascending; `-0.0` is zero (`bits << 1`
-/// drops the sign). Positions fit u32 (the caller checks). Whole blocks of `SEED_SCAN` values are tested at
-/// once (an OR over the block, which the compiler vectorises), so a mostly-zero seed vector costs one pass
-/// of wide loads.
-#[inline(always)]
-fn push_nonzero_body(values: &[f32], out: &mut Vec<u32>) {
-    let mut blocks = values.chunks_exact(SEED_SCAN);
-    for (c, block) in blocks.by_ref().enumerate() {
-        if block.iter().fold(0u32, |a, x| a | (x.to_bits() << 1)) != 0 {
-            push_block(block, c * SEED_SCAN, out);
-        }
-    }
-    let tail = blocks.remainder();
-    push_block(tail, values.len() - tail.len(), out);
-}
-
-/// The nonzero positions of one block (plus `base`).
-#[inline(always)]
-fn push_block(block: &[f32], base: usize, out: &mut Vec<u32>) {
-    for (i, &x) in block.iter().enumerate() {
-        if x != 0.0 {
-            out.push((base + i) as u32);
-        }
-    }
-}
-
-/// [`push_nonzero_body`] compiled for AVX-512 (16 values per OR).
-///
-/// # Safety
-/// The CPU has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn push_nonzero_avx512(values: &[f32], out: &mut Vec<u32>) {
-    push_nonzero_body(values, out);
-}
-
-/// [`push_nonzero_body`] compiled for AVX2 (8 values per OR).
-///
-/// # Safety
-/// The CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn push_nonzero_avx2(values: &[f32], out: &mut Vec<u32>) {
-    push_nonzero_body(values, out);
-}
-
-/// [`push_nonzero_body`] with the widest vectors the CPU has (chosen at run time; the baseline build
-/// has 4-wide SSE2 only, which took ~190 us over a million seeds on the H200 host).
-fn push_nonzero(values: &[f32], out: &mut Vec<u32>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { push_nonzero_avx512(values, out) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { push_nonzero_avx2(values, out) };
-        }
-    }
-    push_nonzero_body(values, out);
-}
-
-/// The positions of the nonzero values of `values` (`-0.0` counts as zero), ascending, into `out` (cleared
-/// first): how spreading finds its seeds.
-///
-/// ```
-/// let mut ids = Vec::new();
-/// recall_gpu_kernels::nonzero_positions(&[0.0, 2.0, -0.0, 0.5], &mut ids).unwrap();
-/// assert_eq!(ids, [1, 3]);
-/// ```
+/// The positions of the nonzero seeds of a dense seed vector (`-0.0` is no seed), ascending, into `ids` (cleared
+/// first): `recall_cpu_simd::nonzero_positions`, the one scan the CPU's spreading runs too.
 ///
 /// # Errors
-/// [`KernelError::Shape`] when `values` has more than 2^32 values (positions are u32).
-pub fn nonzero_positions(values: &[f32], out: &mut Vec<u32>) -> Result<(), KernelError> {
-    out.clear();
-    if values.len() > u32::MAX as usize + 1 {
-        return Err(shape(
+/// [`KernelError::Shape`] when `seeds` has more than 2^32 values (positions are u32).
+fn dense_nonzero(seeds: &[f32], ids: &mut Vec<u32>) -> Result<(), KernelError> {
+    ids.clear();
+    recall_cpu_simd::nonzero_positions(seeds, 0, ids).map_err(|_| {
+        shape(
             "spread_hop",
-            format!("{} values have positions past u32", values.len()),
-        ));
-    }
-    push_nonzero(values, out);
-    Ok(())
+            format!("{} values have positions past u32", seeds.len()),
+        )
+    })
 }
 
 /// The nonzero pairs of a seed list (ids ascending and distinct, below `n`: checked) into `ids` and `vals`
-/// (cleared first): what [`nonzero_positions`] finds in the dense vector of the same seeds, with the values.
+/// (cleared first): what [`dense_nonzero`] finds in the dense vector of the same seeds, with the values.
 fn list_nonzero(
     list: &[(u32, f32)],
     n: usize,
@@ -524,7 +452,7 @@ impl Kernels {
         gpu.zero(&mut s.prev)?;
         gpu.zero(&mut s.total)?;
         match seeds {
-            Seeds::Dense(seeds) => nonzero_positions(seeds, &mut s.seed_ids)?,
+            Seeds::Dense(seeds) => dense_nonzero(seeds, &mut s.seed_ids)?,
             Seeds::List(list) => list_nonzero(list, n, &mut s.seed_ids, &mut s.seed_vals)?,
         }
         let n_seeds = s.seed_ids.len();
@@ -854,62 +782,6 @@ fn receive_chunks(
 mod tests {
     use super::*;
 
-    /// The plain scan the fast one must match.
-    fn naive_nonzero(values: &[f32]) -> Vec<u32> {
-        (0..values.len() as u32)
-            .filter(|&i| values[i as usize] != 0.0)
-            .collect()
-    }
-
-    #[test]
-    fn nonzero_positions_match_the_plain_scan() {
-        // Lengths around the block size and long ones, not multiples of the block; nonzeros at both ends,
-        // -0.0 (zero) and subnormals (nonzero) among them. Every SIMD level the CPU has, and the baseline.
-        for n in [0, 1, 63, 64, 65, 1000, 100_003] {
-            let mut v = vec![0.0f32; n];
-            let mut x = 0x9E37_79B9_u32;
-            for vi in v.iter_mut() {
-                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                *vi = match x >> 24 {
-                    0..=2 => 1.0,
-                    3 => -0.0,
-                    4 => f32::from_bits(1),
-                    _ => 0.0,
-                };
-            }
-            for i in [0, SEED_SCAN - 1, SEED_SCAN, n.saturating_sub(1)] {
-                if i < n {
-                    v[i] = 0.25;
-                }
-            }
-            let want = naive_nonzero(&v);
-            let mut got = vec![7];
-            nonzero_positions(&v, &mut got).unwrap();
-            assert_eq!(got, want, "n = {n}");
-            let mut base = Vec::new();
-            push_nonzero_body(&v, &mut base);
-            assert_eq!(base, want, "n = {n}, baseline");
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    let mut got = Vec::new();
-                    // SAFETY: the CPU has AVX2.
-                    unsafe { push_nonzero_avx2(&v, &mut got) };
-                    assert_eq!(got, want, "n = {n}, avx2");
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    let mut got = Vec::new();
-                    // SAFETY: the CPU has AVX-512F.
-                    unsafe { push_nonzero_avx512(&v, &mut got) };
-                    assert_eq!(got, want, "n = {n}, avx512");
-                }
-            }
-        }
-        let mut got = vec![7];
-        nonzero_positions(&vec![-0.0f32; 1000], &mut got).unwrap();
-        assert!(got.is_empty());
-    }
-
     #[test]
     fn a_seed_list_gives_the_dense_scan_its_ids() {
         // Zeros and -0.0 in the list are no seeds; the ids are those the scan finds in the dense vector.
@@ -926,8 +798,9 @@ mod tests {
         for &(v, x) in &list {
             dense[v as usize] = x;
         }
-        let mut want = Vec::new();
-        nonzero_positions(&dense, &mut want).unwrap();
+        let mut want = vec![9];
+        dense_nonzero(&dense, &mut want).unwrap();
+        assert_eq!(want, [0, 7, 63, 64, 99]);
         let (mut ids, mut vals) = (vec![9], vec![9.0]);
         list_nonzero(&list, 100, &mut ids, &mut vals).unwrap();
         assert_eq!(ids, want);

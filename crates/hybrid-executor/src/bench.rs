@@ -1247,7 +1247,8 @@ mod gpu_graph {
             run_parts(1, true, true, Frontier::Dense)?;
             both.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            recall_gpu_kernels::nonzero_positions(seeds, &mut ids).map_err(err)?;
+            ids.clear();
+            recall_cpu_simd::nonzero_positions(seeds, 0, &mut ids).map_err(err)?;
             scan.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let dense1 = median(dense1);

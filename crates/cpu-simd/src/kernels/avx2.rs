@@ -633,3 +633,98 @@ mod noise {
 }
 
 pub(crate) use noise::gaussian8;
+
+/// The nonzero positions at the AVX2 level (`crate::nonzero`).
+mod nonzero {
+    use crate::nonzero::{BLOCK, push_portable};
+    use core::arch::x86_64::*;
+
+    /// For each 8-bit mask, the lanes of its set bits in order, 3 bits each (lane `k` of the compressed register
+    /// in bits `3k .. 3k + 3`), and their count from bit 24: a compress of 8 lanes is one load from here, a shift,
+    /// an AND and a permute (AVX2 has no `vpcompressd`).
+    const COMPRESS8: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut m = 0;
+        while m < 256 {
+            let (mut e, mut k, mut l) = (0u32, 0u32, 0u32);
+            while l < 8 {
+                if (m >> l) & 1 != 0 {
+                    e |= l << (3 * k);
+                    k += 1;
+                }
+                l += 1;
+            }
+            t[m] = e | (k << 24);
+            m += 1;
+        }
+        t
+    };
+
+    /// Append to `out` the positions `base + i` of the nonzero values of `values` (a bit besides the sign set),
+    /// ascending: a block of 64 values is tested by one `vptest` of the OR of its eight registers; in a block with
+    /// a nonzero value each register's mask picks its 8 positions' permutation from [`COMPRESS8`], and the permuted
+    /// positions are stored whole after the positions so far, the end moved by the mask's count. The tail goes to
+    /// the portable loop.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA. The positions must fit `u32` (past it they wrap).
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn push_nonzero(values: &[f32], base: u32, out: &mut Vec<u32>) {
+        let magnitude = _mm256_set1_epi32(0x7fff_ffff);
+        let zero = _mm256_setzero_si256();
+        let shifts = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+        let seven = _mm256_set1_epi32(7);
+        // The positions of the block's first register's values; the other registers' are 8, 16, ... 56 on.
+        let mut first = _mm256_add_epi32(
+            _mm256_set1_epi32(base as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        );
+        let mut blocks = values.chunks_exact(BLOCK);
+        for block in blocks.by_ref() {
+            let p = block.as_ptr().cast::<__m256i>();
+            // SAFETY: `block` holds 64 values: the eight loads read 8 each at 0, 8, ... 56.
+            let v: [__m256i; 8] = core::array::from_fn(|r| unsafe { _mm256_loadu_si256(p.add(r)) });
+            let any = _mm256_or_si256(
+                _mm256_or_si256(_mm256_or_si256(v[0], v[1]), _mm256_or_si256(v[2], v[3])),
+                _mm256_or_si256(_mm256_or_si256(v[4], v[5]), _mm256_or_si256(v[6], v[7])),
+            );
+            if _mm256_testz_si256(any, magnitude) == 0 {
+                out.reserve(BLOCK);
+                let mut len = out.len();
+                let dst = out.as_mut_ptr();
+                for (r, &v) in v.iter().enumerate() {
+                    let zeros = _mm256_cmpeq_epi32(_mm256_and_si256(v, magnitude), zero);
+                    let m = !_mm256_movemask_ps(_mm256_castsi256_ps(zeros)) & 0xff;
+                    let e = COMPRESS8[m as usize];
+                    let lanes = _mm256_and_si256(
+                        _mm256_srlv_epi32(_mm256_set1_epi32(e as i32), shifts),
+                        seven,
+                    );
+                    let ids = _mm256_add_epi32(first, _mm256_set1_epi32(8 * r as i32));
+                    // SAFETY: the capacity is at least the block's first `len` plus 64, and each register moves
+                    // `len` by at most 8, so the 8 lanes stored at `len` are inside the allocation.
+                    unsafe {
+                        _mm256_storeu_si256(
+                            dst.add(len).cast(),
+                            _mm256_permutevar8x32_epi32(ids, lanes),
+                        )
+                    };
+                    len += (e >> 24) as usize;
+                }
+                // SAFETY: `len` is within the capacity (above); the values up to the old length were there, and
+                // each register's store wrote its first `count` lanes, which the new length counts, before the
+                // next register's store began at their end.
+                unsafe { out.set_len(len) };
+            }
+            first = _mm256_add_epi32(first, _mm256_set1_epi32(BLOCK as i32));
+        }
+        let tail = blocks.remainder();
+        push_portable(
+            tail,
+            base.wrapping_add((values.len() - tail.len()) as u32),
+            out,
+        );
+    }
+}
+
+pub(crate) use nonzero::push_nonzero;

@@ -391,6 +391,66 @@ pub(crate) fn stream_row(out: &mut [f32], x: &[f32], g: &[f32], sigma: f32, scal
     }
 }
 
+/// Append to `out` the positions `base + i` of the nonzero values of `values` (a bit besides the sign set),
+/// ascending (`crate::nonzero`): a block of 64 values is tested by one `vptestmd` of the OR of its four registers;
+/// in a block with a nonzero value each register's mask compresses its 16 positions (`vpcompressd`), which are
+/// stored whole after the positions so far, the end moved by the mask's count. The tail goes to the portable loop.
+/// Without the block's test (every register compressed) 1 M values with 1 % nonzero took 147 us against 176, but
+/// with none 151 against 123 (best of 300, development VM): the test stays, for sparse seeds and frontiers.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA. The positions must fit `u32` (past it they wrap).
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(crate) unsafe fn push_nonzero(values: &[f32], base: u32, out: &mut Vec<u32>) {
+    use crate::nonzero::{BLOCK, push_portable};
+    let magnitude = _mm512_set1_epi32(0x7fff_ffff);
+    // The positions of the block's first register's values; the other registers' are 16, 32 and 48 on.
+    let mut first = _mm512_add_epi32(
+        _mm512_set1_epi32(base as i32),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+    );
+    let mut blocks = values.chunks_exact(BLOCK);
+    for block in blocks.by_ref() {
+        let p = block.as_ptr();
+        // SAFETY: `block` holds 64 values: the four loads read 16 each at 0, 16, 32 and 48.
+        let v = unsafe {
+            [
+                _mm512_loadu_si512(p.cast()),
+                _mm512_loadu_si512(p.add(16).cast()),
+                _mm512_loadu_si512(p.add(32).cast()),
+                _mm512_loadu_si512(p.add(48).cast()),
+            ]
+        };
+        let any = _mm512_or_si512(_mm512_or_si512(v[0], v[1]), _mm512_or_si512(v[2], v[3]));
+        if _mm512_test_epi32_mask(any, magnitude) != 0 {
+            out.reserve(BLOCK);
+            let mut len = out.len();
+            let dst = out.as_mut_ptr();
+            for (r, &v) in v.iter().enumerate() {
+                let m = _mm512_test_epi32_mask(v, magnitude);
+                let ids = _mm512_add_epi32(first, _mm512_set1_epi32(16 * r as i32));
+                // SAFETY: the capacity is at least the block's first `len` plus 64, and each register moves `len` by
+                // at most 16, so the 16 lanes stored at `len` are inside the allocation.
+                unsafe {
+                    _mm512_storeu_si512(dst.add(len).cast(), _mm512_maskz_compress_epi32(m, ids))
+                };
+                len += m.count_ones() as usize;
+            }
+            // SAFETY: `len` is within the capacity (above); the values up to the old length were there, and each
+            // register's store wrote its first `count_ones(m)` lanes, which the new length counts, before the next
+            // register's store began at their end.
+            unsafe { out.set_len(len) };
+        }
+        first = _mm512_add_epi32(first, _mm512_set1_epi32(BLOCK as i32));
+    }
+    let tail = blocks.remainder();
+    push_portable(
+        tail,
+        base.wrapping_add((values.len() - tail.len()) as u32),
+        out,
+    );
+}
+
 /// `sfence`: orders the calling thread's non-temporal stores before its later stores, so that a task that
 /// streamed its output is seen whole by whoever learns it is done.
 #[inline]
