@@ -732,7 +732,7 @@ impl Kernels {
     /// queries past its last full 128-query GEMM tile (all of them, up to 128), when not to the 128-query tile:
     /// - up to 8 of them after full tiles: the row scan (a 128-query tile row would cost as much as 128 queries,
     ///   the scan about one read of the corpus);
-    /// - up to 64 on the sm_80 GEMM: the narrowest tile that takes them ([`crate::sgemm::NarrowTile`]);
+    /// - up to 64 on the sm_80 GEMM: the narrowest tile that takes them (`sgemm::NarrowTile`);
     /// - 65 to 72 on the sm_80 GEMM where the 64-query tile runs: that tile full, then the scan (on an H200 a
     ///   64-query tile row costs about 58 % of a 128-query one, and the scan of 1 to 8 queries 20-38 %).
     ///
