@@ -2800,7 +2800,7 @@ mod tests {
         assert_eq!(*q, [0, 3, 3, 1 << 40, usize::MAX as u64]);
         #[cfg(target_pointer_width = "64")]
         assert!(
-            matches!(q, std::borrow::Cow::Borrowed(s) if s.as_ptr() as usize == p.as_ptr() as usize)
+            matches!(q, std::borrow::Cow::Borrowed(s) if std::ptr::eq(s.as_ptr().cast::<usize>(), p.as_ptr()))
         );
         assert!(offsets_u64(&[]).is_empty());
     }
