@@ -1950,23 +1950,83 @@ fn with_hubs_in_order<T: Copy>(edges: &[T], ranges: &[(usize, usize)]) -> Vec<T>
 /// Points per block of the k-means inertia sum (`docs/numerics.md`).
 pub const INERTIA_BLOCK: usize = 256;
 
-impl Kernels {
-    /// Upload a pull-order graph (in-edges of each target sorted by source: `recall_cpu_simd::SpreadGraph`).
-    /// Checked here: `in_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, the edge arrays
-    /// agree in length, every source is below `n`. The kernel then never reads outside the graph. Waits for
-    /// the uploads before returning, so that spreading may read the graph from any stream.
-    ///
-    /// `out_ptr`/`out_dst` are the same edges in their original (push) order, source by source: checked the
-    /// same way (`out_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, every target below `n`).
-    pub fn upload_graph(
-        &self,
-        gpu: &Gpu,
+/// CSR offsets (`usize`, as `recall_cpu_simd::SpreadGraph` holds them) as the u64 values
+/// [`Kernels::upload_graph`] takes: the caller's own memory where `usize` is 64 bits (no copy: 8 MB an array for a
+/// million nodes), a converted copy elsewhere.
+pub fn offsets_u64(p: &[usize]) -> std::borrow::Cow<'_, [u64]> {
+    #[cfg(target_pointer_width = "64")]
+    {
+        // SAFETY: on a 64-bit target `usize` and `u64` have the same size, alignment and valid bit patterns, so
+        // the view reads exactly `p`'s values, borrowed for `p`'s lifetime.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(p.as_ptr().cast::<u64>(), p.len())
+        })
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        std::borrow::Cow::Owned(p.iter().map(|&x| x as u64).collect())
+    }
+}
+
+/// How [`Kernels::upload_graph_with`] moves each of a graph's arrays from host memory into a new device buffer:
+/// [`PageableUpload`] (one `cuMemcpyHtoDAsync` from the caller's memory per array), or the caller's own way (the
+/// executor stages large arrays through its pinned staging ring). The launcher decides what goes up (the device
+/// layout of the graph); the uploader only how.
+pub trait GraphUpload {
+    /// The uploader's error. The launcher's own failures (the graph's checks, its other allocations, the final
+    /// wait) are converted into it.
+    type Error: From<KernelError>;
+    /// A new buffer of `src.len()` values holding `src`, allocated on `gpu`'s stream, whose copy is ordered before
+    /// the work queued on `gpu`'s stream after this returns (the same stream, or an event). `src` may change once
+    /// this returns.
+    fn upload_u32(&mut self, gpu: &Gpu, src: &[u32]) -> Result<CudaSlice<u32>, Self::Error>;
+    /// As [`GraphUpload::upload_u32`], for u64 values (offsets, spans).
+    fn upload_u64(&mut self, gpu: &Gpu, src: &[u64]) -> Result<CudaSlice<u64>, Self::Error>;
+    /// As [`GraphUpload::upload_u32`], for f32 values (weights).
+    fn upload_f32(&mut self, gpu: &Gpu, src: &[f32]) -> Result<CudaSlice<f32>, Self::Error>;
+}
+
+/// [`GraphUpload`] by one pageable copy per array on the handle's stream (`Gpu::upload`): what
+/// [`Kernels::upload_graph`] uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PageableUpload;
+
+impl GraphUpload for PageableUpload {
+    type Error = KernelError;
+    fn upload_u32(&mut self, gpu: &Gpu, src: &[u32]) -> Result<CudaSlice<u32>, KernelError> {
+        Ok(gpu.upload(src)?)
+    }
+    fn upload_u64(&mut self, gpu: &Gpu, src: &[u64]) -> Result<CudaSlice<u64>, KernelError> {
+        Ok(gpu.upload(src)?)
+    }
+    fn upload_f32(&mut self, gpu: &Gpu, src: &[f32]) -> Result<CudaSlice<f32>, KernelError> {
+        Ok(gpu.upload(src)?)
+    }
+}
+
+/// The host side of a graph's upload: the checks, and the arrays as the device holds them (nodes binned by
+/// in-degree class, each non-hub's span, the hubs' in-edges in [`hub_order`]). The edge arrays are the caller's
+/// own unless a hub reorders them.
+#[derive(Debug)]
+struct GraphLayout<'a> {
+    n: usize,
+    n_class: [u32; 4],
+    nodes: Vec<u32>,
+    spans: Option<Vec<u64>>,
+    in_src: std::borrow::Cow<'a, [u32]>,
+    in_w: std::borrow::Cow<'a, [f32]>,
+}
+
+impl<'a> GraphLayout<'a> {
+    /// See [`Kernels::upload_graph`] for what is checked.
+    fn new(
         in_ptr: &[u64],
-        in_src: &[u32],
-        in_w: &[f32],
+        in_src: &'a [u32],
+        in_w: &'a [f32],
         out_ptr: &[u64],
         out_dst: &[u32],
-    ) -> Result<DeviceGraph, KernelError> {
+    ) -> Result<GraphLayout<'a>, KernelError> {
+        use std::borrow::Cow;
         const K: &str = "spread_hop";
         let n = in_ptr
             .len()
@@ -1996,7 +2056,6 @@ impl Kernels {
                 format!("target {bad} is not below the node count {n}"),
             ));
         }
-        let pad = |x: usize| x.max(1);
         let degree = |v: usize| in_ptr[v + 1] - in_ptr[v];
         let class = |v: usize| match degree(v) {
             d if d >= recall_kernel_shared::SPREAD_HUB_MIN => 0,
@@ -2009,25 +2068,23 @@ impl Kernels {
             lists[class(v)].push(v as u32);
         }
         let n_class = [0, 1, 2, 3].map(|c| lists[c].len() as u32);
-        let (in_src_dev, in_w_dev) = if in_src.is_empty() {
-            (gpu.alloc_zeros(pad(0))?, gpu.alloc_zeros(pad(0))?)
-        } else if lists[0].is_empty() {
-            (gpu.upload(in_src)?, gpu.upload(in_w)?)
+        let (in_src, in_w) = if lists[0].is_empty() {
+            (Cow::Borrowed(in_src), Cow::Borrowed(in_w))
         } else {
             let ranges: Vec<(usize, usize)> = lists[0]
                 .iter()
                 .map(|&v| (in_ptr[v as usize] as usize, in_ptr[v as usize + 1] as usize))
                 .collect();
             (
-                gpu.upload(&with_hubs_in_order(in_src, &ranges))?,
-                gpu.upload(&with_hubs_in_order(in_w, &ranges))?,
+                Cow::Owned(with_hubs_in_order(in_src, &ranges)),
+                Cow::Owned(with_hubs_in_order(in_w, &ranges)),
             )
         };
         let nodes: Vec<u32> = lists.concat();
         // Below the hub class a count fits 16 bits (SPREAD_HUB_MIN <= 65,536); the start needs 48.
-        let spans = if in_src.len() < 1 << 48 {
+        let spans = (in_src.len() < 1 << 48).then(|| {
             let n_hubs = n_class[0] as usize;
-            let spans: Vec<u64> = nodes
+            nodes
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| {
@@ -2038,32 +2095,104 @@ impl Kernels {
                         (in_ptr[v] << 16) | degree(v)
                     }
                 })
-                .collect();
-            Some(gpu.upload(&spans)?)
+                .collect()
+        });
+        Ok(GraphLayout {
+            n,
+            n_class,
+            nodes,
+            spans,
+            in_src,
+            in_w,
+        })
+    }
+}
+
+impl Kernels {
+    /// Upload a pull-order graph (in-edges of each target sorted by source: `recall_cpu_simd::SpreadGraph`).
+    /// Checked here: `in_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, the edge arrays
+    /// agree in length, every source is below `n`. The kernel then never reads outside the graph. Waits for
+    /// the uploads before returning, so that spreading may read the graph from any stream.
+    ///
+    /// `out_ptr`/`out_dst` are the same edges in their original (push) order, source by source: checked the
+    /// same way (`out_ptr` has `n + 1` non-decreasing entries from 0 to the edge count, every target below `n`).
+    ///
+    /// Each array goes up in one pageable copy ([`PageableUpload`]); [`Kernels::upload_graph_with`] takes another
+    /// way.
+    pub fn upload_graph(
+        &self,
+        gpu: &Gpu,
+        in_ptr: &[u64],
+        in_src: &[u32],
+        in_w: &[f32],
+        out_ptr: &[u64],
+        out_dst: &[u32],
+    ) -> Result<DeviceGraph, KernelError> {
+        self.upload_graph_with(
+            gpu,
+            in_ptr,
+            in_src,
+            in_w,
+            out_ptr,
+            out_dst,
+            &mut PageableUpload,
+        )
+    }
+
+    /// [`Kernels::upload_graph`] with each array moved to the device by `up` (for example through pinned
+    /// staging). The same checks, the same layout; waits on `gpu`'s stream before returning, so the graph is
+    /// complete for any stream once this returns (`up` orders its copies before that stream's later work).
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_graph_with<U: GraphUpload>(
+        &self,
+        gpu: &Gpu,
+        in_ptr: &[u64],
+        in_src: &[u32],
+        in_w: &[f32],
+        out_ptr: &[u64],
+        out_dst: &[u32],
+        up: &mut U,
+    ) -> Result<DeviceGraph, U::Error> {
+        let layout = GraphLayout::new(in_ptr, in_src, in_w, out_ptr, out_dst)?;
+        let zeros_u32 = || gpu.alloc_zeros::<u32>(1).map_err(KernelError::from);
+        let (in_src_dev, in_w_dev) = if layout.in_src.is_empty() {
+            (
+                zeros_u32()?,
+                gpu.alloc_zeros::<f32>(1).map_err(KernelError::from)?,
+            )
         } else {
-            None
+            (
+                up.upload_u32(gpu, &layout.in_src)?,
+                up.upload_f32(gpu, &layout.in_w)?,
+            )
+        };
+        drop(layout.in_src);
+        drop(layout.in_w);
+        let spans = match &layout.spans {
+            Some(spans) => Some(up.upload_u64(gpu, spans)?),
+            None => None,
         };
         let out_dst_dev = if out_dst.is_empty() {
-            gpu.alloc_zeros(pad(0))?
+            zeros_u32()?
         } else {
-            gpu.upload(out_dst)?
+            up.upload_u32(gpu, out_dst)?
         };
         let graph = DeviceGraph {
-            n_nodes: n,
+            n_nodes: layout.n,
             n_edges: in_src.len(),
-            n_class,
-            nodes: gpu.upload(&nodes)?,
+            n_class: layout.n_class,
+            nodes: up.upload_u32(gpu, &layout.nodes)?,
             spans,
-            in_ptr: gpu.upload(in_ptr)?,
+            in_ptr: up.upload_u64(gpu, in_ptr)?,
             in_src: in_src_dev,
             in_w: in_w_dev,
-            out_ptr: gpu.upload(out_ptr)?,
+            out_ptr: up.upload_u64(gpu, out_ptr)?,
             out_dst: out_dst_dev,
             out_ptr_host: out_ptr.to_vec(),
             slots: crate::spread::SpreadSlots::default(),
         };
         // Spreading runs on streams of its own (`SpreadSlots`): the graph is complete before it is handed out.
-        gpu.synchronize()?;
+        gpu.synchronize().map_err(KernelError::from)?;
         Ok(graph)
     }
 
@@ -2569,6 +2698,141 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(sorted, edges);
         assert_eq!(moved[9000 + 5000], 9000 + 1); // group 1 of the 10,000-edge hub starts at slot 5,000
+    }
+
+    /// A graph of 5 nodes whose in-degrees are one of each class (a hub of `SPREAD_HUB_MIN`, 17, 9, 8) and 0: the
+    /// pull arrays (sources `(i * 7) % 5` in turn) and the same edges source by source.
+    #[allow(clippy::type_complexity)]
+    fn class_graph() -> (Vec<u64>, Vec<u32>, Vec<f32>, Vec<u64>, Vec<u32>) {
+        let hub = recall_kernel_shared::SPREAD_HUB_MIN;
+        let degrees = [hub, 17, 9, 8, 0];
+        let mut in_ptr = vec![0u64];
+        for d in degrees {
+            in_ptr.push(in_ptr.last().copied().unwrap_or(0) + d);
+        }
+        let e = in_ptr[5] as usize;
+        let in_src: Vec<u32> = (0..e).map(|i| (i * 7 % 5) as u32).collect();
+        let in_w: Vec<f32> = (0..e).map(|i| i as f32 * 0.5).collect();
+        let mut edges: Vec<(u32, u32)> = Vec::with_capacity(e);
+        for v in 0..5 {
+            for i in in_ptr[v]..in_ptr[v + 1] {
+                edges.push((in_src[i as usize], v as u32));
+            }
+        }
+        edges.sort_unstable();
+        let mut out_ptr = vec![0u64; 6];
+        for &(u, _) in &edges {
+            out_ptr[u as usize + 1] += 1;
+        }
+        for u in 0..5 {
+            out_ptr[u + 1] += out_ptr[u];
+        }
+        let out_dst = edges.iter().map(|&(_, v)| v).collect();
+        (in_ptr, in_src, in_w, out_ptr, out_dst)
+    }
+
+    #[test]
+    fn graph_layout_bins_nodes_spans_them_and_orders_hub_edges() {
+        use std::borrow::Cow;
+        let (in_ptr, in_src, in_w, out_ptr, out_dst) = class_graph();
+        let l = GraphLayout::new(&in_ptr, &in_src, &in_w, &out_ptr, &out_dst).unwrap();
+        assert_eq!(l.n, 5);
+        // One node per class, the node of no in-edges with the smallest.
+        assert_eq!(l.n_class, [1, 1, 1, 2]);
+        assert_eq!(l.nodes, [0, 1, 2, 3, 4]);
+        let span = |v: usize| (in_ptr[v] << 16) | (in_ptr[v + 1] - in_ptr[v]);
+        assert_eq!(
+            l.spans.as_deref(),
+            Some(&[0, span(1), span(2), span(3), span(4)][..])
+        );
+        // The hub's in-edges (node 0's, the first 4,096) in hub order, the others as they were: a copy.
+        let hub = (0, in_ptr[1] as usize);
+        assert!(matches!(l.in_src, Cow::Owned(_)) && matches!(l.in_w, Cow::Owned(_)));
+        assert_eq!(*l.in_src, with_hubs_in_order(&in_src, &[hub]));
+        assert_eq!(*l.in_w, with_hubs_in_order(&in_w, &[hub]));
+        assert_eq!(l.in_src[hub.1..], in_src[hub.1..]);
+
+        // Without a hub the edge arrays go up as the caller's own: no copy.
+        let cut = in_ptr[1];
+        let ptr: Vec<u64> = in_ptr[1..].iter().map(|&p| p - cut).collect();
+        let src: Vec<u32> = in_src[cut as usize..].iter().map(|&s| s % 4).collect();
+        let w = &in_w[cut as usize..];
+        let dst: Vec<u32> = (0..src.len() as u32).map(|i| i % 4).collect();
+        let mut optr = vec![0u64; 5];
+        optr[4] = src.len() as u64;
+        let l = GraphLayout::new(&ptr, &src, w, &optr, &dst).unwrap();
+        assert_eq!(l.n_class, [0, 1, 1, 2]);
+        assert_eq!(l.nodes, [0, 1, 2, 3]);
+        assert!(matches!(l.in_src, Cow::Borrowed(s) if s.as_ptr() == src.as_ptr()));
+        assert!(matches!(l.in_w, Cow::Borrowed(x) if x.as_ptr() == w.as_ptr()));
+    }
+
+    #[test]
+    fn graph_layout_refuses_what_the_kernels_would_read_outside_of() {
+        let (in_ptr, in_src, in_w, out_ptr, out_dst) = class_graph();
+        let refused = |ip: &[u64], s: &[u32], w: &[f32], op: &[u64], d: &[u32]| {
+            matches!(
+                GraphLayout::new(ip, s, w, op, d),
+                Err(KernelError::Shape { .. })
+            )
+        };
+        assert!(!refused(&in_ptr, &in_src, &in_w, &out_ptr, &out_dst));
+        assert!(refused(&[], &[], &[], &[], &[]), "no offsets");
+        assert!(refused(&[0], &[], &[], &[0], &[]), "no node");
+        assert!(
+            refused(&in_ptr, &in_src, &in_w[1..], &out_ptr, &out_dst),
+            "a weight short"
+        );
+        let mut bad = in_src.clone();
+        bad[7] = 5;
+        assert!(
+            refused(&in_ptr, &bad, &in_w, &out_ptr, &out_dst),
+            "a source out of range"
+        );
+        let mut bad = in_ptr.clone();
+        bad.swap(1, 2);
+        assert!(
+            refused(&bad, &in_src, &in_w, &out_ptr, &out_dst),
+            "offsets decrease"
+        );
+        let mut bad = in_ptr.clone();
+        bad[5] -= 1;
+        assert!(
+            refused(&bad, &in_src, &in_w, &out_ptr, &out_dst),
+            "offsets end short"
+        );
+        assert!(
+            refused(&in_ptr, &in_src, &in_w, &out_ptr[1..], &out_dst),
+            "out offsets short"
+        );
+        assert!(
+            refused(&in_ptr, &in_src, &in_w, &out_ptr, &out_dst[1..]),
+            "targets short"
+        );
+        let mut bad = out_dst.clone();
+        bad[3] = 5;
+        assert!(
+            refused(&in_ptr, &in_src, &in_w, &out_ptr, &bad),
+            "a target out of range"
+        );
+        let mut bad = out_ptr.clone();
+        bad[0] = 1;
+        assert!(
+            refused(&in_ptr, &in_src, &in_w, &bad, &out_dst),
+            "out offsets from 1"
+        );
+    }
+
+    #[test]
+    fn offsets_u64_are_the_values_without_a_copy_on_64_bit_targets() {
+        let p: Vec<usize> = vec![0, 3, 3, 1 << 40, usize::MAX];
+        let q = offsets_u64(&p);
+        assert_eq!(*q, [0, 3, 3, 1 << 40, usize::MAX as u64]);
+        #[cfg(target_pointer_width = "64")]
+        assert!(
+            matches!(q, std::borrow::Cow::Borrowed(s) if std::ptr::eq(s.as_ptr().cast::<usize>(), p.as_ptr()))
+        );
+        assert!(offsets_u64(&[]).is_empty());
     }
 
     /// One pass in point order: the lists `group_by_cluster` must equal.

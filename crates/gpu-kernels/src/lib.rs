@@ -28,10 +28,10 @@ pub use cand::{CAND_MAX_DIM, CandidateBatch};
 pub use host::on_host_pool;
 pub use knn1::{KNN1_MAX_DIM, KNN1_MAX_ROWS, OneQuery, one_query_readback_mapped};
 pub use launch::{
-    CLIP_NOISE_TWO_PASS, DeviceGraph, FILTER_MIN_LEN, GemmTail, HalfKind, HalfSource,
+    CLIP_NOISE_TWO_PASS, DeviceGraph, FILTER_MIN_LEN, GemmTail, GraphUpload, HalfKind, HalfSource,
     INERTIA_BLOCK, KMeansScratch, KernelError, Kernels, LoadedImage, PREFETCH_MAX_ROWS,
-    PendingTopK, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM, TopKResult, WARP_MAX_ROWS,
-    group_by_cluster, half_ld,
+    PageableUpload, PendingTopK, SCAN_MAX_QUERIES, Segments, SimMetric, TC_MIN_SM, TopKResult,
+    WARP_MAX_ROWS, group_by_cluster, half_ld, offsets_u64,
 };
 /// The largest `k` that `Kernels::select_topk` selects in one pass over dense segments (radix select above).
 pub use recall_kernel_shared::{GEMM_TILE, SMALL_K_MAX};

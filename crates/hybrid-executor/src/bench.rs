@@ -1151,7 +1151,7 @@ mod gpu_graph {
     use super::*;
     use crate::gpu_backend::GpuBackend;
     use recall_cpu_simd::{SpreadGraph, kmeans_seed_indices};
-    use recall_gpu_kernels::{Frontier, Seeds};
+    use recall_gpu_kernels::{Frontier, PageableUpload, Seeds};
 
     fn err(e: impl std::fmt::Display) -> String {
         e.to_string()
@@ -1172,7 +1172,10 @@ mod gpu_graph {
         iters: usize,
     ) -> Result<SpreadTimes, String> {
         let (g, kern) = backend.parts();
-        let dev = crate::gpu_shared_graph::upload(g, kern, graph).map_err(err)?;
+        let (upload_pageable_ms, upload_staged_ms, upload_ring) =
+            graph_upload_ms(backend, graph, iters)?;
+        let dev = crate::gpu_shared_graph::upload(g, kern, graph, &mut backend.graph_staging())
+            .map_err(err)?;
         let list: Vec<(u32, f32)> = seeds
             .iter()
             .enumerate()
@@ -1263,7 +1266,43 @@ mod gpu_graph {
             download_ms: median(download_only) - dense1,
             top_download_ms: median(both) - dense1,
             seed_scan_ms: median(scan),
+            upload_pageable_ms,
+            upload_staged_ms,
+            upload_ring,
         })
+    }
+
+    /// The graph's upload as a plain `spread` makes it on every call (a stream of its own, the device layout on the
+    /// host, the copies, the wait): median ms with every array pageable, and with the backend's own upload (arrays
+    /// from `STAGED_UPLOAD_MIN_BYTES` up through the staging ring once it is made); whether the ring was there.
+    /// One untimed call of each first (the backend's may make the ring), then at most 5 of each, in turn.
+    fn graph_upload_ms(
+        backend: &GpuBackend,
+        graph: &SpreadGraph,
+        iters: usize,
+    ) -> Result<(f64, f64, bool), String> {
+        let (g, kern) = backend.parts();
+        let once = |staged: bool| -> Result<f64, String> {
+            let t = Instant::now();
+            let dev = if staged {
+                crate::gpu_shared_graph::upload(g, kern, graph, &mut backend.graph_staging())
+            } else {
+                crate::gpu_shared_graph::upload(g, kern, graph, &mut PageableUpload)
+            }
+            .map_err(err)?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            drop(dev);
+            Ok(ms)
+        };
+        once(false)?;
+        once(true)?;
+        let (mut pageable, mut staged) = (Vec::new(), Vec::new());
+        for _ in 0..iters.clamp(1, 5) {
+            pageable.push(once(false)?);
+            staged.push(once(true)?);
+        }
+        let ring = backend.memory().pinned_pool().stats().in_use_bytes > 0;
+        Ok((median(pageable), median(staged), ring))
     }
 
     /// One k-means iteration with the points resident (assignment, inertia, member sort on the host,
@@ -1437,6 +1476,15 @@ pub struct SpreadTimes {
     /// The host's scan of the dense seed vector for its nonzero values (part of `dense1_ms`, before any
     /// hop is queued; the device zeroes its buffers meanwhile).
     pub seed_scan_ms: f64,
+    /// The graph's upload (what a plain `spread` does before its hops; a handle's first call too), every array
+    /// through one pageable copy.
+    pub upload_pageable_ms: f64,
+    /// The same upload as the GPU backend makes it: arrays from `STAGED_UPLOAD_MIN_BYTES` up through the pinned
+    /// staging ring, when [`SpreadTimes::upload_ring`].
+    pub upload_staged_ms: f64,
+    /// Whether the backend held its staging ring after the staged uploads (else they were pageable too: the
+    /// large copies had not repaid it yet, `STAGING_PAYBACK`, or no pinned memory could be had).
+    pub upload_ring: bool,
 }
 
 /// GPU clip-and-noise with the data resident: median ms with the one-pass kernel (`fused`, where it runs) or the

@@ -1864,7 +1864,7 @@ mod run_gpu {
         for &(n, e, hub_in, hub_out) in graphs {
             let (indptr, indices, weights) = power_law_graph(&mut rng, n, e, hub_in, hub_out);
             let graph = SpreadGraph::from_csr(&indptr, &indices, &weights).map_err(e_)?;
-            let dev = upload(g, kern, &graph).map_err(e_)?;
+            let dev = upload(g, kern, &graph, &mut gpu.graph_staging()).map_err(e_)?;
             let value = |rng: &mut SplitMix| (rng.next_f32() + 1.0) * 0.5;
             let mut seed_sets: Vec<(Vec<f32>, f32)> = Vec::new();
             // No seed at all: every hop's frontier is empty.

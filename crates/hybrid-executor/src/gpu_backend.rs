@@ -139,10 +139,10 @@ mod imp {
         KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK, kmeans_seed_indices,
     };
     use recall_gpu_kernels::{
-        HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, OneQuery, SCAN_MAX_QUERIES,
-        Seeds, Segments, SimMetric, TopKResult, half_ld,
+        GraphUpload, HalfKind, HalfSource, KMeansScratch, KernelError, Kernels, OneQuery,
+        SCAN_MAX_QUERIES, Seeds, Segments, SimMetric, TopKResult, half_ld,
     };
-    use recall_gpu_sys::driver::CudaSlice;
+    use recall_gpu_sys::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
     use recall_gpu_sys::{Gpu, GpuError, driver_version_string, probe};
     use recall_memory_pool::{
         Budget, DeviceBuffer, DeviceCopy, DeviceSlice, GpuMemory, MemoryConfig, PoolError,
@@ -200,8 +200,10 @@ mod imp {
         /// The staged upload of large caller data ([`super::STAGED_UPLOAD_MIN_BYTES`]) and download of large
         /// results ([`super::STAGED_DOWNLOAD_MIN_BYTES`]): two pinned chunks of [`super::STAGING_RING_CHUNK_BYTES`]
         /// from the memory pool's pinned pool, copying on the device's stream. Made once the large copies repay it
-        /// ([`super::STAGING_PAYBACK`]) and kept (page-locking is paid once); dropped after an error and by `trim`. Its users hold `lock`, so the
-        /// mutex is never contended; it is what lets `&self` lend the ring out.
+        /// ([`super::STAGING_PAYBACK`]) and kept (page-locking is paid once); dropped after an error and by `trim`.
+        /// The calls' copies hold `lock` too, so they never wait here for each other; spreading graphs' uploads
+        /// ([`GraphStaging`]) do not, so they may wait here for one another or for one serialised call's copy. It
+        /// is what lets `&self` lend the ring out.
         uploader: Mutex<Option<StagingRing>>,
         /// Set once the pinned staging could not be had (and said so): large uploads and downloads then copy
         /// through pageable memory; each one still tries to make the staging first.
@@ -471,6 +473,14 @@ mod imp {
             // Refused before anything was queued: the call's shape, not the device.
             e @ KernelError::Shape { .. } => BackendError::Unfit(e.to_string()),
             other => BackendError::Gpu(other.to_string()),
+        }
+    }
+
+    /// For launchers generic over their caller's error (`recall_gpu_kernels::GraphUpload`): the same mapping as
+    /// [`map_kernel_error`].
+    impl From<KernelError> for BackendError {
+        fn from(e: KernelError) -> BackendError {
+            map_kernel_error(e)
         }
     }
 
@@ -808,6 +818,53 @@ mod imp {
                 *slot = None;
             }
             Some(r.map_err(map_pool_error))
+        }
+    }
+
+    /// How the GPU backend uploads a spreading graph's arrays (`recall_gpu_kernels::GraphUpload`): an array from
+    /// [`super::STAGED_UPLOAD_MIN_BYTES`] up through the staging ring, as [`GpuBackend::copy_in`] stages caller
+    /// data (the same payback, the same ring, counted in the same total), into a buffer on the graph's own stream
+    /// (events order the ring's copies, on the device's stream, between that stream's allocation and its later
+    /// work); smaller arrays, and every array while no ring can be had, in one pageable copy.
+    ///
+    /// A graph upload runs outside the backend's `lock` (spreading never takes it); it takes only the ring's own
+    /// mutex, one array at a time. Its copies are queued on the device's stream, so they start after the work
+    /// already queued there by a serialised call.
+    #[derive(Debug)]
+    pub(crate) struct GraphStaging<'a>(&'a GpuBackend);
+
+    impl GraphStaging<'_> {
+        fn upload<T: DeviceCopy + DeviceRepr + ValidAsZeroBits>(
+            &mut self,
+            gpu: &Gpu,
+            src: &[T],
+        ) -> Result<CudaSlice<T>, BackendError> {
+            let bytes = std::mem::size_of_val(src);
+            if !super::stages_upload(bytes) {
+                return gpu.upload(src).map_err(map_gpu_error);
+            }
+            // Zeroed (a memset on the graph's stream, microseconds): the staged copies fill it after that.
+            let mut dst = gpu.alloc_zeros::<T>(src.len()).map_err(map_gpu_error)?;
+            match self.0.on_ring(bytes, |ring| {
+                ring.upload_cuda_with(src, &mut dst, 0, host_copy)
+            }) {
+                Some(staged) => staged?,
+                None => gpu.upload_into(src, &mut dst).map_err(map_gpu_error)?,
+            }
+            Ok(dst)
+        }
+    }
+
+    impl GraphUpload for GraphStaging<'_> {
+        type Error = BackendError;
+        fn upload_u32(&mut self, gpu: &Gpu, src: &[u32]) -> Result<CudaSlice<u32>, BackendError> {
+            self.upload(gpu, src)
+        }
+        fn upload_u64(&mut self, gpu: &Gpu, src: &[u64]) -> Result<CudaSlice<u64>, BackendError> {
+            self.upload(gpu, src)
+        }
+        fn upload_f32(&mut self, gpu: &Gpu, src: &[f32]) -> Result<CudaSlice<f32>, BackendError> {
+            self.upload(gpu, src)
         }
     }
 
@@ -1154,6 +1211,11 @@ mod imp {
         /// is made ([`super::STAGING_PAYBACK`]); 0 makes it at the first large copy (tests and benchmarks).
         pub fn set_staging_payback(&self, times: u64) {
             self.staging_payback.store(times, Ordering::Relaxed);
+        }
+
+        /// How this backend uploads a spreading graph: large arrays staged ([`GraphStaging`]).
+        pub(crate) fn graph_staging(&self) -> GraphStaging<'_> {
+            GraphStaging(self)
         }
 
         /// Out-of-core knn: the corpus stays in host memory and passes through the device in chunks of
@@ -1863,7 +1925,7 @@ mod imp {
         ) -> Result<Spread, BackendError> {
             self.test_fault(crate::gpu_test_fault::TestFaultOp::Spread)?;
             let (g, kern) = (&self.gpu, &self.kernels);
-            let dev = crate::gpu_shared_graph::upload(g, kern, graph)?;
+            let dev = crate::gpu_shared_graph::upload(g, kern, graph, &mut self.graph_staging())?;
             crate::gpu_shared_graph::spread_on(g, kern, &dev, Seeds::Dense(seeds), params)
         }
 
@@ -1878,6 +1940,7 @@ mod imp {
                 &self.gpu,
                 &self.kernels,
                 &self.graphs,
+                &mut self.graph_staging(),
                 graph,
                 Seeds::Dense(seeds),
                 params,
@@ -1896,6 +1959,7 @@ mod imp {
                 &self.gpu,
                 &self.kernels,
                 &self.graphs,
+                &mut self.graph_staging(),
                 graph,
                 Seeds::List(seeds),
                 params,
@@ -2034,6 +2098,9 @@ mod imp {
 
         /// No corpus is ever resident without a GPU.
         pub fn set_corpus_budget(&self, _bytes: usize) {}
+
+        /// Nothing is staged without a GPU.
+        pub fn set_staging_payback(&self, _times: u64) {}
 
         /// TEST ONLY: nothing to fail without a GPU.
         pub fn set_test_fault(&self, _fault: Option<crate::TestFault>) {}

@@ -1,8 +1,9 @@
 //! Spreading on the GPU over a graph that stays on the device while its [`SharedGraph`] lives: the GPU
 //! backend's graph cache (the graph counterpart of its resident corpora).
 //!
-//! The cache holds, per live shared graph, the `DeviceGraph` that `Kernels::upload_graph` made (the pull
-//! arrays, nodes binned by in-degree). An entry whose graph has been dropped is freed the next time the
+//! The cache holds, per live shared graph, the `DeviceGraph` that `Kernels::upload_graph_with` made (the pull
+//! arrays, nodes binned by in-degree; arrays of `STAGED_UPLOAD_MIN_BYTES` or more staged through the backend's
+//! pinned ring, as other caller data). An entry whose graph has been dropped is freed the next time the
 //! cache is touched. Spreading does not take the backend's serialising lock: a graph is uploaded on a stream
 //! of its own and is complete before any call reads it, and each call runs on one of the graph's slots (its
 //! own stream and buffers: `recall_gpu_kernels`' `spread_graph`), so spreading calls run beside each other
@@ -13,7 +14,7 @@ use crate::gpu_backend::{drop_dead, map_gpu_error, map_kernel_error};
 use crate::shared_graph::{GraphInner, SharedGraph};
 use parking_lot::Mutex;
 use recall_cpu_simd::{CpuError, Spread, SpreadGraph, SpreadParams, TopK};
-use recall_gpu_kernels::{DeviceGraph, Frontier, Kernels, Seeds};
+use recall_gpu_kernels::{DeviceGraph, Frontier, GraphUpload, Kernels, Seeds, offsets_u64};
 use recall_gpu_sys::Gpu;
 use std::sync::{Arc, Weak};
 
@@ -45,20 +46,32 @@ impl GraphCache {
     }
 }
 
-/// Upload a validated graph's pull arrays and its out-edge targets, on a stream of its own (the upload is
-/// complete when this returns: `Kernels::upload_graph` waits for it).
-pub(crate) fn upload(
+/// Upload a validated graph's pull arrays and its out-edge targets, each array by `up` (the GPU backend's
+/// `GraphStaging`: large arrays through pinned staging), into buffers on a stream of its own. The upload is
+/// complete when this returns (`Kernels::upload_graph_with` waits for that stream, which waits for the staged
+/// copies).
+pub(crate) fn upload<U: GraphUpload>(
     gpu: &Gpu,
     kern: &Kernels,
     graph: &SpreadGraph,
-) -> Result<DeviceGraph, BackendError> {
+    up: &mut U,
+) -> Result<DeviceGraph, BackendError>
+where
+    BackendError: From<U::Error>,
+{
     let gpu = &gpu.with_new_stream().map_err(map_gpu_error)?;
     let (in_ptr, in_src, in_w) = graph.pull_arrays();
     let (out_ptr, out_dst) = graph.push_targets();
-    let in_ptr64: Vec<u64> = in_ptr.iter().map(|&p| p as u64).collect();
-    let out_ptr64: Vec<u64> = out_ptr.iter().map(|&p| p as u64).collect();
-    kern.upload_graph(gpu, &in_ptr64, in_src, in_w, &out_ptr64, out_dst)
-        .map_err(map_kernel_error)
+    kern.upload_graph_with(
+        gpu,
+        &offsets_u64(in_ptr),
+        in_src,
+        in_w,
+        &offsets_u64(out_ptr),
+        out_dst,
+        up,
+    )
+    .map_err(BackendError::from)
 }
 
 /// `params.hops` hops from `seeds` over a graph already on the device, the top `params.k`, and every
@@ -115,25 +128,29 @@ pub(crate) fn spread_on_with(
 
 /// Spreading over `graph`, uploading it on its first use and reusing the device copy afterwards (a seed
 /// list goes to the launcher as it is: ascending distinct ids, validated by the executor).
-pub(crate) fn spread_resident(
+pub(crate) fn spread_resident<U: GraphUpload>(
     gpu: &Gpu,
     kern: &Kernels,
     cache: &GraphCache,
+    up: &mut U,
     graph: &SharedGraph,
     seeds: Seeds<'_>,
     params: &SpreadParams,
-) -> Result<Spread, BackendError> {
+) -> Result<Spread, BackendError>
+where
+    BackendError: From<U::Error>,
+{
     let dev = {
         let mut entries = cache.entries.lock();
         // Free the device copies of graphs that no longer exist.
         drop_dead(gpu, &mut entries, |r| r.alive.strong_count() > 0)?;
         if !entries.iter().any(|r| r.id == graph.id()) {
-            let dev = match upload(gpu, kern, graph.graph()) {
+            let dev = match upload(gpu, kern, graph.graph(), up) {
                 Ok(dev) => dev,
                 Err(BackendError::OutOfMemory(_)) => {
                     // Make room: drop the other graphs' copies (they are uploaded again when used).
                     entries.clear();
-                    upload(gpu, kern, graph.graph())?
+                    upload(gpu, kern, graph.graph(), up)?
                 }
                 Err(e) => return Err(e),
             };

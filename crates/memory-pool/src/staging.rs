@@ -8,7 +8,7 @@ use crate::buffers::{DeviceBuffer, DeviceCopy, DeviceSlice};
 use crate::cuda::{CudaPinned, GpuMemory, Stream};
 use crate::error::{PoolError, byte_len};
 use crate::pool::Block;
-use recall_gpu_sys::driver::CudaEvent;
+use recall_gpu_sys::driver::{CudaEvent, CudaSlice, DevicePtrMut};
 use recall_gpu_sys::memory;
 use std::fmt;
 use std::ops::Range;
@@ -137,23 +137,85 @@ impl StagingRing {
             return Ok(());
         }
         let dst_addr = dst.device_ptr() + byte_len::<T>(dst_offset)? as u64;
+        let dst_stream = dst.stream().clone();
+        // SAFETY: `dst_addr..` + `src`'s bytes lies inside `dst` (checked above), which is borrowed mutably for the
+        // call (no other stream of ours uses it meanwhile) and is freed or reused on its own stream, which the
+        // body orders after these copies.
+        unsafe { self.upload_ordered(src, dst_addr, &dst_stream, copy) }
+    }
+
+    /// As [`StagingRing::upload_with`], into a buffer that is not the pool's: a driver allocation (cudarc's
+    /// `CudaSlice`, such as a spreading graph's arrays) ordered on a stream of its own. `src` into `dst` from element
+    /// `dst_offset`. The copies start after the work already queued on `dst`'s stream, and work queued there
+    /// afterwards sees the data (events order the two streams where they differ); `dst` is freed on its stream, so
+    /// after the copies. Returns when the last chunk is queued; `src` may change then.
+    pub fn upload_cuda_with<T: DeviceCopy>(
+        &mut self,
+        src: &[T],
+        dst: &mut CudaSlice<T>,
+        dst_offset: usize,
+        copy: impl Fn(&mut [u8], &[u8]) + Sync,
+    ) -> Result<(), PoolError> {
+        let end = dst_offset
+            .checked_add(src.len())
+            .ok_or(PoolError::SizeOverflow {
+                len: src.len(),
+                elem_size: std::mem::size_of::<T>(),
+            })?;
+        if end > dst.len() {
+            return Err(PoolError::LengthMismatch {
+                expected: dst.len(),
+                found: end,
+            });
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        let dst_stream = dst.stream().clone();
+        let base = {
+            // With cudarc's event tracking off (as `recall_gpu_sys::Gpu` opens contexts) the guard records nothing.
+            let (ptr, _record) = dst.device_ptr_mut(&dst_stream);
+            ptr
+        };
+        let dst_addr = base + byte_len::<T>(dst_offset)? as u64;
+        // SAFETY: `dst_addr..` + `src`'s bytes lies inside `dst` (checked above), device memory of its stream's
+        // context, borrowed mutably for the call; cudarc frees it on that stream (asynchronously, or after a
+        // synchronise of it), which the body orders after these copies.
+        unsafe { self.upload_ordered(src, dst_addr, &dst_stream, copy) }
+    }
+
+    /// The body of the typed uploads: `src` to `dst_addr` through the slots, the copies ordered after the work
+    /// queued on `dst_stream` so far and before the work queued there afterwards (events, where it is not the ring's
+    /// stream; also after a failed chunk, so that the copies already queued come first).
+    ///
+    /// # Safety
+    /// `dst_addr..dst_addr + size_of_val(src)` is live device memory of the ring's context, used by no stream but
+    /// `dst_stream` (and these copies) until this returns, and freed or reused only by work queued on `dst_stream`
+    /// after this returns.
+    unsafe fn upload_ordered<T: DeviceCopy>(
+        &mut self,
+        src: &[T],
+        dst_addr: u64,
+        dst_stream: &Stream,
+        copy: impl Fn(&mut [u8], &[u8]) + Sync,
+    ) -> Result<(), PoolError> {
         let bytes = byte_len::<T>(src.len())?;
         // SAFETY: `DeviceCopy` values are plain bytes; the view covers exactly `src`.
         let src_bytes = unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), bytes) };
-        let other = dst.stream().cu_stream() != self.stream.cu_stream();
+        let other = dst_stream.cu_stream() != self.stream.cu_stream();
         if other {
             // Copies start after the work already queued on the destination's stream.
-            memory::record_event(&self.before, dst.stream())?;
+            memory::record_event(&self.before, dst_stream)?;
             memory::stream_wait_event(&self.stream, &self.before)?;
         }
-        // SAFETY: `dst_addr..+bytes` lies inside `dst` (checked above), which is borrowed mutably for the
-        // call and whose stream waits for these copies below before any later work.
+        // SAFETY: the destination is the caller's (see `# Safety`); `dst_stream` waits for these copies below
+        // before any later work.
         let copied = unsafe { self.upload_bytes_with(src_bytes, dst_addr, copy) };
         if other {
-            // Also after a failed chunk: the copies already queued must come before `dst`'s later work
-            // (its free included).
+            // Also after a failed chunk: the copies already queued must come before the destination's later
+            // work (its free included).
             let ordered = memory::record_event(&self.after, &self.stream)
-                .and_then(|()| memory::stream_wait_event(dst.stream(), &self.after));
+                .and_then(|()| memory::stream_wait_event(dst_stream, &self.after));
             copied?;
             ordered?;
             return Ok(());

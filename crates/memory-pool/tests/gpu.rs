@@ -3,7 +3,8 @@
 //! the managed and forced-pinned unified paths (checked by a kernel reading the data), pinned staging,
 //! the budget OOM, the driver OOM after trim-and-retry, managed memory capped by free memory, trim, and the
 //! staged upload and download with a caller's (serial or parallel) host copy (`StagingRing::upload_with`,
-//! `StagingRing::download_with`).
+//! `StagingRing::download_with`), and the staged upload into a driver buffer on a stream of its own
+//! (`StagingRing::upload_cuda_with`).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
@@ -858,6 +859,127 @@ fn gpu_staged_closure_download_gives_identical_bytes() {
         assert!(out == host, "{where_}: after a panicking copy");
         ring.finish().unwrap();
     }
+    assert!(mem.pinned_pool().take_errors().is_empty());
+    assert!(mem.device_pool().take_errors().is_empty());
+}
+
+/// Queue 64 memsets of `scratch` on `stream`: milliseconds of work that a copy ordered after it must wait for.
+fn hold_busy(scratch: &DeviceBuffer<u8>, stream: &recall_memory_pool::Stream) {
+    for _ in 0..64 {
+        // SAFETY: `scratch` is live device memory of the stream's context, kept by the caller until the stream is
+        // idle (the test synchronises its streams before dropping it).
+        unsafe {
+            recall_gpu_sys::memory::memset_d8_async(scratch.device_ptr(), 5, scratch.len(), stream)
+        }
+        .unwrap();
+    }
+    assert!(
+        !recall_gpu_sys::memory::stream_is_idle(stream).unwrap(),
+        "the memsets finished at once: the ordering below would show nothing"
+    );
+}
+
+/// The staged upload into a driver allocation (`StagingRing::upload_cuda_with`: a cudarc buffer on a stream of its
+/// own, as a spreading graph's arrays are), with the ring on the device's stream (events both ways) and on the
+/// buffer's: every length around the chunk size at element offsets, f32 values whose chunk boundaries fall inside
+/// elements, a refused range; then the ordering, never waited for by the test: the copies come after a memset
+/// queued on the buffer's stream behind milliseconds of work, and a download queued on the buffer's stream right
+/// after the call sees them though the ring's stream is held busy before them.
+#[test]
+fn gpu_staged_upload_into_a_driver_buffer_on_its_own_stream() {
+    let _s = SERIAL.lock();
+    let Some(gpu) = open("gpu_staged_upload_into_a_driver_buffer_on_its_own_stream") else {
+        return;
+    };
+    let mem = GpuMemory::new(&gpu, config(false)).unwrap();
+    let chunk = 64 << 10;
+    // A handle whose buffers are allocated, freed and read on a stream of its own.
+    let own = gpu.with_new_stream().unwrap();
+    let scratch = DeviceBuffer::<u8>::try_alloc(&mem, 256 * MIB).unwrap();
+    for (copy_stream, where_) in [
+        (mem.stream().clone(), "device stream"),
+        (own.stream().clone(), "buffer's stream"),
+    ] {
+        let mut ring = StagingRing::new(&mem, chunk, &copy_stream).unwrap();
+        for len in [0, 1, chunk - 1, chunk, chunk + 1, 2 * chunk + chunk / 2] {
+            for offset in [0, 3, chunk + 5] {
+                let what = format!("{where_}: len {len}, offset {offset}");
+                let src = bytes(len, (len + offset) as u8);
+                let total = offset + len + 7;
+                let mut dst = own.alloc_zeros::<u8>(total).unwrap();
+                ring.upload_cuda_with(&src, &mut dst, offset, par_copy)
+                    .unwrap();
+                let got = own.download(&dst).unwrap();
+                assert!(got[..offset].iter().all(|&b| b == 0), "{what}: before");
+                assert!(got[offset..offset + len] == src[..], "{what}: the bytes");
+                assert!(got[offset + len..].iter().all(|&b| b == 0), "{what}: after");
+            }
+        }
+        let host = data(5 * chunk / 4 + 3);
+        let mut dst = own.alloc_zeros::<f32>(host.len() + 11).unwrap();
+        ring.upload_cuda_with(&host, &mut dst, 11, par_copy)
+            .unwrap();
+        let got = own.download(&dst).unwrap();
+        assert!(got[..11].iter().all(|&v| v == 0.0), "{where_}: f32 before");
+        let same = got[11..]
+            .iter()
+            .zip(&host)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{where_}: f32 upload differs");
+        let mut small = own.alloc_zeros::<u8>(10).unwrap();
+        let err = ring
+            .upload_cuda_with(&bytes(8, 0), &mut small, 3, par_copy)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PoolError::LengthMismatch {
+                    expected: 10,
+                    found: 11
+                }
+            ),
+            "{where_}: {err:?}"
+        );
+
+        // Two chunks each below, so that the ring never waits on the host for a slot (which would wait for the busy
+        // stream too and hide a missing event).
+        // After the buffer's earlier work: its stream busy, then a memset of the buffer to 0x55 queued; the staged
+        // bytes must land after it.
+        let src = bytes(2 * chunk - 5, 77);
+        let mut dst = own.alloc_zeros::<u8>(src.len()).unwrap();
+        hold_busy(&scratch, own.stream());
+        // SAFETY: `dst` is live device memory of `own`'s stream, used on that stream alone until it is dropped
+        // (on that stream, after this memset).
+        unsafe {
+            recall_gpu_sys::memory::memset_d8_async(
+                own.device_ptr(&dst),
+                0x55,
+                src.len(),
+                own.stream(),
+            )
+        }
+        .unwrap();
+        ring.upload_cuda_with(&src, &mut dst, 0, par_copy).unwrap();
+        assert!(
+            own.download(&dst).unwrap() == src,
+            "{where_}: the staged copies ran before the buffer's earlier work"
+        );
+
+        // Before the buffer's later work: the ring's stream busy first, so its copies run late; a download queued
+        // on the buffer's stream right after the call must still see them.
+        let src = bytes(2 * chunk - 5, 78);
+        let mut dst = own.alloc_zeros::<u8>(src.len()).unwrap();
+        hold_busy(&scratch, ring.stream());
+        ring.upload_cuda_with(&src, &mut dst, 0, par_copy).unwrap();
+        assert!(
+            own.download(&dst).unwrap() == src,
+            "{where_}: the buffer's later work ran before the staged copies"
+        );
+        ring.finish().unwrap();
+    }
+    own.synchronize().unwrap();
+    gpu.synchronize().unwrap();
+    drop(scratch);
     assert!(mem.pinned_pool().take_errors().is_empty());
     assert!(mem.device_pool().take_errors().is_empty());
 }

@@ -106,6 +106,12 @@ pub struct BenchArgs {
     /// kept; more where the two devices are within noise); default: what the production calibration uses.
     #[arg(long)]
     reps: Option<usize>,
+    /// break-even: the GPU backends' staging payback (`STAGING_PAYBACK`: the pinned ring is made once the large
+    /// copies add up to this many times its size); 0 makes it at the first large copy, so that every upload and
+    /// download from `STAGED_UPLOAD_MIN_BYTES` up is staged from the first call on (a long-running process's
+    /// steady state). Default: the library's.
+    #[arg(long)]
+    staging_payback: Option<u64>,
 }
 
 fn peer(a: &BenchArgs) -> Result<serde_free::Json, String> {
@@ -182,7 +188,8 @@ pub fn run(a: BenchArgs) -> Result<ExitCode, String> {
     check_size("--edges", &[a.edges, 4])?;
     check_size("--clusters x --dim", &[a.clusters, a.dim])?;
     if a.op == "break-even" {
-        let (r, code) = crate::calib::break_even(a.ops.as_deref(), a.reps, &command)?;
+        let (r, code) =
+            crate::calib::break_even(a.ops.as_deref(), a.reps, a.staging_payback, &command)?;
         emit(&r, &a.out)?;
         return Ok(code);
     }
@@ -1075,6 +1082,13 @@ fn header(r: &mut String, title: &str, command: String, d: &recall::GpuDescripti
     let _ = writeln!(r, "- command: `{command}`\n");
 }
 
+/// Bytes a graph's upload moves to the device: the pull and push offsets (u64 per node), sources, weights and
+/// targets (4 bytes per edge), the nodes binned by class (u32) and their spans (u64).
+fn graph_upload_bytes(graph: &recall::SpreadGraph) -> f64 {
+    let (n, e) = (graph.n_nodes() as f64, graph.n_edges() as f64);
+    2.0 * 8.0 * (n + 1.0) + 3.0 * 4.0 * e + 4.0 * n + 8.0 * n
+}
+
 /// `recall bench spread`: a generated power-law graph, resident on the GPU, next to CuPy's cuSPARSE on the
 /// identical graph (handed over as .npy files).
 fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
@@ -1114,6 +1128,9 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
         .map_err(|e| e.to_string())?;
     recall::io::write_npy(format!("{}/seeds.npy", a.graph_dir), &seeds, &[seeds.len()])
         .map_err(|e| e.to_string())?;
+    // The staging ring made at the graph's first large copy, as a process that has made it (a plain spread over
+    // this graph would make it within a few calls, `STAGING_PAYBACK`): the staged upload row is its steady state.
+    gpu.set_staging_payback(0);
     let times = recall::diagnostics::bench::spread_ms(
         gpu,
         &graph,
@@ -1259,6 +1276,22 @@ fn run_spread(a: BenchArgs) -> Result<ExitCode, String> {
         times.download_ms * 1e3,
         times.top_download_ms * 1e3,
         times.seed_scan_ms * 1e3
+    );
+    let upload_bytes = graph_upload_bytes(&graph);
+    let _ = writeln!(
+        r,
+        "| recall GPU: the graph's upload ({:.0} MB: pull arrays, out-edges, binned nodes), every array pageable / arrays of {} MiB or more through the pinned staging ring | {:.2} / {:.2} ms | {:.1} / {:.1} GB/s; what a plain `spread` pays each call, a handle once; {} |",
+        upload_bytes / 1e6,
+        recall::executor::STAGED_UPLOAD_MIN_BYTES >> 20,
+        times.upload_pageable_ms,
+        times.upload_staged_ms,
+        upload_bytes / (times.upload_pageable_ms * 1e-3) / 1e9,
+        upload_bytes / (times.upload_staged_ms * 1e-3) / 1e9,
+        if times.upload_ring {
+            "ring made at the first large copy"
+        } else {
+            "**no staging ring** (no pinned memory to be had: both pageable)"
+        }
     );
     peer_rows(&mut r, Some(&peer), 0, |r, name, p| {
         if let Some(ms) = p.num("hop_ms") {

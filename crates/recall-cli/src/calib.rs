@@ -16,10 +16,12 @@ use std::process::ExitCode;
 /// finds on this machine (the production procedure and probe) and the crossover of a sweep of every grid
 /// size of the same probe, both timed the same way (best of `reps` per size and device, more where the two
 /// are within noise) and read the same way (the smallest size from which the GPU stays at least as fast),
-/// with their ratio and the sizes at which the two devices are within noise of each other.
+/// with their ratio and the sizes at which the two devices are within noise of each other. `staging_payback`, when
+/// given, is set on every GPU backend first (`GpuBackend::set_staging_payback`).
 pub fn break_even(
     ops: Option<&[String]>,
     reps: Option<usize>,
+    staging_payback: Option<u64>,
     command: &str,
 ) -> Result<(String, ExitCode), String> {
     let engine = Engine::new().map_err(|e| e.to_string())?;
@@ -30,6 +32,11 @@ pub fn break_even(
         };
         return Err(format!("bench break-even needs a GPU: {why}"));
     };
+    if let Some(times) = staging_payback {
+        for b in engine.executor().gpu_backends() {
+            b.set_staging_payback(times);
+        }
+    }
     let ops: Vec<OpKind> = match ops {
         None => OpKind::ALL.to_vec(),
         Some(names) => names
@@ -53,6 +60,17 @@ pub fn break_even(
     );
     let _ = writeln!(r, "- recall commit: {COMMIT}");
     let _ = writeln!(r, "- command: `{command}`");
+    let _ = writeln!(
+        r,
+        "- staged copies: from {} MiB, through a pinned ring made once the large copies add up to {} times its size{}",
+        recall::executor::STAGED_UPLOAD_MIN_BYTES >> 20,
+        staging_payback.unwrap_or(recall::executor::STAGING_PAYBACK),
+        if staging_payback == Some(0) {
+            " (at the first large copy)"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(
         r,
         "- grid: work sizes {}..{} every x{GRID_STEP} (capped per op at what its probe can run); every size timed the same way: one warm-up call per device, then {} interleaved CPU and GPU calls, the best of each kept, {}x as many (at most {} s more) where the two bests are within noise (within twice the larger device's (median - best) / best, at least {:.0} %); the production calibration uses {}",

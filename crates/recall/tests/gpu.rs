@@ -1,6 +1,6 @@
 //! The same calls on the GPU and the CPU must agree bit for bit (small inputs, inputs large enough to be
-//! uploaded through pinned staging, and results large enough to come back through it). Skips, saying why, where
-//! there is no GPU.
+//! uploaded through pinned staging, spreading graphs whose arrays are, and results large enough to come back
+//! through it). Skips, saying why, where there is no GPU.
 #![allow(clippy::unwrap_used)] // a test crate: helpers panic on failure like the tests do
 
 use recall::{Device, DevicePolicy, Engine, Error, Metric};
@@ -702,4 +702,136 @@ fn gpu_the_staging_ring_is_made_once_large_copies_repay_it() {
             );
         }
     }
+}
+
+/// A spreading graph whose arrays reach `STAGED_UPLOAD_MIN_BYTES`: 2,200,000 nodes (the pull and push offsets and
+/// the spans, 8 bytes a node, each 17.6 MB; the binned nodes, 4 bytes a node, stay below) and 2.5 staging chunks and
+/// a bit of edges (sources, weights and targets, 4 bytes an edge: a short last chunk, both staging buffers reused),
+/// power law, so its lowest ids are hubs whose in-edges the upload reorders on the host; plus an in-hub and an
+/// out-hub. Seeds: one node in 1,000. Returns the graph, the seeds and its CSR for a handle.
+#[allow(clippy::type_complexity)]
+fn large_graph() -> (
+    recall::SpreadGraph,
+    Vec<f32>,
+    (Vec<usize>, Vec<u32>, Vec<f32>),
+) {
+    let min = recall::executor::STAGED_UPLOAD_MIN_BYTES;
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
+    let n = 2_200_000;
+    let edges = 5 * chunk / 2 / 4 + 3;
+    assert!(8 * (n + 1) >= min && 4 * n < min && 4 * edges >= min && 4 * edges > 2 * chunk);
+    let mut rng = recall::diagnostics::SplitMix::new(37);
+    let csr = recall::diagnostics::power_law_graph(&mut rng, n, edges - 30_000, 20_000, 10_000);
+    let graph = recall::SpreadGraph::from_csr(&csr.0, &csr.1, &csr.2).unwrap();
+    assert_eq!(graph.n_edges(), edges);
+    let mut seeds = vec![0.0f32; n];
+    for _ in 0..n / 1000 {
+        seeds[rng.below(n as u64) as usize] = (rng.next_f32() + 1.0) * 0.5;
+    }
+    (graph, seeds, csr)
+}
+
+const LARGE_SPREAD: recall::SpreadParams = recall::SpreadParams {
+    decay: 0.5,
+    threshold: 0.001,
+    hops: 3,
+    k: 20,
+};
+
+/// `got` is the CPU's spreading answer `want`, bit for bit, and ran on the GPU.
+fn same_spread(what: &str, got: &recall::Activation, want: &recall::Activation) {
+    ran_on_gpu(what, &got.device, &got.fallback);
+    assert_eq!(got.top.ids, want.top.ids, "{what}: top ids");
+    assert_eq!(
+        bits(&got.top.scores),
+        bits(&want.top.scores),
+        "{what}: top scores"
+    );
+    assert!(
+        bits(&got.activation) == bits(&want.activation),
+        "{what}: activations differ"
+    );
+}
+
+/// A large graph's arrays (`large_graph`: u64 offsets and spans, u32 sources and targets, f32 weights, each at or
+/// above `STAGED_UPLOAD_MIN_BYTES`) go up through the pinned staging ring, into buffers on the graph's own stream
+/// (the ring copies on the device's: events order the two), and the spreading over them gives the CPU's bits: a
+/// plain `spread` (uploads on every call), then a handle (`spread_in`, `spread_from`: uploaded on first use). The
+/// ring's pinned chunks being held after the first plain call, with none held before, shows that the graph's
+/// upload made and used it.
+#[test]
+fn gpu_large_graphs_are_staged_and_spread_bit_identical_to_cpu() {
+    let Some(gpu) = staged_gpu_engine() else {
+        return;
+    };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
+    let (graph, seeds, csr) = large_graph();
+    let want = cpu.spread(&graph, &seeds, &LARGE_SPREAD).unwrap();
+    for b in gpu.executor().gpu_backends() {
+        b.trim().unwrap();
+    }
+    assert_eq!(
+        staged_pinned_bytes(&gpu),
+        0,
+        "a ring before the graph's upload"
+    );
+    for call in 0..2 {
+        let got = gpu.spread(&graph, &seeds, &LARGE_SPREAD).unwrap();
+        same_spread(&format!("plain spread, call {call}"), &got, &want);
+        assert!(
+            staged_pinned_bytes(&gpu) >= 2 * chunk,
+            "no staging ring after a large graph's upload: {} bytes pinned",
+            staged_pinned_bytes(&gpu)
+        );
+    }
+    let handle = gpu.graph(&csr.0, &csr.1, &csr.2).unwrap();
+    let got = gpu.spread_in(&handle, &seeds, &LARGE_SPREAD).unwrap();
+    same_spread("spread_in, first call (the upload)", &got, &want);
+    let got = gpu.spread_in(&handle, &seeds, &LARGE_SPREAD).unwrap();
+    same_spread("spread_in, resident", &got, &want);
+    let mut list: Vec<(u32, f32)> = seeds
+        .iter()
+        .enumerate()
+        .filter(|p| *p.1 != 0.0)
+        .map(|(v, &x)| (v as u32, x))
+        .collect();
+    list.reverse();
+    let got = gpu.spread_from(&handle, &list, &LARGE_SPREAD).unwrap();
+    same_spread("spread_from, resident", &got, &want);
+    drop(handle);
+    assert_pools_clean(&gpu);
+}
+
+/// Never down: with no pinned staging to be had (the pinned pool's budget at zero), a large graph's arrays go up
+/// in one pageable copy each and spreading still runs on the GPU with the CPU's bits, plain and through a handle;
+/// once pinned memory is allowed again the next large graph upload makes the ring.
+#[test]
+fn gpu_large_graphs_without_pinned_staging_stay_on_the_gpu() {
+    let Some(gpu) = staged_gpu_engine() else {
+        return;
+    };
+    let cpu = Engine::builder().device(DevicePolicy::Cpu).build().unwrap();
+    let chunk = recall::executor::STAGING_RING_CHUNK_BYTES;
+    let (graph, seeds, csr) = large_graph();
+    let want = cpu.spread(&graph, &seeds, &LARGE_SPREAD).unwrap();
+    let budgets = without_pinned_memory(&gpu);
+    let got = gpu.spread(&graph, &seeds, &LARGE_SPREAD).unwrap();
+    same_spread("plain spread without staging", &got, &want);
+    let handle = gpu.graph(&csr.0, &csr.1, &csr.2).unwrap();
+    let got = gpu.spread_in(&handle, &seeds, &LARGE_SPREAD).unwrap();
+    same_spread("spread_in without staging (the upload)", &got, &want);
+    assert_eq!(
+        staged_pinned_bytes(&gpu),
+        0,
+        "pinned memory over a zero budget"
+    );
+    drop(handle);
+    restore_pinned_memory(&gpu, &budgets);
+    let got = gpu.spread(&graph, &seeds, &LARGE_SPREAD).unwrap();
+    same_spread("plain spread with staging again", &got, &want);
+    assert!(
+        staged_pinned_bytes(&gpu) >= 2 * chunk,
+        "no staging once pinned memory was allowed again"
+    );
 }
