@@ -322,6 +322,22 @@ impl Gpu {
         })
     }
 
+    /// Copy `data` into `dst` from position `at` (ordered on the handle's stream; `data` may be reused as soon as
+    /// this returns). A range past `dst`'s end is an error, not a copy.
+    pub fn upload_at<T: DeviceRepr>(
+        &self,
+        data: &[T],
+        dst: &mut CudaSlice<T>,
+        at: usize,
+    ) -> Result<(), GpuError> {
+        room_from("cuMemcpyHtoDAsync", dst.len(), at, data.len())?;
+        guard("cuMemcpyHtoDAsync", || {
+            self.stream
+                .memcpy_htod(data, &mut dst.slice_mut(at..at + data.len()))
+                .gpu("cuMemcpyHtoDAsync")
+        })
+    }
+
     /// Page-locked (pinned), write-combined host memory for `len` values: a staging buffer that the device
     /// reads by DMA at full bus speed. Its contents start unset; write them through [`Gpu::pinned_write`]
     /// once no copy from the buffer can still be running. `PinnedHostSlice::as_mut_slice` does not wait
