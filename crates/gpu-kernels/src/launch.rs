@@ -2022,6 +2022,25 @@ struct GraphLayout {
     hub_w: Vec<f32>,
 }
 
+/// The edges of each of the `hubs`' ranges of `edges` in [`hub_order`], back to back: the hubs in parallel on the
+/// host pool (a strided read of each range).
+fn hubs_in_order<T: Copy + Send + Sync>(edges: &[T], hubs: &[(usize, usize)]) -> Vec<T> {
+    use rayon::prelude::*;
+    let one = |&(start, end): &(usize, usize)| {
+        let mut out = Vec::with_capacity(end - start);
+        hub_order(&edges[start..end], &mut out);
+        out
+    };
+    if hubs.len() > 1 {
+        crate::on_host_pool(|| hubs.par_iter().map(one).collect::<Vec<_>>()).concat()
+    } else {
+        hubs.iter().flat_map(one).collect()
+    }
+}
+
+/// Nodes per task of [`GraphLayout::new`]'s parallel passes (binning, spans).
+const LAYOUT_PIECE: usize = 1 << 16;
+
 /// Ids per task of [`first_at_or_above`]'s parallel maximum.
 const ID_CHECK_PIECE: usize = 1 << 20;
 
@@ -2056,6 +2075,7 @@ impl GraphLayout {
         out_ptr: &[u64],
         out_dst: &[u32],
     ) -> Result<GraphLayout, KernelError> {
+        use rayon::prelude::*;
         const K: &str = "spread_hop";
         let n = in_ptr
             .len()
@@ -2092,36 +2112,62 @@ impl GraphLayout {
             d if d > 8 => 2,
             _ => 3,
         };
-        let mut lists: [Vec<u32>; 4] = Default::default();
-        for v in 0..n {
-            lists[class(v)].push(v as u32);
+        // The nodes of each class, ascending: pieces of nodes binned in parallel on the host pool, then joined in
+        // order (a piece is the whole graph below two pieces).
+        let bin = |r: std::ops::Range<usize>| {
+            let mut lists: [Vec<u32>; 4] = Default::default();
+            for v in r {
+                lists[class(v)].push(v as u32);
+            }
+            lists
+        };
+        let pieces: Vec<[Vec<u32>; 4]> = if n >= 2 * LAYOUT_PIECE {
+            crate::on_host_pool(|| {
+                (0..n.div_ceil(LAYOUT_PIECE))
+                    .into_par_iter()
+                    .map(|p| bin(p * LAYOUT_PIECE..((p + 1) * LAYOUT_PIECE).min(n)))
+                    .collect()
+            })
+        } else {
+            vec![bin(0..n)]
+        };
+        let n_class = [0, 1, 2, 3].map(|c| pieces.iter().map(|p| p[c].len()).sum::<usize>() as u32);
+        let mut nodes = Vec::with_capacity(n);
+        for c in 0..4 {
+            for p in &pieces {
+                nodes.extend_from_slice(&p[c]);
+            }
         }
-        let n_class = [0, 1, 2, 3].map(|c| lists[c].len() as u32);
-        let hubs: Vec<(usize, usize)> = lists[0]
+        drop(pieces);
+        let n_hubs = n_class[0] as usize;
+        let hubs: Vec<(usize, usize)> = nodes[..n_hubs]
             .iter()
             .map(|&v| (in_ptr[v as usize] as usize, in_ptr[v as usize + 1] as usize))
             .collect();
-        let (mut hub_src, mut hub_w) = (Vec::new(), Vec::new());
-        for &(start, end) in &hubs {
-            hub_order(&in_src[start..end], &mut hub_src);
-            hub_order(&in_w[start..end], &mut hub_w);
-        }
-        let nodes: Vec<u32> = lists.concat();
+        let hub_src = hubs_in_order(in_src, &hubs);
+        let hub_w = hubs_in_order(in_w, &hubs);
         // Below the hub class a count fits 16 bits (SPREAD_HUB_MIN <= 65,536); the start needs 48.
+        let span = |(i, &v): (usize, &u32)| {
+            let v = v as usize;
+            if i < n_hubs {
+                0
+            } else {
+                (in_ptr[v] << 16) | degree(v)
+            }
+        };
         let spans = (in_src.len() < 1 << 48).then(|| {
-            let n_hubs = n_class[0] as usize;
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| {
-                    let v = v as usize;
-                    if i < n_hubs {
-                        0
-                    } else {
-                        (in_ptr[v] << 16) | degree(v)
-                    }
+            if n >= 2 * LAYOUT_PIECE {
+                crate::on_host_pool(|| {
+                    nodes
+                        .par_iter()
+                        .enumerate()
+                        .with_min_len(LAYOUT_PIECE)
+                        .map(span)
+                        .collect()
                 })
-                .collect()
+            } else {
+                nodes.iter().enumerate().map(span).collect()
+            }
         });
         Ok(GraphLayout {
             n,
@@ -2833,6 +2879,73 @@ mod tests {
                 assert_eq!(first_at_or_above(&ids, 1000), Some(want), "len {len}");
             }
         }
+    }
+
+    /// A graph large enough for the layout's parallel passes (binning, spans, hubs in parallel) gets what one plain
+    /// pass over the nodes gives: classes and nodes in ascending order per class, spans, and the hubs' ranges in hub
+    /// order once written over the caller's arrays.
+    #[test]
+    fn graph_layout_in_parallel_pieces_matches_one_plain_pass() {
+        let n = 2 * LAYOUT_PIECE + 4321;
+        let hub = recall_kernel_shared::SPREAD_HUB_MIN as usize;
+        let mut in_ptr = vec![0u64];
+        let mut x = 0x2545_F491_u32;
+        for v in 0..n {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let d = match v {
+                7 | 70_000 | 135_000 => hub + (x as usize % 3000),
+                _ => (x >> 27) as usize, // 0 to 31: the three small classes
+            };
+            in_ptr.push(in_ptr[v] + d as u64);
+        }
+        let e = in_ptr[n] as usize;
+        let in_src: Vec<u32> = (0..e).map(|i| (i * 7919 % n) as u32).collect();
+        let in_w: Vec<f32> = (0..e).map(|i| (i % 1000) as f32 * 0.25).collect();
+        let out_ptr: Vec<u64> = (0..=n).map(|v| (v * e / n) as u64).collect();
+        let out_dst: Vec<u32> = (0..e).map(|i| (i % n) as u32).collect();
+        let l = GraphLayout::new(&in_ptr, &in_src, &in_w, &out_ptr, &out_dst).unwrap();
+        let degree = |v: usize| (in_ptr[v + 1] - in_ptr[v]) as usize;
+        let class = |v: usize| match degree(v) {
+            d if d >= hub => 0,
+            d if d > 16 => 1,
+            d if d > 8 => 2,
+            _ => 3,
+        };
+        let mut lists: [Vec<u32>; 4] = Default::default();
+        for v in 0..n {
+            lists[class(v)].push(v as u32);
+        }
+        assert_eq!(l.n_class, [0, 1, 2, 3].map(|c| lists[c].len() as u32));
+        assert_eq!(l.n_class[0], 3);
+        let nodes = lists.concat();
+        assert_eq!(l.nodes, nodes);
+        let spans: Vec<u64> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if i < 3 {
+                    0
+                } else {
+                    (in_ptr[v as usize] << 16) | degree(v as usize) as u64
+                }
+            })
+            .collect();
+        assert_eq!(l.spans.as_deref(), Some(&spans[..]));
+        let ranges: Vec<(usize, usize)> = [7, 70_000, 135_000]
+            .map(|v| (in_ptr[v] as usize, in_ptr[v + 1] as usize))
+            .to_vec();
+        assert_eq!(l.hubs, ranges);
+        let mut src = in_src.clone();
+        let mut w = in_w.clone();
+        let mut at = 0;
+        for &(a, b) in &l.hubs {
+            src[a..b].copy_from_slice(&l.hub_src[at..at + b - a]);
+            w[a..b].copy_from_slice(&l.hub_w[at..at + b - a]);
+            at += b - a;
+        }
+        assert_eq!(at, l.hub_src.len());
+        assert_eq!(src, with_hubs_in_order(&in_src, &ranges));
+        assert_eq!(w, with_hubs_in_order(&in_w, &ranges));
     }
 
     #[test]
