@@ -47,6 +47,22 @@ impl fmt::Debug for StagingRing {
     }
 }
 
+/// `Ok` when `len` elements of `T` from element `at` lie inside a device buffer of `dst_len` elements (the
+/// destination of an upload, the source of a download).
+fn fits<T>(len: usize, at: usize, dst_len: usize) -> Result<(), PoolError> {
+    let end = at.checked_add(len).ok_or(PoolError::SizeOverflow {
+        len,
+        elem_size: std::mem::size_of::<T>(),
+    })?;
+    if end > dst_len {
+        return Err(PoolError::LengthMismatch {
+            expected: dst_len,
+            found: end,
+        });
+    }
+    Ok(())
+}
+
 impl StagingRing {
     /// Two pinned chunks of `chunk_bytes` (at least 4 KiB) from `mem`'s pinned pool; copies go on
     /// `copy_stream` (use a stream other than the kernels').
@@ -121,18 +137,7 @@ impl StagingRing {
         dst_offset: usize,
         copy: impl Fn(&mut [u8], &[u8]) + Sync,
     ) -> Result<(), PoolError> {
-        let end = dst_offset
-            .checked_add(src.len())
-            .ok_or(PoolError::SizeOverflow {
-                len: src.len(),
-                elem_size: std::mem::size_of::<T>(),
-            })?;
-        if end > dst.len() {
-            return Err(PoolError::LengthMismatch {
-                expected: dst.len(),
-                found: end,
-            });
-        }
+        fits::<T>(src.len(), dst_offset, dst.len())?;
         if src.is_empty() {
             return Ok(());
         }
@@ -156,18 +161,7 @@ impl StagingRing {
         dst_offset: usize,
         copy: impl Fn(&mut [u8], &[u8]) + Sync,
     ) -> Result<(), PoolError> {
-        let end = dst_offset
-            .checked_add(src.len())
-            .ok_or(PoolError::SizeOverflow {
-                len: src.len(),
-                elem_size: std::mem::size_of::<T>(),
-            })?;
-        if end > dst.len() {
-            return Err(PoolError::LengthMismatch {
-                expected: dst.len(),
-                found: end,
-            });
-        }
+        fits::<T>(src.len(), dst_offset, dst.len())?;
         if src.is_empty() {
             return Ok(());
         }
@@ -326,18 +320,7 @@ impl StagingRing {
         dst: &mut [T],
         copy: impl Fn(&mut [u8], &[u8]) + Sync,
     ) -> Result<(), PoolError> {
-        let end = src_offset
-            .checked_add(dst.len())
-            .ok_or(PoolError::SizeOverflow {
-                len: dst.len(),
-                elem_size: std::mem::size_of::<T>(),
-            })?;
-        if end > src.len() {
-            return Err(PoolError::LengthMismatch {
-                expected: src.len(),
-                found: end,
-            });
-        }
+        fits::<T>(dst.len(), src_offset, src.len())?;
         if dst.is_empty() {
             return Ok(());
         }
