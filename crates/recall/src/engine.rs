@@ -700,7 +700,8 @@ impl Engine {
 
     /// Re-score candidate lists (e.g. an HNSW search's candidates): query `q` ranks the corpus rows
     /// `ids[offsets[q] .. offsets[q + 1]]` and keeps the best `k`. Ids must be below the corpus size and
-    /// distinct within a list; `k` at most the shortest list.
+    /// distinct within a list; `k` at most the shortest list. Only the rows the lists name are read, and only they
+    /// are checked for NaN and infinity, so a call costs its candidates, not the corpus.
     ///
     /// ```
     /// let engine = recall::Engine::new()?;
