@@ -1331,6 +1331,19 @@ fn top_of(total: &[f32], k: usize, threads: usize, level: SimdLevel) -> TopK {
 #[cfg(test)]
 mod tests {
     use super::{Hop, HopStats, PullKind, SpreadGraph, push_hop};
+
+    /// Activations of `n` nodes: every `every`-th node active (a value in [0.5, 8)), the others zero.
+    fn every_nth_active(n: usize, every: usize) -> Vec<f32> {
+        (0..n)
+            .map(|u| {
+                if u % every == 0 {
+                    ((u * 7919) % 97) as f32 / 13.0 + 0.5
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
     use crate::SimdLevel;
 
     impl PullKind {
@@ -1455,15 +1468,7 @@ mod tests {
         let kinds = [PullKind::Plain];
         let p = (0.5, 0.01);
         for every in [1, 7, 500] {
-            let prev: Vec<f32> = (0..n)
-                .map(|u| {
-                    if u % every == 0 {
-                        ((u * 7919) % 97) as f32 / 13.0 + 0.5
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
+            let prev = every_nth_active(n, every);
             let active_edges: usize = (0..n)
                 .filter(|u| prev[*u] != 0.0)
                 .map(|u| g.out_ptr[u + 1] - g.out_ptr[u])
@@ -1572,15 +1577,7 @@ mod tests {
         );
         let p = (0.5, 0.01);
         for every in [1, 3, 1000] {
-            let prev: Vec<f32> = (0..n)
-                .map(|u| {
-                    if u % every == 0 {
-                        ((u * 7919) % 97) as f32 / 13.0 + 0.5
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
+            let prev = every_nth_active(n, every);
             let run = |kind: PullKind| {
                 let hop = Hop {
                     kind,

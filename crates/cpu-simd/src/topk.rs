@@ -448,22 +448,25 @@ pub(crate) fn write_entries(entries: &[Entry], ids: &mut [u32], scores: &mut [f3
 mod tests {
     use super::*;
 
+    /// Scores the selection tests draw from: ties, signed zeros, infinities and a NaN.
+    const AWKWARD: [f32; 9] = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        3.0,
+    ];
+
     /// `push_scores` keeps the same entries as a push per score (and as a sort of all the pairs), at every level of
     /// the machine (its AVX2 build and the baseline's), in both orders, for runs of every length around
     /// its 16-score groups, with ties, signed zeros, infinities and NaNs, and ids near the top of the range.
     #[test]
     fn push_scores_is_a_push_per_score() {
-        let pool = [
-            0.0f32,
-            -0.0,
-            1.0,
-            -1.0,
-            0.5,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            3.0,
-        ];
+        let pool = AWKWARD;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         for len in (0..=80usize).chain([127, 128, 129, 300]) {
             for k in [1, 2, 5, 16, 31, 32, 33, 40] {
@@ -574,17 +577,7 @@ mod tests {
     /// `seed_cut` is reached by at least `k` of the scores, for runs with ties, infinities and NaNs.
     #[test]
     fn seed_cut_is_reached_by_k_scores() {
-        let pool = [
-            0.0f32,
-            -0.0,
-            1.0,
-            -1.0,
-            0.5,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            3.0,
-        ];
+        let pool = AWKWARD;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         for len in [0usize, 31, 32, 33, 64, 100, 256] {
             for k in [1usize, 2, 10, 32, 33] {

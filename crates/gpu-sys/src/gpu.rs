@@ -314,12 +314,7 @@ impl Gpu {
         data: &[T],
         dst: &mut CudaSlice<T>,
     ) -> Result<(), GpuError> {
-        room("cuMemcpyHtoDAsync", dst.len(), data.len())?;
-        guard("cuMemcpyHtoDAsync", || {
-            self.stream
-                .memcpy_htod(data, &mut dst.slice_mut(0..data.len()))
-                .gpu("cuMemcpyHtoDAsync")
-        })
+        self.upload_at(data, dst, 0)
     }
 
     /// Copy `data` into `dst` from position `at` (ordered on the handle's stream; `data` may be reused as soon as

@@ -1350,10 +1350,18 @@ impl CorpusCheck {
 
     /// Before `backend` runs the op on `corpus`: the first NaN or infinity as the error, where needed.
     pub(crate) fn before(&self, backend: &dyn Backend, corpus: &[f32]) -> Result<(), CpuError> {
+        self.before_with(backend, || check_finite("corpus", corpus))
+    }
+
+    /// [`CorpusCheck::before`] with the op's own check of the values it reads (candidate scoring: only the named
+    /// rows), made once per call where needed.
+    pub(crate) fn before_with(
+        &self,
+        backend: &dyn Backend,
+        check: impl FnOnce() -> Result<(), CpuError>,
+    ) -> Result<(), CpuError> {
         match &self.0 {
-            Some(check) if backend.device() != Device::Cpu => {
-                check.get_or_init(|| check_finite("corpus", corpus)).clone()
-            }
+            Some(once) if backend.device() != Device::Cpu => once.get_or_init(check).clone(),
             _ => Ok(()),
         }
     }

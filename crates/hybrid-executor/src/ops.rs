@@ -2,7 +2,6 @@
 //! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
 use crate::backend::{Backend, BackendError, FastFormat};
-use crate::device::Device;
 use crate::executor::{
     CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape,
 };
@@ -14,7 +13,6 @@ use recall_cpu_simd::{
     check_candidate_rows, check_clip_noise_shape, check_kmeans_inputs, check_spread_inputs,
 };
 use std::ops::Range;
-use std::sync::OnceLock;
 
 /// An open-addressing set of u32 ids that is emptied in O(1) between lists: a slot holds
 /// `(generation << 32) | id` and counts as empty unless its generation is the current one.
@@ -207,21 +205,9 @@ struct CandidatesOp<'a> {
     k: usize,
     /// Set when the corpus is a shared one (the backend may keep it resident).
     shared: Option<&'a SharedCorpus>,
-    /// The value check of the rows the lists name in a plain slice (`None`: a shared corpus, checked when it was
-    /// made). The CPU makes it in its scoring pass; before a GPU runs the op it is made here, once per call.
-    rows_check: Option<OnceLock<Result<(), CpuError>>>,
-}
-
-impl CandidatesOp<'_> {
-    /// Before `backend` runs the op: the first NaN or infinity in a named row as the error, where needed.
-    fn check_rows(&self, backend: &dyn Backend) -> Result<(), CpuError> {
-        match &self.rows_check {
-            Some(check) if backend.device() != Device::Cpu => check
-                .get_or_init(|| check_candidate_rows(&Corpus::f32(self.corpus, self.dim), self.ids))
-                .clone(),
-            _ => Ok(()),
-        }
-    }
+    /// The value check of the rows the lists name in a plain slice (done for a shared corpus, when it was made).
+    /// The CPU makes it in its scoring pass; before a GPU runs the op it is made here, once per call.
+    corpus_check: CorpusCheck,
 }
 
 impl Op for CandidatesOp<'_> {
@@ -244,7 +230,9 @@ impl Op for CandidatesOp<'_> {
         4 * (range.len() as u64 * self.dim as u64 + self.corpus.len() as u64) + 12 * cands
     }
     fn run(&self, backend: &dyn Backend, range: Range<usize>) -> Result<TopK, BackendError> {
-        self.check_rows(backend)?;
+        self.corpus_check.before_with(backend, || {
+            check_candidate_rows(&Corpus::f32(self.corpus, self.dim), self.ids)
+        })?;
         let base = self.offsets[range.start];
         let offsets: Vec<usize> = self.offsets[range.start..=range.end]
             .iter()
@@ -518,7 +506,7 @@ impl Executor {
                 ids,
                 k,
                 shared: None,
-                rows_check: Some(OnceLock::new()),
+                corpus_check: CorpusCheck::pending(),
             },
             opts,
         )
@@ -550,7 +538,7 @@ impl Executor {
                 ids,
                 k,
                 shared: Some(corpus),
-                rows_check: None,
+                corpus_check: CorpusCheck::done(),
             },
             opts,
         )
