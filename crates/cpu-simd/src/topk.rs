@@ -448,7 +448,19 @@ pub(crate) fn write_entries(entries: &[Entry], ids: &mut [u32], scores: &mut [f3
 mod tests {
     use super::*;
 
-    /// Scores the selection tests draw from: ties, signed zeros, infinities and a NaN.
+    /// `len` scores drawn by the LCG `s` from ties, signed zeros, infinities and a NaN.
+    fn awkward_scores(s: &mut u64, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|_| {
+                *s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                AWKWARD[(*s >> 33) as usize % AWKWARD.len()]
+            })
+            .collect()
+    }
+
+    /// The scores [`awkward_scores`] draws from.
     const AWKWARD: [f32; 9] = [
         0.0,
         -0.0,
@@ -466,20 +478,12 @@ mod tests {
     /// its 16-score groups, with ties, signed zeros, infinities and NaNs, and ids near the top of the range.
     #[test]
     fn push_scores_is_a_push_per_score() {
-        let pool = AWKWARD;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         for len in (0..=80usize).chain([127, 128, 129, 300]) {
             for k in [1, 2, 5, 16, 31, 32, 33, 40] {
                 for order in [Order::HigherFirst, Order::LowerFirst] {
                     for first_id in [0u32, 17, u32::MAX - 300] {
-                        let scores: Vec<f32> = (0..len)
-                            .map(|_| {
-                                s = s
-                                    .wrapping_mul(6364136223846793005)
-                                    .wrapping_add(1442695040888963407);
-                                pool[(s >> 33) as usize % pool.len()]
-                            })
-                            .collect();
+                        let scores = awkward_scores(&mut s, len);
                         let mut one = Selector::new(k, SimdLevel::Scalar);
                         for (i, v) in scores.iter().enumerate() {
                             one.push(pair_key(*v, first_id + i as u32, order), *v);
@@ -577,19 +581,11 @@ mod tests {
     /// `seed_cut` is reached by at least `k` of the scores, for runs with ties, infinities and NaNs.
     #[test]
     fn seed_cut_is_reached_by_k_scores() {
-        let pool = AWKWARD;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         for len in [0usize, 31, 32, 33, 64, 100, 256] {
             for k in [1usize, 2, 10, 32, 33] {
                 for order in [Order::HigherFirst, Order::LowerFirst] {
-                    let scores: Vec<f32> = (0..len)
-                        .map(|_| {
-                            s = s
-                                .wrapping_mul(6364136223846793005)
-                                .wrapping_add(1442695040888963407);
-                            pool[(s >> 33) as usize % pool.len()]
-                        })
-                        .collect();
+                    let scores = awkward_scores(&mut s, len);
                     let cut = seed_cut(&scores, order, k);
                     let reach = scores
                         .iter()
