@@ -92,3 +92,70 @@ impl Backend for Recording {
         CpuBackend.cosine_scores(q, c, dim)
     }
 }
+
+/// A GPU double that, like the real kernels, trusts the corpus values it is given: it answers through the CPU
+/// on a copy of the corpus whose NaNs and infinities are zeros. A value check the executor owes before a GPU
+/// runs an op, if skipped, shows as an answer where an error was due (a double that answered through the CPU
+/// unchanged would make the CPU's own check and hide it). Clip-and-noise, whose values the backend that runs
+/// it checks (`Backend::clip_and_noise_into`), goes to the CPU as it is.
+#[derive(Debug, Default)]
+pub struct Trusting;
+
+fn zero_non_finite(corpus: &[f32]) -> Vec<f32> {
+    corpus
+        .iter()
+        .map(|&x| if x.is_finite() { x } else { 0.0 })
+        .collect()
+}
+
+impl Backend for Trusting {
+    fn device(&self) -> Device {
+        GPU
+    }
+
+    fn similarity(
+        &self,
+        q: &[f32],
+        c: &[f32],
+        dim: usize,
+        metric: recall_cpu_simd::Metric,
+    ) -> Result<Vec<f32>, BackendError> {
+        CpuBackend.similarity(q, &zero_non_finite(c), dim, metric)
+    }
+
+    fn knn(
+        &self,
+        q: &[f32],
+        c: &[f32],
+        dim: usize,
+        metric: recall_cpu_simd::Metric,
+        k: usize,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        CpuBackend.knn(q, &zero_non_finite(c), dim, metric, k)
+    }
+
+    fn score_candidates(
+        &self,
+        q: &[f32],
+        c: &[f32],
+        dim: usize,
+        metric: recall_cpu_simd::Metric,
+        offsets: &[usize],
+        ids: &[u32],
+        k: usize,
+    ) -> Result<recall_cpu_simd::TopK, BackendError> {
+        CpuBackend.score_candidates(q, &zero_non_finite(c), dim, metric, offsets, ids, k)
+    }
+
+    fn clip_and_noise_into(
+        &self,
+        x: &[f32],
+        dim: usize,
+        clip: f32,
+        sigma: f32,
+        seed: u64,
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        CpuBackend.clip_and_noise_into(x, dim, clip, sigma, seed, out)
+    }
+}

@@ -225,13 +225,17 @@ fn candidates_against_a_handle_have_their_own_break_even() {
     assert_eq!(m.calls(OpKind::ScoreCandidates, Device::Cpu), 1);
 }
 
-/// `check` on an executor whose policy is the CPU, then on one whose policy is the GPU (the fake one: the CPU
-/// backend behind fault injection, no fault planned), each asserted to have fallen back never; with the device
-/// each policy answers on.
+/// `check` on an executor whose policy is the CPU, then on one whose policy is the GPU (the [`crate::Trusting`]
+/// double, which checks no corpus value, as the kernels do not), each asserted to have fallen back never; with the
+/// device each policy answers on.
 fn on_each_device(check: impl Fn(&Executor, Device)) {
-    use recall_hybrid_executor::{DevicePolicy, FallbackReason};
+    use recall_hybrid_executor::{CpuBackend, DevicePolicy, FallbackReason};
     for (policy, ran) in [(DevicePolicy::Cpu, Device::Cpu), (DevicePolicy::Gpu, GPU)] {
-        let (exec, _, _) = faulty(FaultPlan::new(), |c| c.policy = policy);
+        let mut cfg = config(&ManualClock::new());
+        cfg.policy = policy;
+        let gpu = std::sync::Arc::new(crate::Trusting);
+        let exec =
+            Executor::with_backends(cfg, std::sync::Arc::new(CpuBackend), Some(gpu)).unwrap();
         check(&exec, ran);
         for reason in FallbackReason::ALL {
             assert_eq!(exec.metrics().fallbacks(reason), 0, "{ran:?} {reason:?}");
