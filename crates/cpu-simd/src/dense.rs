@@ -20,14 +20,29 @@ pub(crate) fn rows_per_block(dim: usize) -> usize {
     if r >= 64 { r / 64 * 64 } else { r / 16 * 16 }
 }
 
-pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
-    let n = check_shape(what, x, dim)?;
+/// The checks of a row-major matrix of `dim`-wide rows (`what` names it in the error): `dim` is not zero, `x` is
+/// not empty, its length is a multiple of `dim`, every value is finite. Returns the number of rows.
+///
+/// ```
+/// use recall_cpu_simd::{CpuError, check_matrix};
+/// assert_eq!(check_matrix("queries", &[1.0, 2.0, 3.0, 4.0], 2), Ok(2));
+/// assert!(matches!(check_matrix("queries", &[1.0, f32::NAN], 2), Err(CpuError::NonFinite { index: 1, .. })));
+/// ```
+pub fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
+    let n = check_matrix_shape(what, x, dim)?;
     check_finite(what, x)?;
     Ok(n)
 }
 
-/// [`check_matrix`] without the scan over values.
-pub(crate) fn check_shape(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
+/// [`check_matrix`] without the scan over values: for callers that check the values elsewhere (in the pass that
+/// reads them, or once for a corpus held across calls).
+///
+/// ```
+/// use recall_cpu_simd::{CpuError, check_matrix_shape};
+/// assert_eq!(check_matrix_shape("corpus", &[f32::NAN; 6], 3), Ok(2));
+/// assert!(matches!(check_matrix_shape("corpus", &[0.0; 5], 3), Err(CpuError::RaggedMatrix { .. })));
+/// ```
+pub fn check_matrix_shape(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
     if dim == 0 {
         return Err(CpuError::ZeroDim);
     }
@@ -367,7 +382,7 @@ impl Cpu {
         dim: usize,
     ) -> Result<usize, CpuError> {
         if self.is_prevalidated() {
-            check_shape(what, x, dim)
+            check_matrix_shape(what, x, dim)
         } else {
             check_matrix(what, x, dim)
         }

@@ -1,6 +1,6 @@
 //! k-means (`docs/numerics.md`, "k-means"): Philox-seeded, Lloyd iterations, exact order throughout.
 
-use crate::dense::{check_matrix, check_shape};
+use crate::dense::{check_matrix, check_matrix_shape};
 use crate::kernels::{self, L2};
 use crate::simd::Cpu;
 use crate::topk::{Order, pair_key};
@@ -141,7 +141,7 @@ fn check_kmeans_shape(
     k: usize,
     iters: usize,
 ) -> Result<usize, CpuError> {
-    let n = check_shape("points", points, dim)?;
+    let n = check_matrix_shape("points", points, dim)?;
     if n > u32::MAX as usize {
         return Err(CpuError::TooLarge {
             what: "points",

@@ -34,8 +34,8 @@ mod spread;
 mod topk;
 
 pub use dense::{
-    Corpus, Metric, Vectors, check_candidate_rows, cosine_scores, knn, row_norms, score_candidates,
-    similarity,
+    Corpus, Metric, Vectors, check_candidate_rows, check_matrix, check_matrix_shape, cosine_scores,
+    knn, row_norms, score_candidates, similarity,
 };
 pub use error::CpuError;
 pub use kmeans::{

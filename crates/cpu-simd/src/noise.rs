@@ -1,7 +1,7 @@
 //! Clip-and-noise (`docs/numerics.md`, "Clip-and-noise"): per-row L2 clip, then Philox4x32-10 Gaussian
 //! noise from the functions in `recall-kernel-shared::math`, which the GPU kernel calls too.
 
-use crate::dense::{check_matrix, check_shape};
+use crate::dense::{check_matrix, check_matrix_shape};
 use crate::kernels;
 use crate::simd::Cpu;
 #[cfg(target_arch = "x86_64")]
@@ -81,7 +81,7 @@ pub fn check_clip_noise_shape(
     clip: f32,
     sigma: f32,
 ) -> Result<usize, CpuError> {
-    let n = check_shape("vectors", x, dim)?;
+    let n = check_matrix_shape("vectors", x, dim)?;
     if !(clip.is_finite() && clip > 0.0) {
         return Err(CpuError::ParamOutOfRange {
             what: "clip",

@@ -13,6 +13,7 @@ use crate::tenant::{
     AdmissionError, ContextGuard, Scheduler, TenantConfig, TenantId, TenantInfo, VramLedger, Wait,
 };
 use recall_cpu_simd::{CpuError, Metric, TopK, check_finite};
+pub(crate) use recall_cpu_simd::{check_matrix, check_matrix_shape};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -1322,15 +1323,6 @@ fn cpu_error(e: BackendError) -> ExecError {
     }
 }
 
-/// Shape and value checks shared by the dense ops: returns the number of rows.
-pub(crate) fn check_matrix(what: &'static str, x: &[f32], dim: usize) -> Result<usize, CpuError> {
-    let n = check_matrix_shape(what, x, dim)?;
-    // cpu-simd's scan, in parallel pieces from 2^18 values (thresholds this executor measured for its query
-    // batches, session 19).
-    check_finite(what, x)?;
-    Ok(n)
-}
-
 /// The value check (NaN, infinity) of a corpus slice whose op leaves it to where the op runs: the CPU's form
 /// checks the corpus in its own pass with the same error, so a call the CPU answers reads the corpus once;
 /// before a GPU backend runs the op (its kernels trust their input) the slice is scanned here, once per call
@@ -1365,28 +1357,6 @@ impl CorpusCheck {
             _ => Ok(()),
         }
     }
-}
-
-/// [`check_matrix`] without the scan over values: returns the number of rows.
-pub(crate) fn check_matrix_shape(
-    what: &'static str,
-    x: &[f32],
-    dim: usize,
-) -> Result<usize, CpuError> {
-    if dim == 0 {
-        return Err(CpuError::ZeroDim);
-    }
-    if x.is_empty() {
-        return Err(CpuError::Empty { what });
-    }
-    if !x.len().is_multiple_of(dim) {
-        return Err(CpuError::RaggedMatrix {
-            what,
-            len: x.len(),
-            dim,
-        });
-    }
-    Ok(x.len() / dim)
 }
 
 #[cfg(test)]
