@@ -194,6 +194,17 @@ pub fn build(args: &[String]) -> Result<(), String> {
         .env_remove("RUSTC")
         .env_remove("RUSTC_WRAPPER")
         .env_remove("CARGO");
+    // A caller's profile overrides (CI sets CARGO_PROFILE_RELEASE_DEBUG for the workspace's own builds) must not
+    // reach the kernels: kernels-rs's profile decides how they compile. Debug info in the PTX would make ptxas
+    // -O3 fail ("Optimized debugging not supported") and change the bundle's bytes.
+    for (key, _) in std::env::vars_os() {
+        if key
+            .to_str()
+            .is_some_and(|k| k.starts_with("CARGO_PROFILE_"))
+        {
+            cargo.env_remove(key);
+        }
+    }
     eprintln!("xtask: compiling kernels-rs with {nightly}");
     run(&mut cargo)?;
     let bitcode = work
