@@ -8,10 +8,10 @@
 //! | op | function |
 //! |---|---|
 //! | similarity | [`similarity`], [`cosine_scores`], [`row_norms`] |
-//! | top-k | [`topk`] (any score matrix), [`knn`] (fused with similarity, streams the corpus) |
+//! | top-k | [`topk()`] (any score matrix), [`knn`] (fused with similarity, streams the corpus) |
 //! | candidate scoring | [`score_candidates`] |
-//! | activation spreading | [`SpreadGraph`], [`spread`]; [`nonzero_positions`] (active nodes, a dense vector's seeds) |
-//! | k-means | [`kmeans`] |
+//! | activation spreading | [`SpreadGraph`], [`spread()`]; [`nonzero_positions`] (the active nodes; seeds) |
+//! | k-means | [`kmeans()`] |
 //! | clip-and-noise | [`clip_and_noise`] |
 //!
 //! Each free function runs at the process-wide level ([`simd_level`]); the same ops are methods of

@@ -219,7 +219,7 @@ fn tree_prefix(lane: &mut [f32; SPREAD_LANES], mut m: usize) -> f32 {
     lane[0]
 }
 
-/// The fixed tree: for off in 16, 8, 4, 2, 1: lane[l] = lane[l] + lane[l + off] for l < off.
+/// The fixed tree: for off in 16, 8, 4, 2, 1: `lane[l] = lane[l] + lane[l + off]` for l < off.
 #[inline(always)]
 pub(crate) fn tree(lane: &mut [f32; SPREAD_LANES]) -> f32 {
     let mut off = SPREAD_LANES / 2;

@@ -6,6 +6,10 @@
 //! Loaded by [`Kernels::load`] when the image is sm_90 and the device is compute capability 9.0 exactly
 //! (sm_90a code runs nowhere else), unless `RECALL_WGMMA=off`. Any failure (module, function, shared
 //! memory) is logged and leaves fast mode on `tc_*`.
+//!
+//! [`Kernels::similarity_fast`]: crate::Kernels::similarity_fast
+//! [`Kernels::knn_fast`]: crate::Kernels::knn_fast
+//! [`Kernels::load`]: crate::Kernels::load
 
 use crate::bundle::{ImageKind, SM90A_IMAGES};
 use recall_gpu_sys::driver::{CudaFunction, CudaModule};

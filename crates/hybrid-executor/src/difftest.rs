@@ -409,7 +409,7 @@ mod run_gpu {
     type BackendGroup = fn(&GpuBackend, &mut Vec<KernelDiff>, bool) -> Result<(), String>;
 
     /// The kernel groups, in the order they run (before the backend groups); their names are in
-    /// [`GROUPS`](super::GROUPS).
+    /// [`GROUPS`].
     pub(super) const KERNEL_GROUPS: [(&str, KernelGroup); 6] = [
         ("kernels", kernel_cases),
         ("fast", fast_cases),
@@ -431,7 +431,7 @@ mod run_gpu {
     ];
 
     /// Run the suite on `backend`'s device for each arch in `arches` (every arch the device can run when
-    /// `None`), limited to the groups named in `groups` (names from [`GROUPS`](super::GROUPS); all when
+    /// `None`), limited to the groups named in `groups` (names from [`GROUPS`]; all when
     /// empty), so that a slow tool such as compute-sanitizer's racecheck can take the suite a part at a time.
     pub fn run(
         backend: &GpuBackend,

@@ -477,7 +477,7 @@ mod imp {
     }
 
     /// For launchers generic over their caller's error (`recall_gpu_kernels::GraphUpload`): the same mapping as
-    /// [`map_kernel_error`].
+    /// `map_kernel_error`.
     impl From<KernelError> for BackendError {
         fn from(e: KernelError) -> BackendError {
             map_kernel_error(e)
