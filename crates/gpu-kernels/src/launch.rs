@@ -1974,6 +1974,12 @@ pub fn offsets_u64(p: &[usize]) -> std::borrow::Cow<'_, [u64]> {
 /// [`PageableUpload`] (one `cuMemcpyHtoDAsync` from the caller's memory per array), or the caller's own way (the
 /// executor stages large arrays through its pinned staging ring). The launcher decides what goes up (the device
 /// layout of the graph); the uploader only how.
+///
+/// The launcher trusts what an uploader returns: the spreading kernels index the graph by the values these buffers
+/// hold, checked on the host before they went up. Each method must return a buffer of `gpu`'s context that holds
+/// exactly `src`'s values once its copy has landed, with that copy ordered before the work queued on `gpu`'s stream
+/// after the method returns. A buffer's length is checked (a short one is a shape error); its contents and their
+/// ordering cannot be, so implement it only by copying `src` as it is ([`PageableUpload`], the executor's staging).
 pub trait GraphUpload {
     /// The uploader's error. The launcher's own failures (the graph's checks, its other allocations, the final
     /// wait) are converted into it.
@@ -2036,6 +2042,18 @@ fn hubs_in_order<T: Copy + Send + Sync>(edges: &[T], hubs: &[(usize, usize)]) ->
     } else {
         hubs.iter().flat_map(one).collect()
     }
+}
+
+/// A [`GraphUpload`] method's answer for `src`, its buffer's length checked: a short buffer is a shape error, not
+/// a kernel reading past it.
+fn uploaded<T, E: From<KernelError>>(
+    what: &str,
+    src: &[T],
+    buf: Result<CudaSlice<T>, E>,
+) -> Result<CudaSlice<T>, E> {
+    let buf = buf?;
+    need_len("upload_graph", what, &buf, src.len())?;
+    Ok(buf)
 }
 
 /// Nodes per task of [`GraphLayout::new`]'s parallel passes (binning, spans).
@@ -2234,7 +2252,8 @@ impl Kernels {
                 gpu.alloc_zeros::<f32>(1).map_err(KernelError::from)?,
             )
         } else {
-            let (mut src, mut w) = (up.upload_u32(gpu, in_src)?, up.upload_f32(gpu, in_w)?);
+            let mut src = uploaded("in_src", in_src, up.upload_u32(gpu, in_src))?;
+            let mut w = uploaded("in_w", in_w, up.upload_f32(gpu, in_w))?;
             // The hubs' ranges in hub order, over the caller's order just uploaded: on `gpu`'s stream, after
             // those copies (`GraphUpload`'s contract).
             let mut at = 0;
@@ -2249,24 +2268,24 @@ impl Kernels {
             (src, w)
         };
         let spans = match &layout.spans {
-            Some(spans) => Some(up.upload_u64(gpu, spans)?),
+            Some(spans) => Some(uploaded("spans", spans, up.upload_u64(gpu, spans))?),
             None => None,
         };
         let out_dst_dev = if out_dst.is_empty() {
             zeros_u32()?
         } else {
-            up.upload_u32(gpu, out_dst)?
+            uploaded("out_dst", out_dst, up.upload_u32(gpu, out_dst))?
         };
         let graph = DeviceGraph {
             n_nodes: layout.n,
             n_edges: in_src.len(),
             n_class: layout.n_class,
-            nodes: up.upload_u32(gpu, &layout.nodes)?,
+            nodes: uploaded("nodes", &layout.nodes, up.upload_u32(gpu, &layout.nodes))?,
             spans,
-            in_ptr: up.upload_u64(gpu, in_ptr)?,
+            in_ptr: uploaded("in_ptr", in_ptr, up.upload_u64(gpu, in_ptr))?,
             in_src: in_src_dev,
             in_w: in_w_dev,
-            out_ptr: up.upload_u64(gpu, out_ptr)?,
+            out_ptr: uploaded("out_ptr", out_ptr, up.upload_u64(gpu, out_ptr))?,
             out_dst: out_dst_dev,
             out_ptr_host: out_ptr.to_vec(),
             slots: crate::spread::SpreadSlots::default(),

@@ -855,6 +855,9 @@ mod imp {
         }
     }
 
+    // `GraphUpload`'s contract: `upload` allocates `src.len()` values in `gpu`'s context and fills them with `src`,
+    // by a pageable copy on `gpu`'s stream or by the ring's copies, which `upload_cuda_with` orders before the later
+    // work on the destination's stream (`gpu`'s) with an event.
     impl GraphUpload for GraphStaging<'_> {
         type Error = BackendError;
         fn upload_u32(&mut self, gpu: &Gpu, src: &[u32]) -> Result<CudaSlice<u32>, BackendError> {

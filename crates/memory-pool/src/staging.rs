@@ -166,16 +166,17 @@ impl StagingRing {
             return Ok(());
         }
         let dst_stream = dst.stream().clone();
-        let base = {
-            // With cudarc's event tracking off (as `recall_gpu_sys::Gpu` opens contexts) the guard records nothing.
-            let (ptr, _record) = dst.device_ptr_mut(&dst_stream);
-            ptr
-        };
+        // The guard records cudarc's write event on `dst_stream` when it drops: after the copies below and the
+        // stream's wait for them, so that work ordered by that event sees the bytes (with cudarc's event tracking
+        // off, as `recall_gpu_sys::Gpu` opens contexts, it records nothing).
+        let (base, record) = dst.device_ptr_mut(&dst_stream);
         let dst_addr = base + byte_len::<T>(dst_offset)? as u64;
         // SAFETY: `dst_addr..` + `src`'s bytes lies inside `dst` (checked above), device memory of its stream's
         // context, borrowed mutably for the call; cudarc frees it on that stream (asynchronously, or after a
         // synchronise of it), which the body orders after these copies.
-        unsafe { self.upload_ordered(src, dst_addr, &dst_stream, copy) }
+        let copied = unsafe { self.upload_ordered(src, dst_addr, &dst_stream, copy) };
+        drop(record);
+        copied
     }
 
     /// The body of the typed uploads: `src` to `dst_addr` through the slots, the copies ordered after the work
