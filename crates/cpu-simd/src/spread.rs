@@ -364,26 +364,71 @@ impl Hop {
         next: &mut [f32],
         total: &mut [f32],
     ) -> HopStats {
+        self.pull_with(graph, prev, None, p, next, total)
+    }
+
+    /// [`Hop::pull`] where `active_edges` of the in-edges have a source whose activation is not zero: at the
+    /// AVX-512 level, when that is at most half of them, the pull reads only those sources' activations (a bit
+    /// per node says which are not zero; [`avx512::live_bits`]), so that the misses of the others' reads are
+    /// not paid. A skipped read stands for `+0.0`, the value it would have read (every activation is `>= +0.0`),
+    /// so the bits are the same.
+    fn pull_sparse(
+        self,
+        graph: &SpreadGraph,
+        prev: &[f32],
+        active_edges: usize,
+        p: (f32, f32),
+        next: &mut [f32],
+        total: &mut [f32],
+    ) -> HopStats {
+        #[cfg(target_arch = "x86_64")]
+        if self.kind == PullKind::Avx512 && active_edges <= graph.n_edges() / 2 {
+            let par = self.threads > 1 && prev.len() >= SETUP_PAR_MIN;
+            // SAFETY: `Avx512` is chosen only at the `Avx512` level (AVX-512F reported).
+            let live = unsafe { avx512::live_bits(prev, par) };
+            return self.pull_with(graph, prev, Some(&live), p, next, total);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = active_edges;
+        self.pull(graph, prev, p, next, total)
+    }
+
+    /// [`Hop::pull`], reading at the AVX-512 level only the activations `live` marks (see [`Hop::pull_sparse`];
+    /// `live` has a bit per node, set for each activation that is not zero).
+    fn pull_with(
+        self,
+        graph: &SpreadGraph,
+        prev: &[f32],
+        live: Option<&[u32]>,
+        p: (f32, f32),
+        next: &mut [f32],
+        total: &mut [f32],
+    ) -> HopStats {
         over_ranges(&self.blocks(graph), next, total, |v0, n, t| {
-            self.pull_block(graph, prev, p, v0, n, t)
+            self.pull_block(graph, prev, live, p, v0, n, t)
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn pull_block(
         self,
         graph: &SpreadGraph,
         prev: &[f32],
+        live: Option<&[u32]>,
         p: (f32, f32),
         v0: usize,
         next: &mut [f32],
         total: &mut [f32],
     ) -> HopStats {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = live;
         match self.kind {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Avx512` is chosen only at the `Avx512` level (the CPU reports AVX-512F/VL, AVX2
             // and FMA) and only when every node id fits in an i32; `prev` has one value per node and the
-            // graph's column ids were checked `< n` when it was built.
-            PullKind::Avx512 => unsafe { pull_block_avx512(graph, prev, p, v0, next, total) },
+            // graph's column ids were checked `< n` when it was built; `live`, where given, is
+            // `live_bits(prev)`: a word per 32 nodes.
+            PullKind::Avx512 => unsafe { pull_block_avx512(graph, prev, live, p, v0, next, total) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Fma` is chosen only at the `Avx2` level or above (AVX2 and FMA reported).
             PullKind::Fma => unsafe { pull_block_fma(graph, prev, p, v0, next, total) },
@@ -552,21 +597,24 @@ unsafe fn pull_block_fma(
 ///
 /// # Safety
 /// The CPU must support AVX-512F, AVX-512VL, AVX2 and FMA; every node id must be at most `i32::MAX`;
-/// `prev.len() == graph.n_nodes()`.
+/// `prev.len() == graph.n_nodes()`; `live`, where given, has at least `prev.len().div_ceil(32)` words.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
 unsafe fn pull_block_avx512(
     graph: &SpreadGraph,
     prev: &[f32],
+    live: Option<&[u32]>,
     p: (f32, f32),
     v0: usize,
     next: &mut [f32],
     total: &mut [f32],
 ) -> HopStats {
+    // Null: every activation is read.
+    let live = live.map_or(std::ptr::null(), |l| l.as_ptr().cast::<i32>());
     let gather = |src: &[u32], w: &[f32], out: &mut [f32]| {
-        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX); `pull_runs` passes
-        // `out.len() == src.len() == w.len()`.
-        unsafe { avx512::gather(src, w, prev, out) }
+        // SAFETY: the caller's contract (features, ids < n == prev.len(), ids <= i32::MAX, `live` null or a
+        // word per 32 nodes); `pull_runs` passes `out.len() == src.len() == w.len()`.
+        unsafe { avx512::gather(src, w, prev, live, out) }
     };
     let short = |w: &[f32], a: &[f32]| {
         // SAFETY: AVX-512F (the caller's contract); `pull_runs` passes a short target: at most 32 values.
@@ -575,7 +623,7 @@ unsafe fn pull_block_avx512(
     let long = |v: usize| {
         let (a, b) = (graph.in_ptr[v], graph.in_ptr[v + 1]);
         // SAFETY: the caller's contract; `a .. b` lies inside the edge arrays.
-        unsafe { avx512::pull_sum(&graph.in_src[a..b], &graph.in_w[a..b], prev) }
+        unsafe { avx512::pull_sum(&graph.in_src[a..b], &graph.in_w[a..b], prev, live) }
     };
     pull_runs(graph, p, v0, next, total, gather, short, long)
 }
@@ -584,13 +632,108 @@ unsafe fn pull_block_avx512(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    /// `out[e] = prev[src[e]]`, 16 at a time (`vgatherdps`), the tail masked.
+    /// A bit per node, set where the activation is not zero: word `i` holds nodes `32 i .. 32 i + 32`, node
+    /// `32 i + b` at bit `b` (the words of a whole graph: an eighth of a byte a node, in the L2). In parallel
+    /// pieces on recall's pool when `par`.
     ///
     /// # Safety
-    /// `out.len() == src.len()`; every `src[e] < prev.len()` and `<= i32::MAX`.
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn live_bits(prev: &[f32], par: bool) -> Vec<u32> {
+        #[target_feature(enable = "avx512f")]
+        fn words(a: &[f32], out: &mut [u32]) {
+            let zero = _mm512_setzero_ps();
+            let (full, rest) = a.split_at(a.len() & !31);
+            for (c, o) in full.chunks_exact(32).zip(out.iter_mut()) {
+                // SAFETY: `c` holds 32 values: the loads read `c[0 .. 16]` and `c[16 .. 32]`.
+                let (lo, hi) = unsafe {
+                    (
+                        _mm512_cmpneq_ps_mask(_mm512_loadu_ps(c.as_ptr()), zero),
+                        _mm512_cmpneq_ps_mask(_mm512_loadu_ps(c.as_ptr().add(16)), zero),
+                    )
+                };
+                *o = u32::from(lo) | (u32::from(hi) << 16);
+            }
+            if let Some(o) = out.get_mut(full.len() / 32) {
+                *o = rest
+                    .iter()
+                    .enumerate()
+                    .fold(0, |w, (b, x)| w | (u32::from(*x != 0.0) << b));
+            }
+        }
+        let mut live = vec![0u32; prev.len().div_ceil(32)];
+        if par {
+            use rayon::prelude::*;
+            const PIECE: usize = 1 << 14;
+            crate::in_pool(|| {
+                prev.par_chunks(PIECE)
+                    .zip(live.par_chunks_mut(PIECE / 32))
+                    .for_each(|(a, o)| words(a, o))
+            });
+        } else {
+            words(prev, &mut live);
+        }
+        live
+    }
+
+    /// Of the lanes `m` of `idx` (node ids), those whose bit in `live` is set.
+    ///
+    /// # Safety
+    /// AVX-512F; `live` holds a word per 32 nodes, for every id in a lane of `m`.
+    #[inline(always)]
+    unsafe fn live_lanes(idx: __m512i, m: __mmask16, live: *const i32) -> __mmask16 {
+        // SAFETY: each gathered word is `live[id / 32]` for an id of a lane of `m`: in bounds by the contract.
+        unsafe {
+            let word = _mm512_mask_i32gather_epi32::<4>(
+                _mm512_setzero_si512(),
+                m,
+                _mm512_srli_epi32::<5>(idx),
+                live,
+            );
+            let bit = _mm512_srlv_epi32(word, _mm512_and_si512(idx, _mm512_set1_epi32(31)));
+            _mm512_mask_test_epi32_mask(m, bit, _mm512_set1_epi32(1))
+        }
+    }
+
+    /// The activations `prev[idx]` of the lanes `m` (`+0.0` in the others); with `live` not null, only those
+    /// whose bit is set are read (the others are `+0.0`, as `live` says they are).
+    ///
+    /// # Safety
+    /// AVX-512F; every id in a lane of `m` is below `prev`'s length (`base` its start); `live` null or a word
+    /// per 32 nodes.
+    #[inline(always)]
+    unsafe fn acts(idx: __m512i, m: __mmask16, base: *const f32, live: *const i32) -> __m512 {
+        // SAFETY: the gathers read `prev[id]` (and `live[id / 32]`) for ids of lanes of `m`: in bounds by the
+        // contract.
+        unsafe {
+            if live.is_null() {
+                if m == 0xffff {
+                    _mm512_i32gather_ps::<4>(idx, base)
+                } else {
+                    _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, base)
+                }
+            } else {
+                let m = live_lanes(idx, m, live);
+                _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, base)
+            }
+        }
+    }
+
+    /// `out[e] = prev[src[e]]`, 16 at a time (`vgatherdps`), the tail masked; with `live` not null, only the
+    /// activations it marks are read, the others written as `+0.0`.
+    ///
+    /// # Safety
+    /// `out.len() == src.len()`; every `src[e] < prev.len()` and `<= i32::MAX`; `live` null or at least
+    /// `prev.len().div_ceil(32)` words.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    pub(super) unsafe fn gather(src: &[u32], w: &[f32], prev: &[f32], out: &mut [f32]) {
+    pub(super) unsafe fn gather(
+        src: &[u32],
+        w: &[f32],
+        prev: &[f32],
+        live: *const i32,
+        out: &mut [f32],
+    ) {
         let n = src.len().min(out.len());
         let (sp, op, base) = (src.as_ptr().cast::<i32>(), out.as_mut_ptr(), prev.as_ptr());
         let wp = w.as_ptr().cast::<i8>();
@@ -600,11 +743,11 @@ mod avx512 {
             // never fault, and the addresses are never dereferenced).
             _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(4 * e));
             _mm_prefetch::<_MM_HINT_T0>(sp.cast::<i8>().wrapping_add(4 * e + 1024));
-            // SAFETY: `e + 16 <= n`: `src[e .. e + 16]` and `out[e .. e + 16]`; the gather reads
-            // `prev[src[..]]`, in bounds by the contract.
+            // SAFETY: `e + 16 <= n`: `src[e .. e + 16]` and `out[e .. e + 16]`; the gathers read
+            // `prev[src[..]]` (and `live`), in bounds by the contract.
             unsafe {
                 let idx = _mm512_loadu_epi32(sp.add(e));
-                _mm512_storeu_ps(op.add(e), _mm512_i32gather_ps::<4>(idx, base));
+                _mm512_storeu_ps(op.add(e), acts(idx, 0xffff, base, live));
             }
             e += 16;
         }
@@ -614,8 +757,7 @@ mod avx512 {
             // read nor written); gathers as above.
             unsafe {
                 let idx = _mm512_maskz_loadu_epi32(m, sp.add(e));
-                let a = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, base);
-                _mm512_mask_storeu_ps(op.add(e), m, a);
+                _mm512_mask_storeu_ps(op.add(e), m, acts(idx, m, base, live));
             }
         }
     }
@@ -668,11 +810,14 @@ mod avx512 {
     /// is lane `l` of `acc0` (`l < 16`) or lane `l - 16` of `acc1`; positions `32c .. 32c + 32` are one
     /// step of both; a tail is masked (its idle lanes keep their value: `mask3_fmadd`).
     ///
+    /// With `live` not null, only the activations it marks are read (the others are `+0.0`).
+    ///
     /// # Safety
-    /// `src.len() == w.len()`; every `src[j] < prev.len()` and `<= i32::MAX`.
+    /// `src.len() == w.len()`; every `src[j] < prev.len()` and `<= i32::MAX`; `live` null or at least
+    /// `prev.len().div_ceil(32)` words.
     #[inline]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    pub(super) unsafe fn pull_sum(src: &[u32], w: &[f32], prev: &[f32]) -> f32 {
+    pub(super) unsafe fn pull_sum(src: &[u32], w: &[f32], prev: &[f32], live: *const i32) -> f32 {
         let deg = src.len();
         let (sp, wp, base) = (src.as_ptr().cast::<i32>(), w.as_ptr(), prev.as_ptr());
         let zero = _mm512_setzero_ps();
@@ -690,8 +835,8 @@ mod avx512 {
             unsafe {
                 let i0 = _mm512_loadu_epi32(sp.add(j));
                 let i1 = _mm512_loadu_epi32(sp.add(j + 16));
-                let a0 = _mm512_i32gather_ps::<4>(i0, base);
-                let a1 = _mm512_i32gather_ps::<4>(i1, base);
+                let a0 = acts(i0, 0xffff, base, live);
+                let a1 = acts(i1, 0xffff, base, live);
                 acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(j)), a0, acc0);
                 acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(j + 16)), a1, acc1);
             }
@@ -708,7 +853,7 @@ mod avx512 {
             // `src` and `w` (masked-off elements are not read); gathers as above.
             unsafe {
                 let i0 = _mm512_maskz_loadu_epi32(m0, sp.add(full));
-                let a0 = _mm512_mask_i32gather_ps::<4>(zero, m0, i0, base);
+                let a0 = acts(i0, m0, base, live);
                 let w0 = _mm512_maskz_loadu_ps(m0, wp.add(full));
                 acc0 = _mm512_mask3_fmadd_ps(w0, a0, acc0, m0);
             }
@@ -717,7 +862,7 @@ mod avx512 {
                 // SAFETY: `full + 16 < deg`; the masked loads touch only `full + 16 .. deg`.
                 unsafe {
                     let i1 = _mm512_maskz_loadu_epi32(m1, sp.add(full + 16));
-                    let a1 = _mm512_mask_i32gather_ps::<4>(zero, m1, i1, base);
+                    let a1 = acts(i1, m1, base, live);
                     let w1 = _mm512_maskz_loadu_ps(m1, wp.add(full + 16));
                     acc1 = _mm512_mask3_fmadd_ps(w1, a1, acc1, m1);
                 }
@@ -1258,7 +1403,7 @@ impl Cpu {
                     &mut total,
                 )
             } else {
-                hop_code.pull(graph, &prev, p, &mut next, &mut total)
+                hop_code.pull_sparse(graph, &prev, stats.active_edges, p, &mut next, &mut total)
             };
             if stats.overflow {
                 return Err(CpuError::ActivationOverflow { hop });
@@ -1578,7 +1723,7 @@ mod tests {
         let p = (0.5, 0.01);
         for every in [1, 3, 1000] {
             let prev = every_nth_active(n, every);
-            let run = |kind: PullKind| {
+            let run = |kind: PullKind, live: Option<&[u32]>| {
                 let hop = Hop {
                     kind,
                     level: kind.level(),
@@ -1587,14 +1732,34 @@ mod tests {
                     min_task: 1 << 10,
                 };
                 let (mut next, mut total) = (vec![0.0f32; n], vec![1.0f32; n]);
-                let st = hop.pull(&g, &prev, p, &mut next, &mut total);
+                let st = hop.pull_with(&g, &prev, live, p, &mut next, &mut total);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 (bits(&next), bits(&total), st.active_edges, st.any_active)
             };
-            let want = run(PullKind::Plain);
+            let want = run(PullKind::Plain, None);
             assert!(want.3, "some target active");
             for (kind, _) in &kinds {
-                assert_eq!(run(*kind), want, "{kind:?}, 1 in {every} active");
+                assert_eq!(run(*kind, None), want, "{kind:?}, 1 in {every} active");
+            }
+            // The AVX-512 pull that reads only the activations a bit marks (`Hop::pull_sparse`).
+            if kinds.iter().any(|(k, _)| *k == PullKind::Avx512) {
+                for par in [false, true] {
+                    // SAFETY: the AVX-512 level is available (`kinds`).
+                    let live = unsafe { super::avx512::live_bits(&prev, par) };
+                    assert_eq!(live.len(), n.div_ceil(32));
+                    for (v, a) in prev.iter().enumerate() {
+                        assert_eq!(
+                            live[v / 32] >> (v % 32) & 1 == 1,
+                            *a != 0.0,
+                            "node {v}'s bit"
+                        );
+                    }
+                    assert_eq!(
+                        run(PullKind::Avx512, Some(&live)),
+                        want,
+                        "AVX-512 reading the live sources only, 1 in {every} active"
+                    );
+                }
             }
         }
     }
