@@ -1054,6 +1054,27 @@ mod tests {
     use super::*;
     use crate::simd::available_levels;
 
+    #[test]
+    fn check_matrix_names_the_first_bad_value() {
+        let mut x = vec![1.5f32; 10_000];
+        assert_eq!(check_matrix("x", &x, 10), Ok(1_000));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN] {
+            for i in [0, 4095, 4096, 9_999] {
+                x[i] = bad;
+                assert_eq!(
+                    check_matrix("x", &x, 10),
+                    Err(CpuError::NonFinite {
+                        what: "x",
+                        index: i
+                    })
+                );
+                x[i] = f32::MAX;
+            }
+        }
+        x[17] = f32::MIN_POSITIVE / 4.0;
+        assert_eq!(check_matrix("x", &x, 10), Ok(1_000));
+    }
+
     fn lcg(len: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(6364136223846793005) | 1;
         (0..len)

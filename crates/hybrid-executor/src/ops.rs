@@ -2,15 +2,14 @@
 //! (policy, break-even, breaker, OOM splitting by queries, fallback, tenants, metrics).
 
 use crate::backend::{Backend, BackendError, FastFormat};
-use crate::executor::{
-    CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome, check_matrix, check_matrix_shape,
-};
+use crate::executor::{CallOptions, CorpusCheck, ExecError, Executor, Mode, Outcome};
 use crate::op::{Op, OpKind};
 use crate::shared_corpus::SharedCorpus;
 use rayon::prelude::*;
 use recall_cpu_simd::{
     Corpus, CpuError, KMeans, Metric, Spread, SpreadGraph, SpreadParams, TopK,
-    check_candidate_rows, check_clip_noise_shape, check_kmeans_inputs, check_spread_inputs,
+    check_candidate_rows, check_clip_noise_shape, check_kmeans_inputs, check_matrix,
+    check_matrix_shape, check_spread_inputs,
 };
 use std::ops::Range;
 

@@ -1,8 +1,9 @@
 //! A corpus validated once and shared between calls, so that a GPU backend can keep it on the device.
 
-use crate::executor::{ExecError, check_matrix_shape};
+use crate::executor::ExecError;
 use parking_lot::Mutex;
 use recall_cpu_simd::check_corpus_rows;
+use recall_cpu_simd::check_matrix_shape;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
